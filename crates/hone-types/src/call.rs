@@ -1,0 +1,105 @@
+//! A call: one request through the gateway and everything hone learned about
+//! it. This is the row the recorder makes durable before the client sees the
+//! response.
+
+use crate::ids::{CallId, EpisodeId, VersionId};
+use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Usage};
+use serde::{Deserialize, Serialize};
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The response was complete.
+    Ok,
+    /// Every provider of the version failed; the client got an error.
+    UpstreamError,
+    /// The client went away before the response was complete.
+    ClientDisconnected,
+}
+
+impl CallOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::UpstreamError => "upstream_error",
+            CallOutcome::ClientDisconnected => "client_disconnected",
+        }
+    }
+}
+
+/// Behaviour flags, computed at record time from the request and the answer
+/// (the first choice). They feed penalties and monitors later.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BehaviourFlags {
+    /// A tool call names an unknown tool, or its arguments don't parse or
+    /// don't match the tool's JSON schema.
+    pub invalid_tool_call: bool,
+    /// The answer ends with a question and makes no tool call.
+    pub clarifying_question: bool,
+    pub refusal: bool,
+    /// No text and no tool call.
+    pub empty: bool,
+    /// Stopped by the token limit.
+    pub truncated: bool,
+}
+
+/// What went wrong upstream, as the client was told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallError {
+    pub status: u16,
+    pub message: String,
+}
+
+/// One try against one provider (retries and fallbacks each add one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub provider: String,
+    pub model: String,
+    /// HTTP status, or `None` for a connection error or timeout.
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: f64,
+}
+
+/// Everything recorded about one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    pub id: CallId,
+    pub episode_id: EpisodeId,
+    pub agent: String,
+    pub version_id: VersionId,
+    /// Unix ms when the gateway received the request.
+    pub started_at: i64,
+    pub outcome: CallOutcome,
+    pub stream: bool,
+    /// The request as the client sent it.
+    pub request: ChatCompletionRequest,
+    /// The answer (assembled from chunks for streams; partial on disconnect).
+    pub response: Option<ChatCompletionResponse>,
+    pub error: Option<CallError>,
+    /// The provider and model that answered, if one did.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub attempts: Vec<Attempt>,
+    pub usage: Option<Usage>,
+    pub cost_usd: Option<f64>,
+    /// Request received → last byte handed to the client.
+    pub latency_ms: f64,
+    /// Request received → first content byte handed to the client (streams).
+    pub ttft_ms: Option<f64>,
+    /// Time spent waiting on providers, retries and back-off included.
+    pub upstream_ms: f64,
+    pub flags: BehaviourFlags,
+}
+
+impl CallRecord {
+    /// The first choice's text, or the empty string.
+    pub fn answer_text(&self) -> String {
+        self.response
+            .as_ref()
+            .and_then(|r| r.choices.first())
+            .map(|c| c.message.text())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,138 @@
+//! Identifiers: episode ids (chosen by clients or created as UUIDv7), call ids
+//! (always UUIDv7, created by the gateway) and content-addressed version ids.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why a client-supplied identifier was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("is empty")]
+    Empty,
+    #[error("is longer than {max} characters")]
+    TooLong { max: usize },
+    #[error("contains `{0}`; use letters, digits and `-_.:` only")]
+    BadCharacter(char),
+}
+
+/// The longest episode id a client may choose.
+pub const MAX_EPISODE_ID_LEN: usize = 128;
+
+/// Names one episode: the value of the `X-Hone-Episode` header.
+///
+/// Clients may choose their own ids (their conversation or ticket id) so that
+/// related calls group without a round-trip; hone creates a UUIDv7 when absent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EpisodeId(String);
+
+impl EpisodeId {
+    /// Checks a client-chosen id.
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        if raw.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if raw.len() > MAX_EPISODE_ID_LEN {
+            return Err(IdError::TooLong {
+                max: MAX_EPISODE_ID_LEN,
+            });
+        }
+        if let Some(bad) = raw
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+        {
+            return Err(IdError::BadCharacter(bad));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// A fresh, time-ordered id.
+    pub fn new_v7() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EpisodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Names one call; always a UUIDv7 made by the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallId(uuid::Uuid);
+
+impl CallId {
+    pub fn new_v7() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(raw).ok().map(Self)
+    }
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A version's id: the first 16 hex digits of the SHA-256 of its canonical
+/// form (see [`crate::version::VersionSpec::id`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct VersionId(String);
+
+impl VersionId {
+    pub const LEN: usize = 16;
+
+    /// Accepts a string that looks like a version id (16 lowercase hex digits).
+    pub fn parse(raw: &str) -> Option<Self> {
+        (raw.len() == Self::LEN && raw.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| Self(raw.to_owned()))
+    }
+
+    pub(crate) fn from_digest_hex(hex: &str) -> Self {
+        Self(hex[..Self::LEN].to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for VersionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn episode_ids_accept_uuids_and_ticket_ids_and_refuse_the_rest() {
+        assert!(EpisodeId::parse(&uuid::Uuid::now_v7().to_string()).is_ok());
+        assert!(EpisodeId::parse("ticket:4711_a.b").is_ok());
+        assert_eq!(EpisodeId::parse(""), Err(IdError::Empty));
+        assert_eq!(EpisodeId::parse("a b"), Err(IdError::BadCharacter(' ')));
+        assert_eq!(
+            EpisodeId::parse(&"x".repeat(129)),
+            Err(IdError::TooLong { max: 128 })
+        );
+    }
+
+    #[test]
+    fn version_ids_are_sixteen_lowercase_hex_digits() {
+        assert!(VersionId::parse("0123456789abcdef").is_some());
+        assert!(VersionId::parse("0123456789ABCDEF").is_none());
+        assert!(VersionId::parse("v1").is_none());
+    }
+}

@@ -1,0 +1,20 @@
+//! Domain and wire types shared by every hone crate.
+//!
+//! This crate owns the names of DESIGN.md (episode, call, signal, version) and
+//! the OpenAI chat-completions wire format that the gateway speaks. It is serde
+//! only: no IO, no async, no clocks — callers pass timestamps in.
+
+pub mod call;
+pub mod episode;
+pub mod ids;
+pub mod openai;
+pub mod signal;
+pub mod stream;
+pub mod time;
+pub mod version;
+
+pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord};
+pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
+pub use ids::{CallId, EpisodeId, IdError, VersionId};
+pub use signal::{MetricLevel, MetricType, Signal, SignalSource, SignalValue};
+pub use version::{Route, VersionRecord, VersionSpec};

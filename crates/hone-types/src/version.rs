@@ -1,0 +1,94 @@
+//! Versions: immutable, content-addressed bundles of everything that decides
+//! how an agent answers (DESIGN.md "Version"). The id is derived from the
+//! canonical JSON form, so a changed version always gets a new id and an
+//! unchanged one keeps its id across restarts and machines.
+
+use crate::ids::VersionId;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// One provider and the model name to ask it for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    pub provider: String,
+    pub model: String,
+}
+
+/// The canonical content of a version. Field order is fixed and maps are not
+/// used, so serialising it is canonical; add new fields with
+/// `skip_serializing_if` so existing ids do not change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionSpec {
+    pub agent: String,
+    /// The primary route, then fallbacks in order.
+    pub routes: Vec<Route>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+}
+
+impl VersionSpec {
+    pub fn canonical_json(&self) -> String {
+        // Serialising a struct of strings, numbers and vectors cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn id(&self) -> VersionId {
+        let digest = Sha256::digest(self.canonical_json().as_bytes());
+        VersionId::from_digest_hex(&hex::encode(digest))
+    }
+}
+
+/// A version as stored: its spec plus where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    pub id: VersionId,
+    pub agent: String,
+    /// The name it was declared under in config (`v1`), if any.
+    pub label: Option<String>,
+    pub spec: VersionSpec,
+    pub parent: Option<VersionId>,
+    /// `config`, or the optimiser that proposed it.
+    pub created_by: String,
+    pub created_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> VersionSpec {
+        VersionSpec {
+            agent: "assistant".into(),
+            routes: vec![Route {
+                provider: "openai".into(),
+                model: "gpt-4o-mini".into(),
+            }],
+            system: None,
+            temperature: Some(0.3),
+            top_p: None,
+            max_tokens: None,
+            reasoning_effort: None,
+        }
+    }
+
+    #[test]
+    fn the_id_is_stable_and_changes_with_any_field() {
+        let a = spec();
+        assert_eq!(a.id(), spec().id());
+        assert_eq!(a.id().as_str().len(), 16);
+        let mut b = spec();
+        b.temperature = Some(0.4);
+        assert_ne!(a.id(), b.id());
+        let mut c = spec();
+        c.system = Some("Be brief.".into());
+        assert_ne!(a.id(), c.id());
+    }
+}
