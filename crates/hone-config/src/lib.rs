@@ -1,1 +1,19 @@
-//! placeholder
+//! hone's TOML config, loaded in two phases: [`raw`] structs that mirror the
+//! file (`deny_unknown_fields`, so a typo is an error that names the key), then
+//! [`load`] which expands `${ENV}` references, reads prompt files, checks the
+//! rules across fields and produces the typed [`Config`].
+//!
+//! The binary runs with no config at all on [`DEFAULT_CONFIG`].
+
+mod env;
+mod load;
+pub mod raw;
+mod typed;
+
+pub use env::expand_env;
+pub use load::{load_file, load_str, ConfigError};
+pub use typed::*;
+
+/// The config `hone serve` uses when given none: an agent `assistant` proxied
+/// to an OpenAI-compatible upstream (`OPENAI_BASE_URL`, default OpenAI).
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");

@@ -1,1 +1,17 @@
-//! placeholder
+//! hone's storage: the [`Store`] trait (one implementation per backend, one
+//! file each), schema migrations, and the durable group-commit [`Recorder`]
+//! that stands between the gateway and the store.
+//!
+//! Stores persist what they are given; ids and timestamps are made by the
+//! services above them.
+
+mod error;
+mod recorder;
+mod spool;
+mod sqlite;
+mod store;
+
+pub use error::StoreError;
+pub use recorder::{Durability, Recorder, RecorderError, RecorderOptions, RecorderStats};
+pub use sqlite::SqliteStore;
+pub use store::Store;

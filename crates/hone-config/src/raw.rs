@@ -1,0 +1,149 @@
+//! The config file as written: every table rejects unknown keys so that a
+//! typo is reported with its name instead of being ignored.
+
+use hone_types::{MetricLevel, MetricType};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub gateway: RawGateway,
+    #[serde(default)]
+    pub store: Option<RawStore>,
+    #[serde(default)]
+    pub recorder: RawRecorder,
+    #[serde(default)]
+    pub providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    pub agents: BTreeMap<String, RawAgent>,
+    #[serde(default)]
+    pub metrics: BTreeMap<String, RawMetric>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGateway {
+    pub listen: Option<String>,
+    pub data_dir: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    /// Name of the environment variable holding the admin token.
+    pub admin_token_env: Option<String>,
+    #[serde(default)]
+    pub api_keys: Vec<RawApiKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApiKey {
+    pub name: String,
+    /// Hex SHA-256 of the key (`hone key new` prints it).
+    pub sha256: String,
+    /// Agents this key may call; `["*"]` for all.
+    pub agents: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RawStore {
+    Sqlite(RawSqlite),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSqlite {
+    pub path: Option<String>,
+    /// `normal` (survives a process crash) or `full` (also a power loss).
+    pub synchronous: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRecorder {
+    pub max_batch: Option<usize>,
+    pub spool_retry_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RawProvider {
+    #[serde(rename = "openai")]
+    OpenAi(RawHttpProvider),
+    Anthropic(RawHttpProvider),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttpProvider {
+    pub base_url: Option<String>,
+    /// Name of the environment variable that holds the key (never the key).
+    pub api_key_env: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub backoff_ms: Option<u64>,
+    /// Anthropic only: the `anthropic-version` header.
+    pub api_version: Option<String>,
+    /// USD per million tokens, per upstream model name.
+    #[serde(default)]
+    pub prices: BTreeMap<String, RawPrice>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    pub description: Option<String>,
+    #[serde(default)]
+    pub versions: BTreeMap<String, RawVersion>,
+    pub deployment: Option<RawDeployment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVersion {
+    pub provider: String,
+    pub model: String,
+    #[serde(default)]
+    pub fallbacks: Vec<RawRoute>,
+    /// System prompt, prepended to the client's messages.
+    pub system: Option<String>,
+    /// Path of a file holding the system prompt (relative to the config file).
+    pub system_file: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub reasoning_effort: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeployment {
+    pub champion: String,
+    /// Canary version label → share of new episodes (0 < share < 1).
+    #[serde(default)]
+    pub canaries: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetric {
+    #[serde(rename = "type")]
+    pub kind: MetricType,
+    pub level: MetricLevel,
+    pub description: Option<String>,
+}

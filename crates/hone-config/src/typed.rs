@@ -1,0 +1,145 @@
+//! The validated config every other crate reads. Everything here has passed
+//! [`crate::load_str`]: references resolve, shares add up, addresses parse.
+
+use hone_types::{MetricLevel, MetricType, VersionId, VersionSpec};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    pub store: StoreConfig,
+    pub recorder: RecorderConfig,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub agents: BTreeMap<String, AgentConfig>,
+    pub metrics: BTreeMap<String, MetricConfig>,
+}
+
+impl Config {
+    /// Points the data directory somewhere else (`--data-dir`), carrying the
+    /// store path along when it was relative to the old one.
+    pub fn set_data_dir(&mut self, dir: PathBuf) {
+        if let Ok(relative) = self.store.path.strip_prefix(&self.gateway.data_dir) {
+            self.store.path = dir.join(relative);
+        }
+        self.gateway.data_dir = dir;
+    }
+}
+
+/// Default request-body limit: 32 MiB, room for a few images as data URLs.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub max_body_bytes: usize,
+    pub admin_token_env: Option<String>,
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiKeyConfig {
+    pub name: String,
+    /// Lowercase hex SHA-256 of the key.
+    pub sha256: String,
+    /// `None` means every agent.
+    pub agents: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Committed data survives a process crash (`kill -9`).
+    Normal,
+    /// Committed data also survives a power loss (an fsync per commit batch).
+    Full,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecorderConfig {
+    /// Most calls written in one transaction.
+    pub max_batch: usize,
+    /// How often the spool is retried while the database is unavailable.
+    pub spool_retry: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    pub fn cost_usd(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input_per_mtok + completion_tokens as f64 * self.output_per_mtok) / 1e6
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Without a trailing slash.
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_retries: u32,
+    pub backoff: Duration,
+    pub api_version: Option<String>,
+    pub prices: BTreeMap<String, Price>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub name: String,
+    pub description: Option<String>,
+    /// Label → version, for every version declared under the agent.
+    pub versions: BTreeMap<String, DeclaredVersion>,
+    pub deployment: DeploymentConfig,
+}
+
+impl AgentConfig {
+    /// Resolves a label (`v1`) or an id to a declared version.
+    pub fn version(&self, label_or_id: &str) -> Option<&DeclaredVersion> {
+        self.versions
+            .get(label_or_id)
+            .or_else(|| self.versions.values().find(|v| v.id.as_str() == label_or_id))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeclaredVersion {
+    pub label: String,
+    pub id: VersionId,
+    pub spec: VersionSpec,
+}
+
+/// Traffic split: canaries get their shares of new episodes, the champion the rest.
+#[derive(Debug, Clone)]
+pub struct DeploymentConfig {
+    pub champion: String,
+    pub canaries: Vec<(String, f64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricConfig {
+    pub name: String,
+    pub kind: MetricType,
+    pub level: MetricLevel,
+    pub description: Option<String>,
+}

@@ -1,0 +1,43 @@
+//! Builders for test records.
+
+use hone_types::openai::{ChatCompletionRequest, Message, Role};
+use hone_types::{BehaviourFlags, CallId, CallOutcome, CallRecord, EpisodeId, VersionId};
+
+pub fn version_id() -> VersionId {
+    VersionId::parse("0123456789abcdef").unwrap()
+}
+
+pub fn call(episode: &EpisodeId, started_at: i64) -> CallRecord {
+    CallRecord {
+        id: CallId::new_v7(),
+        episode_id: episode.clone(),
+        agent: "assistant".into(),
+        version_id: version_id(),
+        started_at,
+        outcome: CallOutcome::Ok,
+        stream: false,
+        request: ChatCompletionRequest::from_json(
+            br#"{"model":"assistant","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap(),
+        response: None,
+        error: None,
+        provider: Some("up".into()),
+        model: Some("m".into()),
+        attempts: vec![],
+        usage: None,
+        cost_usd: Some(0.001),
+        latency_ms: 1.0,
+        ttft_ms: None,
+        upstream_ms: 0.5,
+        flags: BehaviourFlags {
+            clarifying_question: true,
+            ..Default::default()
+        },
+    }
+}
+
+#[allow(dead_code)]
+pub fn message(text: &str) -> Message {
+    Message::new(Role::User, text)
+}

@@ -1,0 +1,108 @@
+//! One scripted story over the `Store` trait: versions, calls, episodes,
+//! signals, paging. Written against the trait so a second backend runs it too.
+
+use crate::common::{call, version_id};
+use hone_store::{SqliteStore, Store, StoreError};
+use hone_types::{
+    EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalValue, VersionRecord, VersionSpec,
+};
+
+fn story(store: &dyn Store) {
+    // Versions: stored once, resolvable by id, listed per agent.
+    let spec = VersionSpec {
+        agent: "assistant".into(),
+        routes: vec![Route { provider: "up".into(), model: "m".into() }],
+        system: None,
+        temperature: None,
+        top_p: None,
+        max_tokens: None,
+        reasoning_effort: None,
+    };
+    let record = VersionRecord {
+        id: spec.id(),
+        agent: "assistant".into(),
+        label: Some("v1".into()),
+        spec: spec.clone(),
+        parent: None,
+        created_by: "config".into(),
+        created_at: 1,
+    };
+    store.upsert_versions(&[record.clone()]).unwrap();
+    store.upsert_versions(&[record.clone()]).unwrap();
+    assert_eq!(store.version(&spec.id()).unwrap(), Some(record.clone()));
+    assert_eq!(store.versions(Some("assistant")).unwrap().len(), 1);
+    assert!(store.versions(Some("other")).unwrap().is_empty());
+
+    // Calls: two episodes, three calls; a repeated write is a no-op.
+    let e1 = EpisodeId::parse("ticket-1").unwrap();
+    let e2 = EpisodeId::new_v7();
+    let c1 = call(&e1, 1000);
+    let c2 = call(&e1, 2000);
+    let c3 = call(&e2, 3000);
+    assert_eq!(store.write_calls(&[c1.clone(), c2.clone()]).unwrap(), 2);
+    assert_eq!(store.write_calls(&[c2.clone(), c3.clone()]).unwrap(), 1);
+    assert_eq!(store.call_count().unwrap(), 3);
+    assert_eq!(store.call(c2.id).unwrap(), Some(c2.clone()));
+    assert_eq!(store.episode_agent(&e1).unwrap().as_deref(), Some("assistant"));
+
+    let detail = store.episode(&e1).unwrap().unwrap();
+    assert_eq!(detail.summary.call_count, 2);
+    assert_eq!((detail.summary.started_at, detail.summary.last_call_at), (1000, 2000));
+    assert_eq!(detail.calls, vec![c1.clone(), c2.clone()]);
+    assert_eq!(detail.calls[0].version_id, version_id());
+
+    // Signals: on an episode, on a call; unknown targets write nothing.
+    let signal = |call_id, episode: &EpisodeId, value| Signal {
+        id: uuid::Uuid::now_v7(),
+        episode_id: episode.clone(),
+        call_id,
+        name: "resolved".into(),
+        value,
+        source: SignalSource::User,
+        comment: Some("thanks".into()),
+        created_at: 5000,
+    };
+    store.insert_signal(&signal(None, &e1, SignalValue::Boolean(true))).unwrap();
+    store.insert_signal(&signal(Some(c1.id), &e1, SignalValue::Float(0.5))).unwrap();
+    let missing = EpisodeId::parse("nope").unwrap();
+    assert!(matches!(
+        store.insert_signal(&signal(None, &missing, SignalValue::Boolean(true))),
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.insert_signal(&signal(Some(c3.id), &e1, SignalValue::Boolean(true))),
+        Err(StoreError::NotFound(_))
+    ));
+    let detail = store.episode(&e1).unwrap().unwrap();
+    assert_eq!(detail.signals.len(), 2);
+    assert_eq!(detail.signals[1].value, SignalValue::Float(0.5));
+    assert_eq!(detail.signals[1].call_id, Some(c1.id));
+
+    // Listing: newest first, paged by cursor, filtered by agent and time.
+    let page = store.episodes(&EpisodeQuery { limit: 1, ..Default::default() }).unwrap();
+    assert_eq!(page.episodes[0].summary.id, e2);
+    let cursor = page.next_cursor.unwrap().parse().unwrap();
+    let page = store
+        .episodes(&EpisodeQuery { limit: 1, cursor: Some(cursor), ..Default::default() })
+        .unwrap();
+    assert_eq!(page.episodes[0].summary.id, e1);
+    assert!(page.next_cursor.is_none());
+    let by_time = store
+        .episodes(&EpisodeQuery { limit: 10, since: Some(2500), ..Default::default() })
+        .unwrap();
+    assert_eq!(by_time.episodes.len(), 1);
+    let other = store
+        .episodes(&EpisodeQuery { limit: 10, agents: Some(vec!["other".into()]), ..Default::default() })
+        .unwrap();
+    assert!(other.episodes.is_empty());
+}
+
+#[test]
+fn sqlite_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hone.db");
+    story(&SqliteStore::open(&path, false).unwrap());
+    // Reopening applies no migration twice and keeps the data.
+    let reopened = SqliteStore::open(&path, true).unwrap();
+    assert_eq!(reopened.call_count().unwrap(), 3);
+}
