@@ -1,0 +1,141 @@
+//! Who may call what. Data-plane keys (stored as SHA-256 hashes in config,
+//! scoped to agents) guard chat and feedback; a separate admin token guards
+//! control endpoints. With no keys configured the data plane is open (any
+//! bearer token), which is only safe on loopback — `hone serve` warns.
+
+use crate::error::{ApiError, ErrorKind};
+use axum::http::HeaderMap;
+use hone_config::Config;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// The caller, once authenticated.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// No keys are configured: anyone, for any agent.
+    Open,
+    /// A data-plane key; `None` agents means every agent.
+    Key { name: String, agents: Option<Vec<String>> },
+    Admin,
+}
+
+impl Principal {
+    pub fn may_use_agent(&self, agent: &str) -> bool {
+        match self {
+            Principal::Open | Principal::Admin => true,
+            Principal::Key { agents: None, .. } => true,
+            Principal::Key { agents: Some(list), .. } => list.iter().any(|a| a == agent),
+        }
+    }
+
+    /// The agents this caller may read, `None` meaning all.
+    pub fn agent_scope(&self) -> Option<&[String]> {
+        match self {
+            Principal::Key { agents: Some(list), .. } => Some(list),
+            _ => None,
+        }
+    }
+
+    pub fn check_agent(&self, agent: &str) -> Result<(), ApiError> {
+        if self.may_use_agent(agent) {
+            return Ok(());
+        }
+        let name = match self {
+            Principal::Key { name, .. } => name.as_str(),
+            _ => "this key",
+        };
+        Err(ApiError::new(
+            ErrorKind::Forbidden,
+            "agent_not_allowed",
+            format!("API key `{name}` is not allowed to use agent `{agent}`"),
+        ))
+    }
+}
+
+pub struct Auth {
+    /// SHA-256 hex → (key name, agents).
+    keys: HashMap<String, (String, Option<Vec<String>>)>,
+    admin_token_hash: Option<String>,
+}
+
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl Auth {
+    pub fn from_config(config: &Config) -> Self {
+        let keys = config
+            .gateway
+            .api_keys
+            .iter()
+            .map(|k| (k.sha256.clone(), (k.name.clone(), k.agents.clone())))
+            .collect();
+        let admin_token_hash = config.gateway.admin_token_env.as_ref().and_then(|name| match std::env::var(name) {
+            Ok(token) if !token.is_empty() => Some(sha256_hex(&token)),
+            _ => {
+                tracing::warn!(variable = %name, "gateway.admin_token_env names a variable that is not set; admin endpoints are refused");
+                None
+            }
+        });
+        Self { keys, admin_token_hash }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Data-plane access: a configured key, or anything when none is configured.
+    /// The admin token is accepted too.
+    pub fn data_plane(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let token = bearer(headers);
+        if let Some(token) = token {
+            let hash = sha256_hex(token);
+            if self.admin_token_hash.as_deref() == Some(hash.as_str()) {
+                return Ok(Principal::Admin);
+            }
+            if let Some((name, agents)) = self.keys.get(&hash) {
+                return Ok(Principal::Key {
+                    name: name.clone(),
+                    agents: agents.clone(),
+                });
+            }
+        }
+        if self.is_open() {
+            return Ok(Principal::Open);
+        }
+        Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            if token.is_some() { "invalid_api_key" } else { "missing_api_key" },
+            if token.is_some() {
+                "the API key is not valid for this gateway"
+            } else {
+                "this gateway needs an API key: send `Authorization: Bearer <key>`"
+            },
+        ))
+    }
+
+    /// Control endpoints: the admin token; or, on an open gateway with no
+    /// admin token configured, anyone (a laptop set-up).
+    pub fn admin(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        match (&self.admin_token_hash, bearer(headers)) {
+            (Some(expected), Some(token)) if sha256_hex(token) == *expected => Ok(Principal::Admin),
+            (Some(_), token) => Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                if token.is_some() { "invalid_admin_token" } else { "missing_admin_token" },
+                "admin endpoints need the admin token: send `Authorization: Bearer <token>`",
+            )),
+            (None, _) if self.is_open() => Ok(Principal::Open),
+            (None, _) => Err(ApiError::new(
+                ErrorKind::Forbidden,
+                "admin_disabled",
+                "admin endpoints are disabled: set gateway.admin_token_env and that variable",
+            )),
+        }
+    }
+}

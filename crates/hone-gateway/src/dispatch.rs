@@ -1,0 +1,128 @@
+//! Sends a request along a version's routes: retries with exponential
+//! back-off (and `Retry-After`) on 429/5xx/connection errors/time-outs, then
+//! falls back to the next route. Every try is noted as an [`Attempt`].
+
+use crate::harness;
+use crate::providers::{AnyProvider, ChunkStream, ProviderError};
+use hone_config::ProviderConfig;
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
+use hone_types::{Attempt, Route, VersionSpec};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest wait between tries, whatever `Retry-After` says.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// A provider with the settings that govern retrying it.
+pub struct ProviderEntry {
+    pub provider: AnyProvider,
+    pub config: ProviderConfig,
+}
+
+pub type Providers = HashMap<String, Arc<ProviderEntry>>;
+
+/// What answered.
+pub struct Answered<T> {
+    pub route: Route,
+    pub value: T,
+}
+
+fn backoff(config: &ProviderConfig, retry: u32, error: &ProviderError) -> Duration {
+    if let ProviderError::Status { retry_after: Some(wait), .. } = error {
+        return (*wait).min(MAX_BACKOFF);
+    }
+    let base = config.backoff.saturating_mul(2u32.saturating_pow(retry));
+    // Up to 25% jitter so that retrying clients do not march in step.
+    let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
+    (base + jitter).min(MAX_BACKOFF)
+}
+
+async fn with_fallback<T, F, Fut>(
+    providers: &Providers,
+    version: &VersionSpec,
+    request: &ChatCompletionRequest,
+    attempts: &mut Vec<Attempt>,
+    mut call: F,
+) -> Result<Answered<T>, ProviderError>
+where
+    F: FnMut(Arc<ProviderEntry>, ChatCompletionRequest) -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    let mut last_error = ProviderError::Protocol("the version has no routes".into());
+    for route in &version.routes {
+        let Some(entry) = providers.get(&route.provider) else {
+            last_error = ProviderError::Protocol(format!("provider `{}` is not configured", route.provider));
+            continue;
+        };
+        let upstream = harness::apply(request, version, route);
+        let mut retry = 0;
+        loop {
+            let started = Instant::now();
+            let result = call(entry.clone(), upstream.clone()).await;
+            let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+            match result {
+                Ok(value) => {
+                    attempts.push(Attempt {
+                        provider: route.provider.clone(),
+                        model: route.model.clone(),
+                        status: Some(200),
+                        error: None,
+                        duration_ms,
+                    });
+                    return Ok(Answered {
+                        route: route.clone(),
+                        value,
+                    });
+                }
+                Err(error) => {
+                    attempts.push(Attempt {
+                        provider: route.provider.clone(),
+                        model: route.model.clone(),
+                        status: error.status(),
+                        error: Some(error.to_string()),
+                        duration_ms,
+                    });
+                    tracing::warn!(provider = %route.provider, model = %route.model, retry, error = %error, "upstream attempt failed");
+                    if error.is_retryable() && retry < entry.config.max_retries {
+                        tokio::time::sleep(backoff(&entry.config, retry, &error)).await;
+                        retry += 1;
+                        continue;
+                    }
+                    let fall_back = error.allows_fallback();
+                    last_error = error;
+                    if !fall_back {
+                        return Err(last_error);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    Err(last_error)
+}
+
+pub async fn complete(
+    providers: &Providers,
+    version: &VersionSpec,
+    request: &ChatCompletionRequest,
+    attempts: &mut Vec<Attempt>,
+) -> Result<Answered<ChatCompletionResponse>, ProviderError> {
+    with_fallback(providers, version, request, attempts, |entry, upstream| async move {
+        entry.provider.complete(&upstream).await
+    })
+    .await
+}
+
+pub async fn stream(
+    providers: &Providers,
+    version: &VersionSpec,
+    request: &ChatCompletionRequest,
+    attempts: &mut Vec<Attempt>,
+) -> Result<Answered<ChunkStream>, ProviderError> {
+    with_fallback(providers, version, request, attempts, |entry, upstream| async move {
+        entry.provider.stream(&upstream).await
+    })
+    .await
+}

@@ -1,0 +1,118 @@
+//! Prometheus metrics, kept with atomics (no registry crate): request
+//! counts by route and status class, latency, upstream time and gateway
+//! overhead histograms, and the recorder's queue, spool and rows.
+
+use hone_store::RecorderStats;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Histogram bucket upper bounds in seconds.
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+pub struct Histogram {
+    counts: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            counts: BUCKETS.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, seconds: f64) {
+        let seconds = seconds.max(0.0);
+        if let Some(i) = BUCKETS.iter().position(|&b| seconds <= b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            cumulative += count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let total = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count {total}");
+    }
+}
+
+/// Routes counted separately.
+#[derive(Debug, Clone, Copy)]
+pub enum RouteName {
+    Chat,
+    Models,
+    Feedback,
+    Episodes,
+    Admin,
+    Other,
+}
+
+const ROUTES: [&str; 6] = ["chat", "models", "feedback", "episodes", "admin", "other"];
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: [[AtomicU64; 5]; 6],
+    pub upstream_errors: AtomicU64,
+    pub upstream_retries: AtomicU64,
+    pub client_disconnects: AtomicU64,
+    pub request_seconds: Histogram,
+    pub upstream_seconds: Histogram,
+    pub overhead_seconds: Histogram,
+}
+
+impl Metrics {
+    pub fn count(&self, route: RouteName, status: u16) {
+        let class = usize::from((status / 100).clamp(1, 5) - 1);
+        self.requests[route as usize][class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn render(&self, recorder: &RecorderStats) -> String {
+        let mut out = String::with_capacity(8192);
+        out.push_str("# HELP hone_requests_total HTTP requests by route and status class.\n# TYPE hone_requests_total counter\n");
+        for (r, route) in ROUTES.iter().enumerate() {
+            for (c, class) in CLASSES.iter().enumerate() {
+                let n = self.requests[r][c].load(Ordering::Relaxed);
+                if n > 0 {
+                    let _ = writeln!(out, "hone_requests_total{{route=\"{route}\",status=\"{class}\"}} {n}");
+                }
+            }
+        }
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        };
+        let gauge = |out: &mut String, name: &str, help: &str, value: i64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+        };
+        counter(&mut out, "hone_upstream_errors_total", "Chat calls that failed on every provider.", self.upstream_errors.load(Ordering::Relaxed));
+        counter(&mut out, "hone_upstream_retries_total", "Upstream attempts beyond the first.", self.upstream_retries.load(Ordering::Relaxed));
+        counter(&mut out, "hone_client_disconnects_total", "Chat calls whose client left before the end.", self.client_disconnects.load(Ordering::Relaxed));
+        self.request_seconds.render(&mut out, "hone_request_duration_seconds", "Chat call latency as the client sees it.");
+        self.upstream_seconds.render(&mut out, "hone_upstream_duration_seconds", "Time spent waiting on providers per chat call.");
+        self.overhead_seconds.render(&mut out, "hone_gateway_overhead_seconds", "Chat call latency minus upstream time.");
+        gauge(&mut out, "hone_recorder_queue_depth", "Calls waiting to be written.", recorder.queue_depth.load(Ordering::Relaxed));
+        gauge(&mut out, "hone_recorder_spool_bytes", "Bytes of calls spooled to disk while the database is unavailable.", recorder.spool_bytes.load(Ordering::Relaxed) as i64);
+        counter(&mut out, "hone_recorder_rows_written_total", "Calls committed to the store.", recorder.rows_written.load(Ordering::Relaxed));
+        counter(&mut out, "hone_recorder_rows_spooled_total", "Calls written to the disk spool.", recorder.rows_spooled.load(Ordering::Relaxed));
+        counter(&mut out, "hone_recorder_rows_replayed_total", "Spooled calls replayed into the store.", recorder.rows_replayed.load(Ordering::Relaxed));
+        counter(&mut out, "hone_recorder_batches_total", "Group-commit batches.", recorder.batches.load(Ordering::Relaxed));
+        counter(&mut out, "hone_recorder_store_failures_total", "Batches the store refused.", recorder.store_failures.load(Ordering::Relaxed));
+        counter(&mut out, "hone_recorder_refused_total", "Calls that could be neither stored nor spooled (their requests failed).", recorder.lost_and_refused.load(Ordering::Relaxed));
+        out
+    }
+}

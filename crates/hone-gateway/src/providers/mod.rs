@@ -1,0 +1,184 @@
+//! Providers: where answers come from. One file per implementation behind the
+//! small [`Provider`] trait; [`AnyProvider`] is the closed set the config's
+//! `type` chooses from. Retries and fallback live in [`crate::dispatch`], not here:
+//! a provider makes exactly one attempt.
+
+mod anthropic;
+mod openai;
+
+pub use anthropic::AnthropicProvider;
+pub use openai::OpenAiProvider;
+
+use bytes::Bytes;
+use futures::Stream;
+use hone_config::{ProviderConfig, ProviderKind};
+use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// Why one attempt failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// The upstream answered with an error status.
+    #[error("upstream returned HTTP {status}: {message}")]
+    Status {
+        status: u16,
+        message: String,
+        /// From a `Retry-After` header.
+        retry_after: Option<Duration>,
+    },
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(String),
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The upstream answered something that is not the expected wire format.
+    #[error("the upstream's answer could not be read: {0}")]
+    Protocol(String),
+}
+
+impl ProviderError {
+    /// Worth another try at the same provider: rate limits, server errors,
+    /// connection failures, time-outs.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Status { status, .. } => *status == 429 || *status >= 500,
+            ProviderError::Connect(_) | ProviderError::Timeout(_) => true,
+            ProviderError::Protocol(_) => false,
+        }
+    }
+
+    /// Worth trying the next provider: anything but a request the upstream
+    /// rejected as malformed (which every provider would reject).
+    pub fn allows_fallback(&self) -> bool {
+        !matches!(self, ProviderError::Status { status: 400 | 413 | 422, .. })
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// One streamed chunk; `raw` is the upstream's own JSON when it spoke the
+/// OpenAI format, forwarded byte for byte.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub chunk: ChatCompletionChunk,
+    pub raw: Option<Bytes>,
+}
+
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
+
+/// One upstream. `request.model` is already the upstream's model name.
+pub trait Provider: Send + Sync {
+    fn complete(
+        &self,
+        request: &ChatCompletionRequest,
+    ) -> impl Future<Output = Result<ChatCompletionResponse, ProviderError>> + Send;
+
+    /// Starts a stream; returns once the upstream accepted the request.
+    fn stream(
+        &self,
+        request: &ChatCompletionRequest,
+    ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send;
+}
+
+/// The providers a config can name.
+pub enum AnyProvider {
+    OpenAi(OpenAiProvider),
+    Anthropic(AnthropicProvider),
+}
+
+impl AnyProvider {
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
+        let api_key = config.api_key_env.as_ref().and_then(|name| match std::env::var(name) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => {
+                tracing::warn!(provider = %config.name, variable = %name, "the API key variable is not set; calling the upstream without a key");
+                None
+            }
+        });
+        Ok(match config.kind {
+            ProviderKind::OpenAi => AnyProvider::OpenAi(OpenAiProvider::new(config, api_key)?),
+            ProviderKind::Anthropic => AnyProvider::Anthropic(AnthropicProvider::new(config, api_key)?),
+        })
+    }
+
+    pub async fn complete(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse, ProviderError> {
+        match self {
+            AnyProvider::OpenAi(p) => p.complete(request).await,
+            AnyProvider::Anthropic(p) => p.complete(request).await,
+        }
+    }
+
+    pub async fn stream(&self, request: &ChatCompletionRequest) -> Result<ChunkStream, ProviderError> {
+        match self {
+            AnyProvider::OpenAi(p) => p.stream(request).await,
+            AnyProvider::Anthropic(p) => p.stream(request).await,
+        }
+    }
+}
+
+/// A reqwest client with the provider's time-outs. `timeout` bounds a whole
+/// non-streamed answer; streams are bounded per chunk by the caller instead.
+pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| format!("provider `{}`: cannot build the HTTP client: {e}", config.name))
+}
+
+/// Maps a reqwest failure to a provider error.
+pub(crate) fn transport_error(e: reqwest::Error, timeout: Duration) -> ProviderError {
+    if e.is_timeout() {
+        ProviderError::Timeout(timeout)
+    } else if e.is_connect() || e.is_request() {
+        ProviderError::Connect(error_chain(&e))
+    } else {
+        ProviderError::Protocol(error_chain(&e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Reads an error response into a [`ProviderError::Status`], keeping the
+/// upstream's own message when it sent an `{"error":{"message":…}}` body.
+pub(crate) async fn status_error(response: reqwest::Response) -> ProviderError {
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    let body = response.bytes().await.unwrap_or_default();
+    let message = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.pointer("/message"))
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
+    ProviderError::Status {
+        status,
+        message,
+        retry_after,
+    }
+}

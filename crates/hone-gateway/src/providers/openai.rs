@@ -1,0 +1,127 @@
+//! Any OpenAI-compatible upstream: OpenAI, vLLM, SGLang, Ollama, llama.cpp.
+//! Requests pass through as JSON with only `model` changed; streams pass
+//! through byte for byte (each chunk is also parsed for the recorder).
+
+use super::{http_client, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent};
+use crate::sse::SseParser;
+use futures::StreamExt;
+use hone_config::ProviderConfig;
+use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, StreamOptions};
+use std::time::Duration;
+
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    url: String,
+    api_key: Option<String>,
+    timeout: Duration,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: &ProviderConfig, api_key: Option<String>) -> Result<Self, String> {
+        Ok(Self {
+            client: http_client(config)?,
+            url: format!("{}/chat/completions", config.base_url),
+            api_key,
+            timeout: config.timeout,
+        })
+    }
+
+    fn post(&self, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let builder = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        match &self.api_key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
+    }
+}
+
+fn encode(request: &ChatCompletionRequest) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(request).map_err(|e| ProviderError::Protocol(format!("cannot encode the request: {e}")))
+}
+
+impl Provider for OpenAiProvider {
+    async fn complete(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse, ProviderError> {
+        let response = self
+            .post(encode(request)?)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout))?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        let body = response.bytes().await.map_err(|e| transport_error(e, self.timeout))?;
+        serde_json::from_slice(&body).map_err(|e| ProviderError::Protocol(format!("not a chat.completion: {e}")))
+    }
+
+    async fn stream(&self, request: &ChatCompletionRequest) -> Result<ChunkStream, ProviderError> {
+        // Always ask for usage so the call can be priced; the gateway drops the
+        // usage chunk again when the client did not ask for it.
+        let mut upstream = request.clone();
+        upstream.stream = Some(true);
+        let options = upstream.stream_options.get_or_insert_with(|| StreamOptions {
+            include_usage: None,
+            extra: Default::default(),
+        });
+        options.include_usage = Some(true);
+        let response = self
+            .post(encode(&upstream)?)
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout))?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        let timeout = self.timeout;
+        let mut body = response.bytes_stream();
+        let stream = async_stream::stream! {
+            let mut parser = SseParser::default();
+            loop {
+                while let Some(event) = parser.next_event() {
+                    if &event.data[..] == b"[DONE]" {
+                        return;
+                    }
+                    yield parse_chunk(event.data);
+                }
+                match tokio::time::timeout(timeout, body.next()).await {
+                    Ok(Some(Ok(bytes))) => parser.push(&bytes),
+                    Ok(Some(Err(e))) => {
+                        yield Err(transport_error(e, timeout));
+                        return;
+                    }
+                    Ok(None) => {
+                        yield Err(ProviderError::Protocol("the stream ended without [DONE]".into()));
+                        return;
+                    }
+                    Err(_) => {
+                        yield Err(ProviderError::Timeout(timeout));
+                        return;
+                    }
+                }
+            }
+        };
+        Ok(Box::pin(stream))
+    }
+}
+
+/// Parses one `data:` payload; an `{"error":…}` event becomes an error.
+fn parse_chunk(data: bytes::Bytes) -> Result<StreamEvent, ProviderError> {
+    match serde_json::from_slice::<ChatCompletionChunk>(&data) {
+        Ok(chunk) => Ok(StreamEvent { chunk, raw: Some(data) }),
+        Err(e) => {
+            let value: Option<serde_json::Value> = serde_json::from_slice(&data).ok();
+            match value.as_ref().and_then(|v| v.get("error")) {
+                Some(error) => Err(ProviderError::Status {
+                    status: error.get("code").and_then(|c| c.as_u64()).and_then(|c| u16::try_from(c).ok()).unwrap_or(502),
+                    message: error.get("message").and_then(|m| m.as_str()).unwrap_or("stream error").to_owned(),
+                    retry_after: None,
+                }),
+                None => Err(ProviderError::Protocol(format!("not a chat.completion.chunk: {e}"))),
+            }
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! `POST /v1/chat/completions`: choose the version, call its providers,
+//! record the call, and only then hand the answer to the client.
+//!
+//! The upstream work runs in a tracked task, not in the handler, so a client
+//! that goes away still gets its call recorded (as `client_disconnected`) and
+//! shutdown waits for it. Streams end with `[DONE]` only once the call is
+//! durable.
+
+use super::{header_value, read_body, CALL_HEADER, EPISODE_HEADER, VERSION_HEADER};
+use crate::behaviour;
+use crate::dispatch::{self, Answered};
+use crate::error::{ApiError, ErrorKind};
+use crate::providers::ProviderError;
+use crate::state::{now_ms, AppState};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
+use hone_types::stream::StreamAccumulator;
+use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// Everything known about a call before the upstream answers.
+struct CallContext {
+    id: CallId,
+    episode: EpisodeId,
+    agent: String,
+    version_id: VersionId,
+    version: Arc<VersionSpec>,
+    request: ChatCompletionRequest,
+    started_at: i64,
+    received: Instant,
+}
+
+/// What the upstream part of a call produced.
+struct Outcome {
+    outcome: CallOutcome,
+    response: Option<ChatCompletionResponse>,
+    error: Option<CallError>,
+    route: Option<Route>,
+    attempts: Vec<Attempt>,
+    upstream_ms: f64,
+    ttft_ms: Option<f64>,
+}
+
+impl CallContext {
+    fn record(&self, state: &AppState, outcome: Outcome) -> CallRecord {
+        let flags = outcome
+            .response
+            .as_ref()
+            .map(|r| behaviour::flags(&self.request, r))
+            .unwrap_or_default();
+        let usage = outcome.response.as_ref().and_then(|r| r.usage.clone());
+        let cost_usd = outcome.route.as_ref().zip(usage.as_ref()).and_then(|(route, usage)| {
+            let price = state.providers.get(&route.provider)?.config.prices.get(&route.model)?;
+            Some(price.cost_usd(usage.prompt_tokens, usage.completion_tokens))
+        });
+        CallRecord {
+            id: self.id,
+            episode_id: self.episode.clone(),
+            agent: self.agent.clone(),
+            version_id: self.version_id.clone(),
+            started_at: self.started_at,
+            outcome: outcome.outcome,
+            stream: self.request.is_stream(),
+            request: self.request.clone(),
+            response: outcome.response,
+            error: outcome.error,
+            provider: outcome.route.as_ref().map(|r| r.provider.clone()),
+            model: outcome.route.map(|r| r.model),
+            attempts: outcome.attempts,
+            usage,
+            cost_usd,
+            latency_ms: self.received.elapsed().as_secs_f64() * 1000.0,
+            ttft_ms: outcome.ttft_ms,
+            upstream_ms: outcome.upstream_ms,
+            flags,
+        }
+    }
+
+    fn headers(&self) -> [(axum::http::HeaderName, HeaderValue); 3] {
+        [
+            (EPISODE_HEADER, header_value(self.episode.as_str())),
+            (CALL_HEADER, header_value(&self.id.to_string())),
+            (VERSION_HEADER, header_value(self.version_id.as_str())),
+        ]
+    }
+}
+
+pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let received = Instant::now();
+    let result = accept(&state, &headers, body, received).await;
+    match result {
+        Ok(context) if context.request.is_stream() => stream(state, context).await,
+        Ok(context) => complete(state, context).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Everything that can refuse a request before any upstream is called.
+async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Instant) -> Result<CallContext, ApiError> {
+    let started_at = now_ms();
+    let principal = state.auth.data_plane(headers)?;
+    let bytes = read_body(body, headers, state.config.gateway.max_body_bytes).await?;
+    let request = ChatCompletionRequest::from_json(&bytes)
+        .map_err(|e| ApiError::invalid("invalid_request", e.message).with_param(e.param))?;
+    let agent = state.agents.get(&request.model).ok_or_else(|| {
+        let mut names: Vec<_> = state.agents.keys().map(|n| format!("`{n}`")).collect();
+        names.sort();
+        ApiError::not_found(
+            "model_not_found",
+            format!(
+                "agent `{}` is not configured; `model` names an agent (configured: {})",
+                request.model,
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            ),
+        )
+        .with_param(Some("model".into()))
+    })?;
+    principal.check_agent(&agent.name)?;
+    let episode = match headers.get(&EPISODE_HEADER) {
+        Some(value) => {
+            let text = value
+                .to_str()
+                .map_err(|_| ApiError::invalid("invalid_episode_id", "X-Hone-Episode must be visible ASCII"))?;
+            EpisodeId::parse(text).map_err(|e| ApiError::invalid("invalid_episode_id", format!("X-Hone-Episode `{text}` {e}")))?
+        }
+        None => EpisodeId::new_v7(),
+    };
+    let (version_id, version) = match headers.get(&VERSION_HEADER) {
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default();
+            let (id, spec) = agent.resolve(text).ok_or_else(|| {
+                ApiError::not_found(
+                    "version_not_found",
+                    format!("X-Hone-Version `{text}` is not a servable version of agent `{}` (give a label from the config or a version id)", agent.name),
+                )
+            })?;
+            (id.clone(), spec.clone())
+        }
+        None => {
+            let id = agent.choose(&episode);
+            let spec = agent.versions.get(id).cloned().ok_or_else(|| {
+                ApiError::new(ErrorKind::Internal, "version_missing", format!("deployed version {id} has no spec"))
+            })?;
+            (id.clone(), spec)
+        }
+    };
+    Ok(CallContext {
+        id: CallId::new_v7(),
+        episode,
+        agent: agent.name.clone(),
+        version_id,
+        version,
+        request,
+        started_at,
+        received,
+    })
+}
+
+/// The client-facing error for a failed upstream.
+fn upstream_error(error: &ProviderError) -> ApiError {
+    match error {
+        ProviderError::Status { status: 429, message, .. } => {
+            ApiError::new(ErrorKind::RateLimited, "upstream_rate_limited", format!("the upstream is rate limiting: {message}"))
+        }
+        ProviderError::Status { status: status @ (400 | 413 | 422), message, .. } => {
+            let mut e = ApiError::invalid("upstream_rejected_request", format!("the upstream rejected the request: {message}"));
+            e.status = StatusCode::from_u16(*status).ok();
+            e
+        }
+        ProviderError::Status { status, message, .. } => ApiError::new(
+            ErrorKind::Upstream,
+            "upstream_error",
+            format!("every provider of the version failed; the last answered HTTP {status}: {message}"),
+        ),
+        ProviderError::Timeout(after) => ApiError::new(
+            ErrorKind::UpstreamTimeout,
+            "upstream_timeout",
+            format!("the upstream did not answer within {:.1}s", after.as_secs_f64()),
+        ),
+        ProviderError::Connect(message) => {
+            ApiError::new(ErrorKind::Upstream, "upstream_unreachable", format!("cannot reach the upstream: {message}"))
+        }
+        ProviderError::Protocol(message) => ApiError::new(ErrorKind::Upstream, "upstream_protocol_error", message.clone()),
+    }
+}
+
+fn failed(error: &ProviderError, attempts: Vec<Attempt>, upstream_ms: f64) -> (Outcome, ApiError) {
+    let api = upstream_error(error);
+    let outcome = Outcome {
+        outcome: CallOutcome::UpstreamError,
+        response: None,
+        error: Some(CallError {
+            status: api.status().as_u16(),
+            message: error.to_string(),
+        }),
+        route: None,
+        attempts,
+        upstream_ms,
+        ttft_ms: None,
+    };
+    (outcome, api)
+}
+
+fn recorder_error(e: hone_store::RecorderError) -> ApiError {
+    ApiError::new(ErrorKind::Unavailable, "recorder_unavailable", format!("the call could not be recorded, so its answer is withheld: {e}"))
+}
+
+fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {
+    let total = context.received.elapsed().as_secs_f64();
+    state.metrics.request_seconds.observe(total);
+    state.metrics.upstream_seconds.observe(upstream_ms / 1000.0);
+    state.metrics.overhead_seconds.observe(total - upstream_ms / 1000.0);
+    state
+        .metrics
+        .upstream_retries
+        .fetch_add(retries.saturating_sub(1) as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
+    let headers = context.headers();
+    let (reply, answer) = oneshot::channel::<Result<Bytes, ApiError>>();
+    let task_state = state.clone();
+    state.tasks.spawn(async move {
+        let state = task_state;
+        let mut attempts = Vec::new();
+        let upstream_started = Instant::now();
+        let result = dispatch::complete(&state.providers, &context.version, &context.request, &mut attempts).await;
+        let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+        let retries = attempts.len();
+        let (mut outcome, client_reply) = match result {
+            Ok(Answered { route, value }) => {
+                let body = serde_json::to_vec(&value).map(Bytes::from).map_err(|e| {
+                    ApiError::new(ErrorKind::Internal, "encode_failed", format!("cannot encode the response: {e}"))
+                });
+                let outcome = Outcome {
+                    outcome: CallOutcome::Ok,
+                    response: Some(value),
+                    error: None,
+                    route: Some(route),
+                    attempts,
+                    upstream_ms,
+                    ttft_ms: None,
+                };
+                (outcome, body)
+            }
+            Err(error) => {
+                state.metrics.upstream_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (outcome, api) = failed(&error, attempts, upstream_ms);
+                (outcome, Err(api))
+            }
+        };
+        if reply.is_closed() {
+            outcome.outcome = CallOutcome::ClientDisconnected;
+            state.metrics.client_disconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let record = context.record(&state, outcome);
+        let durable = state.recorder.record(record).await;
+        observe(&state, &context, upstream_ms, retries);
+        let _ = reply.send(durable.map_err(recorder_error).and(client_reply));
+    });
+    match answer.await {
+        Ok(Ok(body)) => {
+            let mut response = ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
+            response.headers_mut().extend(headers);
+            response
+        }
+        Ok(Err(error)) => with_headers(error.into_response(), headers),
+        Err(_) => ApiError::new(ErrorKind::Internal, "call_task_failed", "the call's task ended without an answer").into_response(),
+    }
+}
+
+fn with_headers(mut response: Response, headers: [(axum::http::HeaderName, HeaderValue); 3]) -> Response {
+    response.headers_mut().extend(headers);
+    response
+}
+
+fn sse_frame(json: &[u8]) -> Bytes {
+    let mut frame = Vec::with_capacity(json.len() + 8);
+    frame.extend_from_slice(b"data: ");
+    frame.extend_from_slice(json);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+fn sse_error(error: &ApiError) -> Bytes {
+    sse_frame(&serde_json::to_vec(&error.body()).unwrap_or_default())
+}
+
+async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
+    let headers = context.headers();
+    let (started, start) = oneshot::channel::<Result<(), ApiError>>();
+    let (frames, body) = mpsc::channel::<Bytes>(64);
+    let task_state = state.clone();
+    state.tasks.spawn(async move {
+        let state = task_state;
+        let mut attempts = Vec::new();
+        let upstream_started = Instant::now();
+        let result = dispatch::stream(&state.providers, &context.version, &context.request, &mut attempts).await;
+        let Answered { route, value: mut upstream } = match result {
+            Ok(answered) => answered,
+            Err(error) => {
+                state.metrics.upstream_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+                let retries = attempts.len();
+                let (outcome, api) = failed(&error, attempts, upstream_ms);
+                let durable = state.recorder.record(context.record(&state, outcome)).await;
+                observe(&state, &context, upstream_ms, retries);
+                let _ = started.send(Err(durable.err().map(recorder_error).unwrap_or(api)));
+                return;
+            }
+        };
+        if started.send(Ok(())).is_err() {
+            // The client left while we connected; the stream still gets recorded below.
+        }
+        let wants_usage = context.request.wants_stream_usage();
+        let mut accumulator = StreamAccumulator::new();
+        let mut ttft_ms = None;
+        let mut outcome = CallOutcome::Ok;
+        let mut error = None;
+        loop {
+            let item = tokio::select! {
+                item = upstream.next() => item,
+                () = frames.closed() => {
+                    outcome = CallOutcome::ClientDisconnected;
+                    break;
+                }
+            };
+            match item {
+                None => break,
+                Some(Ok(event)) => {
+                    accumulator.push(&event.chunk);
+                    if event.chunk.choices.is_empty() && event.chunk.usage.is_some() && !wants_usage {
+                        continue;
+                    }
+                    if ttft_ms.is_none() && event.chunk.choices.iter().any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some()) {
+                        ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    let frame = match &event.raw {
+                        Some(raw) => sse_frame(raw),
+                        None => sse_frame(&serde_json::to_vec(&event.chunk).unwrap_or_default()),
+                    };
+                    if frames.send(frame).await.is_err() {
+                        outcome = CallOutcome::ClientDisconnected;
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    let api = upstream_error(&e);
+                    error = Some(CallError { status: api.status().as_u16(), message: e.to_string() });
+                    outcome = CallOutcome::UpstreamError;
+                    let _ = frames.send(sse_error(&api)).await;
+                    break;
+                }
+            }
+        }
+        drop(upstream);
+        let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+        if outcome == CallOutcome::ClientDisconnected {
+            state.metrics.client_disconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let retries = attempts.len();
+        let record = context.record(
+            &state,
+            Outcome {
+                outcome,
+                response: (accumulator.chunks() > 0).then(|| accumulator.response()),
+                error,
+                route: Some(route),
+                attempts,
+                upstream_ms,
+                ttft_ms,
+            },
+        );
+        let durable = state.recorder.record(record).await;
+        observe(&state, &context, upstream_ms, retries);
+        if outcome == CallOutcome::Ok {
+            let last = match durable {
+                Ok(_) => Bytes::from_static(b"data: [DONE]\n\n"),
+                Err(e) => sse_error(&recorder_error(e)),
+            };
+            let _ = frames.send(last).await;
+        }
+    });
+    match start.await {
+        Ok(Ok(())) => {
+            let stream = futures::stream::unfold(body, |mut body| async move {
+                body.recv().await.map(|frame| (Ok::<_, std::convert::Infallible>(frame), body))
+            });
+            let mut response = Response::new(Body::from_stream(stream));
+            let h = response.headers_mut();
+            h.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            h.insert(axum::http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            h.extend(headers);
+            response
+        }
+        Ok(Err(error)) => with_headers(error.into_response(), headers),
+        Err(_) => ApiError::new(ErrorKind::Internal, "call_task_failed", "the call's task ended without an answer").into_response(),
+    }
+}

@@ -1,0 +1,124 @@
+//! `POST /v1/feedback`: a signal about a call or an episode. The target must
+//! exist and the value must fit the metric's declared type and level, or the
+//! request is refused and nothing is written.
+
+use super::{json_response, parse_json, read_body};
+use crate::error::ApiError;
+use crate::state::{now_ms, AppState};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use hone_types::{CallId, EpisodeId, MetricLevel, Signal, SignalSource, SignalValue};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Longest free-text comment kept with a signal.
+const MAX_COMMENT: usize = 16 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeedbackRequest {
+    episode_id: Option<String>,
+    call_id: Option<String>,
+    name: String,
+    value: serde_json::Value,
+    #[serde(default)]
+    source: Option<SignalSource>,
+    comment: Option<String>,
+}
+
+pub async fn post_feedback(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let principal = state.auth.data_plane(&headers)?;
+    let bytes = read_body(body, &headers, state.config.gateway.max_body_bytes).await?;
+    let request: FeedbackRequest = parse_json(&bytes)?;
+
+    let name = request.name.trim();
+    if name.is_empty() || name.len() > 128 {
+        return Err(ApiError::invalid("invalid_name", "`name` must be 1 to 128 characters").with_param(Some("name".into())));
+    }
+    if request.comment.as_ref().is_some_and(|c| c.len() > MAX_COMMENT) {
+        return Err(ApiError::invalid("comment_too_long", format!("`comment` is longer than {MAX_COMMENT} bytes"))
+            .with_param(Some("comment".into())));
+    }
+    let metric = state.config.metrics.get(name);
+    let value = SignalValue::from_json(&request.value, metric.map(|m| m.kind))
+        .map_err(|m| ApiError::invalid("invalid_value", format!("metric `{name}`: {m}")).with_param(Some("value".into())))?;
+
+    let call_id = request
+        .call_id
+        .as_deref()
+        .map(|raw| {
+            CallId::parse(raw)
+                .ok_or_else(|| ApiError::invalid("invalid_call_id", format!("`call_id` `{raw}` is not a call id (a UUID)")).with_param(Some("call_id".into())))
+        })
+        .transpose()?;
+    let episode_id = request
+        .episode_id
+        .as_deref()
+        .map(|raw| {
+            EpisodeId::parse(raw)
+                .map_err(|e| ApiError::invalid("invalid_episode_id", format!("`episode_id` {e}")).with_param(Some("episode_id".into())))
+        })
+        .transpose()?;
+    if let Some(metric) = metric {
+        match metric.level {
+            MetricLevel::Call if call_id.is_none() => {
+                return Err(ApiError::invalid("call_id_required", format!("metric `{name}` is about calls: give `call_id`"))
+                    .with_param(Some("call_id".into())))
+            }
+            MetricLevel::Episode if call_id.is_some() => {
+                return Err(ApiError::invalid("episode_id_required", format!("metric `{name}` is about episodes: give `episode_id`, not `call_id`"))
+                    .with_param(Some("call_id".into())))
+            }
+            _ => {}
+        }
+    }
+
+    let store = state.store.clone();
+    let signal = tokio::task::spawn_blocking(move || -> Result<Signal, ApiError> {
+        // Resolve the target: a call names its episode; an episode must exist.
+        let (episode_id, agent) = match (call_id, episode_id) {
+            (Some(call_id), claimed) => {
+                let call = store
+                    .call(call_id)?
+                    .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
+                if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
+                    return Err(ApiError::invalid("episode_mismatch", format!("call `{call_id}` belongs to episode `{}`", call.episode_id)));
+                }
+                (call.episode_id, call.agent)
+            }
+            (None, Some(episode_id)) => {
+                let agent = store
+                    .episode_agent(&episode_id)?
+                    .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`")))?;
+                (episode_id, agent)
+            }
+            (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),
+        };
+        principal.check_agent(&agent)?;
+        let signal = Signal {
+            id: uuid::Uuid::now_v7(),
+            episode_id,
+            call_id,
+            name: name_owned(&request.name),
+            value,
+            source: request.source.unwrap_or_default(),
+            comment: request.comment,
+            created_at: now_ms(),
+        };
+        store.insert_signal(&signal)?;
+        Ok(signal)
+    })
+    .await
+    .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "feedback_task_failed", e.to_string()))??;
+    Ok(json_response(&serde_json::json!({
+        "id": signal.id,
+        "episode_id": signal.episode_id,
+        "call_id": signal.call_id,
+    })))
+}
+
+fn name_owned(name: &str) -> String {
+    name.trim().to_owned()
+}

@@ -1,0 +1,145 @@
+//! The gateway's shared state, built once at start-up from the validated
+//! config: routes per agent, providers, the store, the recorder, metrics and
+//! the task tracker that shutdown waits on.
+
+use crate::auth::Auth;
+use crate::dispatch::{ProviderEntry, Providers};
+use crate::metrics::Metrics;
+use crate::providers::AnyProvider;
+use crate::routing::AgentRoutes;
+use hone_config::Config;
+use hone_store::{Recorder, RecorderOptions, SqliteStore, Store, StoreError};
+use hone_types::{VersionId, VersionRecord};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio_util::task::TaskTracker;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot start the recorder (spool directory {path}): {source}")]
+    Recorder { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Provider(String),
+}
+
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub auth: Auth,
+    pub agents: HashMap<String, AgentRoutes>,
+    pub providers: Providers,
+    pub store: Arc<dyn Store>,
+    pub recorder: Arc<Recorder>,
+    pub metrics: Metrics,
+    /// Background work (recording after a disconnect, streams) that shutdown waits for.
+    pub tasks: TaskTracker,
+    /// Unix seconds when the gateway started (`created` in `/v1/models`).
+    pub started_at: i64,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+impl AppState {
+    /// Opens the store, records the declared versions, and starts the recorder.
+    pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
+            &config.store.path,
+            config.store.synchronous == hone_config::Synchronous::Full,
+        )?);
+        let now = now_ms();
+        let declared: Vec<VersionRecord> = config
+            .agents
+            .values()
+            .flat_map(|agent| agent.versions.values())
+            .map(|v| VersionRecord {
+                id: v.id.clone(),
+                agent: v.spec.agent.clone(),
+                label: Some(v.label.clone()),
+                spec: v.spec.clone(),
+                parent: None,
+                created_by: "config".to_owned(),
+                created_at: now,
+            })
+            .collect();
+        store.upsert_versions(&declared)?;
+
+        let mut providers = Providers::new();
+        for (name, provider) in &config.providers {
+            let entry = ProviderEntry {
+                provider: AnyProvider::from_config(provider).map_err(StartError::Provider)?,
+                config: provider.clone(),
+            };
+            providers.insert(name.clone(), Arc::new(entry));
+        }
+
+        let mut agents = HashMap::new();
+        for (name, agent) in &config.agents {
+            let mut versions = HashMap::new();
+            // Earlier versions stay servable (pinned by id) while their providers exist.
+            for stored in store.versions(Some(name))? {
+                if stored.spec.routes.iter().all(|r| providers.contains_key(&r.provider)) {
+                    versions.insert(stored.id, Arc::new(stored.spec));
+                }
+            }
+            for v in agent.versions.values() {
+                versions.insert(v.id.clone(), Arc::new(v.spec.clone()));
+            }
+            // Validation guarantees the labels exist; a miss is still an error, not a panic.
+            let id_of = |label: &str| -> Result<VersionId, StartError> {
+                agent.versions.get(label).map(|v| v.id.clone()).ok_or_else(|| {
+                    StartError::Provider(format!("agent `{name}`: deployment names unknown version `{label}`"))
+                })
+            };
+            let canaries = agent
+                .deployment
+                .canaries
+                .iter()
+                .map(|(label, share)| Ok((id_of(label)?, *share)))
+                .collect::<Result<_, StartError>>()?;
+            agents.insert(
+                name.clone(),
+                AgentRoutes {
+                    name: name.clone(),
+                    labels: agent.versions.iter().map(|(l, v)| (l.clone(), v.id.clone())).collect(),
+                    versions,
+                    champion: id_of(&agent.deployment.champion)?,
+                    canaries,
+                },
+            );
+        }
+
+        let spool_dir = config.gateway.data_dir.join("spool");
+        let recorder = Recorder::start(
+            store.clone(),
+            RecorderOptions {
+                spool_dir: spool_dir.clone(),
+                max_batch: config.recorder.max_batch,
+                spool_retry: config.recorder.spool_retry,
+                full_sync: config.store.synchronous == hone_config::Synchronous::Full,
+            },
+        )
+        .map_err(|source| StartError::Recorder {
+            path: spool_dir.display().to_string(),
+            source,
+        })?;
+
+        Ok(Arc::new(Self {
+            auth: Auth::from_config(&config),
+            config: Arc::new(config),
+            agents,
+            providers,
+            store,
+            recorder: Arc::new(recorder),
+            metrics: Metrics::default(),
+            tasks: TaskTracker::new(),
+            started_at: now / 1000,
+        }))
+    }
+}
