@@ -55,10 +55,15 @@ mod tests {
 
     #[test]
     fn expands_variables_defaults_and_escapes() {
-        assert_eq!(expand_env("http://${HOST}/v1", &lookup).unwrap(), "http://example.org/v1");
+        assert_eq!(
+            expand_env("http://${HOST}/v1", &lookup).unwrap(),
+            "http://example.org/v1"
+        );
         assert_eq!(expand_env("${PORT:-8080}", &lookup).unwrap(), "8080");
         assert_eq!(expand_env("$$5 and $x", &lookup).unwrap(), "$5 and $x");
-        assert!(expand_env("${PORT}", &lookup).unwrap_err().contains("`PORT` is not set"));
+        assert!(expand_env("${PORT}", &lookup)
+            .unwrap_err()
+            .contains("`PORT` is not set"));
         assert!(expand_env("${HOST", &lookup).is_err());
         assert!(expand_env("${BAD NAME}", &lookup).is_err());
     }

@@ -11,8 +11,14 @@ use std::time::Duration;
 
 /// A config that cannot be used, and where.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}{message}", field.as_ref().map(|f| format!("`{f}`: ")).unwrap_or_default())]
+#[error(
+    "{}{}{message}",
+    file.as_ref().map(|f| format!("{f}: ")).unwrap_or_default(),
+    field.as_ref().map(|f| format!("`{f}`: ")).unwrap_or_default()
+)]
 pub struct ConfigError {
+    /// The config file, when the config came from one.
+    pub file: Option<String>,
     /// Dotted key path of the bad field, when one is to blame.
     pub field: Option<String>,
     pub message: String,
@@ -20,6 +26,7 @@ pub struct ConfigError {
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
+        file: None,
         field: Some(field.into()),
         message: message.into(),
     }
@@ -29,24 +36,22 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
 /// the file's directory.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: None,
         field: None,
         message: format!("cannot read config file {}: {e}", path.display()),
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
     load_str(&text, base, &|name| std::env::var(name).ok()).map_err(|mut e| {
-        e.message = format!("{}: {}", path.display(), e.message);
+        e.file = Some(path.display().to_string());
         e
     })
 }
 
 /// Validates config text. `base_dir` anchors `system_file` paths; `lookup`
 /// resolves `${VAR}` references.
-pub fn load_str(
-    text: &str,
-    base_dir: &Path,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
+pub fn load_str(text: &str, base_dir: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        file: None,
         field: None,
         message: e.to_string().trim_end().to_owned(),
     })?;
@@ -59,7 +64,10 @@ struct Loader<'a> {
 }
 
 fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn ms(value: Option<u64>, default: u64) -> Duration {
@@ -72,11 +80,20 @@ impl Loader<'_> {
     }
 
     fn load(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let listen_raw = self.expand("gateway.listen", raw.gateway.listen.as_deref().unwrap_or("127.0.0.1:7070"))?;
+        let listen_raw = self.expand(
+            "gateway.listen",
+            raw.gateway.listen.as_deref().unwrap_or("127.0.0.1:7070"),
+        )?;
         let listen = listen_raw.parse().map_err(|_| {
-            err("gateway.listen", format!("`{listen_raw}` is not a socket address such as `127.0.0.1:7070`"))
+            err(
+                "gateway.listen",
+                format!("`{listen_raw}` is not a socket address such as `127.0.0.1:7070`"),
+            )
         })?;
-        let data_dir = PathBuf::from(self.expand("gateway.data_dir", raw.gateway.data_dir.as_deref().unwrap_or("./hone-data"))?);
+        let data_dir = PathBuf::from(self.expand(
+            "gateway.data_dir",
+            raw.gateway.data_dir.as_deref().unwrap_or("./hone-data"),
+        )?);
         let max_body_bytes = match raw.gateway.max_body_bytes {
             Some(0) => return Err(err("gateway.max_body_bytes", "must be greater than 0")),
             Some(n) => usize::try_from(n).map_err(|_| err("gateway.max_body_bytes", "is too large"))?,
@@ -84,7 +101,10 @@ impl Loader<'_> {
         };
         if let Some(name) = &raw.gateway.admin_token_env {
             if !is_env_name(name) {
-                return Err(err("gateway.admin_token_env", "must be the name of an environment variable, not the token itself"));
+                return Err(err(
+                    "gateway.admin_token_env",
+                    "must be the name of an environment variable, not the token itself",
+                ));
             }
         }
 
@@ -125,7 +145,11 @@ impl Loader<'_> {
                     if !versions.contains_key(&d.champion) {
                         return Err(err(
                             format!("{dfield}.champion"),
-                            format!("`{}` is not a version of agent `{name}`; declared: {}", d.champion, list(versions.keys())),
+                            format!(
+                                "`{}` is not a version of agent `{name}`; declared: {}",
+                                d.champion,
+                                list(versions.keys())
+                            ),
                         ));
                     }
                     let mut total = 0.0;
@@ -138,12 +162,18 @@ impl Loader<'_> {
                             return Err(err(cfield, "the champion cannot also be a canary"));
                         }
                         if !(share.is_finite() && *share > 0.0 && *share < 1.0) {
-                            return Err(err(cfield, format!("a canary share must be between 0 and 1 (exclusive), got {share}")));
+                            return Err(err(
+                                cfield,
+                                format!("a canary share must be between 0 and 1 (exclusive), got {share}"),
+                            ));
                         }
                         total += share;
                     }
                     if total >= 1.0 {
-                        return Err(err(format!("{dfield}.canaries"), format!("canary shares add up to {total}; they must leave the champion a share")));
+                        return Err(err(
+                            format!("{dfield}.canaries"),
+                            format!("canary shares add up to {total}; they must leave the champion a share"),
+                        ));
                     }
                     DeploymentConfig {
                         champion: d.champion,
@@ -157,7 +187,10 @@ impl Loader<'_> {
                 None => {
                     return Err(err(
                         format!("{field}.deployment"),
-                        format!("agent `{name}` has {} versions; say which is the champion in [{field}.deployment]", versions.len()),
+                        format!(
+                            "agent `{name}` has {} versions; say which is the champion in [{field}.deployment]",
+                            versions.len()
+                        ),
                     ))
                 }
             };
@@ -177,7 +210,10 @@ impl Loader<'_> {
             let kfield = format!("gateway.api_keys[{i}]");
             let sha = key.sha256.to_ascii_lowercase();
             if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(err(format!("{kfield}.sha256"), "must be the 64 hex digits of the key's SHA-256 (`hone key new` prints it)"));
+                return Err(err(
+                    format!("{kfield}.sha256"),
+                    "must be the 64 hex digits of the key's SHA-256 (`hone key new` prints it)",
+                ));
             }
             let all = key.agents.iter().any(|a| a == "*");
             for agent in key.agents.iter().filter(|a| *a != "*") {
@@ -205,7 +241,12 @@ impl Loader<'_> {
                 synchronous: match s.synchronous.as_deref() {
                     None | Some("normal") => Synchronous::Normal,
                     Some("full") => Synchronous::Full,
-                    Some(other) => return Err(err("store.synchronous", format!("`{other}` is not one of `normal`, `full`"))),
+                    Some(other) => {
+                        return Err(err(
+                            "store.synchronous",
+                            format!("`{other}` is not one of `normal`, `full`"),
+                        ))
+                    }
                 },
             },
         };
@@ -222,7 +263,10 @@ impl Loader<'_> {
             .into_iter()
             .map(|(name, m)| {
                 if !is_name(&name) {
-                    return Err(err(format!("metrics.{name}"), "metric names use letters, digits and `-_.`"));
+                    return Err(err(
+                        format!("metrics.{name}"),
+                        "metric names use letters, digits and `-_.`",
+                    ));
                 }
                 Ok((
                     name.clone(),
@@ -264,23 +308,40 @@ impl Loader<'_> {
         let base_url = match (&p.base_url, default_url) {
             (Some(url), _) => self.expand(&format!("{field}.base_url"), url)?,
             (None, Some(url)) => url.to_owned(),
-            (None, None) => return Err(err(format!("{field}.base_url"), "is required for an OpenAI-compatible provider")),
+            (None, None) => {
+                return Err(err(
+                    format!("{field}.base_url"),
+                    "is required for an OpenAI-compatible provider",
+                ))
+            }
         };
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(err(format!("{field}.base_url"), format!("`{base_url}` must start with http:// or https://")));
+            return Err(err(
+                format!("{field}.base_url"),
+                format!("`{base_url}` must start with http:// or https://"),
+            ));
         }
         if let Some(env) = &p.api_key_env {
             if !is_env_name(env) {
-                return Err(err(format!("{field}.api_key_env"), "must be the name of an environment variable, not the key itself"));
+                return Err(err(
+                    format!("{field}.api_key_env"),
+                    "must be the name of an environment variable, not the key itself",
+                ));
             }
         }
         if p.api_version.is_some() && kind != ProviderKind::Anthropic {
-            return Err(err(format!("{field}.api_version"), "only applies to `type = \"anthropic\"`"));
+            return Err(err(
+                format!("{field}.api_version"),
+                "only applies to `type = \"anthropic\"`",
+            ));
         }
         let mut prices = BTreeMap::new();
         for (model, price) in p.prices {
             if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
-                return Err(err(format!("{field}.prices.{model}"), "prices must be non-negative numbers"));
+                return Err(err(
+                    format!("{field}.prices.{model}"),
+                    "prices must be non-negative numbers",
+                ));
             }
             prices.insert(
                 model,
@@ -322,11 +383,19 @@ impl Loader<'_> {
             });
         }
         for (i, route) in routes.iter().enumerate() {
-            let rfield = if i == 0 { format!("{field}.provider") } else { format!("{field}.fallbacks[{}].provider", i - 1) };
+            let rfield = if i == 0 {
+                format!("{field}.provider")
+            } else {
+                format!("{field}.fallbacks[{}].provider", i - 1)
+            };
             if !providers.contains_key(&route.provider) {
                 return Err(err(
                     rfield,
-                    format!("unknown provider `{}`; declared providers: {}", route.provider, list(providers.keys())),
+                    format!(
+                        "unknown provider `{}`; declared providers: {}",
+                        route.provider,
+                        list(providers.keys())
+                    ),
                 ));
             }
             if route.model.trim().is_empty() {
@@ -334,24 +403,38 @@ impl Loader<'_> {
             }
         }
         let system = match (raw.system, raw.system_file) {
-            (Some(_), Some(_)) => return Err(err(format!("{field}.system_file"), "give `system` or `system_file`, not both")),
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    format!("{field}.system_file"),
+                    "give `system` or `system_file`, not both",
+                ))
+            }
             (Some(s), None) => Some(self.expand(&format!("{field}.system"), &s)?),
             (None, Some(f)) => {
                 let path = self.base_dir.join(self.expand(&format!("{field}.system_file"), &f)?);
                 Some(std::fs::read_to_string(&path).map_err(|e| {
-                    err(format!("{field}.system_file"), format!("cannot read {}: {e}", path.display()))
+                    err(
+                        format!("{field}.system_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
                 })?)
             }
             (None, None) => None,
         };
         if let Some(t) = raw.temperature {
             if !(0.0..=2.0).contains(&t) {
-                return Err(err(format!("{field}.temperature"), format!("must be between 0 and 2, got {t}")));
+                return Err(err(
+                    format!("{field}.temperature"),
+                    format!("must be between 0 and 2, got {t}"),
+                ));
             }
         }
         if let Some(p) = raw.top_p {
             if !(0.0..=1.0).contains(&p) {
-                return Err(err(format!("{field}.top_p"), format!("must be between 0 and 1, got {p}")));
+                return Err(err(
+                    format!("{field}.top_p"),
+                    format!("must be between 0 and 1, got {p}"),
+                ));
             }
         }
         if raw.max_tokens == Some(0) {
@@ -370,7 +453,9 @@ impl Loader<'_> {
 }
 
 fn is_env_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !s.starts_with(|c: char| c.is_ascii_digit())
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
 fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
@@ -427,7 +512,10 @@ model = "m"
         let e = load(&format!("{BASE}[agents.a.deployment]\nchampion = \"v9\"\n")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("agents.a.deployment.champion"));
         let two = format!("{BASE}[agents.a.versions.v2]\nprovider = \"up\"\nmodel = \"m2\"\n");
-        let e = load(&format!("{two}[agents.a.deployment]\nchampion = \"v1\"\ncanaries = {{ v2 = 1.5 }}\n")).unwrap_err();
+        let e = load(&format!(
+            "{two}[agents.a.deployment]\nchampion = \"v1\"\ncanaries = {{ v2 = 1.5 }}\n"
+        ))
+        .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("agents.a.deployment.canaries.v2"));
         let e = load(&two).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("agents.a.deployment"));

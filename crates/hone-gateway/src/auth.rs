@@ -15,7 +15,10 @@ pub enum Principal {
     /// No keys are configured: anyone, for any agent.
     Open,
     /// A data-plane key; `None` agents means every agent.
-    Key { name: String, agents: Option<Vec<String>> },
+    Key {
+        name: String,
+        agents: Option<Vec<String>>,
+    },
     Admin,
 }
 
@@ -111,7 +114,11 @@ impl Auth {
         }
         Err(ApiError::new(
             ErrorKind::Unauthorized,
-            if token.is_some() { "invalid_api_key" } else { "missing_api_key" },
+            if token.is_some() {
+                "invalid_api_key"
+            } else {
+                "missing_api_key"
+            },
             if token.is_some() {
                 "the API key is not valid for this gateway"
             } else {
@@ -127,7 +134,11 @@ impl Auth {
             (Some(expected), Some(token)) if sha256_hex(token) == *expected => Ok(Principal::Admin),
             (Some(_), token) => Err(ApiError::new(
                 ErrorKind::Unauthorized,
-                if token.is_some() { "invalid_admin_token" } else { "missing_admin_token" },
+                if token.is_some() {
+                    "invalid_admin_token"
+                } else {
+                    "missing_admin_token"
+                },
                 "admin endpoints need the admin token: send `Authorization: Bearer <token>`",
             )),
             (None, _) if self.is_open() => Ok(Principal::Open),

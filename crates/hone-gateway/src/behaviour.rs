@@ -39,7 +39,9 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
         || choice.finish_reason.as_deref() == Some("content_filter")
         || is_refusal_text(trimmed);
     BehaviourFlags {
-        invalid_tool_call: tool_calls.iter().any(|call| tool_call_error(request, &call.function.name, &call.function.arguments).is_some()),
+        invalid_tool_call: tool_calls
+            .iter()
+            .any(|call| tool_call_error(request, &call.function.name, &call.function.arguments).is_some()),
         clarifying_question: tool_calls.is_empty() && ends_with_question(trimmed),
         refusal,
         empty: trimmed.is_empty() && tool_calls.is_empty() && !refusal,
@@ -48,7 +50,12 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
 }
 
 fn is_refusal_text(text: &str) -> bool {
-    let head: String = text.chars().take(48).collect::<String>().to_lowercase().replace('’', "'");
+    let head: String = text
+        .chars()
+        .take(48)
+        .collect::<String>()
+        .to_lowercase()
+        .replace('’', "'");
     REFUSAL_OPENINGS.iter().any(|opening| head.starts_with(opening))
 }
 
@@ -91,7 +98,8 @@ mod tests {
     }
 
     fn answer(message: serde_json::Value, finish: &str) -> ChatCompletionResponse {
-        serde_json::from_value(json!({"id":"c","choices":[{"index":0,"message":message,"finish_reason":finish}]})).unwrap()
+        serde_json::from_value(json!({"id":"c","choices":[{"index":0,"message":message,"finish_reason":finish}]}))
+            .unwrap()
     }
 
     fn tool_answer(name: &str, args: &str) -> ChatCompletionResponse {
@@ -114,13 +122,25 @@ mod tests {
     #[test]
     fn text_answers_are_classified() {
         let r = request();
-        let f = flags(&r, &answer(json!({"role":"assistant","content":"Which city do you mean?"}), "stop"));
+        let f = flags(
+            &r,
+            &answer(json!({"role":"assistant","content":"Which city do you mean?"}), "stop"),
+        );
         assert!(f.clarifying_question && !f.empty && !f.refusal);
-        let f = flags(&r, &answer(json!({"role":"assistant","content":"I’m sorry, but I can’t help with that."}), "stop"));
+        let f = flags(
+            &r,
+            &answer(
+                json!({"role":"assistant","content":"I’m sorry, but I can’t help with that."}),
+                "stop",
+            ),
+        );
         assert!(f.refusal && !f.clarifying_question);
         let f = flags(&r, &answer(json!({"role":"assistant","content":"  "}), "stop"));
         assert!(f.empty);
-        let f = flags(&r, &answer(json!({"role":"assistant","content":"It is sunny and"}), "length"));
+        let f = flags(
+            &r,
+            &answer(json!({"role":"assistant","content":"It is sunny and"}), "length"),
+        );
         assert!(f.truncated && !f.empty);
         let f = flags(&r, &answer(json!({"role":"assistant","content":"Sunny."}), "stop"));
         assert_eq!(f, BehaviourFlags::default());

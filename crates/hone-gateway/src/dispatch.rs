@@ -30,7 +30,11 @@ pub struct Answered<T> {
 }
 
 fn backoff(config: &ProviderConfig, retry: u32, error: &ProviderError) -> Duration {
-    if let ProviderError::Status { retry_after: Some(wait), .. } = error {
+    if let ProviderError::Status {
+        retry_after: Some(wait),
+        ..
+    } = error
+    {
         return (*wait).min(MAX_BACKOFF);
     }
     let base = config.backoff.saturating_mul(2u32.saturating_pow(retry));

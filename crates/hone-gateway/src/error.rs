@@ -87,9 +87,10 @@ impl ApiError {
 
     fn type_name(&self) -> &'static str {
         match self.kind {
-            ErrorKind::InvalidRequest | ErrorKind::NotFound | ErrorKind::MethodNotAllowed | ErrorKind::PayloadTooLarge => {
-                "invalid_request_error"
-            }
+            ErrorKind::InvalidRequest
+            | ErrorKind::NotFound
+            | ErrorKind::MethodNotAllowed
+            | ErrorKind::PayloadTooLarge => "invalid_request_error",
             ErrorKind::Unauthorized => "authentication_error",
             ErrorKind::Forbidden => "permission_error",
             ErrorKind::RateLimited => "rate_limit_error",
@@ -115,9 +116,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.body()).unwrap_or_default();
         let mut response = (self.status(), body).into_response();
-        response
-            .headers_mut()
-            .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if self.kind == ErrorKind::Unauthorized {
             response
                 .headers_mut()
@@ -131,9 +133,11 @@ impl From<hone_store::StoreError> for ApiError {
     fn from(e: hone_store::StoreError) -> Self {
         match e {
             hone_store::StoreError::NotFound(message) => ApiError::not_found("not_found", message),
-            hone_store::StoreError::Unavailable(message) => {
-                ApiError::new(ErrorKind::Unavailable, "store_unavailable", format!("the database is unavailable: {message}"))
-            }
+            hone_store::StoreError::Unavailable(message) => ApiError::new(
+                ErrorKind::Unavailable,
+                "store_unavailable",
+                format!("the database is unavailable: {message}"),
+            ),
             e @ (hone_store::StoreError::Corrupt(_) | hone_store::StoreError::Open { .. }) => {
                 tracing::error!(error = %e, "store error");
                 ApiError::new(ErrorKind::Internal, "store_error", e.to_string())

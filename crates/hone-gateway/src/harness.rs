@@ -50,7 +50,10 @@ mod tests {
             max_tokens: Some(10),
             reasoning_effort: None,
         };
-        let route = Route { provider: "up".into(), model: "gpt-x".into() };
+        let route = Route {
+            provider: "up".into(),
+            model: "gpt-x".into(),
+        };
         let out = apply(&request, &version, &route);
         assert_eq!(out.model, "gpt-x");
         assert_eq!(out.messages[0].text(), "Be brief.");

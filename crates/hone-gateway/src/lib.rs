@@ -44,7 +44,11 @@ impl Gateway {
     /// Serves on `listener` until `shutdown` resolves, then stops accepting,
     /// lets in-flight requests finish, waits for background call tasks and
     /// drains the recorder.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         // TCP_NODELAY: without it a response written in two pieces waits for
         // the client's delayed ACK (~40 ms).
         let listener = listener.tap_io(|tcp| {

@@ -46,7 +46,11 @@ impl Histogram {
         }
         let total = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9
+        );
         let _ = writeln!(out, "{name}_count {total}");
     }
 }
@@ -84,7 +88,9 @@ impl Metrics {
 
     pub fn render(&self, recorder: &RecorderStats) -> String {
         let mut out = String::with_capacity(8192);
-        out.push_str("# HELP hone_requests_total HTTP requests by route and status class.\n# TYPE hone_requests_total counter\n");
+        out.push_str(
+            "# HELP hone_requests_total HTTP requests by route and status class.\n# TYPE hone_requests_total counter\n",
+        );
         for (r, route) in ROUTES.iter().enumerate() {
             for (c, class) in CLASSES.iter().enumerate() {
                 let n = self.requests[r][c].load(Ordering::Relaxed);
@@ -99,20 +105,87 @@ impl Metrics {
         let gauge = |out: &mut String, name: &str, help: &str, value: i64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
         };
-        counter(&mut out, "hone_upstream_errors_total", "Chat calls that failed on every provider.", self.upstream_errors.load(Ordering::Relaxed));
-        counter(&mut out, "hone_upstream_retries_total", "Upstream attempts beyond the first.", self.upstream_retries.load(Ordering::Relaxed));
-        counter(&mut out, "hone_client_disconnects_total", "Chat calls whose client left before the end.", self.client_disconnects.load(Ordering::Relaxed));
-        self.request_seconds.render(&mut out, "hone_request_duration_seconds", "Chat call latency as the client sees it.");
-        self.upstream_seconds.render(&mut out, "hone_upstream_duration_seconds", "Time spent waiting on providers per chat call.");
-        self.overhead_seconds.render(&mut out, "hone_gateway_overhead_seconds", "Chat call latency minus upstream time.");
-        gauge(&mut out, "hone_recorder_queue_depth", "Calls waiting to be written.", recorder.queue_depth.load(Ordering::Relaxed));
-        gauge(&mut out, "hone_recorder_spool_bytes", "Bytes of calls spooled to disk while the database is unavailable.", recorder.spool_bytes.load(Ordering::Relaxed) as i64);
-        counter(&mut out, "hone_recorder_rows_written_total", "Calls committed to the store.", recorder.rows_written.load(Ordering::Relaxed));
-        counter(&mut out, "hone_recorder_rows_spooled_total", "Calls written to the disk spool.", recorder.rows_spooled.load(Ordering::Relaxed));
-        counter(&mut out, "hone_recorder_rows_replayed_total", "Spooled calls replayed into the store.", recorder.rows_replayed.load(Ordering::Relaxed));
-        counter(&mut out, "hone_recorder_batches_total", "Group-commit batches.", recorder.batches.load(Ordering::Relaxed));
-        counter(&mut out, "hone_recorder_store_failures_total", "Batches the store refused.", recorder.store_failures.load(Ordering::Relaxed));
-        counter(&mut out, "hone_recorder_refused_total", "Calls that could be neither stored nor spooled (their requests failed).", recorder.lost_and_refused.load(Ordering::Relaxed));
+        counter(
+            &mut out,
+            "hone_upstream_errors_total",
+            "Chat calls that failed on every provider.",
+            self.upstream_errors.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_upstream_retries_total",
+            "Upstream attempts beyond the first.",
+            self.upstream_retries.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_client_disconnects_total",
+            "Chat calls whose client left before the end.",
+            self.client_disconnects.load(Ordering::Relaxed),
+        );
+        self.request_seconds.render(
+            &mut out,
+            "hone_request_duration_seconds",
+            "Chat call latency as the client sees it.",
+        );
+        self.upstream_seconds.render(
+            &mut out,
+            "hone_upstream_duration_seconds",
+            "Time spent waiting on providers per chat call.",
+        );
+        self.overhead_seconds.render(
+            &mut out,
+            "hone_gateway_overhead_seconds",
+            "Chat call latency minus upstream time.",
+        );
+        gauge(
+            &mut out,
+            "hone_recorder_queue_depth",
+            "Calls waiting to be written.",
+            recorder.queue_depth.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "hone_recorder_spool_bytes",
+            "Bytes of calls spooled to disk while the database is unavailable.",
+            recorder.spool_bytes.load(Ordering::Relaxed) as i64,
+        );
+        counter(
+            &mut out,
+            "hone_recorder_rows_written_total",
+            "Calls committed to the store.",
+            recorder.rows_written.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_recorder_rows_spooled_total",
+            "Calls written to the disk spool.",
+            recorder.rows_spooled.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_recorder_rows_replayed_total",
+            "Spooled calls replayed into the store.",
+            recorder.rows_replayed.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_recorder_batches_total",
+            "Group-commit batches.",
+            recorder.batches.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_recorder_store_failures_total",
+            "Batches the store refused.",
+            recorder.store_failures.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "hone_recorder_refused_total",
+            "Calls that could be neither stored nor spooled (their requests failed).",
+            recorder.lost_and_refused.load(Ordering::Relaxed),
+        );
         out
     }
 }

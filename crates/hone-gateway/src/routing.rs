@@ -58,7 +58,11 @@ impl AgentRoutes {
 
     /// Resolves a pinned version given as a label or an id.
     pub fn resolve(&self, label_or_id: &str) -> Option<(&VersionId, &Arc<VersionSpec>)> {
-        let id = self.labels.get(label_or_id).cloned().or_else(|| VersionId::parse(label_or_id))?;
+        let id = self
+            .labels
+            .get(label_or_id)
+            .cloned()
+            .or_else(|| VersionId::parse(label_or_id))?;
         self.versions.get_key_value(&id)
     }
 }
@@ -84,7 +88,11 @@ mod tests {
     fn the_split_follows_the_shares() {
         let r = routes(0.1);
         let canary_hits = (0..20_000)
-            .filter(|i| r.choose(&EpisodeId::parse(&format!("e{i}")).unwrap()).as_str().starts_with('b'))
+            .filter(|i| {
+                r.choose(&EpisodeId::parse(&format!("e{i}")).unwrap())
+                    .as_str()
+                    .starts_with('b')
+            })
             .count();
         let share = canary_hits as f64 / 20_000.0;
         assert!((share - 0.1).abs() < 0.01, "canary share {share}");

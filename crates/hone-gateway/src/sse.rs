@@ -82,7 +82,8 @@ mod tests {
 
     #[test]
     fn splits_events_across_arbitrary_chunk_boundaries() {
-        let stream = b": keep-alive\n\nevent: message_start\ndata: {\"a\":1}\n\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]\n\n";
+        let stream =
+            b": keep-alive\n\nevent: message_start\ndata: {\"a\":1}\n\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]\n\n";
         for cut in 0..stream.len() {
             let mut parser = SseParser::default();
             let mut events = Vec::new();

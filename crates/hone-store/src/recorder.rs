@@ -52,7 +52,10 @@ pub struct RecorderStats {
 }
 
 enum Job {
-    Call(Box<CallRecord>, Option<oneshot::Sender<Result<Durability, RecorderError>>>),
+    Call(
+        Box<CallRecord>,
+        Option<oneshot::Sender<Result<Durability, RecorderError>>>,
+    ),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -135,7 +138,11 @@ impl Recorder {
         if self.sender.send(Job::Shutdown(ack)).is_ok() {
             let _ = done.await;
         }
-        let thread = self.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
@@ -150,7 +157,10 @@ struct Writer {
     retry: Duration,
 }
 
-type Batch = Vec<(Box<CallRecord>, Option<oneshot::Sender<Result<Durability, RecorderError>>>)>;
+type Batch = Vec<(
+    Box<CallRecord>,
+    Option<oneshot::Sender<Result<Durability, RecorderError>>>,
+)>;
 
 impl Writer {
     fn run(mut self, receiver: mpsc::Receiver<Job>) {

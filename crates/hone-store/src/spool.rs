@@ -81,13 +81,17 @@ impl Spool {
     pub(crate) fn replay(&mut self, store: &dyn Store) -> Result<u64, StoreError> {
         self.current = None;
         let mut replayed = 0;
-        for path in self.files().map_err(|e| StoreError::Unavailable(format!("spool: {e}")))? {
+        for path in self
+            .files()
+            .map_err(|e| StoreError::Unavailable(format!("spool: {e}")))?
+        {
             let calls = read_spool_file(&path)?;
             for chunk in calls.chunks(REPLAY_BATCH) {
                 store.write_calls(chunk)?;
             }
             replayed += calls.len() as u64;
-            fs::remove_file(&path).map_err(|e| StoreError::Unavailable(format!("spool: cannot remove {}: {e}", path.display())))?;
+            fs::remove_file(&path)
+                .map_err(|e| StoreError::Unavailable(format!("spool: cannot remove {}: {e}", path.display())))?;
         }
         Ok(replayed)
     }
@@ -97,7 +101,8 @@ impl Spool {
 /// so never acknowledged) is skipped with a warning; any other bad line is an
 /// error so that nothing is silently dropped.
 fn read_spool_file(path: &Path) -> Result<Vec<CallRecord>, StoreError> {
-    let file = File::open(path).map_err(|e| StoreError::Unavailable(format!("spool: cannot open {}: {e}", path.display())))?;
+    let file =
+        File::open(path).map_err(|e| StoreError::Unavailable(format!("spool: cannot open {}: {e}", path.display())))?;
     let lines: Vec<String> = BufReader::new(file)
         .lines()
         .collect::<Result<_, _>>()
@@ -113,7 +118,11 @@ fn read_spool_file(path: &Path) -> Result<Vec<CallRecord>, StoreError> {
                 tracing::warn!(file = %path.display(), line = i + 1, error = %e, "skipping a torn last line in the spool (it was never acknowledged)");
             }
             Err(e) => {
-                return Err(StoreError::Corrupt(format!("spool file {} line {}: {e}", path.display(), i + 1)));
+                return Err(StoreError::Corrupt(format!(
+                    "spool file {} line {}: {e}",
+                    path.display(),
+                    i + 1
+                )));
             }
         }
     }

@@ -3,8 +3,8 @@
 
 use crate::{Store, StoreError};
 use hone_types::{
-    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, EpisodeSummary,
-    Signal, SignalSource, SignalValue, VersionId, VersionRecord,
+    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, EpisodeSummary, Signal, SignalSource,
+    SignalValue, VersionId, VersionRecord,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,9 @@ impl SqliteStore {
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
         )?;
-        let applied: i64 = conn.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| r.get(0))?;
+        let applied: i64 = conn.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })?;
         for (i, sql) in MIGRATIONS.iter().enumerate() {
             let version = i as i64 + 1;
             if version <= applied {
@@ -130,7 +132,9 @@ impl SqliteStore {
             Ok(Signal {
                 id: id.parse().map_err(|_| corrupt("id"))?,
                 episode_id: EpisodeId::parse(&episode_id).map_err(|_| corrupt("episode id"))?,
-                call_id: call_id.map(|c| CallId::parse(&c).ok_or_else(|| corrupt("call id"))).transpose()?,
+                call_id: call_id
+                    .map(|c| CallId::parse(&c).ok_or_else(|| corrupt("call id")))
+                    .transpose()?,
                 name,
                 value: serde_json::from_str::<SignalValue>(&value)?,
                 source: serde_json::from_value::<SignalSource>(serde_json::Value::String(source))?,
@@ -144,7 +148,11 @@ impl SqliteStore {
     fn detail(conn: &Connection, summary: EpisodeSummary) -> Result<EpisodeDetail, StoreError> {
         let calls = Self::read_calls(conn, summary.id.as_str())?;
         let signals = Self::read_signals(conn, summary.id.as_str())?;
-        Ok(EpisodeDetail { summary, calls, signals })
+        Ok(EpisodeDetail {
+            summary,
+            calls,
+            signals,
+        })
     }
 }
 
@@ -152,7 +160,9 @@ fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, Str
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
 }
 
-fn to_summary((_, id, agent, started_at, last_call_at, call_count): (i64, String, String, i64, i64, i64)) -> Result<EpisodeSummary, StoreError> {
+fn to_summary(
+    (_, id, agent, started_at, last_call_at, call_count): (i64, String, String, i64, i64, i64),
+) -> Result<EpisodeSummary, StoreError> {
     Ok(EpisodeSummary {
         id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
         agent,
@@ -280,10 +290,16 @@ impl Store for SqliteStore {
     fn insert_signal(&self, signal: &Signal) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
         let tx = conn.transaction()?;
-        let episode_known: bool =
-            tx.query_row("SELECT EXISTS (SELECT 1 FROM episodes WHERE id = ?1)", [signal.episode_id.as_str()], |r| r.get(0))?;
+        let episode_known: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM episodes WHERE id = ?1)",
+            [signal.episode_id.as_str()],
+            |r| r.get(0),
+        )?;
         if !episode_known {
-            return Err(StoreError::NotFound(format!("no episode with id `{}`", signal.episode_id)));
+            return Err(StoreError::NotFound(format!(
+                "no episode with id `{}`",
+                signal.episode_id
+            )));
         }
         if let Some(call) = signal.call_id {
             let call_known: bool = tx.query_row(
@@ -292,7 +308,10 @@ impl Store for SqliteStore {
                 |r| r.get(0),
             )?;
             if !call_known {
-                return Err(StoreError::NotFound(format!("no call with id `{call}` in episode `{}`", signal.episode_id)));
+                return Err(StoreError::NotFound(format!(
+                    "no call with id `{call}` in episode `{}`",
+                    signal.episode_id
+                )));
             }
         }
         let source = serde_json::to_value(signal.source)?;
@@ -338,7 +357,10 @@ impl Store for SqliteStore {
             )?;
             let limit = i64::from(query.limit.max(1));
             let rows: Vec<_> = stmt
-                .query_map(params![agents, query.since, query.until, query.cursor, limit + 1], summary_from_row)?
+                .query_map(
+                    params![agents, query.since, query.until, query.cursor, limit + 1],
+                    summary_from_row,
+                )?
                 .collect::<Result<_, _>>()?;
             let more = rows.len() as i64 > limit;
             let mut episodes = Vec::with_capacity(rows.len());
@@ -355,24 +377,40 @@ impl Store for SqliteStore {
     }
 
     fn call_count(&self) -> Result<u64, StoreError> {
-        self.with_reader(|conn| Ok(conn.query_row("SELECT COUNT(*) FROM calls", [], |r| r.get::<_, i64>(0))?.max(0) as u64))
+        self.with_reader(|conn| {
+            Ok(conn
+                .query_row("SELECT COUNT(*) FROM calls", [], |r| r.get::<_, i64>(0))?
+                .max(0) as u64)
+        })
     }
 }
 
 type VersionRow = (String, String, Option<String>, String, Option<String>, String, i64);
 
 fn version_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VersionRow> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
 }
 
-fn to_version((id, agent, label, spec, parent, created_by, created_at): VersionRow) -> Result<VersionRecord, StoreError> {
+fn to_version(
+    (id, agent, label, spec, parent, created_by, created_at): VersionRow,
+) -> Result<VersionRecord, StoreError> {
     let bad = |what: &str| StoreError::Corrupt(format!("version `{id}`: bad {what}"));
     Ok(VersionRecord {
         id: VersionId::parse(&id).ok_or_else(|| bad("id"))?,
         agent,
         label,
         spec: serde_json::from_str(&spec)?,
-        parent: parent.map(|p| VersionId::parse(&p).ok_or_else(|| bad("parent"))).transpose()?,
+        parent: parent
+            .map(|p| VersionId::parse(&p).ok_or_else(|| bad("parent")))
+            .transpose()?,
         created_by,
         created_at,
     })

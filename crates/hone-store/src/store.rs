@@ -3,8 +3,7 @@
 
 use crate::StoreError;
 use hone_types::{
-    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, Signal, VersionId,
-    VersionRecord,
+    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, Signal, VersionId, VersionRecord,
 };
 
 pub trait Store: Send + Sync + 'static {

@@ -89,7 +89,10 @@ async fn a_spool_left_by_a_crash_is_replayed_at_start() {
         // It never retries, so only the next start can replay the spool.
         let recorder = Recorder::start(
             store.clone(),
-            RecorderOptions { spool_retry: Duration::from_secs(3600), ..options(dir.path()) },
+            RecorderOptions {
+                spool_retry: Duration::from_secs(3600),
+                ..options(dir.path())
+            },
         )
         .unwrap();
         let blocker = rusqlite::Connection::open(&path).unwrap();

@@ -3,15 +3,16 @@
 
 use crate::common::{call, version_id};
 use hone_store::{SqliteStore, Store, StoreError};
-use hone_types::{
-    EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalValue, VersionRecord, VersionSpec,
-};
+use hone_types::{EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalValue, VersionRecord, VersionSpec};
 
 fn story(store: &dyn Store) {
     // Versions: stored once, resolvable by id, listed per agent.
     let spec = VersionSpec {
         agent: "assistant".into(),
-        routes: vec![Route { provider: "up".into(), model: "m".into() }],
+        routes: vec![Route {
+            provider: "up".into(),
+            model: "m".into(),
+        }],
         system: None,
         temperature: None,
         top_p: None,
@@ -62,8 +63,12 @@ fn story(store: &dyn Store) {
         comment: Some("thanks".into()),
         created_at: 5000,
     };
-    store.insert_signal(&signal(None, &e1, SignalValue::Boolean(true))).unwrap();
-    store.insert_signal(&signal(Some(c1.id), &e1, SignalValue::Float(0.5))).unwrap();
+    store
+        .insert_signal(&signal(None, &e1, SignalValue::Boolean(true)))
+        .unwrap();
+    store
+        .insert_signal(&signal(Some(c1.id), &e1, SignalValue::Float(0.5)))
+        .unwrap();
     let missing = EpisodeId::parse("nope").unwrap();
     assert!(matches!(
         store.insert_signal(&signal(None, &missing, SignalValue::Boolean(true))),
@@ -79,20 +84,37 @@ fn story(store: &dyn Store) {
     assert_eq!(detail.signals[1].call_id, Some(c1.id));
 
     // Listing: newest first, paged by cursor, filtered by agent and time.
-    let page = store.episodes(&EpisodeQuery { limit: 1, ..Default::default() }).unwrap();
+    let page = store
+        .episodes(&EpisodeQuery {
+            limit: 1,
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(page.episodes[0].summary.id, e2);
     let cursor = page.next_cursor.unwrap().parse().unwrap();
     let page = store
-        .episodes(&EpisodeQuery { limit: 1, cursor: Some(cursor), ..Default::default() })
+        .episodes(&EpisodeQuery {
+            limit: 1,
+            cursor: Some(cursor),
+            ..Default::default()
+        })
         .unwrap();
     assert_eq!(page.episodes[0].summary.id, e1);
     assert!(page.next_cursor.is_none());
     let by_time = store
-        .episodes(&EpisodeQuery { limit: 10, since: Some(2500), ..Default::default() })
+        .episodes(&EpisodeQuery {
+            limit: 10,
+            since: Some(2500),
+            ..Default::default()
+        })
         .unwrap();
     assert_eq!(by_time.episodes.len(), 1);
     let other = store
-        .episodes(&EpisodeQuery { limit: 10, agents: Some(vec!["other".into()]), ..Default::default() })
+        .episodes(&EpisodeQuery {
+            limit: 10,
+            agents: Some(vec!["other".into()]),
+            ..Default::default()
+        })
         .unwrap();
     assert!(other.episodes.is_empty());
 }

@@ -123,10 +123,7 @@ mod tests {
         assert!(EpisodeId::parse("ticket:4711_a.b").is_ok());
         assert_eq!(EpisodeId::parse(""), Err(IdError::Empty));
         assert_eq!(EpisodeId::parse("a b"), Err(IdError::BadCharacter(' ')));
-        assert_eq!(
-            EpisodeId::parse(&"x".repeat(129)),
-            Err(IdError::TooLong { max: 128 })
-        );
+        assert_eq!(EpisodeId::parse(&"x".repeat(129)), Err(IdError::TooLong { max: 128 }));
     }
 
     #[test]

@@ -118,35 +118,56 @@ impl ChatCompletionRequest {
         }
         if let Some(t) = self.temperature {
             if !(0.0..=2.0).contains(&t) {
-                return Err(RequestError::at("temperature", format!("`temperature` must be between 0 and 2, got {t}")));
+                return Err(RequestError::at(
+                    "temperature",
+                    format!("`temperature` must be between 0 and 2, got {t}"),
+                ));
             }
         }
         if let Some(p) = self.top_p {
             if !(0.0..=1.0).contains(&p) {
-                return Err(RequestError::at("top_p", format!("`top_p` must be between 0 and 1, got {p}")));
+                return Err(RequestError::at(
+                    "top_p",
+                    format!("`top_p` must be between 0 and 1, got {p}"),
+                ));
             }
         }
         if let Some(n) = self.n {
             if n == 0 || n > MAX_N {
-                return Err(RequestError::at("n", format!("`n` must be between 1 and {MAX_N}, got {n}")));
+                return Err(RequestError::at(
+                    "n",
+                    format!("`n` must be between 1 and {MAX_N}, got {n}"),
+                ));
             }
         }
         if let Some(k) = self.top_logprobs {
             if k > MAX_TOP_LOGPROBS {
-                return Err(RequestError::at("top_logprobs", format!("`top_logprobs` must be at most {MAX_TOP_LOGPROBS}, got {k}")));
+                return Err(RequestError::at(
+                    "top_logprobs",
+                    format!("`top_logprobs` must be at most {MAX_TOP_LOGPROBS}, got {k}"),
+                ));
             }
             if self.logprobs != Some(true) {
-                return Err(RequestError::at("top_logprobs", "`top_logprobs` requires `logprobs: true`"));
+                return Err(RequestError::at(
+                    "top_logprobs",
+                    "`top_logprobs` requires `logprobs: true`",
+                ));
             }
         }
         if self.stream_options.is_some() && self.stream != Some(true) {
-            return Err(RequestError::at("stream_options", "`stream_options` is only allowed when `stream` is true"));
+            return Err(RequestError::at(
+                "stream_options",
+                "`stream_options` is only allowed when `stream` is true",
+            ));
         }
         if let Some(tools) = &self.tools {
             let mut seen = std::collections::HashSet::new();
             for (i, tool) in tools.iter().enumerate() {
                 if tool.function.name.is_empty() {
-                    return Err(RequestError::at(format!("tools[{i}].function.name"), "tool name must not be empty"));
+                    return Err(RequestError::at(
+                        format!("tools[{i}].function.name"),
+                        "tool name must not be empty",
+                    ));
                 }
                 if !seen.insert(tool.function.name.as_str()) {
                     return Err(RequestError::at(
@@ -156,7 +177,10 @@ impl ChatCompletionRequest {
                 }
                 if let Some(params) = &tool.function.parameters {
                     if !params.is_object() && !params.is_boolean() {
-                        return Err(RequestError::at(format!("tools[{i}].function.parameters"), "tool parameters must be a JSON Schema object"));
+                        return Err(RequestError::at(
+                            format!("tools[{i}].function.parameters"),
+                            "tool parameters must be a JSON Schema object",
+                        ));
                     }
                 }
             }
@@ -561,7 +585,10 @@ mod tests {
         assert_eq!(r.extra.get("user"), Some(&Value::from("u-1")));
         let round: Value = serde_json::to_value(&r).unwrap();
         assert_eq!(round["user"], "u-1");
-        assert_eq!(round["messages"][0]["content"][1]["image_url"]["url"], "data:image/png;base64,AA");
+        assert_eq!(
+            round["messages"][0]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,AA"
+        );
     }
 
     #[test]

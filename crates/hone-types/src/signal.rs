@@ -58,23 +58,22 @@ impl SignalValue {
     /// Reads a JSON feedback value as the declared type, or infers the type
     /// (bool, number, string, message object) when the metric is undeclared.
     pub fn from_json(value: &Value, declared: Option<MetricType>) -> Result<Self, String> {
-        let inferred = match value {
-            Value::Bool(b) => SignalValue::Boolean(*b),
-            Value::Number(n) => match n.as_f64() {
-                Some(f) if f.is_finite() => SignalValue::Float(f),
-                _ => return Err("`value` must be a finite number".to_owned()),
-            },
-            Value::String(s) => SignalValue::Text(s.clone()),
-            Value::Object(o) if o.contains_key("content") || o.contains_key("tool_calls") => {
-                SignalValue::Demonstration(value.clone())
-            }
-            _ => {
-                return Err(
+        let inferred =
+            match value {
+                Value::Bool(b) => SignalValue::Boolean(*b),
+                Value::Number(n) => match n.as_f64() {
+                    Some(f) if f.is_finite() => SignalValue::Float(f),
+                    _ => return Err("`value` must be a finite number".to_owned()),
+                },
+                Value::String(s) => SignalValue::Text(s.clone()),
+                Value::Object(o) if o.contains_key("content") || o.contains_key("tool_calls") => {
+                    SignalValue::Demonstration(value.clone())
+                }
+                _ => return Err(
                     "`value` must be a boolean, a number, a string, or a message object with `content` or `tool_calls`"
                         .to_owned(),
-                )
-            }
-        };
+                ),
+            };
         match (declared, inferred) {
             (None, v) => Ok(v),
             (Some(MetricType::Demonstration), SignalValue::Text(s)) => Ok(SignalValue::Demonstration(

@@ -6,8 +6,7 @@
 //! same answer the client assembled, also when the stream was cut short.
 
 use crate::openai::{
-    ChatCompletionChunk, ChatCompletionResponse, Choice, Content, Extra, FunctionCall, Message,
-    Role, ToolCall, Usage,
+    ChatCompletionChunk, ChatCompletionResponse, Choice, Content, Extra, FunctionCall, Message, Role, ToolCall, Usage,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -146,8 +145,7 @@ impl StreamAccumulator {
                     index,
                     message: Message {
                         role: Role::Assistant,
-                        content: (parts.saw_text || tool_calls.is_empty())
-                            .then(|| Content::Text(parts.text.clone())),
+                        content: (parts.saw_text || tool_calls.is_empty()).then(|| Content::Text(parts.text.clone())),
                         name: None,
                         tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
                         tool_call_id: None,
@@ -187,15 +185,25 @@ mod tests {
         acc.push(&chunk(json!({"id":"c1","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]})));
         acc.push(&chunk(json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]},"logprobs":{"content":[{"token":"a","logprob":-0.1}]}}]})));
         acc.push(&chunk(json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]},"logprobs":{"content":[{"token":"b","logprob":-0.2}]}}]})));
-        acc.push(&chunk(json!({"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})));
-        acc.push(&chunk(json!({"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})));
+        acc.push(&chunk(
+            json!({"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ));
+        acc.push(&chunk(
+            json!({"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}),
+        ));
         let r = acc.response();
         let m = &r.choices[0].message;
         assert_eq!(m.tool_calls()[0].function.name, "get_weather");
         assert_eq!(m.tool_calls()[0].function.arguments, r#"{"city":"Paris"}"#);
         assert!(m.content.is_none());
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("tool_calls"));
-        assert_eq!(r.choices[0].logprobs.as_ref().unwrap()["content"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            r.choices[0].logprobs.as_ref().unwrap()["content"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         assert_eq!(r.usage.unwrap().total_tokens, 7);
     }
 }

@@ -50,10 +50,7 @@ pub fn parse_time(raw: &str) -> Option<i64> {
     let b = raw.as_bytes();
     let num = |range: std::ops::Range<usize>| -> Option<i64> {
         let s = raw.get(range)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())
-            .flatten()
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok()).flatten()
     };
     if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
         return None;

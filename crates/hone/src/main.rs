@@ -1,1 +1,8 @@
-fn main() {}
+//! The `hone` command line: parses arguments and calls into the library
+//! crates. Nothing else lives here.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

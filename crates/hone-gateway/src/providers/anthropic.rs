@@ -40,7 +40,11 @@ impl AnthropicProvider {
     }
 
     fn post(&self, body: &MessagesRequest<'_>) -> reqwest::RequestBuilder {
-        let builder = self.client.post(&self.url).header("anthropic-version", &self.version).json(body);
+        let builder = self
+            .client
+            .post(&self.url)
+            .header("anthropic-version", &self.version)
+            .json(body);
         match &self.api_key {
             Some(key) => builder.header("x-api-key", key),
             None => builder,
@@ -109,7 +113,9 @@ impl Provider for AnthropicProvider {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// A request Anthropic cannot serve; 400 so that it is neither retried nor
@@ -211,7 +217,10 @@ fn to_anthropic(request: &ChatCompletionRequest, stream: bool) -> Result<Message
         temperature: request.temperature,
         top_p: request.top_p,
         stop_sequences: request.stop.as_ref().map(|s| s.to_vec()),
-        tools: request.tools.as_ref().map(|tools| tools.iter().map(anthropic_tool).collect()),
+        tools: request
+            .tools
+            .as_ref()
+            .map(|tools| tools.iter().map(anthropic_tool).collect()),
         tool_choice: request.tool_choice.as_ref().map(tool_choice).transpose()?,
         stream,
     })
@@ -277,13 +286,18 @@ fn anthropic_tool(tool: &Tool) -> AnthropicTool<'_> {
 }
 
 fn tool_choice(choice: &Value) -> Result<Value, ProviderError> {
-    Ok(match (choice.as_str(), choice.pointer("/function/name").and_then(Value::as_str)) {
-        (Some("auto"), _) => json!({"type": "auto"}),
-        (Some("required"), _) => json!({"type": "any"}),
-        (Some("none"), _) => json!({"type": "none"}),
-        (None, Some(name)) => json!({"type": "tool", "name": name}),
-        _ => return Err(unsupported(format!("tool_choice {choice}"))),
-    })
+    Ok(
+        match (
+            choice.as_str(),
+            choice.pointer("/function/name").and_then(Value::as_str),
+        ) {
+            (Some("auto"), _) => json!({"type": "auto"}),
+            (Some("required"), _) => json!({"type": "any"}),
+            (Some("none"), _) => json!({"type": "none"}),
+            (None, Some(name)) => json!({"type": "tool", "name": name}),
+            _ => return Err(unsupported(format!("tool_choice {choice}"))),
+        },
+    )
 }
 
 // ---- response: Anthropic → OpenAI ----
@@ -537,7 +551,9 @@ impl StreamConverter {
                     delta: BlockDelta::InputJsonDelta { partial_json },
                 } => {
                     let tool_index = *self.tool_indices.get(&index).ok_or_else(|| {
-                        ProviderError::Protocol(format!("input_json_delta for content block {index}, which is no tool_use"))
+                        ProviderError::Protocol(format!(
+                            "input_json_delta for content block {index}, which is no tool_use"
+                        ))
                     })?;
                     Some(self.tool_chunk(ToolCallDelta {
                         index: tool_index,
@@ -549,7 +565,8 @@ impl StreamConverter {
                     }))
                 }
                 BlockDeltaEvent {
-                    delta: BlockDelta::Other, ..
+                    delta: BlockDelta::Other,
+                    ..
                 } => None,
             },
             "message_delta" => {
@@ -704,7 +721,11 @@ mod tests {
         let mut request = with_messages(json!([{"role": "user", "content": "hi"}]));
         request["n"] = json!(2);
         match mapped(request).unwrap_err() {
-            ProviderError::Status { status, message, retry_after } => {
+            ProviderError::Status {
+                status,
+                message,
+                retry_after,
+            } => {
                 assert_eq!((status, retry_after), (400, None));
                 assert_eq!(message, "provider `anthropic` does not support n > 1");
             }
@@ -738,8 +759,14 @@ mod tests {
         }))
         .unwrap();
         let response = from_anthropic(message, 1_700_000_000);
-        assert_eq!((response.id.as_str(), response.object.as_str()), ("msg_01", "chat.completion"));
-        assert_eq!((response.model.as_str(), response.created), ("claude-sonnet-4-5", 1_700_000_000));
+        assert_eq!(
+            (response.id.as_str(), response.object.as_str()),
+            ("msg_01", "chat.completion")
+        );
+        assert_eq!(
+            (response.model.as_str(), response.created),
+            ("claude-sonnet-4-5", 1_700_000_000)
+        );
         let choice = &response.choices[0];
         assert_eq!(choice.message.text(), "Checking now.");
         let call = &choice.message.tool_calls()[0];
@@ -748,7 +775,10 @@ mod tests {
         assert_eq!(call.function.arguments, r#"{"city":"Paris","days":2}"#);
         assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
         let usage = response.usage.unwrap();
-        assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (12, 7, 19));
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            (12, 7, 19)
+        );
         assert_eq!(usage.extra["cache_read_input_tokens"], 30);
         assert_eq!(usage.extra["cache_creation_input_tokens"], 0);
 
@@ -828,7 +858,9 @@ data: {"type":"message_stop"}
 
     fn assert_reassembles(chunks: &[ChatCompletionChunk]) {
         assert_eq!(chunks[0].choices[0].delta.role, Some(Role::Assistant));
-        assert!(chunks.iter().all(|c| c.id == "msg_01" && c.model == "claude-sonnet-4-5"));
+        assert!(chunks
+            .iter()
+            .all(|c| c.id == "msg_01" && c.model == "claude-sonnet-4-5"));
         let last = chunks.last().unwrap();
         assert!(last.choices.is_empty() && last.usage.is_some());
         let mut accumulator = StreamAccumulator::new();
@@ -840,7 +872,14 @@ data: {"type":"message_stop"}
             .message
             .tool_calls()
             .iter()
-            .map(|c| (c.id.as_str(), c.kind.as_str(), c.function.name.as_str(), c.function.arguments.as_str()))
+            .map(|c| {
+                (
+                    c.id.as_str(),
+                    c.kind.as_str(),
+                    c.function.name.as_str(),
+                    c.function.arguments.as_str(),
+                )
+            })
             .collect();
         assert_eq!(
             calls,
@@ -851,7 +890,10 @@ data: {"type":"message_stop"}
         );
         assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
         let usage = response.usage.unwrap();
-        assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (472, 89, 561));
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            (472, 89, 561)
+        );
         assert_eq!(usage.extra["cache_read_input_tokens"], 100);
     }
 
@@ -865,8 +907,11 @@ data: {"type":"message_stop"}
     fn error_events_become_status_errors() {
         let overloaded = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
         let out = convert(overloaded);
-        assert!(matches!(&out[..], [Err(ProviderError::Status { status: 529, message, retry_after: None })] if message == "Overloaded"));
-        let api = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n";
+        assert!(
+            matches!(&out[..], [Err(ProviderError::Status { status: 529, message, retry_after: None })] if message == "Overloaded")
+        );
+        let api =
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n";
         assert_eq!(convert(api)[0].as_ref().unwrap_err().status(), Some(502));
         let garbled = "event: content_block_delta\ndata: {\"index\":0}\n\n";
         assert!(matches!(convert(garbled)[..], [Err(ProviderError::Protocol(_))]));

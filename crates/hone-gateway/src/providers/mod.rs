@@ -51,7 +51,13 @@ impl ProviderError {
     /// Worth trying the next provider: anything but a request the upstream
     /// rejected as malformed (which every provider would reject).
     pub fn allows_fallback(&self) -> bool {
-        !matches!(self, ProviderError::Status { status: 400 | 413 | 422, .. })
+        !matches!(
+            self,
+            ProviderError::Status {
+                status: 400 | 413 | 422,
+                ..
+            }
+        )
     }
 
     pub fn status(&self) -> Option<u16> {

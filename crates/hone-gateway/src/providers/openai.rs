@@ -116,8 +116,16 @@ fn parse_chunk(data: bytes::Bytes) -> Result<StreamEvent, ProviderError> {
             let value: Option<serde_json::Value> = serde_json::from_slice(&data).ok();
             match value.as_ref().and_then(|v| v.get("error")) {
                 Some(error) => Err(ProviderError::Status {
-                    status: error.get("code").and_then(|c| c.as_u64()).and_then(|c| u16::try_from(c).ok()).unwrap_or(502),
-                    message: error.get("message").and_then(|m| m.as_str()).unwrap_or("stream error").to_owned(),
+                    status: error
+                        .get("code")
+                        .and_then(|c| c.as_u64())
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or(502),
+                    message: error
+                        .get("message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("stream error")
+                        .to_owned(),
                     retry_after: None,
                 }),
                 None => Err(ProviderError::Protocol(format!("not a chat.completion.chunk: {e}"))),

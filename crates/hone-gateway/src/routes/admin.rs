@@ -20,7 +20,11 @@ fn task_failed(e: tokio::task::JoinError) -> ApiError {
     ApiError::new(ErrorKind::Internal, "admin_task_failed", e.to_string())
 }
 
-pub async fn versions(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(params): Query<VersionParams>) -> Result<Response, ApiError> {
+pub async fn versions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(params): Query<VersionParams>,
+) -> Result<Response, ApiError> {
     state.auth.admin(&headers)?;
     let store = state.store.clone();
     let list = tokio::task::spawn_blocking(move || store.versions(params.agent.as_deref()))
@@ -29,10 +33,18 @@ pub async fn versions(State(state): State<Arc<AppState>>, headers: HeaderMap, Qu
     Ok(json_response(&serde_json::json!({"object": "list", "data": list})))
 }
 
-pub async fn version(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn version(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     state.auth.admin(&headers)?;
-    let version_id = VersionId::parse(&id)
-        .ok_or_else(|| ApiError::invalid("invalid_version_id", format!("`{id}` is not a version id (16 lowercase hex digits)")))?;
+    let version_id = VersionId::parse(&id).ok_or_else(|| {
+        ApiError::invalid(
+            "invalid_version_id",
+            format!("`{id}` is not a version id (16 lowercase hex digits)"),
+        )
+    })?;
     let store = state.store.clone();
     let lookup = version_id.clone();
     let record = tokio::task::spawn_blocking(move || store.version(&lookup))
@@ -49,8 +61,14 @@ pub async fn deployments(State(state): State<Arc<AppState>>, headers: HeaderMap)
         .values()
         .map(|agent| {
             let canary_total: f64 = agent.canaries.iter().map(|(_, s)| s).sum();
-            let mut split = vec![serde_json::json!({"version": agent.champion, "role": "champion", "share": 1.0 - canary_total})];
-            split.extend(agent.canaries.iter().map(|(v, s)| serde_json::json!({"version": v, "role": "canary", "share": s})));
+            let mut split =
+                vec![serde_json::json!({"version": agent.champion, "role": "champion", "share": 1.0 - canary_total})];
+            split.extend(
+                agent
+                    .canaries
+                    .iter()
+                    .map(|(v, s)| serde_json::json!({"version": v, "role": "canary", "share": s})),
+            );
             serde_json::json!({"agent": agent.name, "split": split})
         })
         .collect();

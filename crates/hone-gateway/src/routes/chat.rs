@@ -117,7 +117,11 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
             format!(
                 "agent `{}` is not configured; `model` names an agent (configured: {})",
                 request.model,
-                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
             ),
         )
         .with_param(Some("model".into()))
@@ -128,7 +132,8 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
             let text = value
                 .to_str()
                 .map_err(|_| ApiError::invalid("invalid_episode_id", "X-Hone-Episode must be visible ASCII"))?;
-            EpisodeId::parse(text).map_err(|e| ApiError::invalid("invalid_episode_id", format!("X-Hone-Episode `{text}` {e}")))?
+            EpisodeId::parse(text)
+                .map_err(|e| ApiError::invalid("invalid_episode_id", format!("X-Hone-Episode `{text}` {e}")))?
         }
         None => EpisodeId::new_v7(),
     };
@@ -146,7 +151,11 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         None => {
             let id = agent.choose(&episode);
             let spec = agent.versions.get(id).cloned().ok_or_else(|| {
-                ApiError::new(ErrorKind::Internal, "version_missing", format!("deployed version {id} has no spec"))
+                ApiError::new(
+                    ErrorKind::Internal,
+                    "version_missing",
+                    format!("deployed version {id} has no spec"),
+                )
             })?;
             (id.clone(), spec)
         }
@@ -166,11 +175,22 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
 /// The client-facing error for a failed upstream.
 fn upstream_error(error: &ProviderError) -> ApiError {
     match error {
-        ProviderError::Status { status: 429, message, .. } => {
-            ApiError::new(ErrorKind::RateLimited, "upstream_rate_limited", format!("the upstream is rate limiting: {message}"))
-        }
-        ProviderError::Status { status: status @ (400 | 413 | 422), message, .. } => {
-            let mut e = ApiError::invalid("upstream_rejected_request", format!("the upstream rejected the request: {message}"));
+        ProviderError::Status {
+            status: 429, message, ..
+        } => ApiError::new(
+            ErrorKind::RateLimited,
+            "upstream_rate_limited",
+            format!("the upstream is rate limiting: {message}"),
+        ),
+        ProviderError::Status {
+            status: status @ (400 | 413 | 422),
+            message,
+            ..
+        } => {
+            let mut e = ApiError::invalid(
+                "upstream_rejected_request",
+                format!("the upstream rejected the request: {message}"),
+            );
             e.status = StatusCode::from_u16(*status).ok();
             e
         }
@@ -184,10 +204,14 @@ fn upstream_error(error: &ProviderError) -> ApiError {
             "upstream_timeout",
             format!("the upstream did not answer within {:.1}s", after.as_secs_f64()),
         ),
-        ProviderError::Connect(message) => {
-            ApiError::new(ErrorKind::Upstream, "upstream_unreachable", format!("cannot reach the upstream: {message}"))
+        ProviderError::Connect(message) => ApiError::new(
+            ErrorKind::Upstream,
+            "upstream_unreachable",
+            format!("cannot reach the upstream: {message}"),
+        ),
+        ProviderError::Protocol(message) => {
+            ApiError::new(ErrorKind::Upstream, "upstream_protocol_error", message.clone())
         }
-        ProviderError::Protocol(message) => ApiError::new(ErrorKind::Upstream, "upstream_protocol_error", message.clone()),
     }
 }
 
@@ -209,7 +233,11 @@ fn failed(error: &ProviderError, attempts: Vec<Attempt>, upstream_ms: f64) -> (O
 }
 
 fn recorder_error(e: hone_store::RecorderError) -> ApiError {
-    ApiError::new(ErrorKind::Unavailable, "recorder_unavailable", format!("the call could not be recorded, so its answer is withheld: {e}"))
+    ApiError::new(
+        ErrorKind::Unavailable,
+        "recorder_unavailable",
+        format!("the call could not be recorded, so its answer is withheld: {e}"),
+    )
 }
 
 fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {
@@ -237,7 +265,11 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         let (mut outcome, client_reply) = match result {
             Ok(Answered { route, value }) => {
                 let body = serde_json::to_vec(&value).map(Bytes::from).map_err(|e| {
-                    ApiError::new(ErrorKind::Internal, "encode_failed", format!("cannot encode the response: {e}"))
+                    ApiError::new(
+                        ErrorKind::Internal,
+                        "encode_failed",
+                        format!("cannot encode the response: {e}"),
+                    )
                 });
                 let outcome = Outcome {
                     outcome: CallOutcome::Ok,
@@ -251,14 +283,20 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 (outcome, body)
             }
             Err(error) => {
-                state.metrics.upstream_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                state
+                    .metrics
+                    .upstream_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let (outcome, api) = failed(&error, attempts, upstream_ms);
                 (outcome, Err(api))
             }
         };
         if reply.is_closed() {
             outcome.outcome = CallOutcome::ClientDisconnected;
-            state.metrics.client_disconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            state
+                .metrics
+                .client_disconnects
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let record = context.record(&state, outcome);
         let durable = state.recorder.record(record).await;
@@ -272,7 +310,12 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
             response
         }
         Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => ApiError::new(ErrorKind::Internal, "call_task_failed", "the call's task ended without an answer").into_response(),
+        Err(_) => ApiError::new(
+            ErrorKind::Internal,
+            "call_task_failed",
+            "the call's task ended without an answer",
+        )
+        .into_response(),
     }
 }
 
@@ -303,10 +346,16 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
         let result = dispatch::stream(&state.providers, &context.version, &context.request, &mut attempts).await;
-        let Answered { route, value: mut upstream } = match result {
+        let Answered {
+            route,
+            value: mut upstream,
+        } = match result {
             Ok(answered) => answered,
             Err(error) => {
-                state.metrics.upstream_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                state
+                    .metrics
+                    .upstream_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
                 let retries = attempts.len();
                 let (outcome, api) = failed(&error, attempts, upstream_ms);
@@ -339,7 +388,13 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                     if event.chunk.choices.is_empty() && event.chunk.usage.is_some() && !wants_usage {
                         continue;
                     }
-                    if ttft_ms.is_none() && event.chunk.choices.iter().any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some()) {
+                    if ttft_ms.is_none()
+                        && event
+                            .chunk
+                            .choices
+                            .iter()
+                            .any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some())
+                    {
                         ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
                     }
                     let frame = match &event.raw {
@@ -353,7 +408,10 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 }
                 Some(Err(e)) => {
                     let api = upstream_error(&e);
-                    error = Some(CallError { status: api.status().as_u16(), message: e.to_string() });
+                    error = Some(CallError {
+                        status: api.status().as_u16(),
+                        message: e.to_string(),
+                    });
                     outcome = CallOutcome::UpstreamError;
                     let _ = frames.send(sse_error(&api)).await;
                     break;
@@ -363,7 +421,10 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         drop(upstream);
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
         if outcome == CallOutcome::ClientDisconnected {
-            state.metrics.client_disconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            state
+                .metrics
+                .client_disconnects
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let retries = attempts.len();
         let record = context.record(
@@ -391,16 +452,26 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
     match start.await {
         Ok(Ok(())) => {
             let stream = futures::stream::unfold(body, |mut body| async move {
-                body.recv().await.map(|frame| (Ok::<_, std::convert::Infallible>(frame), body))
+                body.recv()
+                    .await
+                    .map(|frame| (Ok::<_, std::convert::Infallible>(frame), body))
             });
             let mut response = Response::new(Body::from_stream(stream));
             let h = response.headers_mut();
-            h.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            h.insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
             h.insert(axum::http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             h.extend(headers);
             response
         }
         Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => ApiError::new(ErrorKind::Internal, "call_task_failed", "the call's task ended without an answer").into_response(),
+        Err(_) => ApiError::new(
+            ErrorKind::Internal,
+            "call_task_failed",
+            "the call's task ended without an answer",
+        )
+        .into_response(),
     }
 }

@@ -29,8 +29,11 @@ pub struct ListParams {
 fn time_param(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
     raw.map(|raw| {
         parse_time(raw).ok_or_else(|| {
-            ApiError::invalid("invalid_time", format!("`{name}` must be unix milliseconds or an RFC 3339 time, got `{raw}`"))
-                .with_param(Some(name.into()))
+            ApiError::invalid(
+                "invalid_time",
+                format!("`{name}` must be unix milliseconds or an RFC 3339 time, got `{raw}`"),
+            )
+            .with_param(Some(name.into()))
         })
     })
     .transpose()
@@ -48,8 +51,11 @@ pub async fn list(
         Some(raw) => match raw.parse::<u32>() {
             Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
             _ => {
-                return Err(ApiError::invalid("invalid_limit", format!("`limit` must be an integer from 1 to {MAX_LIMIT}, got `{raw}`"))
-                    .with_param(Some("limit".into())))
+                return Err(ApiError::invalid(
+                    "invalid_limit",
+                    format!("`limit` must be an integer from 1 to {MAX_LIMIT}, got `{raw}`"),
+                )
+                .with_param(Some("limit".into())))
             }
         },
     };
@@ -57,14 +63,21 @@ pub async fn list(
         .cursor
         .as_deref()
         .map(|raw| {
-            raw.parse::<i64>()
-                .map_err(|_| ApiError::invalid("invalid_cursor", "`cursor` must be a `next_cursor` returned by this endpoint").with_param(Some("cursor".into())))
+            raw.parse::<i64>().map_err(|_| {
+                ApiError::invalid(
+                    "invalid_cursor",
+                    "`cursor` must be a `next_cursor` returned by this endpoint",
+                )
+                .with_param(Some("cursor".into()))
+            })
         })
         .transpose()?;
-    let requested: Option<Vec<String>> = params
-        .agent
-        .as_deref()
-        .map(|a| a.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
+    let requested: Option<Vec<String>> = params.agent.as_deref().map(|a| {
+        a.split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    });
     let agents = match (requested, principal.agent_scope()) {
         (Some(list), scope) => {
             for agent in &list {
@@ -94,9 +107,14 @@ pub async fn list(
     })))
 }
 
-pub async fn show(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn show(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let principal = state.auth.data_plane(&headers)?;
-    let episode_id = EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
+    let episode_id =
+        EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
     let store = state.store.clone();
     let lookup = episode_id.clone();
     let episode = tokio::task::spawn_blocking(move || store.episode(&lookup))

@@ -28,48 +28,71 @@ struct FeedbackRequest {
     comment: Option<String>,
 }
 
-pub async fn post_feedback(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn post_feedback(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let principal = state.auth.data_plane(&headers)?;
     let bytes = read_body(body, &headers, state.config.gateway.max_body_bytes).await?;
     let request: FeedbackRequest = parse_json(&bytes)?;
 
     let name = request.name.trim();
     if name.is_empty() || name.len() > 128 {
-        return Err(ApiError::invalid("invalid_name", "`name` must be 1 to 128 characters").with_param(Some("name".into())));
+        return Err(
+            ApiError::invalid("invalid_name", "`name` must be 1 to 128 characters").with_param(Some("name".into()))
+        );
     }
     if request.comment.as_ref().is_some_and(|c| c.len() > MAX_COMMENT) {
-        return Err(ApiError::invalid("comment_too_long", format!("`comment` is longer than {MAX_COMMENT} bytes"))
-            .with_param(Some("comment".into())));
+        return Err(ApiError::invalid(
+            "comment_too_long",
+            format!("`comment` is longer than {MAX_COMMENT} bytes"),
+        )
+        .with_param(Some("comment".into())));
     }
     let metric = state.config.metrics.get(name);
-    let value = SignalValue::from_json(&request.value, metric.map(|m| m.kind))
-        .map_err(|m| ApiError::invalid("invalid_value", format!("metric `{name}`: {m}")).with_param(Some("value".into())))?;
+    let value = SignalValue::from_json(&request.value, metric.map(|m| m.kind)).map_err(|m| {
+        ApiError::invalid("invalid_value", format!("metric `{name}`: {m}")).with_param(Some("value".into()))
+    })?;
 
     let call_id = request
         .call_id
         .as_deref()
         .map(|raw| {
-            CallId::parse(raw)
-                .ok_or_else(|| ApiError::invalid("invalid_call_id", format!("`call_id` `{raw}` is not a call id (a UUID)")).with_param(Some("call_id".into())))
+            CallId::parse(raw).ok_or_else(|| {
+                ApiError::invalid(
+                    "invalid_call_id",
+                    format!("`call_id` `{raw}` is not a call id (a UUID)"),
+                )
+                .with_param(Some("call_id".into()))
+            })
         })
         .transpose()?;
     let episode_id = request
         .episode_id
         .as_deref()
         .map(|raw| {
-            EpisodeId::parse(raw)
-                .map_err(|e| ApiError::invalid("invalid_episode_id", format!("`episode_id` {e}")).with_param(Some("episode_id".into())))
+            EpisodeId::parse(raw).map_err(|e| {
+                ApiError::invalid("invalid_episode_id", format!("`episode_id` {e}"))
+                    .with_param(Some("episode_id".into()))
+            })
         })
         .transpose()?;
     if let Some(metric) = metric {
         match metric.level {
             MetricLevel::Call if call_id.is_none() => {
-                return Err(ApiError::invalid("call_id_required", format!("metric `{name}` is about calls: give `call_id`"))
-                    .with_param(Some("call_id".into())))
+                return Err(ApiError::invalid(
+                    "call_id_required",
+                    format!("metric `{name}` is about calls: give `call_id`"),
+                )
+                .with_param(Some("call_id".into())))
             }
             MetricLevel::Episode if call_id.is_some() => {
-                return Err(ApiError::invalid("episode_id_required", format!("metric `{name}` is about episodes: give `episode_id`, not `call_id`"))
-                    .with_param(Some("call_id".into())))
+                return Err(ApiError::invalid(
+                    "episode_id_required",
+                    format!("metric `{name}` is about episodes: give `episode_id`, not `call_id`"),
+                )
+                .with_param(Some("call_id".into())))
             }
             _ => {}
         }
@@ -84,14 +107,17 @@ pub async fn post_feedback(State(state): State<Arc<AppState>>, headers: HeaderMa
                     .call(call_id)?
                     .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
                 if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
-                    return Err(ApiError::invalid("episode_mismatch", format!("call `{call_id}` belongs to episode `{}`", call.episode_id)));
+                    return Err(ApiError::invalid(
+                        "episode_mismatch",
+                        format!("call `{call_id}` belongs to episode `{}`", call.episode_id),
+                    ));
                 }
                 (call.episode_id, call.agent)
             }
             (None, Some(episode_id)) => {
-                let agent = store
-                    .episode_agent(&episode_id)?
-                    .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`")))?;
+                let agent = store.episode_agent(&episode_id)?.ok_or_else(|| {
+                    ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
+                })?;
                 (episode_id, agent)
             }
             (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),

@@ -44,7 +44,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn not_found(request: Request) -> ApiError {
-    ApiError::not_found("unknown_route", format!("no route for {} {}", request.method(), request.uri().path()))
+    ApiError::not_found(
+        "unknown_route",
+        format!("no route for {} {}", request.method(), request.uri().path()),
+    )
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
@@ -104,8 +107,15 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> 
 
 /// Parses a JSON body into `T`, naming the field at fault.
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| ApiError::invalid("invalid_utf8", format!("request body is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to())))?;
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ApiError::invalid(
+            "invalid_utf8",
+            format!(
+                "request body is not valid UTF-8 (invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+        )
+    })?;
     let deserializer = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
@@ -128,6 +138,11 @@ pub(crate) fn header_value(text: &str) -> HeaderValue {
 pub(crate) fn json_response<T: serde::Serialize>(value: &T) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => ApiError::new(ErrorKind::Internal, "encode_failed", format!("cannot encode the response: {e}")).into_response(),
+        Err(e) => ApiError::new(
+            ErrorKind::Internal,
+            "encode_failed",
+            format!("cannot encode the response: {e}"),
+        )
+        .into_response(),
     }
 }

@@ -1,0 +1,206 @@
+//! Subcommands: `serve`, `config check`, `key new`.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use hone_config::Config;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "hone", version, about = "hone makes LLM agents learn in production.")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway: an OpenAI-compatible proxy that records every call.
+    Serve {
+        /// Config file (TOML). Without one, the built-in default is used.
+        #[arg(long, short, env = "HONE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Address to listen on (overrides gateway.listen).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Data directory (overrides gateway.data_dir).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Work with config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Make data-plane API keys.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file; exits non-zero naming the bad field.
+    Check { file: PathBuf },
+    /// Print the built-in default config.
+    Default,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// Generate a key; prints it once and the config entry holding its hash.
+    New {
+        /// A name for the key (shown in errors and logs).
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// Agents the key may use, comma-separated; `*` for all.
+        #[arg(long, default_value = "*", value_delimiter = ',')]
+        agents: Vec<String>,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+        } => serve(config, listen, data_dir),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => Ok(check(&file)),
+        Command::Config {
+            command: ConfigCommand::Default,
+        } => {
+            std::io::stdout().write_all(hone_config::DEFAULT_CONFIG.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Key {
+            command: KeyCommand::New { name, agents },
+        } => {
+            let key = format!("hone-{}", hex::encode(rand::random::<[u8; 24]>()));
+            let hash = hone_gateway::auth::sha256_hex(&key);
+            let agents = agents.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+            let mut out = std::io::stdout();
+            writeln!(
+                out,
+                "key (shown once; give it to the client as its API key):\n  {key}\n"
+            )?;
+            writeln!(out, "add to the config (only the hash is stored):\n[[gateway.api_keys]]\nname = {name:?}\nsha256 = \"{hash}\"\nagents = [{agents}]")?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn load(config: Option<&PathBuf>) -> Result<Config> {
+    match config {
+        Some(path) => hone_config::load_file(path).map_err(|e| anyhow::anyhow!("{e}")),
+        None => hone_config::load_str(hone_config::DEFAULT_CONFIG, std::path::Path::new("."), &|n| {
+            std::env::var(n).ok()
+        })
+        .map_err(|e| anyhow::anyhow!("built-in config: {e}")),
+    }
+}
+
+fn check(file: &PathBuf) -> ExitCode {
+    match hone_config::load_file(file) {
+        Ok(config) => {
+            let versions: usize = config.agents.values().map(|a| a.versions.len()).sum();
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}: ok ({} providers, {} agents, {} versions)",
+                file.display(),
+                config.providers.len(),
+                config.agents.len(),
+                versions
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve(config: Option<PathBuf>, listen: Option<SocketAddr>, data_dir: Option<PathBuf>) -> Result<ExitCode> {
+    let mut config = load(config.as_ref())?;
+    if let Some(listen) = listen {
+        config.gateway.listen = listen;
+    }
+    if let Some(dir) = data_dir {
+        config.set_data_dir(dir);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let address = config.gateway.listen;
+        if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {
+            tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
+        }
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))?;
+        let bound = listener.local_addr()?;
+        let agents: Vec<_> = config.agents.keys().cloned().collect();
+        let data_dir = config.gateway.data_dir.clone();
+        let gateway = hone_gateway::Gateway::start(config).context("cannot start the gateway")?;
+        tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1");
+        gateway.serve(listener, shutdown_signal()).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => tracing::info!("interrupt received; shutting down"),
+        () = terminate => tracing::info!("terminate received; shutting down"),
+    }
+}

@@ -1,0 +1,317 @@
+//! A fake OpenAI-compatible and Anthropic upstream on loopback, speaking the
+//! real wire formats (JSON and SSE). Its behaviour is chosen by the last user
+//! message, so each test scripts its own scenario:
+//!
+//! - `TOOL`: answers with a `get_weather` tool call (`BADTOOL`: an unknown tool)
+//! - `FAIL503ONCE:<key>` / `RATELIMITONCE:<key>`: fails the first try for that key
+//! - `ALWAYS500`: always fails with HTTP 500
+//! - `BADREQUEST`: answers HTTP 400 with an OpenAI error body
+//! - `SLOW:<ms>`: waits before answering (streams wait between chunks)
+//! - `CUT`: a stream that stops after two chunks without `[DONE]`
+//! - `ASK`: answers with a clarifying question
+//! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
+//!
+//! Every request body it receives is kept for assertions.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Seen {
+    pub requests: Vec<(String, Value, HeaderMap)>,
+    failures: HashMap<String, u32>,
+}
+
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Seen>>,
+}
+
+impl FakeUpstream {
+    pub async fn start() -> Self {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, seen }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn anthropic_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Request bodies received on a path, oldest first.
+    pub fn bodies(&self, path: &str) -> Vec<Value> {
+        self.seen
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|(p, _, _)| p == path)
+            .map(|(_, b, _)| b.clone())
+            .collect()
+    }
+
+    pub fn headers(&self) -> Vec<HeaderMap> {
+        self.seen
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .map(|(_, _, h)| h.clone())
+            .collect()
+    }
+}
+
+fn last_user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    // After a tool result the model answers in words.
+    if let Some(last) = messages.last().filter(|m| m["role"] == "tool") {
+        return format!("tool said {}", last["content"].as_str().unwrap_or_default());
+    }
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .cloned()
+        .unwrap_or(Value::Null);
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+enum Script {
+    Text(String),
+    Tool(&'static str),
+    Fail(StatusCode, Option<&'static str>),
+}
+
+fn script(seen: &Mutex<Seen>, text: &str) -> Script {
+    let once = |prefix: &str| -> Option<bool> {
+        let key = text.split_whitespace().find_map(|w| w.strip_prefix(prefix))?;
+        let mut seen = seen.lock().unwrap();
+        let count = seen.failures.entry(format!("{prefix}{key}")).or_default();
+        *count += 1;
+        Some(*count == 1)
+    };
+    if once("FAIL503ONCE:") == Some(true) {
+        return Script::Fail(StatusCode::SERVICE_UNAVAILABLE, None);
+    }
+    if once("RATELIMITONCE:") == Some(true) {
+        return Script::Fail(StatusCode::TOO_MANY_REQUESTS, Some("0"));
+    }
+    if text.contains("ALWAYS500") {
+        return Script::Fail(StatusCode::INTERNAL_SERVER_ERROR, None);
+    }
+    if text.contains("BADREQUEST") {
+        return Script::Fail(StatusCode::BAD_REQUEST, None);
+    }
+    if text.contains("BADTOOL") {
+        return Script::Tool("get_wether");
+    }
+    if text.contains("TOOL") {
+        return Script::Tool("get_weather");
+    }
+    if text.contains("ASK") {
+        return Script::Text("Which city do you mean?".into());
+    }
+    Script::Text(format!("Echo: {text}"))
+}
+
+fn slow_ms(text: &str) -> u64 {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("SLOW:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fail(status: StatusCode, retry_after: Option<&str>) -> Response {
+    let mut response = (status, Json(json!({"error": {"message": format!("fake upstream says {}", status.as_u16()), "type": "server_error", "code": null}}))).into_response();
+    if let Some(after) = retry_after {
+        response.headers_mut().insert("retry-after", after.parse().unwrap());
+    }
+    response
+}
+
+fn sse(frames: Vec<String>, delay: Duration, finish: bool) -> Response {
+    let stream = async_stream::stream! {
+        for frame in frames {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            yield Ok::<_, std::convert::Infallible>(bytes::Bytes::from(frame));
+        }
+        if finish {
+            yield Ok(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+fn logprobs_for(text: &str) -> Value {
+    json!({"content": text.split_inclusive(' ').enumerate().map(|(i, t)| json!({"token": t, "logprob": -0.1 * (i as f64 + 1.0), "bytes": t.as_bytes(), "top_logprobs": []})).collect::<Vec<_>>()})
+}
+
+async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    seen.lock()
+        .unwrap()
+        .requests
+        .push(("/v1/chat/completions".into(), body.clone(), headers));
+    let text = last_user_text(&body);
+    let model = body["model"].as_str().unwrap_or("fake").to_owned();
+    let delay = Duration::from_millis(slow_ms(&text));
+    let stream = body["stream"] == true;
+    let want_logprobs = body["logprobs"] == true;
+    let n = body["n"].as_u64().unwrap_or(1);
+    let script = script(&seen, &text);
+    if let Script::Fail(status, retry_after) = script {
+        return fail(status, retry_after);
+    }
+    if !stream && !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let id = "chatcmpl-fake";
+    let usage = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
+    match (script, stream) {
+        (Script::Text(answer), false) => {
+            let choices: Vec<Value> = (0..n)
+                .map(|i| {
+                    let mut c = json!({"index": i, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop", "token_ids": [101, 102, 103]});
+                    if want_logprobs {
+                        c["logprobs"] = logprobs_for(&answer);
+                    }
+                    c
+                })
+                .collect();
+            Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage})).into_response()
+        }
+        (Script::Tool(name), false) => Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\": \"Paris\"}"}}]}, "finish_reason": "tool_calls"}],
+            "usage": usage})).into_response(),
+        (script, true) => {
+            let chunk = |delta: Value, finish: Value| {
+                format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+            };
+            let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+            let finish_reason = match &script {
+                Script::Text(answer) => {
+                    for piece in answer.split_inclusive(' ') {
+                        let mut frame: Value = serde_json::from_str(chunk(json!({"content": piece}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
+                        if want_logprobs {
+                            frame["choices"][0]["logprobs"] = logprobs_for(piece);
+                        }
+                        frames.push(format!("data: {frame}\n\n"));
+                    }
+                    "stop"
+                }
+                Script::Tool(name) => {
+                    frames.push(chunk(json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}]}), Value::Null));
+                    for piece in ["{\"city\"", ": \"Par", "is\"}"] {
+                        frames.push(chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), Value::Null));
+                    }
+                    "tool_calls"
+                }
+                Script::Fail(..) => unreachable!(),
+            };
+            let cut = text.contains("CUT");
+            if cut {
+                frames.truncate(2);
+            } else {
+                frames.push(chunk(json!({}), json!(finish_reason)));
+                if body["stream_options"]["include_usage"] == true {
+                    frames.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [], "usage": usage})));
+                }
+            }
+            sse(frames, delay, !cut)
+        }
+        (Script::Fail(status, retry_after), false) => fail(status, retry_after),
+    }
+}
+
+async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    seen.lock()
+        .unwrap()
+        .requests
+        .push(("/v1/messages".into(), body.clone(), headers));
+    let text = last_user_text(&body);
+    let model = body["model"].as_str().unwrap_or("claude-fake").to_owned();
+    let script = script(&seen, &text);
+    if let Script::Fail(status, retry_after) = script {
+        let mut response = (status, Json(json!({"type": "error", "error": {"type": "api_error", "message": format!("fake anthropic says {}", status.as_u16())}}))).into_response();
+        if let Some(after) = retry_after {
+            response.headers_mut().insert("retry-after", after.parse().unwrap());
+        }
+        return response;
+    }
+    let (content, stop_reason) = match &script {
+        Script::Text(answer) => (json!([{"type": "text", "text": answer}]), "end_turn"),
+        Script::Tool(name) => (
+            json!([{"type": "text", "text": "Let me check."}, {"type": "tool_use", "id": "toolu_1", "name": name, "input": {"city": "Paris"}}]),
+            "tool_use",
+        ),
+        Script::Fail(..) => unreachable!(),
+    };
+    if body["stream"] != true {
+        return Json(
+            json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop_reason, "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 9}}),
+        )
+        .into_response();
+    }
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut frames = vec![event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null, "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+    )];
+    frames.push(event("ping", json!({"type": "ping"})));
+    for (index, block) in content.as_array().unwrap().iter().enumerate() {
+        if block["type"] == "text" {
+            frames.push(event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+            ));
+            for piece in block["text"].as_str().unwrap().split_inclusive(' ') {
+                frames.push(event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}})));
+            }
+        } else {
+            frames.push(event("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})));
+            for piece in ["{\"city\"", ": \"Paris\"}"] {
+                frames.push(event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}})));
+            }
+        }
+        frames.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    frames.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 9}})));
+    frames.push(event("message_stop", json!({"type": "message_stop"})));
+    sse(frames, Duration::ZERO, false)
+}

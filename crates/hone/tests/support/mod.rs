@@ -1,0 +1,195 @@
+//! Test support: the fake upstream and a handle on a real `hone serve`
+//! process listening on a loopback port.
+
+pub mod fake_upstream;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use fake_upstream::FakeUpstream;
+
+/// A running `hone serve`, killed when dropped.
+pub struct Hone {
+    pub child: Child,
+    pub addr: String,
+    pub dir: PathBuf,
+    config: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A config with providers `up` (OpenAI-compatible), `down` (refuses
+/// connections), `claude` (Anthropic) and agents using them.
+pub fn config(upstream: &FakeUpstream) -> String {
+    let dead = format!("http://127.0.0.1:{}/v1", free_port());
+    format!(
+        r#"
+[providers.up]
+type = "openai"
+base_url = "{up}"
+api_key_env = "HONE_TEST_UPSTREAM_KEY"
+max_retries = 2
+backoff_ms = 10
+timeout_ms = 3000
+[providers.up.prices."fake-model"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+
+[providers.down]
+type = "openai"
+base_url = "{dead}"
+max_retries = 1
+backoff_ms = 10
+connect_timeout_ms = 500
+
+[providers.claude]
+type = "anthropic"
+base_url = "{anthropic}"
+api_key_env = "HONE_TEST_ANTHROPIC_KEY"
+max_retries = 1
+backoff_ms = 10
+
+[agents.assistant.versions.v1]
+provider = "up"
+model = "fake-model"
+system = "You are terse."
+
+[agents.fallback.versions.v1]
+provider = "down"
+model = "dead-model"
+fallbacks = [{{ provider = "up", model = "fake-model" }}]
+
+[agents.claude.versions.v1]
+provider = "claude"
+model = "claude-fake"
+
+[metrics.resolved]
+type = "boolean"
+level = "episode"
+
+[metrics.rating]
+type = "float"
+level = "call"
+"#,
+        up = upstream.base_url(),
+        anthropic = upstream.anthropic_url(),
+    )
+}
+
+impl Hone {
+    /// Starts hone with `config_text` in a fresh data directory.
+    pub fn start(config_text: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Self::start_in(&dir, config_text, &[])
+    }
+
+    pub fn start_in(dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Self {
+        let config = dir.join("hone.toml");
+        std::fs::write(&config, config_text).unwrap();
+        let mut hone = Self {
+            child: Command::new("true").spawn().unwrap(),
+            addr: String::new(),
+            dir: dir.to_owned(),
+            config,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        hone.spawn();
+        hone
+    }
+
+    fn spawn(&mut self) {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("hone.log"))
+            .unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hone"));
+        command
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .args(["--listen", &addr, "--data-dir"])
+            .arg(self.dir.join("data"))
+            .env("HONE_TEST_UPSTREAM_KEY", "sk-upstream-secret")
+            .env("HONE_TEST_ANTHROPIC_KEY", "sk-ant-secret")
+            .env("HONE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        self.child = command.spawn().unwrap();
+        self.addr = addr;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(&self.addr).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("hone exited during start-up ({status}); log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("hone did not start listening; log:\n{}", self.log());
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hone.log")).unwrap_or_default()
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.join("data").join("hone.db")
+    }
+
+    /// `kill -9`, as a crash would.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// Starts again on the same data directory (a new port).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.spawn();
+    }
+}
+
+impl Drop for Hone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+pub fn chat(model: &str, text: &str) -> serde_json::Value {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
+}

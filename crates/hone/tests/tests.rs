@@ -1,0 +1,13 @@
+//! End-to-end tests of the real `hone` binary on loopback, one test binary:
+//! - `e2e`: chat (JSON, SSE, tools), retries, fallback, Anthropic, episodes, feedback, metrics
+//! - `bad_input`: every kind of bad request gets a clear OpenAI-style error and writes nothing
+//! - `crash`: `kill -9` under load loses no call whose response was delivered
+//! - `python_sdk`: the official `openai` Python SDK drives the gateway
+//! - `cli`: `hone config check` on good and bad configs, `hone key new`
+
+mod bad_input;
+mod cli;
+mod crash;
+mod e2e;
+mod python_sdk;
+mod support;
