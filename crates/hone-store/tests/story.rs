@@ -28,8 +28,8 @@ fn story(store: &dyn Store) {
         created_by: "config".into(),
         created_at: 1,
     };
-    store.upsert_versions(&[record.clone()]).unwrap();
-    store.upsert_versions(&[record.clone()]).unwrap();
+    store.upsert_versions(std::slice::from_ref(&record)).unwrap();
+    store.upsert_versions(std::slice::from_ref(&record)).unwrap();
     assert_eq!(store.version(&spec.id()).unwrap(), Some(record.clone()));
     assert_eq!(store.versions(Some("assistant")).unwrap().len(), 1);
     assert!(store.versions(Some("other")).unwrap().is_empty());

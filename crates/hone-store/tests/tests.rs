@@ -3,6 +3,9 @@
 //! - `recorder`: group commit, durability across reopen, spool and replay
 //!   while another connection holds the database locked.
 
+// Helpers outside #[test] functions unwrap too: a failing test should say where.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+
 mod common;
 mod recorder;
 mod story;

@@ -138,7 +138,7 @@ fn load(config: Option<&PathBuf>) -> Result<Config> {
     }
 }
 
-fn check(file: &PathBuf) -> ExitCode {
+fn check(file: &std::path::Path) -> ExitCode {
     match hone_config::load_file(file) {
         Ok(config) => {
             let versions: usize = config.agents.values().map(|a| a.versions.len()).sum();
