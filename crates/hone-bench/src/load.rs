@@ -1,0 +1,128 @@
+//! An open-loop load generator over raw HTTP/1.1 keep-alive connections.
+//!
+//! Request `i` is due at `start + i / rate` whatever happened before it, so a
+//! slow server cannot slow the load down (no coordinated omission beyond the
+//! timer's 1 ms granularity); latency runs from the moment a request is
+//! written to the moment its whole response is read. Requests are pre-encoded
+//! and responses parsed minimally, so the generator costs little CPU.
+
+use anyhow::{bail, Context, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CONNECTIONS: usize = 64;
+
+pub struct Report {
+    latencies_ms: Vec<f64>,
+    pub ok: u64,
+    pub errors: u64,
+    elapsed: Duration,
+}
+
+impl Report {
+    pub fn p(&self, q: f64) -> f64 {
+        if self.latencies_ms.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.latencies_ms.len() as f64 - 1.0) * q).round() as usize;
+        self.latencies_ms[i]
+    }
+
+    pub fn achieved_rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length; returns its status.
+async fn read_response(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<u16> {
+    buffer.clear();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = std::str::from_utf8(&buffer[..end])?;
+            let status: u16 = head.get(9..12).context("short status line")?.parse()?;
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim()))
+                .context("no content-length")?
+                .parse()?;
+            while buffer.len() < end + 4 + length {
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    bail!("connection closed mid-body");
+                }
+                buffer.extend_from_slice(&chunk[..n]);
+            }
+            return Ok(status);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed");
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Report> {
+    let mut request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    let request = Arc::new(request);
+    let total = (rate * seconds) as u64;
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now() + Duration::from_millis(50);
+    let mut workers = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let (request, next) = (request.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+            stream.set_nodelay(true)?;
+            let mut buffer = Vec::with_capacity(4096);
+            let (mut latencies, mut errors) = (Vec::new(), 0u64);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate)).into()).await;
+                let sent = Instant::now();
+                stream.write_all(&request).await?;
+                match read_response(&mut stream, &mut buffer).await {
+                    Ok(200) => latencies.push(sent.elapsed().as_secs_f64() * 1000.0),
+                    Ok(_) => errors += 1,
+                    Err(_) => {
+                        errors += 1;
+                        stream = TcpStream::connect(("127.0.0.1", port)).await?;
+                        stream.set_nodelay(true)?;
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>((latencies, errors))
+        }));
+    }
+    let mut report = Report { latencies_ms: Vec::new(), ok: 0, errors: 0, elapsed: Duration::ZERO };
+    for worker in workers {
+        let (latencies, errors) = worker.await??;
+        report.ok += latencies.len() as u64;
+        report.latencies_ms.extend(latencies);
+        report.errors += errors;
+    }
+    report.elapsed = start.elapsed();
+    report.latencies_ms.sort_by(f64::total_cmp);
+    Ok(report)
+}
+
+/// A plain GET, for reading `/metrics`.
+pub async fn get(port: u16, path: &str) -> Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text)
+}

@@ -1,0 +1,147 @@
+//! `hone-bench gateway`: measures what hone adds to a call.
+//!
+//! It starts a fast upstream (a fixed `chat.completion`) and `hone serve`
+//! (release build, recording on and durable) as separate processes, then for
+//! each rate sends the same open-loop load first straight to the upstream and
+//! then through hone, and prints latency percentiles, the overhead (through
+//! hone minus direct), hone's CPU time per request, and rows written vs.
+//! responses received. Output is a report for a person; nothing is asserted.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod load;
+mod upstream;
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("upstream") => {
+            let port: u16 = args.get(1).context("usage: hone-bench upstream PORT")?.parse()?;
+            upstream::serve(port)
+        }
+        Some("gateway") => gateway(&args[1..]),
+        _ => bail!("usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] | hone-bench upstream PORT"),
+    }
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(port: u16) -> Result<()> {
+    for _ in 0..500 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("nothing listens on port {port}")
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = stat.rsplit_once(')').context("bad /proc stat")?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+fn gateway(args: &[String]) -> Result<()> {
+    let hone = PathBuf::from(flag(args, "--hone").unwrap_or("target/release/hone"));
+    let seconds: f64 = flag(args, "--seconds").unwrap_or("10").parse()?;
+    let rates: Vec<f64> = flag(args, "--rates").unwrap_or("500,1000,2000").split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let me = std::env::current_exe()?;
+
+    let upstream_port = free_port()?;
+    let _upstream = Process(Command::new(&me).args(["upstream", &upstream_port.to_string()]).spawn()?);
+    wait_for(upstream_port)?;
+
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("bench.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:{upstream_port}/v1\"\n\
+             [agents.assistant.versions.v1]\nprovider = \"up\"\nmodel = \"fast\"\n"
+        ),
+    )?;
+    let hone_port = free_port()?;
+    let hone_child = Command::new(&hone)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{hone_port}"), "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("HONE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {} (build it with `cargo build --release -p hone`)", hone.display()))?;
+    let hone_pid = hone_child.id();
+    let _hone = Process(hone_child);
+    wait_for(hone_port)?;
+
+    let body = serde_json::to_vec(&serde_json::json!({
+        "model": "assistant",
+        "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is the capital of France?"}],
+        "temperature": 0.2
+    }))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (SQLite WAL, group commit; a response is sent only after its call is committed)");
+    println!("hone: {}  (pid {hone_pid})\n", hone.display());
+    // Warm both paths (connection pools, page cache).
+    runtime.block_on(load::run(upstream_port, &body, 500.0, 1.0))?;
+    runtime.block_on(load::run(hone_port, &body, 500.0, 1.0))?;
+
+    println!("{:>6} | {:>10} {:>10} | {:>10} {:>10} | {:>9} {:>9} | {:>9} | {:>6} | {:>12}", "rate", "direct p50", "direct p99", "hone p50", "hone p99", "ovh p50", "ovh p99", "achieved", "errors", "CPU/request");
+    let mut received = 0u64;
+    for &rate in &rates {
+        let direct = runtime.block_on(load::run(upstream_port, &body, rate, seconds))?;
+        let cpu_before = cpu_seconds(hone_pid)?;
+        let through = runtime.block_on(load::run(hone_port, &body, rate, seconds))?;
+        let cpu = cpu_seconds(hone_pid)? - cpu_before;
+        received += through.ok;
+        println!(
+            "{:>6} | {:>8.3}ms {:>8.3}ms | {:>8.3}ms {:>8.3}ms | {:>7.3}ms {:>7.3}ms | {:>7.0}/s | {:>6} | {:>10.3}ms",
+            rate,
+            direct.p(0.50),
+            direct.p(0.99),
+            through.p(0.50),
+            through.p(0.99),
+            through.p(0.50) - direct.p(0.50),
+            through.p(0.99) - direct.p(0.99),
+            through.achieved_rate(),
+            through.errors + direct.errors,
+            cpu * 1000.0 / through.ok.max(1) as f64,
+        );
+    }
+    // Warm-up runs were recorded too.
+    let warmup = 500;
+    std::thread::sleep(Duration::from_millis(300));
+    let metrics = runtime.block_on(load::get(hone_port, "/metrics"))?;
+    let written: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hone_recorder_rows_written_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    println!("\nrows written {} = responses received {} (+{warmup} warm-up): {}", written, received, if written == received + warmup { "yes" } else { "NO" });
+    println!("ovh = through-hone percentile minus direct percentile; CPU/request = hone's user+system CPU time / requests answered.");
+    Ok(())
+}
