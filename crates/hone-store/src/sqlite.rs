@@ -8,7 +8,8 @@ use hone_types::{
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Schema migrations, applied in order; the index is the schema version.
@@ -17,11 +18,21 @@ const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")
 /// Readers kept open between requests.
 const READER_POOL: usize = 4;
 
+/// How often the background thread checkpoints the WAL.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
 pub struct SqliteStore {
     path: PathBuf,
+    checkpoint_stop: Arc<AtomicBool>,
     full_sync: bool,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.checkpoint_stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -50,7 +61,27 @@ impl SqliteStore {
         }
         let mut writer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
         Self::migrate(&mut writer).map_err(|e| open_err(&e))?;
+        // Checkpoints move the WAL into the database file. Run inside a
+        // commit they stall it for milliseconds (the p99 of every call that
+        // waits on that commit), so the writer never checkpoints and a
+        // background thread does it between commits.
+        writer.pragma_update(None, "wal_autocheckpoint", 0).map_err(|e| open_err(&e))?;
+        let checkpointer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = stop.clone();
+        std::thread::Builder::new()
+            .name("hone-checkpoint".into())
+            .spawn(move || {
+                while !stop_flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(CHECKPOINT_EVERY);
+                    if let Err(e) = checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                        tracing::debug!(error = %e, "WAL checkpoint skipped");
+                    }
+                }
+            })
+            .map_err(|e| open_err(&e))?;
         Ok(Self {
+            checkpoint_stop: stop,
             path: path.to_owned(),
             full_sync,
             writer: Mutex::new(writer),
