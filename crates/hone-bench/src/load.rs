@@ -46,7 +46,11 @@ async fn read_response(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<u
             let status: u16 = head.get(9..12).context("short status line")?.parse()?;
             let length: usize = head
                 .lines()
-                .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim()))
+                .find_map(|l| {
+                    l.split_once(':')
+                        .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .map(|(_, v)| v.trim())
+                })
                 .context("no content-length")?
                 .parse()?;
             while buffer.len() < end + 4 + length {
@@ -106,7 +110,12 @@ pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Repo
             Ok::<_, anyhow::Error>((latencies, errors))
         }));
     }
-    let mut report = Report { latencies_ms: Vec::new(), ok: 0, errors: 0, elapsed: Duration::ZERO };
+    let mut report = Report {
+        latencies_ms: Vec::new(),
+        ok: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+    };
     for worker in workers {
         let (latencies, errors) = worker.await??;
         report.ok += latencies.len() as u64;
@@ -121,7 +130,9 @@ pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Repo
 /// A plain GET, for reading `/metrics`.
 pub async fn get(port: u16, path: &str) -> Result<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
     let mut text = String::new();
     stream.read_to_string(&mut text).await?;
     Ok(text)

@@ -25,12 +25,17 @@ fn main() -> Result<()> {
             upstream::serve(port)
         }
         Some("gateway") => gateway(&args[1..]),
-        _ => bail!("usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] | hone-bench upstream PORT"),
+        _ => bail!(
+            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] | hone-bench upstream PORT"
+        ),
     }
 }
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
 }
 
 fn free_port() -> Result<u16> {
@@ -68,11 +73,19 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
 fn gateway(args: &[String]) -> Result<()> {
     let hone = PathBuf::from(flag(args, "--hone").unwrap_or("target/release/hone"));
     let seconds: f64 = flag(args, "--seconds").unwrap_or("10").parse()?;
-    let rates: Vec<f64> = flag(args, "--rates").unwrap_or("500,1000,2000").split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let rates: Vec<f64> = flag(args, "--rates")
+        .unwrap_or("500,1000,2000")
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
     let me = std::env::current_exe()?;
 
     let upstream_port = free_port()?;
-    let _upstream = Process(Command::new(&me).args(["upstream", &upstream_port.to_string()]).spawn()?);
+    let _upstream = Process(
+        Command::new(&me)
+            .args(["upstream", &upstream_port.to_string()])
+            .spawn()?,
+    );
     wait_for(upstream_port)?;
 
     let dir = tempfile::tempdir()?;
@@ -93,7 +106,12 @@ fn gateway(args: &[String]) -> Result<()> {
         .env("HONE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
-        .with_context(|| format!("cannot start {} (build it with `cargo build --release -p hone`)", hone.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot start {} (build it with `cargo build --release -p hone`)",
+                hone.display()
+            )
+        })?;
     let hone_pid = hone_child.id();
     let _hone = Process(hone_child);
     wait_for(hone_port)?;
@@ -110,7 +128,19 @@ fn gateway(args: &[String]) -> Result<()> {
     runtime.block_on(load::run(upstream_port, &body, 500.0, 1.0))?;
     runtime.block_on(load::run(hone_port, &body, 500.0, 1.0))?;
 
-    println!("{:>6} | {:>10} {:>10} | {:>10} {:>10} | {:>9} {:>9} | {:>9} | {:>6} | {:>12}", "rate", "direct p50", "direct p99", "hone p50", "hone p99", "ovh p50", "ovh p99", "achieved", "errors", "CPU/request");
+    println!(
+        "{:>6} | {:>10} {:>10} | {:>10} {:>10} | {:>9} {:>9} | {:>9} | {:>6} | {:>12}",
+        "rate",
+        "direct p50",
+        "direct p99",
+        "hone p50",
+        "hone p99",
+        "ovh p50",
+        "ovh p99",
+        "achieved",
+        "errors",
+        "CPU/request"
+    );
     let mut received = 0u64;
     for &rate in &rates {
         let direct = runtime.block_on(load::run(upstream_port, &body, rate, seconds))?;
@@ -141,7 +171,12 @@ fn gateway(args: &[String]) -> Result<()> {
         .find_map(|l| l.strip_prefix("hone_recorder_rows_written_total "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    println!("\nrows written {} = responses received {} (+{warmup} warm-up): {}", written, received, if written == received + warmup { "yes" } else { "NO" });
+    println!(
+        "\nrows written {} = responses received {} (+{warmup} warm-up): {}",
+        written,
+        received,
+        if written == received + warmup { "yes" } else { "NO" }
+    );
     println!("ovh = through-hone percentile minus direct percentile; CPU/request = hone's user+system CPU time / requests answered.");
     Ok(())
 }

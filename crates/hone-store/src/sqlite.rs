@@ -65,7 +65,9 @@ impl SqliteStore {
         // commit they stall it for milliseconds (the p99 of every call that
         // waits on that commit), so the writer never checkpoints and a
         // background thread does it between commits.
-        writer.pragma_update(None, "wal_autocheckpoint", 0).map_err(|e| open_err(&e))?;
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|e| open_err(&e))?;
         let checkpointer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();

@@ -45,7 +45,12 @@ fn request() -> impl Strategy<Value = Value> {
 
 fn without_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
         Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
         other => other,
     }
