@@ -2,8 +2,9 @@
 //! requests are rewritten to `POST /v1/messages`, answers and stream events
 //! are rewritten back into OpenAI responses and chunks.
 
-use super::{http_client, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent};
-use crate::sse::SseParser;
+use super::{
+    http_client, sse_events, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent,
+};
 use futures::StreamExt;
 use hone_config::ProviderConfig;
 use hone_types::openai::{
@@ -76,33 +77,23 @@ impl Provider for AnthropicProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
-        let mut body = response.bytes_stream();
+        let events = sse_events(response, timeout);
         let stream = async_stream::stream! {
-            let mut parser = SseParser::default();
+            futures::pin_mut!(events);
             let mut converter = StreamConverter::new(unix_now());
-            loop {
-                while let Some(event) = parser.next_event() {
-                    let name = event.event.as_deref().unwrap_or_default();
-                    if let Some(item) = converter.on_event(name, &event.data) {
-                        let failed = item.is_err();
-                        yield item.map(|chunk| StreamEvent { chunk, raw: None });
-                        if failed || converter.done {
-                            return;
-                        }
-                    }
-                }
-                match tokio::time::timeout(timeout, body.next()).await {
-                    Ok(Some(Ok(bytes))) => parser.push(&bytes),
-                    Ok(Some(Err(e))) => {
-                        yield Err(transport_error(e, timeout));
+            while let Some(event) = events.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        yield Err(e);
                         return;
                     }
-                    Ok(None) => {
-                        yield Err(ProviderError::Protocol("the stream ended without message_stop".into()));
-                        return;
-                    }
-                    Err(_) => {
-                        yield Err(ProviderError::Timeout(timeout));
+                };
+                let name = event.event.as_deref().unwrap_or_default();
+                if let Some(item) = converter.on_event(name, &event.data) {
+                    let failed = item.is_err();
+                    yield item.map(|chunk| StreamEvent { chunk, raw: None });
+                    if failed || converter.done {
                         return;
                     }
                 }
@@ -628,6 +619,7 @@ impl StreamConverter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sse::SseParser;
     use hone_types::stream::StreamAccumulator;
 
     fn mapped(request: Value) -> Result<Value, ProviderError> {

@@ -139,6 +139,41 @@ pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, St
         .map_err(|e| format!("provider `{}`: cannot build the HTTP client: {e}", config.name))
 }
 
+/// The SSE events of a streamed upstream response. Each read waits at most
+/// `timeout`; a transport error, a time-out, or the body ending (a complete
+/// stream is ended by its consumer at its own end marker first) is yielded as
+/// an error, after which the stream stops.
+pub(crate) fn sse_events(
+    response: reqwest::Response,
+    timeout: Duration,
+) -> impl futures::Stream<Item = Result<crate::sse::SseEvent, ProviderError>> + Send {
+    use futures::StreamExt;
+    let mut body = response.bytes_stream();
+    async_stream::stream! {
+        let mut parser = crate::sse::SseParser::default();
+        loop {
+            while let Some(event) = parser.next_event() {
+                yield Ok(event);
+            }
+            match tokio::time::timeout(timeout, body.next()).await {
+                Ok(Some(Ok(bytes))) => parser.push(&bytes),
+                Ok(Some(Err(e))) => {
+                    yield Err(transport_error(e, timeout));
+                    return;
+                }
+                Ok(None) => {
+                    yield Err(ProviderError::Protocol("the stream ended before its end marker".into()));
+                    return;
+                }
+                Err(_) => {
+                    yield Err(ProviderError::Timeout(timeout));
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Maps a reqwest failure to a provider error.
 pub(crate) fn transport_error(e: reqwest::Error, timeout: Duration) -> ProviderError {
     if e.is_timeout() {

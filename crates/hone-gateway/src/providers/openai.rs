@@ -2,8 +2,9 @@
 //! Requests pass through as JSON with only `model` changed; streams pass
 //! through byte for byte (each chunk is also parsed for the recorder).
 
-use super::{http_client, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent};
-use crate::sse::SseParser;
+use super::{
+    http_client, sse_events, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent,
+};
 use futures::StreamExt;
 use hone_config::ProviderConfig;
 use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, StreamOptions};
@@ -76,29 +77,15 @@ impl Provider for OpenAiProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
-        let timeout = self.timeout;
-        let mut body = response.bytes_stream();
+        let events = sse_events(response, self.timeout);
         let stream = async_stream::stream! {
-            let mut parser = SseParser::default();
-            loop {
-                while let Some(event) = parser.next_event() {
-                    if &event.data[..] == b"[DONE]" {
-                        return;
-                    }
-                    yield parse_chunk(event.data);
-                }
-                match tokio::time::timeout(timeout, body.next()).await {
-                    Ok(Some(Ok(bytes))) => parser.push(&bytes),
-                    Ok(Some(Err(e))) => {
-                        yield Err(transport_error(e, timeout));
-                        return;
-                    }
-                    Ok(None) => {
-                        yield Err(ProviderError::Protocol("the stream ended without [DONE]".into()));
-                        return;
-                    }
-                    Err(_) => {
-                        yield Err(ProviderError::Timeout(timeout));
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) if &event.data[..] == b"[DONE]" => return,
+                    Ok(event) => yield parse_chunk(event.data),
+                    Err(e) => {
+                        yield Err(e);
                         return;
                     }
                 }
