@@ -99,29 +99,68 @@ impl Metrics {
                 }
             }
         }
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-        };
-        let gauge = |out: &mut String, name: &str, help: &str, value: i64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
-        };
-        counter(
-            &mut out,
-            "hone_upstream_errors_total",
-            "Chat calls that failed on every provider.",
-            self.upstream_errors.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_upstream_retries_total",
-            "Upstream attempts beyond the first.",
-            self.upstream_retries.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_client_disconnects_total",
-            "Chat calls whose client left before the end.",
-            self.client_disconnects.load(Ordering::Relaxed),
+        let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        let lines: [(&str, &str, u64); 10] = [
+            (
+                "hone_upstream_errors_total",
+                "Chat calls that failed on every provider.",
+                load(&self.upstream_errors),
+            ),
+            (
+                "hone_upstream_retries_total",
+                "Upstream attempts beyond the first.",
+                load(&self.upstream_retries),
+            ),
+            (
+                "hone_client_disconnects_total",
+                "Chat calls whose client left before the end.",
+                load(&self.client_disconnects),
+            ),
+            (
+                "hone_recorder_rows_written_total",
+                "Calls committed to the store.",
+                load(&recorder.rows_written),
+            ),
+            (
+                "hone_recorder_rows_spooled_total",
+                "Calls written to the disk spool.",
+                load(&recorder.rows_spooled),
+            ),
+            (
+                "hone_recorder_rows_replayed_total",
+                "Spooled calls replayed into the store.",
+                load(&recorder.rows_replayed),
+            ),
+            (
+                "hone_recorder_batches_total",
+                "Group-commit batches.",
+                load(&recorder.batches),
+            ),
+            (
+                "hone_recorder_store_failures_total",
+                "Batches the store refused.",
+                load(&recorder.store_failures),
+            ),
+            (
+                "hone_recorder_refused_total",
+                "Calls that could be neither stored nor spooled (their requests failed).",
+                load(&recorder.lost_and_refused),
+            ),
+            (
+                "hone_recorder_spool_bytes",
+                "Bytes of calls spooled to disk while the database is unavailable.",
+                load(&recorder.spool_bytes),
+            ),
+        ];
+        for (name, help, value) in lines {
+            // The spool size goes up and down: a gauge; everything else only counts up.
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+        let queue = recorder.queue_depth.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP hone_recorder_queue_depth Calls waiting to be written.\n# TYPE hone_recorder_queue_depth gauge\nhone_recorder_queue_depth {queue}"
         );
         self.request_seconds.render(
             &mut out,
@@ -137,54 +176,6 @@ impl Metrics {
             &mut out,
             "hone_gateway_overhead_seconds",
             "Chat call latency minus upstream time.",
-        );
-        gauge(
-            &mut out,
-            "hone_recorder_queue_depth",
-            "Calls waiting to be written.",
-            recorder.queue_depth.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "hone_recorder_spool_bytes",
-            "Bytes of calls spooled to disk while the database is unavailable.",
-            recorder.spool_bytes.load(Ordering::Relaxed) as i64,
-        );
-        counter(
-            &mut out,
-            "hone_recorder_rows_written_total",
-            "Calls committed to the store.",
-            recorder.rows_written.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_recorder_rows_spooled_total",
-            "Calls written to the disk spool.",
-            recorder.rows_spooled.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_recorder_rows_replayed_total",
-            "Spooled calls replayed into the store.",
-            recorder.rows_replayed.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_recorder_batches_total",
-            "Group-commit batches.",
-            recorder.batches.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_recorder_store_failures_total",
-            "Batches the store refused.",
-            recorder.store_failures.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "hone_recorder_refused_total",
-            "Calls that could be neither stored nor spooled (their requests failed).",
-            recorder.lost_and_refused.load(Ordering::Relaxed),
         );
         out
     }

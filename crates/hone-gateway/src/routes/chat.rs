@@ -304,19 +304,22 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         let _ = reply.send(durable.map_err(recorder_error).and(client_reply));
     });
     match answer.await {
-        Ok(Ok(body)) => {
-            let mut response = ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
-            response.headers_mut().extend(headers);
-            response
-        }
+        Ok(Ok(body)) => with_headers(
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
+            headers,
+        ),
         Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => ApiError::new(
-            ErrorKind::Internal,
-            "call_task_failed",
-            "the call's task ended without an answer",
-        )
-        .into_response(),
+        Err(_) => task_ended_without_answer(),
     }
+}
+
+fn task_ended_without_answer() -> Response {
+    ApiError::new(
+        ErrorKind::Internal,
+        "call_task_failed",
+        "the call's task ended without an answer",
+    )
+    .into_response()
 }
 
 fn with_headers(mut response: Response, headers: [(axum::http::HeaderName, HeaderValue); 3]) -> Response {
@@ -467,11 +470,6 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
             response
         }
         Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => ApiError::new(
-            ErrorKind::Internal,
-            "call_task_failed",
-            "the call's task ended without an answer",
-        )
-        .into_response(),
+        Err(_) => task_ended_without_answer(),
     }
 }

@@ -78,16 +78,15 @@ pub async fn list(
             .filter(|s| !s.is_empty())
             .collect()
     });
-    let agents = match (requested, principal.agent_scope()) {
-        (Some(list), scope) => {
+    // An explicit list must be within the caller's scope; no list means the whole scope.
+    let agents = match requested {
+        Some(list) => {
             for agent in &list {
                 principal.check_agent(agent)?;
             }
-            let _ = scope;
             Some(list)
         }
-        (None, Some(scope)) => Some(scope.to_vec()),
-        (None, None) => None,
+        None => principal.agent_scope().map(<[String]>::to_vec),
     };
     let query = EpisodeQuery {
         agents,

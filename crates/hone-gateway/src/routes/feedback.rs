@@ -37,7 +37,7 @@ pub async fn post_feedback(
     let bytes = read_body(body, &headers, state.config.gateway.max_body_bytes).await?;
     let request: FeedbackRequest = parse_json(&bytes)?;
 
-    let name = request.name.trim();
+    let name = request.name.trim().to_owned();
     if name.is_empty() || name.len() > 128 {
         return Err(
             ApiError::invalid("invalid_name", "`name` must be 1 to 128 characters").with_param(Some("name".into()))
@@ -50,7 +50,7 @@ pub async fn post_feedback(
         )
         .with_param(Some("comment".into())));
     }
-    let metric = state.config.metrics.get(name);
+    let metric = state.config.metrics.get(&name);
     let value = SignalValue::from_json(&request.value, metric.map(|m| m.kind)).map_err(|m| {
         ApiError::invalid("invalid_value", format!("metric `{name}`: {m}")).with_param(Some("value".into()))
     })?;
@@ -127,7 +127,7 @@ pub async fn post_feedback(
             id: uuid::Uuid::now_v7(),
             episode_id,
             call_id,
-            name: name_owned(&request.name),
+            name,
             value,
             source: request.source.unwrap_or_default(),
             comment: request.comment,
@@ -143,8 +143,4 @@ pub async fn post_feedback(
         "episode_id": signal.episode_id,
         "call_id": signal.call_id,
     })))
-}
-
-fn name_owned(name: &str) -> String {
-    name.trim().to_owned()
 }
