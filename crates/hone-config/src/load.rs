@@ -256,7 +256,7 @@ impl Loader<'_> {
                 Some(n) => n,
                 None => 512,
             },
-            spool_retry: ms(raw.recorder.spool_retry_ms, 1000),
+            store_retry: ms(raw.recorder.store_retry_ms, 1000),
         };
         let metrics = raw
             .metrics

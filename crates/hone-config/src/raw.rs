@@ -62,7 +62,8 @@ pub struct RawSqlite {
 #[serde(deny_unknown_fields)]
 pub struct RawRecorder {
     pub max_batch: Option<usize>,
-    pub spool_retry_ms: Option<u64>,
+    #[serde(alias = "spool_retry_ms")]
+    pub store_retry_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -67,8 +67,8 @@ pub struct StoreConfig {
 pub struct RecorderConfig {
     /// Most calls written in one transaction.
     pub max_batch: usize,
-    /// How often the spool is retried while the database is unavailable.
-    pub spool_retry: Duration,
+    /// How often an unavailable database is retried (calls wait in the journal).
+    pub store_retry: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -100,7 +100,7 @@ impl Metrics {
             }
         }
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let lines: [(&str, &str, u64); 10] = [
+        let lines: [(&str, &str, u64); 13] = [
             (
                 "hone_upstream_errors_total",
                 "Chat calls that failed on every provider.",
@@ -117,18 +117,18 @@ impl Metrics {
                 load(&self.client_disconnects),
             ),
             (
+                "hone_recorder_rows_journaled_total",
+                "Calls appended to the journal (acknowledged).",
+                load(&recorder.rows_journaled),
+            ),
+            (
                 "hone_recorder_rows_written_total",
                 "Calls committed to the store.",
                 load(&recorder.rows_written),
             ),
             (
-                "hone_recorder_rows_spooled_total",
-                "Calls written to the disk spool.",
-                load(&recorder.rows_spooled),
-            ),
-            (
                 "hone_recorder_rows_replayed_total",
-                "Spooled calls replayed into the store.",
+                "Calls copied into the store from journal files (at start, after an outage).",
                 load(&recorder.rows_replayed),
             ),
             (
@@ -143,25 +143,35 @@ impl Metrics {
             ),
             (
                 "hone_recorder_refused_total",
-                "Calls that could be neither stored nor spooled (their requests failed).",
+                "Calls that could not be journaled (their requests failed).",
                 load(&recorder.lost_and_refused),
             ),
             (
+                "hone_recorder_corrupt_lines_total",
+                "Unreadable journal lines found at start (kept in *.jsonl.corrupt files).",
+                load(&recorder.corrupt_lines),
+            ),
+            (
                 "hone_recorder_spool_bytes",
-                "Bytes of calls spooled to disk while the database is unavailable.",
-                load(&recorder.spool_bytes),
+                "Bytes of acknowledged calls waiting in the on-disk journal for the store.",
+                recorder.spool_bytes(),
+            ),
+            (
+                "hone_recorder_store_unavailable",
+                "1 while the store cannot be written and calls wait in the journal.",
+                load(&recorder.store_unavailable),
+            ),
+            (
+                "hone_recorder_queue_depth",
+                "Acknowledged calls not yet in the store.",
+                recorder.queue_depth(),
             ),
         ];
         for (name, help, value) in lines {
-            // The spool size goes up and down: a gauge; everything else only counts up.
+            // Sizes and states go up and down: gauges; everything named _total only counts up.
             let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
-        let queue = recorder.queue_depth.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP hone_recorder_queue_depth Calls waiting to be written.\n# TYPE hone_recorder_queue_depth gauge\nhone_recorder_queue_depth {queue}"
-        );
         self.request_seconds.render(
             &mut out,
             "hone_request_duration_seconds",

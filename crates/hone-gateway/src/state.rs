@@ -4,6 +4,7 @@
 
 use crate::auth::Auth;
 use crate::dispatch::{ProviderEntry, Providers};
+use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
 use crate::providers::AnyProvider;
 use crate::routing::AgentRoutes;
@@ -19,7 +20,7 @@ use tokio_util::task::TaskTracker;
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot start the recorder (spool directory {path}): {source}")]
+    #[error("cannot start the recorder (journal directory {path}): {source}")]
     Recorder { path: String, source: std::io::Error },
     #[error("{0}")]
     Provider(String),
@@ -115,18 +116,18 @@ impl AppState {
             );
         }
 
-        let spool_dir = config.gateway.data_dir.join("spool");
+        let journal_dir = config.gateway.data_dir.join("journal");
         let recorder = Recorder::start(
             store.clone(),
             RecorderOptions {
-                spool_dir: spool_dir.clone(),
+                journal_dir: journal_dir.clone(),
                 max_batch: config.recorder.max_batch,
-                spool_retry: config.recorder.spool_retry,
+                store_retry: config.recorder.store_retry,
                 full_sync: config.store.synchronous == hone_config::Synchronous::Full,
             },
         )
         .map_err(|source| StartError::Recorder {
-            path: spool_dir.display().to_string(),
+            path: journal_dir.display().to_string(),
             source,
         })?;
 
@@ -141,5 +142,26 @@ impl AppState {
             tasks: TaskTracker::new(),
             started_at: now / 1000,
         }))
+    }
+
+    /// Waits until every call recorded so far is in the store, so that a
+    /// read or a feedback lookup sees calls whose responses were delivered.
+    /// `required`: a timeout is an error (503) rather than a stale read.
+    pub async fn caught_up(&self, required: bool) -> Result<(), ApiError> {
+        let limit = std::time::Duration::from_secs(if required { 5 } else { 1 });
+        match self.recorder.flush(limit).await {
+            Ok(()) => Ok(()),
+            Err(e) if required => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "store_behind",
+                format!(
+                "recorded calls are not in the database yet, so this cannot be checked now; try again shortly ({e})"
+            ),
+            )),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading before the store caught up with the journal");
+                Ok(())
+            }
+        }
     }
 }

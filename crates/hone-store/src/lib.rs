@@ -1,17 +1,17 @@
 //! hone's storage: the [`Store`] trait (one implementation per backend, one
-//! file each), schema migrations, and the durable group-commit [`Recorder`]
+//! file each), schema migrations, and the durable journal-first [`Recorder`]
 //! that stands between the gateway and the store.
 //!
 //! Stores persist what they are given; ids and timestamps are made by the
 //! services above them.
 
 mod error;
+mod journal;
 mod recorder;
-mod spool;
 mod sqlite;
 mod store;
 
 pub use error::StoreError;
-pub use recorder::{Durability, Recorder, RecorderError, RecorderOptions, RecorderStats};
+pub use recorder::{Recorder, RecorderError, RecorderOptions, RecorderStats};
 pub use sqlite::SqliteStore;
 pub use store::Store;

@@ -167,7 +167,11 @@ fn serve(config: Option<PathBuf>, listen: Option<SocketAddr>, data_dir: Option<P
     if let Some(dir) = data_dir {
         config.set_data_dir(dir);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = std::env::var("HONE_WORKER_THREADS").ok().and_then(|v| v.parse().ok()) {
+        builder.worker_threads(n);
+    }
+    let runtime = builder.enable_all().build()?;
     runtime.block_on(async move {
         let address = config.gateway.listen;
         if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {

@@ -15,6 +15,7 @@ async fn expect_error(response: reqwest::Response, status: u16, code: &str) -> V
 }
 
 fn count(hone: &Hone, table: &str) -> i64 {
+    hone.wait_caught_up();
     let conn = rusqlite::Connection::open(hone.db_path()).unwrap();
     conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
         .unwrap()

@@ -58,6 +58,7 @@ async fn kill_9_under_load_loses_no_delivered_call() {
     );
 
     hone.restart();
+    hone.wait_caught_up();
     let conn = rusqlite::Connection::open(hone.db_path()).unwrap();
     let mut stmt = conn.prepare("SELECT id FROM calls").unwrap();
     let stored: HashSet<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();

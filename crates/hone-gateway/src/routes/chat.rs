@@ -299,7 +299,7 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let record = context.record(&state, outcome);
-        let durable = state.recorder.record(record).await;
+        let durable = state.recorder.record(record);
         observe(&state, &context, upstream_ms, retries);
         let _ = reply.send(durable.map_err(recorder_error).and(client_reply));
     });
@@ -362,7 +362,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
                 let retries = attempts.len();
                 let (outcome, api) = failed(&error, attempts, upstream_ms);
-                let durable = state.recorder.record(context.record(&state, outcome)).await;
+                let durable = state.recorder.record(context.record(&state, outcome));
                 observe(&state, &context, upstream_ms, retries);
                 let _ = started.send(Err(durable.err().map(recorder_error).unwrap_or(api)));
                 return;
@@ -442,7 +442,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 ttft_ms,
             },
         );
-        let durable = state.recorder.record(record).await;
+        let durable = state.recorder.record(record);
         observe(&state, &context, upstream_ms, retries);
         if outcome == CallOutcome::Ok {
             let last = match durable {

@@ -95,6 +95,7 @@ pub async fn list(
         limit,
         cursor,
     };
+    state.caught_up(false).await?;
     let store = state.store.clone();
     let page = tokio::task::spawn_blocking(move || store.episodes(&query))
         .await
@@ -114,6 +115,7 @@ pub async fn show(
     let principal = state.auth.data_plane(&headers)?;
     let episode_id =
         EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
+    state.caught_up(false).await?;
     let store = state.store.clone();
     let lookup = episode_id.clone();
     let episode = tokio::task::spawn_blocking(move || store.episode(&lookup))

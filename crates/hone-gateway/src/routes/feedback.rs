@@ -98,6 +98,7 @@ pub async fn post_feedback(
         }
     }
 
+    state.caught_up(true).await?;
     let store = state.store.clone();
     let signal = tokio::task::spawn_blocking(move || -> Result<Signal, ApiError> {
         // Resolve the target: a call names its episode; an episode must exist.

@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let stats = state.recorder.stats();
-    let spool_bytes = stats.spool_bytes.load(Ordering::Relaxed);
+    let unavailable = stats.store_unavailable.load(Ordering::Relaxed) == 1;
     super::json_response(&serde_json::json!({
         "status": "ok",
         "recorder": {
-            "mode": if spool_bytes > 0 { "spooling" } else { "store" },
-            "queue_depth": stats.queue_depth.load(Ordering::Relaxed),
-            "spool_bytes": spool_bytes,
+            "mode": if unavailable { "spooling" } else { "store" },
+            "caught_up": state.recorder.is_caught_up(),
+            "queue_depth": stats.queue_depth(),
+            "spool_bytes": stats.spool_bytes(),
         },
     }))
 }

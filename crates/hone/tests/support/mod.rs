@@ -174,6 +174,24 @@ impl Hone {
         let _ = self.child.wait();
         self.spawn();
     }
+
+    /// Waits until `/health` says every recorded call is in the database
+    /// (the recorder journals first and commits a few milliseconds later).
+    pub fn wait_caught_up(&self) {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
+            write!(stream, "GET /health HTTP/1.0\r\nHost: hone\r\n\r\n").unwrap();
+            let mut reply = String::new();
+            stream.read_to_string(&mut reply).unwrap();
+            if reply.contains("\"caught_up\":true") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("hone did not catch up with its journal; log:\n{}", self.log());
+    }
 }
 
 impl Drop for Hone {
