@@ -122,7 +122,7 @@ fn gateway(args: &[String]) -> Result<()> {
         "temperature": 0.2
     }))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (SQLite WAL, group commit; a response is sent only after its call is committed)");
+    println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (a response is sent only after its call is in the journal, which survives kill -9; SQLite WAL batches follow)");
     println!("hone: {}  (pid {hone_pid})\n", hone.display());
     // Warm both paths (connection pools, page cache).
     runtime.block_on(load::run(upstream_port, &body, 500.0, 1.0))?;

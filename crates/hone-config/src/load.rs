@@ -99,6 +99,11 @@ impl Loader<'_> {
             Some(n) => usize::try_from(n).map_err(|_| err("gateway.max_body_bytes", "is too large"))?,
             None => DEFAULT_MAX_BODY_BYTES,
         };
+        let threads = match raw.gateway.threads {
+            Some(0) => return Err(err("gateway.threads", "must be at least 1")),
+            Some(n) => n,
+            None => 1,
+        };
         if let Some(name) = &raw.gateway.admin_token_env {
             if !is_env_name(name) {
                 return Err(err(
@@ -285,6 +290,7 @@ impl Loader<'_> {
                 listen,
                 data_dir,
                 max_body_bytes,
+                threads,
                 admin_token_env: raw.gateway.admin_token_env,
                 api_keys,
             },

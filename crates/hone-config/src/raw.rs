@@ -28,6 +28,7 @@ pub struct RawGateway {
     pub listen: Option<String>,
     pub data_dir: Option<String>,
     pub max_body_bytes: Option<u64>,
+    pub threads: Option<usize>,
     /// Name of the environment variable holding the admin token.
     pub admin_token_env: Option<String>,
     #[serde(default)]

@@ -36,6 +36,11 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub max_body_bytes: usize,
+    /// Threads serving HTTP. 1 (the default) runs everything on one
+    /// event-loop thread, which costs the least CPU per call; more spread
+    /// calls over a work-stealing pool. The recorder, the store and blocking
+    /// work have their own threads either way.
+    pub threads: usize,
     pub admin_token_env: Option<String>,
     pub api_keys: Vec<ApiKeyConfig>,
 }

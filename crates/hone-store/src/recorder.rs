@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// How long the writer waits after waking to gather more calls.
-const LINGER: Duration = Duration::from_millis(5);
+const LINGER: Duration = Duration::from_millis(50);
 /// Calls per transaction when copying the journal into the store.
 const REPLAY_BATCH: usize = 512;
 

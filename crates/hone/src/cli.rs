@@ -37,6 +37,9 @@ enum Command {
         /// Data directory (overrides gateway.data_dir).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Threads serving HTTP (overrides gateway.threads; default 1).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Work with config files.
     Config {
@@ -101,7 +104,8 @@ fn run(command: Command) -> Result<ExitCode> {
             config,
             listen,
             data_dir,
-        } => serve(config, listen, data_dir),
+            threads,
+        } => serve(config, listen, data_dir, threads),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => Ok(check(&file)),
@@ -159,7 +163,12 @@ fn check(file: &std::path::Path) -> ExitCode {
     }
 }
 
-fn serve(config: Option<PathBuf>, listen: Option<SocketAddr>, data_dir: Option<PathBuf>) -> Result<ExitCode> {
+fn serve(
+    config: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    threads: Option<usize>,
+) -> Result<ExitCode> {
     let mut config = load(config.as_ref())?;
     if let Some(listen) = listen {
         config.gateway.listen = listen;
@@ -167,11 +176,20 @@ fn serve(config: Option<PathBuf>, listen: Option<SocketAddr>, data_dir: Option<P
     if let Some(dir) = data_dir {
         config.set_data_dir(dir);
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("HONE_WORKER_THREADS").ok().and_then(|v| v.parse().ok()) {
-        builder.worker_threads(n);
+    if let Some(threads) = threads {
+        anyhow::ensure!(threads > 0, "--threads must be at least 1");
+        config.gateway.threads = threads;
     }
-    let runtime = builder.enable_all().build()?;
+    // One event-loop thread is the cheapest way to serve a proxy (no
+    // cross-thread wake-ups per call); more threads are there for hosts
+    // where one core is not enough.
+    let runtime = match config.gateway.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+    };
     runtime.block_on(async move {
         let address = config.gateway.listen;
         if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {

@@ -45,6 +45,11 @@ fn config_check_accepts_every_example_and_names_the_bad_field() {
     let out = hone(&["config", "check", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("temprature"));
+
+    std::fs::write(&bad, "[gateway]\nthreads = 0\n").unwrap();
+    let out = hone(&["config", "check", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gateway.threads"));
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Crash safety: under concurrent load, `kill -9` the gateway; after a
 //! restart every call whose response the client received is in the store.
+//! It runs hone with two HTTP threads (the work-stealing pool); the other
+//! tests use the default single event-loop thread.
 
 use crate::support::{chat, config, FakeUpstream, Hone};
 use std::collections::HashSet;
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_no_delivered_call() {
     let upstream = FakeUpstream::start().await;
-    let mut hone = Hone::start(&config(&upstream));
+    let mut hone = Hone::start(&format!("[gateway]\nthreads = 2\n{}", config(&upstream)));
     let delivered = Arc::new(Mutex::new(HashSet::<String>::new()));
     let url = hone.url("/v1/chat/completions");
     let deadline = Instant::now() + Duration::from_secs(3);
