@@ -1,4 +1,4 @@
-//! Subcommands: `serve`, `config check`, `key new`.
+//! Subcommands: `serve`, `config check|default`, `key new`, `model init`.
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -51,6 +51,36 @@ enum Command {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Work with local models.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelCommand {
+    /// Write a randomly initialised checkpoint in the Hugging Face layout
+    /// (config, safetensors, tokenizer, chat template with tools).
+    Init {
+        #[arg(long, value_enum)]
+        arch: ModelArch,
+        /// `tiny` (tests, demos) or `qwen2.5-0.5b` (the real shape, for benchmarks).
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Seed for the weights; the same seed writes the same bytes.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModelArch {
+    Llama,
+    Qwen2,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +145,15 @@ fn run(command: Command) -> Result<ExitCode> {
             std::io::stdout().write_all(hone_config::DEFAULT_CONFIG.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Model {
+            command:
+                ModelCommand::Init {
+                    arch,
+                    preset,
+                    out,
+                    seed,
+                },
+        } => model_init(arch, &preset, &out, seed),
         Command::Key {
             command: KeyCommand::New { name, agents },
         } => {
@@ -225,4 +264,21 @@ async fn shutdown_signal() {
         _ = interrupt => tracing::info!("interrupt received; shutting down"),
         () = terminate => tracing::info!("terminate received; shutting down"),
     }
+}
+
+fn model_init(arch: ModelArch, preset: &str, out: &std::path::Path, seed: u64) -> Result<ExitCode> {
+    let arch = match arch {
+        ModelArch::Llama => hone_engine::Arch::Llama,
+        ModelArch::Qwen2 => hone_engine::Arch::Qwen2,
+    };
+    let preset = hone_engine::init::Preset::parse(preset)
+        .with_context(|| format!("unknown preset `{preset}` (tiny, qwen2.5-0.5b)"))?;
+    hone_engine::init::write_checkpoint(arch, preset, seed, out)
+        .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
+    writeln!(
+        std::io::stdout(),
+        "wrote a random {arch:?} checkpoint to {}",
+        out.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
 }

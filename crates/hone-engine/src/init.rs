@@ -1,0 +1,253 @@
+//! `hone model init`: randomly initialised checkpoints in exactly the Hugging
+//! Face layout (`config.json`, `model.safetensors`, `tokenizer.json`,
+//! `tokenizer_config.json` with a ChatML-style template that knows tools), so
+//! tests and demos load through the same code a real Qwen2.5 or Llama
+//! checkpoint takes — and nothing is downloaded.
+
+use crate::config::Arch;
+use crate::{EngineError, Result};
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Sizes of a generated model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// A few hundred thousand parameters: fast enough for every test.
+    Tiny,
+    /// The exact shape of Qwen2.5-0.5B (random weights), for benchmarks.
+    Qwen25_0_5b,
+}
+
+impl Preset {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "tiny" => Some(Self::Tiny),
+            "qwen2.5-0.5b" => Some(Self::Qwen25_0_5b),
+            _ => None,
+        }
+    }
+}
+
+/// The special tokens of the generated tokenizer, after the 256 byte tokens.
+pub const SPECIAL_TOKENS: [(&str, bool); 7] = [
+    ("<|endoftext|>", true),
+    ("<|im_start|>", true),
+    ("<|im_end|>", true),
+    ("<tool_call>", false),
+    ("</tool_call>", false),
+    ("<tool_response>", false),
+    ("</tool_response>", false),
+];
+
+/// The ChatML-style template written into `tokenizer_config.json`.
+pub const CHAT_TEMPLATE: &str = include_str!("chat_template.jinja");
+
+/// Writes a random checkpoint of `arch` and `preset` into `out` (created if
+/// needed). The same `seed` gives the same bytes.
+pub fn write_checkpoint(arch: Arch, preset: Preset, seed: u64, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| EngineError::io(out, e))?;
+    let config = config_json(arch, preset);
+    write_json(&out.join("config.json"), &config)?;
+    write_json(&out.join("tokenizer.json"), &tokenizer_json())?;
+    write_json(&out.join("tokenizer_config.json"), &tokenizer_config_json())?;
+    write_json(
+        &out.join("generation_config.json"),
+        &json!({"bos_token_id": 256, "eos_token_id": [258, 256], "do_sample": true}),
+    )?;
+    let tensors = random_weights(&config, seed)?;
+    candle_core::safetensors::save(&tensors, out.join("model.safetensors"))?;
+    Ok(())
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| EngineError::Model(e.to_string()))?;
+    std::fs::write(path, text + "\n").map_err(|e| EngineError::io(path, e))
+}
+
+fn config_json(arch: Arch, preset: Preset) -> serde_json::Value {
+    let (hidden, inter, layers, heads, kv, vocab, max_pos, theta, eps) = match preset {
+        Preset::Tiny => (64, 176, 2, 4, 2, 320, 2048, 10_000.0, 1e-6),
+        Preset::Qwen25_0_5b => (896, 4864, 24, 14, 2, 151_936, 32_768, 1_000_000.0, 1e-6),
+    };
+    let mut config = json!({
+        "architectures": [arch.hf_class()],
+        "model_type": match arch { Arch::Llama => "llama", Arch::Qwen2 => "qwen2" },
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": eps,
+        "rope_theta": theta,
+        "bos_token_id": 256,
+        "eos_token_id": 258,
+        "torch_dtype": "float32",
+        "initializer_range": 0.02,
+        "use_cache": true,
+    });
+    match arch {
+        Arch::Qwen2 => {
+            config["tie_word_embeddings"] = json!(true);
+            config["use_sliding_window"] = json!(false);
+            config["sliding_window"] = json!(max_pos);
+            config["max_window_layers"] = json!(layers);
+            config["attention_dropout"] = json!(0.0);
+        }
+        Arch::Llama => {
+            // Llama 3.1-style RoPE scaling, so the tiny model exercises it.
+            config["tie_word_embeddings"] = json!(false);
+            config["attention_bias"] = json!(false);
+            config["mlp_bias"] = json!(false);
+            config["rope_scaling"] = json!({
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": max_pos / 4,
+            });
+        }
+    }
+    config
+}
+
+/// Normal(0, std) from a seeded generator (Box–Muller).
+fn normal(rng: &mut rand::rngs::StdRng, n: usize, std: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+            let u2: f64 = rng.random();
+            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32 * std
+        })
+        .collect()
+}
+
+fn random_weights(config: &serde_json::Value, seed: u64) -> Result<HashMap<String, Tensor>> {
+    let parsed = crate::ModelConfig::from_json(&config.to_string()).map_err(EngineError::Model)?;
+    let c = &parsed;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let device = Device::Cpu;
+    let mut tensors = HashMap::new();
+    let mut add = |name: String, shape: Vec<usize>, values: Vec<f32>| -> Result<()> {
+        tensors.insert(name, Tensor::from_vec(values, shape, &device)?);
+        Ok(())
+    };
+    let (h, i, v) = (c.hidden_size, c.intermediate_size, c.vocab_size);
+    let q_out = c.num_attention_heads * c.head_dim;
+    let kv_out = c.num_key_value_heads * c.head_dim;
+    // Norm weights near 1 and non-zero biases, so every tensor matters.
+    let norm = |rng: &mut rand::rngs::StdRng| normal(rng, h, 0.1).into_iter().map(|x| 1.0 + x).collect();
+    add(
+        "model.embed_tokens.weight".into(),
+        vec![v, h],
+        normal(&mut rng, v * h, 0.02),
+    )?;
+    for n in 0..c.num_hidden_layers {
+        let p = format!("model.layers.{n}");
+        add(format!("{p}.input_layernorm.weight"), vec![h], norm(&mut rng))?;
+        add(format!("{p}.post_attention_layernorm.weight"), vec![h], norm(&mut rng))?;
+        for (name, out, inp, bias) in [
+            ("self_attn.q_proj", q_out, h, c.qkv_bias),
+            ("self_attn.k_proj", kv_out, h, c.qkv_bias),
+            ("self_attn.v_proj", kv_out, h, c.qkv_bias),
+            ("self_attn.o_proj", h, q_out, c.o_bias),
+            ("mlp.gate_proj", i, h, c.mlp_bias),
+            ("mlp.up_proj", i, h, c.mlp_bias),
+            ("mlp.down_proj", h, i, c.mlp_bias),
+        ] {
+            add(
+                format!("{p}.{name}.weight"),
+                vec![out, inp],
+                normal(&mut rng, out * inp, 0.02),
+            )?;
+            if bias {
+                add(format!("{p}.{name}.bias"), vec![out], normal(&mut rng, out, 0.02))?;
+            }
+        }
+    }
+    add("model.norm.weight".into(), vec![h], norm(&mut rng))?;
+    if !c.tie_word_embeddings {
+        add("lm_head.weight".into(), vec![v, h], normal(&mut rng, v * h, 0.02))?;
+    }
+    Ok(tensors)
+}
+
+/// GPT-2's byte → printable character table used by byte-level BPE.
+pub fn byte_to_char() -> Vec<char> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let mut next = 256;
+    (0u32..256)
+        .map(|b| {
+            let code = if printable(b) {
+                b
+            } else {
+                next += 1;
+                next - 1
+            };
+            char::from_u32(code).unwrap_or('?')
+        })
+        .collect()
+}
+
+/// A byte-level BPE tokenizer: the 256 byte tokens (id = byte) and the
+/// special tokens, no merges.
+fn tokenizer_json() -> serde_json::Value {
+    let vocab: serde_json::Map<String, serde_json::Value> = byte_to_char()
+        .into_iter()
+        .enumerate()
+        .map(|(id, c)| (c.to_string(), json!(id)))
+        .collect();
+    let added: Vec<serde_json::Value> = SPECIAL_TOKENS
+        .iter()
+        .enumerate()
+        .map(|(k, (content, special))| {
+            json!({"id": 256 + k, "content": content, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": special})
+        })
+        .collect();
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": vocab, "merges": []
+        }
+    })
+}
+
+fn tokenizer_config_json() -> serde_json::Value {
+    let decoder: serde_json::Map<String, serde_json::Value> = SPECIAL_TOKENS
+        .iter()
+        .enumerate()
+        .map(|(k, (content, special))| {
+            (
+                (256 + k).to_string(),
+                json!({"content": content, "lstrip": false, "normalized": false, "rstrip": false,
+                       "single_word": false, "special": special}),
+            )
+        })
+        .collect();
+    json!({
+        "added_tokens_decoder": decoder,
+        "bos_token": null,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": null,
+        "model_max_length": 2048,
+        "clean_up_tokenization_spaces": false,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": CHAT_TEMPLATE,
+    })
+}

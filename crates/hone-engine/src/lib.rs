@@ -1,0 +1,53 @@
+//! hone's embedded engine: Llama and Qwen2 checkpoints in the Hugging Face
+//! layout, run with candle, with LoRA adapters in the PEFT format.
+//!
+//! - [`config`]: `config.json` → [`ModelConfig`];
+//! - [`weights`]: `*.safetensors` (single file or sharded with an index);
+//! - [`model`]: the transformer forward, written with plain candle ops (no
+//!   fused kernels) so the trainer can differentiate through it;
+//! - [`lora`]: PEFT adapters and the LoRA term of every projection;
+//! - [`tokenizer`]: `tokenizer.json` and the chat template of
+//!   `tokenizer_config.json`, rendered with minijinja;
+//! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
+
+pub mod config;
+pub mod init;
+pub mod lora;
+pub mod model;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{Arch, ModelConfig, RopeScaling};
+pub use lora::{Adapter, LoraConfig};
+pub use model::{KvCache, Model};
+pub use tokenizer::{ChatTemplate, Tokenizer};
+
+use std::path::Path;
+
+/// Everything that can go wrong loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("model: {0}")]
+    Model(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("adapter: {0}")]
+    Adapter(String),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl EngineError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,192 @@
+//! Text ↔ token ids (`tokenizer.json`, through the `tokenizers` crate) and
+//! the chat template of `tokenizer_config.json`, rendered with minijinja the
+//! way `transformers`' `apply_chat_template` renders it with Jinja2
+//! (`trim_blocks`, `lstrip_blocks`, `raise_exception`, a Python-style
+//! `tojson`, Python string and dict methods).
+
+use crate::{EngineError, Result};
+use minijinja::{Environment, ErrorKind, Value};
+use std::path::Path;
+
+/// A tokenizer with its chat template and special tokens.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub template: ChatTemplate,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab", &self.inner.get_vocab_size(true))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` and `tokenizer_config.json` from a model directory.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| EngineError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let template = ChatTemplate::load(&dir.join("tokenizer_config.json"))?;
+        Ok(Self { inner, template })
+    }
+
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+/// The Jinja chat template and the special tokens it may refer to.
+#[derive(Debug, Clone)]
+pub struct ChatTemplate {
+    pub source: String,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+}
+
+impl ChatTemplate {
+    /// Reads `chat_template` (a string, or a list of named templates of which
+    /// `default` is taken) and the special tokens from `tokenizer_config.json`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| EngineError::Template(format!("{}: {e}", path.display())))?;
+        let source = match json.get("chat_template") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template"))
+                .and_then(|t| t.as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| EngineError::Template(format!("{}: no `default` chat template", path.display())))?,
+            _ => return Err(EngineError::Template(format!("{}: no `chat_template`", path.display()))),
+        };
+        let token = |key: &str| match json.get(key) {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(str::to_owned),
+            _ => None,
+        };
+        Ok(Self {
+            source,
+            bos_token: token("bos_token"),
+            eos_token: token("eos_token"),
+        })
+    }
+
+    /// Renders OpenAI-style `messages` (and `tools`, if any) into the prompt
+    /// text, ending with the assistant's turn opener when `add_generation_prompt`.
+    pub fn render(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let mut env = Environment::new();
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| EngineError::Template(e.to_string()))?,
+        );
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", tojson);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_template("chat", &self.source)
+            .map_err(|e| EngineError::Template(e.to_string()))?;
+        let template = env
+            .get_template("chat")
+            .map_err(|e| EngineError::Template(e.to_string()))?;
+        template
+            .render(minijinja::context! {
+                messages => Value::from(minijinja::value::Serde(messages)),
+                tools => tools.map(|t| Value::from(minijinja::value::Serde(t))),
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos_token.clone().unwrap_or_default(),
+                eos_token => self.eos_token.clone().unwrap_or_default(),
+            })
+            .map_err(|e| EngineError::Template(format!("{e:#}")))
+    }
+}
+
+/// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`, which is
+/// what `transformers` registers as `tojson` (minijinja's own is compact and
+/// HTML-escapes).
+fn tojson(value: Value, kwargs: minijinja::value::Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let json =
+        serde_json::to_value(&value).map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let mut out = String::new();
+    write_python_json(&json, indent, 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_python_json(value: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(width) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(width * depth));
+        }
+    };
+    let separator = if indent.is_some() { "," } else { ", " };
+    match value {
+        J::Array(items) if !items.is_empty() => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(separator);
+                }
+                newline(out, depth + 1);
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(separator);
+                }
+                newline(out, depth + 1);
+                out.push_str(&J::String(key.clone()).to_string());
+                out.push_str(": ");
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        J::Number(n) if n.is_f64() => {
+            // Python writes 1.0 where serde_json would too; keep serde's form.
+            out.push_str(&n.to_string());
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
