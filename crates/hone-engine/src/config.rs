@@ -122,13 +122,13 @@ impl ModelConfig {
         }
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(format!(
                 "num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
             ));
         }
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(format!("head_dim ({head_dim}) must be even for RoPE"));
         }
         let attention_bias = raw.attention_bias.unwrap_or(false);
