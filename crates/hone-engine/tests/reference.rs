@@ -49,6 +49,20 @@ fn input(reference: &serde_json::Value) -> Tensor {
     Tensor::from_vec(rows.concat(), (b, t), &Device::Cpu).unwrap()
 }
 
+/// The largest elementwise |a − b| of two tensors.
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar()
+        .unwrap()
+}
+
 fn max_abs_diff(ours: &Tensor, theirs: &[f32]) -> f32 {
     let ours: Vec<f32> = ours.flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(ours.len(), theirs.len());
@@ -133,15 +147,7 @@ fn incremental_decoding_with_the_cache_equals_one_full_forward() {
         );
     }
     let stepped = Tensor::cat(&steps, 1).unwrap();
-    let diff = (stepped - full)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap();
-    let diff: f32 = diff.to_scalar().unwrap();
+    let diff = max_diff(&stepped, &full);
     assert!(diff <= 1e-5, "cached decoding drifts from the full forward by {diff}");
 }
 
@@ -175,15 +181,6 @@ fn a_zero_b_gives_exactly_the_base_output_and_merging_agrees() {
     let unmerged = model.forward(&tokens, &mut KvCache::new(), Some(&adapter)).unwrap();
     model.merge(&adapter).unwrap();
     let merged = model.forward(&tokens, &mut KvCache::new(), None).unwrap();
-    let diff: f32 = (merged - unmerged)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let diff = max_diff(&merged, &unmerged);
     assert!(diff <= 1e-4, "merged and unmerged LoRA differ by {diff}");
 }
