@@ -5,12 +5,14 @@
 //! - [`weights`]: `*.safetensors` (single file or sharded with an index);
 //! - [`model`]: the transformer forward, written with plain candle ops (no
 //!   fused kernels) so the trainer can differentiate through it;
+//! - [`generate`]: sampling with per-token logprobs;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`tokenizer`]: `tokenizer.json` and the chat template of
 //!   `tokenizer_config.json`, rendered with minijinja;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
 
 pub mod config;
+pub mod generate;
 pub mod init;
 pub mod lora;
 pub mod model;
@@ -18,6 +20,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig, RopeScaling};
+pub use generate::{generate, Generation, Sampling};
 pub use lora::{Adapter, LoraConfig};
 pub use model::{KvCache, Model};
 pub use tokenizer::{ChatTemplate, Tokenizer};
