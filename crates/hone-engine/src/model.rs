@@ -97,25 +97,6 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// The same cache repeated `n` times along the batch (a prompt's cache
-    /// shared by `n` samples).
-    pub fn repeat_batch(&self, n: usize) -> Result<Self> {
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| {
-                l.as_ref()
-                    .map(|(k, v)| Ok::<_, EngineError>((repeat_rows(k, n)?, repeat_rows(v, n)?)))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        Ok(Self { layers })
-    }
-}
-
-fn repeat_rows(t: &Tensor, n: usize) -> Result<Tensor> {
-    Ok(Tensor::cat(&vec![t.clone(); n], 0)?)
 }
 
 /// A loaded model.

@@ -35,10 +35,6 @@ impl Weights {
         })
     }
 
-    pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf) -> Self {
-        Self { tensors, source }
-    }
-
     /// Removes and returns a tensor, checking its shape.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let tensor = self
