@@ -1,13 +1,19 @@
-//! Sampling one sequence: temperature, top-k, top-p, a seed, max tokens and
-//! stop tokens, with the log-probability of every sampled token under the
-//! model's full (untempered) distribution — the number RL importance ratios
-//! are computed against. Batching and streaming build on this.
+//! Sampling token sequences: temperature, top-k, top-p, a seed, max tokens
+//! and stop tokens, with the log-probability of every sampled token under
+//! the model's full (untempered) distribution — the number RL importance
+//! ratios are computed against — and optionally its top alternatives.
+//!
+//! A prompt is prefilled once; its `n` samples fork the prompt's KV cache
+//! and then advance together, one batched [`Model::decode`] per step. The
+//! engine's scheduler ([`crate::engine`]) drives [`Sequence`]s of many
+//! requests through the same [`step`].
 
 use crate::lora::Adapter;
 use crate::model::{KvCache, Model};
 use crate::Result;
 use candle_core::Tensor;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 
 /// How to pick each next token.
 #[derive(Debug, Clone)]
@@ -17,9 +23,12 @@ pub struct Sampling {
     pub top_p: f64,
     /// 0 means no limit.
     pub top_k: usize,
+    /// Sample `i` of a request draws from a generator seeded with `seed + i`.
     pub seed: u64,
     pub max_tokens: usize,
     pub stop_tokens: Vec<u32>,
+    /// How many of the most likely alternatives to report per token (≤ 20).
+    pub top_logprobs: usize,
 }
 
 impl Default for Sampling {
@@ -31,57 +40,213 @@ impl Default for Sampling {
             seed: 0,
             max_tokens: 256,
             stop_tokens: Vec::new(),
+            top_logprobs: 0,
         }
     }
 }
 
-/// What was generated.
+/// Why a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop token (included in the tokens) or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+impl Finish {
+    /// The OpenAI `finish_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// What was generated for one sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
     pub tokens: Vec<u32>,
     /// `log p(token)` under the model's distribution (temperature 1, no
     /// truncation), one per token.
     pub logprobs: Vec<f32>,
-    /// Whether a stop token ended it (it is included in `tokens`).
-    pub stopped: bool,
+    /// Per token, the `top_logprobs` most likely `(token, logprob)` pairs.
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    pub finish: Finish,
 }
 
-/// Generates a continuation of `prompt`.
-pub fn generate(model: &Model, prompt: &[u32], adapter: Option<&Adapter>, sampling: &Sampling) -> Result<Generation> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(sampling.seed);
-    let mut cache = KvCache::new();
-    let mut input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
-    let mut out = Generation {
-        tokens: Vec::new(),
-        logprobs: Vec::new(),
-        stopped: false,
-    };
-    while out.tokens.len() < sampling.max_tokens {
-        let logits = model.forward_last(&input, &mut cache, adapter)?.squeeze(0)?;
-        let logprobs = crate::model::log_softmax_row(&logits)?;
-        let token = pick(&logprobs, sampling, &mut rng);
-        out.tokens.push(token);
-        out.logprobs.push(logprobs[token as usize]);
-        if sampling.stop_tokens.contains(&token) {
-            out.stopped = true;
-            break;
+/// One sample being generated: its cache, what it has produced, its random
+/// generator and its adapter.
+#[derive(Debug)]
+pub struct Sequence {
+    pub cache: KvCache,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    pub finish: Option<Finish>,
+    pub adapter: Option<Arc<Adapter>>,
+    sampling: Arc<Sampling>,
+    rng: rand::rngs::StdRng,
+}
+
+impl Sequence {
+    /// Records a token picked from `logprobs` and decides whether it ends the sequence.
+    fn push(&mut self, logprobs: &[f32]) {
+        let token = pick(logprobs, &self.sampling, &mut self.rng);
+        self.tokens.push(token);
+        self.logprobs.push(logprobs[token as usize]);
+        if self.sampling.top_logprobs > 0 {
+            self.top_logprobs.push(top_k(logprobs, self.sampling.top_logprobs.min(20)));
         }
-        input = Tensor::new(&[token], model.device())?.unsqueeze(0)?;
+        if self.sampling.stop_tokens.contains(&token) {
+            self.finish = Some(Finish::Stop);
+        } else if self.tokens.len() >= self.sampling.max_tokens {
+            self.finish = Some(Finish::Length);
+        }
     }
-    Ok(out)
+
+    /// Ends the sequence early (a stop string matched, the client left).
+    pub fn stop(&mut self, finish: Finish) {
+        self.finish = Some(finish);
+    }
+
+    pub fn into_generation(self) -> Generation {
+        Generation {
+            tokens: self.tokens,
+            logprobs: self.logprobs,
+            top_logprobs: self.top_logprobs,
+            finish: self.finish.unwrap_or(Finish::Length),
+        }
+    }
+}
+
+/// Prefills `prompt` once and starts `n` samples from it, each with its own
+/// copy of the prompt's cache and its first token already sampled.
+pub fn start(
+    model: &Model,
+    prompt: &[u32],
+    adapter: Option<Arc<Adapter>>,
+    sampling: Arc<Sampling>,
+    n: usize,
+) -> Result<Vec<Sequence>> {
+    if prompt.is_empty() {
+        return Err(crate::EngineError::Model("the prompt is empty".into()));
+    }
+    let mut cache = KvCache::new();
+    let input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+    let logits = model.forward_last(&input, &mut cache, adapter.as_deref())?.squeeze(0)?;
+    let logprobs = crate::model::log_softmax_row(&logits)?;
+    let mut sequences = Vec::with_capacity(n);
+    for i in 0..n {
+        let cache = if i + 1 == n {
+            std::mem::take(&mut cache)
+        } else {
+            cache.fork()?
+        };
+        let mut sequence = Sequence {
+            cache,
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            top_logprobs: Vec::new(),
+            finish: None,
+            adapter: adapter.clone(),
+            rng: rand::rngs::StdRng::seed_from_u64(sampling.seed.wrapping_add(i as u64)),
+            sampling: sampling.clone(),
+        };
+        if sampling.max_tokens == 0 {
+            sequence.finish = Some(Finish::Length);
+        } else {
+            sequence.push(&logprobs);
+        }
+        sequences.push(sequence);
+    }
+    Ok(sequences)
+}
+
+/// Advances every unfinished sequence by one token with one batched decode.
+/// Rows are grouped by adapter so each LoRA term runs once per group.
+pub fn step(model: &Model, sequences: &mut [&mut Sequence]) -> Result<()> {
+    let mut live: Vec<&mut Sequence> = sequences
+        .iter_mut()
+        .filter(|s| s.finish.is_none())
+        .map(|s| &mut **s)
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    live.sort_by_key(|s| s.adapter.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize));
+    // The runs borrow the adapters through clones of the sequences' `Arc`s,
+    // so the caches can be borrowed mutably below.
+    let holders: Vec<Option<Arc<Adapter>>> = live.iter().map(|s| s.adapter.clone()).collect();
+    let mut runs: Vec<(usize, Option<&Adapter>)> = Vec::new();
+    for adapter in holders.iter().map(Option::as_deref) {
+        match runs.last_mut() {
+            Some((rows, last)) if same_adapter(*last, adapter) => *rows += 1,
+            _ => runs.push((1, adapter)),
+        }
+    }
+    let tokens: Vec<u32> = live.iter().map(|s| *s.tokens.last().expect("started")).collect();
+    let logits = {
+        let mut caches: Vec<&mut KvCache> = live.iter_mut().map(|s| &mut s.cache).collect();
+        model.decode(&tokens, &mut caches, &runs)?
+    };
+    for (r, sequence) in live.into_iter().enumerate() {
+        let row = crate::model::log_softmax_row(&logits.get(r)?)?;
+        sequence.push(&row);
+    }
+    Ok(())
+}
+
+fn same_adapter(a: Option<&Adapter>, b: Option<&Adapter>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => std::ptr::eq(a, b),
+        _ => false,
+    }
+}
+
+/// Generates `n` samples of a continuation of `prompt`, batched.
+pub fn generate_n(
+    model: &Model,
+    prompt: &[u32],
+    adapter: Option<Arc<Adapter>>,
+    sampling: &Sampling,
+    n: usize,
+) -> Result<Vec<Generation>> {
+    let mut sequences = start(model, prompt, adapter, Arc::new(sampling.clone()), n)?;
+    while sequences.iter().any(|s| s.finish.is_none()) {
+        let mut refs: Vec<&mut Sequence> = sequences.iter_mut().collect();
+        step(model, &mut refs)?;
+    }
+    Ok(sequences.into_iter().map(Sequence::into_generation).collect())
+}
+
+/// Generates one continuation of `prompt`.
+pub fn generate(
+    model: &Model,
+    prompt: &[u32],
+    adapter: Option<Arc<Adapter>>,
+    sampling: &Sampling,
+) -> Result<Generation> {
+    let mut all = generate_n(model, prompt, adapter, sampling, 1)?;
+    Ok(all.remove(0))
+}
+
+/// The `k` largest entries as `(index, value)`, largest first.
+fn top_k(logprobs: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut order: Vec<usize> = (0..logprobs.len()).collect();
+    let k = k.min(order.len());
+    order.select_nth_unstable_by(k.saturating_sub(1), |a, b| logprobs[*b].total_cmp(&logprobs[*a]));
+    order.truncate(k);
+    order.sort_by(|a, b| logprobs[*b].total_cmp(&logprobs[*a]));
+    order.into_iter().map(|i| (i as u32, logprobs[i])).collect()
 }
 
 /// Picks a token from log-probabilities under the sampling settings.
 fn pick(logprobs: &[f32], sampling: &Sampling, rng: &mut rand::rngs::StdRng) -> u32 {
-    let argmax = || {
-        logprobs
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map_or(0, |(i, _)| i as u32)
-    };
     if sampling.temperature <= 0.0 {
-        return argmax();
+        return top_k(logprobs, 1).first().map_or(0, |(i, _)| *i);
     }
     // Candidates by decreasing probability, tempered.
     let mut order: Vec<usize> = (0..logprobs.len()).collect();

@@ -20,7 +20,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig, RopeScaling};
-pub use generate::{generate, Generation, Sampling};
+pub use generate::{generate, generate_n, Finish, Generation, Sampling, Sequence};
 pub use lora::{Adapter, LoraConfig};
 pub use model::{KvCache, Model};
 pub use tokenizer::{ChatTemplate, Tokenizer};

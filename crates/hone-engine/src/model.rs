@@ -24,15 +24,39 @@ pub struct Linear {
 impl Linear {
     /// Applies the projection, plus the LoRA term when an adapter covers it.
     pub fn forward(&self, x: &Tensor, lora: Option<&LoraWeights>) -> Result<Tensor> {
+        let (rows, _) = flat_dims(x)?;
+        self.forward_runs(x, &[(rows, lora)])
+    }
+
+    /// Applies the projection to a batch whose consecutive runs of rows (of
+    /// the input flattened to `[rows, in]`) use different LoRA terms.
+    pub fn forward_runs(&self, x: &Tensor, runs: &[(usize, Option<&LoraWeights>)]) -> Result<Tensor> {
         let (rows, width) = flat_dims(x)?;
         let flat = x.reshape((rows, width))?;
         let mut y = flat.matmul(&self.weight.t()?)?;
         if let Some(bias) = &self.bias {
             y = y.broadcast_add(bias)?;
         }
-        if let Some(lora) = lora {
-            let delta = flat.matmul(&lora.a.t()?)?.matmul(&lora.b.t()?)?;
-            y = (y + (delta * lora.scale)?)?;
+        if runs.iter().any(|(_, lora)| lora.is_some()) {
+            let out = self.weight.dim(0)?;
+            let mut deltas = Vec::with_capacity(runs.len());
+            let mut start = 0;
+            for (count, lora) in runs {
+                deltas.push(match lora {
+                    Some(lora) => {
+                        let part = flat.narrow(0, start, *count)?;
+                        (part.matmul(&lora.a.t()?)?.matmul(&lora.b.t()?)? * lora.scale)?
+                    }
+                    None => Tensor::zeros((*count, out), y.dtype(), y.device())?,
+                });
+                start += count;
+            }
+            let delta = if deltas.len() == 1 {
+                deltas.remove(0)
+            } else {
+                Tensor::cat(&deltas, 0)?
+            };
+            y = (y + delta)?;
         }
         let mut shape = x.dims().to_vec();
         if let Some(last) = shape.last_mut() {
@@ -74,10 +98,13 @@ impl Layer {
     }
 }
 
-/// Per-layer keys and values of the tokens seen so far, `[B, kv_heads, S, head_dim]`.
+/// Per-layer keys and values of the tokens seen so far, in buffers
+/// `[B, kv_heads, capacity, head_dim]` that grow by doubling, so a decode
+/// step writes one position instead of copying the whole cache.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
 }
 
 impl KvCache {
@@ -87,16 +114,76 @@ impl KvCache {
 
     /// Tokens cached so far.
     pub fn len(&self) -> usize {
-        self.layers
-            .first()
-            .and_then(|l| l.as_ref())
-            .and_then(|(k, _)| k.dim(2).ok())
-            .unwrap_or(0)
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
+
+    /// An independent copy (a sample that continues from a shared prompt).
+    pub fn fork(&self) -> Result<Self> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| match layer {
+                Some((k, v)) => Ok(Some((
+                    k.narrow(2, 0, self.len)?.copy()?,
+                    v.narrow(2, 0, self.len)?.copy()?,
+                ))),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { layers, len: self.len })
+    }
+
+    /// Appends layer `n`'s new keys and values `[B, kv_heads, t, d]` after the
+    /// cached ones and returns all of them. The first append keeps the
+    /// tensors themselves (so a forward from an empty cache stays
+    /// differentiable); later ones write into a buffer with room to spare.
+    fn append(&mut self, n: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        if self.layers.len() <= n {
+            self.layers.resize(n + 1, None);
+        }
+        let past = self.len;
+        let Some((kb, vb)) = self.layers[n].take() else {
+            self.layers[n] = Some((k.clone(), v.clone()));
+            return Ok((k, v));
+        };
+        let t = k.dim(2)?;
+        let (kb, vb) = if past + t > kb.dim(2)? {
+            let capacity = (past + t).max(2 * kb.dim(2)?).next_multiple_of(64);
+            (grow(&kb, past, capacity)?, grow(&vb, past, capacity)?)
+        } else {
+            (kb, vb)
+        };
+        kb.slice_set(&k.contiguous()?, 2, past)?;
+        vb.slice_set(&v.contiguous()?, 2, past)?;
+        let all = (kb.narrow(2, 0, past + t)?, vb.narrow(2, 0, past + t)?);
+        self.layers[n] = Some((kb, vb));
+        Ok(all)
+    }
+}
+
+/// A buffer with `capacity` positions holding the first `len` of `buffer`.
+fn grow(buffer: &Tensor, len: usize, capacity: usize) -> Result<Tensor> {
+    let (b, heads, _, d) = buffer.dims4()?;
+    let bigger = Tensor::zeros((b, heads, capacity, d), buffer.dtype(), buffer.device())?;
+    if len > 0 {
+        bigger.slice_set(&buffer.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+    }
+    Ok(bigger)
+}
+
+/// Which adapter each run of consecutive batch rows uses: `(rows, adapter)`.
+pub type AdapterRuns<'a> = [(usize, Option<&'a Adapter>)];
+
+/// The LoRA terms of projection `module` in layer `n` for each run, with the
+/// row counts multiplied by `per_row` (tokens per batch row).
+fn lora_runs<'a>(runs: &AdapterRuns<'a>, n: usize, module: Module, per_row: usize) -> Vec<(usize, Option<&'a LoraWeights>)> {
+    runs.iter()
+        .map(|(rows, adapter)| (rows * per_row, adapter.and_then(|a| a.get(n, module))))
+        .collect()
 }
 
 /// A loaded model.
@@ -210,72 +297,114 @@ impl Model {
     pub fn hidden(&self, tokens: &Tensor, cache: &mut KvCache, adapter: Option<&Adapter>) -> Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         let past = cache.len();
-        if past + t > self.cos.dim(0)? {
-            return Err(EngineError::Model(format!(
-                "{} tokens exceed the model's context of {}",
-                past + t,
-                self.cos.dim(0)?
-            )));
-        }
-        if cache.layers.len() != self.layers.len() {
-            cache.layers = vec![None; self.layers.len()];
-        }
-        let mut x = self
-            .embed
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, self.config.hidden_size))?;
+        self.check_context(past + t)?;
+        let mut x = self.embed(tokens)?;
         let cos = self.cos.narrow(0, past, t)?;
         let sin = self.sin.narrow(0, past, t)?;
         let mask = causal_mask(t, past, self.dtype, &self.device)?;
+        let runs = [(b, adapter)];
         for (n, layer) in self.layers.iter().enumerate() {
-            let lora = |m: Module| adapter.and_then(|a| a.get(n, m));
+            let lora = |m: Module| lora_runs(&runs, n, m, t);
             let h = rms_norm(&x, &layer.input_norm, self.config.rms_norm_eps)?;
-            let attn = self.attention(n, layer, &h, &cos, &sin, mask.as_ref(), cache, &lora)?;
-            x = (x + attn)?;
-            let h = rms_norm(&x, &layer.post_norm, self.config.rms_norm_eps)?;
-            let gate = layer.gate.forward(&h, lora(Module::GateProj))?.silu()?;
-            let up = layer.up.forward(&h, lora(Module::UpProj))?;
-            x = (x + layer.down.forward(&(gate * up)?, lora(Module::DownProj))?)?;
+            let (q, k, v) = self.qkv(layer, &h, &cos, &sin, &lora)?;
+            let (k, v) = cache.append(n, k, v)?;
+            let out = self.attend(&q, &k, &v, mask.as_ref())?;
+            x = self.finish_layer(layer, x, out, &lora)?;
         }
+        cache.len += t;
         rms_norm(&x, &self.norm, self.config.rms_norm_eps)
     }
 
-    /// Projects hidden states onto the vocabulary.
-    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let (b, t, h) = hidden.dims3()?;
-        let logits = hidden.reshape((b * t, h))?.matmul(&head.t()?)?;
-        Ok(logits.reshape((b, t, self.config.vocab_size))?)
+    /// One decode step for a batch of independent sequences: row `r` feeds
+    /// `tokens[r]` after what `caches[r]` holds (each at its own position) and
+    /// uses the adapter its run names. The projections and the MLP run once
+    /// for the whole batch (one pass over the weights); attention runs per
+    /// row against that row's cache, so no padding is needed. Returns the
+    /// logits `[B, vocab]`.
+    pub fn decode(&self, tokens: &[u32], caches: &mut [&mut KvCache], runs: &AdapterRuns) -> Result<Tensor> {
+        let b = tokens.len();
+        if caches.len() != b || runs.iter().map(|r| r.0).sum::<usize>() != b {
+            return Err(EngineError::Model(format!(
+                "decode: {b} tokens, {} caches and adapter runs over {} rows",
+                caches.len(),
+                runs.iter().map(|r| r.0).sum::<usize>()
+            )));
+        }
+        let positions: Vec<u32> = caches.iter().map(|c| c.len() as u32).collect();
+        for cache in caches.iter() {
+            self.check_context(cache.len() + 1)?;
+        }
+        let index = Tensor::new(positions.as_slice(), &self.device)?;
+        let d = self.config.head_dim;
+        let cos = self.cos.index_select(&index, 0)?.reshape((b, 1, 1, d))?;
+        let sin = self.sin.index_select(&index, 0)?.reshape((b, 1, 1, d))?;
+        let input = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+        let mut x = self.embed(&input)?;
+        for (n, layer) in self.layers.iter().enumerate() {
+            let lora = |m: Module| lora_runs(runs, n, m, 1);
+            let h = rms_norm(&x, &layer.input_norm, self.config.rms_norm_eps)?;
+            let (q, k, v) = self.qkv(layer, &h, &cos, &sin, &lora)?;
+            let mut outs = Vec::with_capacity(b);
+            for (r, cache) in caches.iter_mut().enumerate() {
+                let (k, v) = cache.append(n, k.narrow(0, r, 1)?, v.narrow(0, r, 1)?)?;
+                outs.push(self.attend(&q.narrow(0, r, 1)?, &k, &v, None)?);
+            }
+            let out = if b == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
+            x = self.finish_layer(layer, x, out, &lora)?;
+        }
+        for cache in caches.iter_mut() {
+            cache.len += 1;
+        }
+        let hidden = rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
+        Ok(self.logits(&hidden)?.squeeze(1)?)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn attention<'a>(
-        &'a self,
-        n: usize,
+    fn check_context(&self, needed: usize) -> Result<()> {
+        let context = self.cos.dim(0)?;
+        if needed > context {
+            return Err(EngineError::Model(format!(
+                "{needed} tokens exceed the model's context of {context}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn embed(&self, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        Ok(self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, self.config.hidden_size))?)
+    }
+
+    /// Projects `h` `[B, T, hidden]` onto queries `[B, heads, T, d]` and keys
+    /// and values `[B, kv_heads, T, d]`, with RoPE applied (`cos`/`sin`
+    /// broadcast against `[B, heads, T, d]`).
+    fn qkv<'a>(
+        &self,
         layer: &Layer,
-        x: &Tensor,
+        h: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: &mut KvCache,
-        lora: &dyn Fn(Module) -> Option<&'a LoraWeights>,
-    ) -> Result<Tensor> {
+        lora: &dyn Fn(Module) -> Vec<(usize, Option<&'a LoraWeights>)>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         let c = &self.config;
-        let (b, t, _) = x.dims3()?;
-        let (heads, kv_heads, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (b, t, _) = h.dims3()?;
         let split = |y: Tensor, heads: usize| -> Result<Tensor> {
-            Ok(y.reshape((b, t, heads, d))?.transpose(1, 2)?.contiguous()?)
+            Ok(y.reshape((b, t, heads, c.head_dim))?.transpose(1, 2)?.contiguous()?)
         };
-        let q = split(layer.q.forward(x, lora(Module::QProj))?, heads)?;
-        let k = split(layer.k.forward(x, lora(Module::KProj))?, kv_heads)?;
-        let v = split(layer.v.forward(x, lora(Module::VProj))?, kv_heads)?;
-        let q = apply_rope(&q, cos, sin)?;
-        let k = apply_rope(&k, cos, sin)?;
-        let (k, v) = match cache.layers[n].take() {
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-            None => (k, v),
-        };
-        cache.layers[n] = Some((k.clone(), v.clone()));
+        let q = split(layer.q.forward_runs(h, &lora(Module::QProj))?, c.num_attention_heads)?;
+        let k = split(layer.k.forward_runs(h, &lora(Module::KProj))?, c.num_key_value_heads)?;
+        let v = split(layer.v.forward_runs(h, &lora(Module::VProj))?, c.num_key_value_heads)?;
+        Ok((apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?, v))
+    }
+
+    /// Scaled dot-product attention of `q` `[B, heads, T, d]` over `k`/`v`
+    /// `[B, kv_heads, S, d]`; returns `[B, T, heads·d]`.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, heads, t, d) = q.dims4()?;
+        let kv_heads = c.num_key_value_heads;
         let s = k.dim(2)?;
         // Grouped-query attention without copying K/V: the `group` query heads
         // that share a KV head are stacked along the sequence axis.
@@ -287,9 +416,31 @@ impl Model {
             None => scores,
         };
         let probs = softmax_last(&scores)?.reshape((b, kv_heads, group * t, s))?;
-        let out = probs.matmul(&v)?.reshape((b, heads, t, d))?;
-        let out = out.transpose(1, 2)?.reshape((b, t, heads * d))?;
-        layer.o.forward(&out, lora(Module::OProj))
+        let out = probs.matmul(v)?.reshape((b, heads, t, d))?;
+        Ok(out.transpose(1, 2)?.reshape((b, t, heads * d))?)
+    }
+
+    /// The output projection, the residual, and the MLP block.
+    fn finish_layer<'a>(
+        &self,
+        layer: &Layer,
+        x: Tensor,
+        attn: Tensor,
+        lora: &dyn Fn(Module) -> Vec<(usize, Option<&'a LoraWeights>)>,
+    ) -> Result<Tensor> {
+        let x = (x + layer.o.forward_runs(&attn, &lora(Module::OProj))?)?;
+        let h = rms_norm(&x, &layer.post_norm, self.config.rms_norm_eps)?;
+        let gate = layer.gate.forward_runs(&h, &lora(Module::GateProj))?.silu()?;
+        let up = layer.up.forward_runs(&h, &lora(Module::UpProj))?;
+        Ok((x + layer.down.forward_runs(&(gate * up)?, &lora(Module::DownProj))?)?)
+    }
+
+    /// Projects hidden states onto the vocabulary.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let (b, t, h) = hidden.dims3()?;
+        let logits = hidden.reshape((b * t, h))?.matmul(&head.t()?)?;
+        Ok(logits.reshape((b, t, self.config.vocab_size))?)
     }
 
     /// The model's projection for `module` in layer `n` (for merging and training).

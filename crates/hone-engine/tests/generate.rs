@@ -3,7 +3,8 @@
 //! over prompt + completion (RL importance ratios depend on it).
 
 use candle_core::{DType, Device, Tensor};
-use hone_engine::{generate, Arch, KvCache, Model, Sampling};
+use hone_engine::{generate, generate_n, Adapter, Arch, Finish, KvCache, Model, Sampling};
+use std::sync::Arc;
 
 fn tiny(arch: Arch) -> (tempfile::TempDir, Model) {
     let dir = tempfile::tempdir().unwrap();
@@ -23,6 +24,7 @@ fn same_seed_same_tokens_and_logprobs_equal_a_teacher_forced_forward() {
         seed: 42,
         max_tokens: 12,
         stop_tokens: vec![],
+        top_logprobs: 0,
     };
     let first = generate(&model, &prompt, None, &sampling).unwrap();
     let again = generate(&model, &prompt, None, &sampling).unwrap();
@@ -75,7 +77,7 @@ fn greedy_decoding_takes_the_argmax_and_stops_on_a_stop_token() {
     let logits = model.forward_last(&input, &mut KvCache::new(), None).unwrap();
     let argmax: u32 = logits.squeeze(0).unwrap().argmax(0).unwrap().to_scalar().unwrap();
     assert_eq!(out.tokens[0], argmax);
-    assert!(!out.stopped);
+    assert_eq!(out.finish, Finish::Length);
 
     let stop_at = out.tokens[2];
     let stopped = generate(
@@ -89,6 +91,91 @@ fn greedy_decoding_takes_the_argmax_and_stops_on_a_stop_token() {
     )
     .unwrap();
     let first_stop = out.tokens.iter().position(|t| *t == stop_at).unwrap();
-    assert!(stopped.stopped);
+    assert_eq!(stopped.finish, Finish::Stop);
     assert_eq!(stopped.tokens, out.tokens[..=first_stop].to_vec());
+}
+
+fn reference_adapter(arch: &str) -> Arc<Adapter> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/adapters").join(arch);
+    Arc::new(Adapter::load(&dir, DType::F32, &Device::Cpu).unwrap())
+}
+
+fn prefill(model: &Model, prompt: &[u32], adapter: Option<&Adapter>) -> KvCache {
+    let mut cache = KvCache::new();
+    let input = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    model.forward(&input, &mut cache, adapter).unwrap();
+    cache
+}
+
+#[test]
+fn a_batched_decode_step_equals_each_row_alone_with_mixed_lengths_and_adapters() {
+    // The reference adapter fits every tiny llama checkpoint.
+    let (_dir, model) = tiny(Arch::Llama);
+    let adapter = reference_adapter("llama");
+    let prompts: [&[u32]; 3] = [&[1, 2, 3, 4, 5, 6, 7], &[9, 8], &[40, 41, 42, 43]];
+    let adapters = [Some(adapter.as_ref()), Some(adapter.as_ref()), None];
+    let next = [11u32, 12, 13];
+
+    let mut alone = Vec::new();
+    for ((prompt, adapter), token) in prompts.iter().zip(adapters).zip(next) {
+        let mut cache = prefill(&model, prompt, adapter);
+        let input = Tensor::new(&[token], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        alone.push(model.forward_last(&input, &mut cache, adapter).unwrap().squeeze(0).unwrap());
+    }
+
+    let mut caches: Vec<KvCache> = prompts.iter().zip(adapters).map(|(p, a)| prefill(&model, p, a)).collect();
+    let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+    let runs = [(2, Some(adapter.as_ref())), (1, None)];
+    let batched = model.decode(&next, &mut refs, &runs).unwrap();
+    for (r, expected) in alone.iter().enumerate() {
+        let row = batched.get(r).unwrap();
+        let diff: f32 = (row - expected).unwrap().abs().unwrap().max(0).unwrap().to_scalar().unwrap();
+        assert!(diff < 1e-5, "row {r}: batched differs from alone by {diff}");
+    }
+    assert_eq!(caches.iter().map(KvCache::len).collect::<Vec<_>>(), vec![8, 3, 5]);
+
+    let mismatched = model.decode(&next, &mut caches.iter_mut().collect::<Vec<_>>(), &[(2, None)]);
+    assert!(mismatched.is_err(), "runs that do not cover the batch are refused");
+}
+
+#[test]
+fn n_samples_share_the_prompt_and_each_equals_its_own_seeded_run() {
+    let (_dir, model) = tiny(Arch::Qwen2);
+    let prompt: Vec<u32> = b"<|im_start|>user\nwrite".iter().map(|b| *b as u32).collect();
+    let sampling = Sampling {
+        temperature: 1.0,
+        seed: 5,
+        max_tokens: 10,
+        top_logprobs: 3,
+        ..Sampling::default()
+    };
+    let samples = generate_n(&model, &prompt, None, &sampling, 4).unwrap();
+    assert_eq!(samples.len(), 4);
+    for (i, sample) in samples.iter().enumerate() {
+        let alone = generate(
+            &model,
+            &prompt,
+            None,
+            &Sampling {
+                seed: 5 + i as u64,
+                ..sampling.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(sample.tokens, alone.tokens, "sample {i}");
+        for (a, b) in sample.logprobs.iter().zip(&alone.logprobs) {
+            assert!((a - b).abs() < 1e-5, "sample {i}: {a} vs {b}");
+        }
+        assert_eq!(sample.top_logprobs.len(), sample.tokens.len());
+        for (top, (token, logprob)) in sample.top_logprobs.iter().zip(sample.tokens.iter().zip(&sample.logprobs)) {
+            assert_eq!(top.len(), 3);
+            assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "sorted, most likely first");
+            assert!(*logprob <= top[0].1 + 1e-6);
+            if let Some((_, l)) = top.iter().find(|(t, _)| t == token) {
+                assert!((l - logprob).abs() < 1e-6);
+            }
+        }
+    }
+    let distinct: std::collections::HashSet<_> = samples.iter().map(|s| s.tokens.clone()).collect();
+    assert!(distinct.len() > 1, "samples with different seeds should differ");
 }
