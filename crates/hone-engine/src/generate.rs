@@ -97,7 +97,8 @@ impl Sequence {
         self.tokens.push(token);
         self.logprobs.push(logprobs[token as usize]);
         if self.sampling.top_logprobs > 0 {
-            self.top_logprobs.push(top_k(logprobs, self.sampling.top_logprobs.min(20)));
+            self.top_logprobs
+                .push(top_k(logprobs, self.sampling.top_logprobs.min(20)));
         }
         if self.sampling.stop_tokens.contains(&token) {
             self.finish = Some(Finish::Stop);
@@ -186,7 +187,8 @@ pub fn step(model: &Model, sequences: &mut [&mut Sequence]) -> Result<()> {
             _ => runs.push((1, adapter)),
         }
     }
-    let tokens: Vec<u32> = live.iter().map(|s| *s.tokens.last().expect("started")).collect();
+    // Every live sequence has sampled at least its first token in `start`.
+    let tokens: Vec<u32> = live.iter().map(|s| s.tokens.last().copied().unwrap_or(0)).collect();
     let logits = {
         let mut caches: Vec<&mut KvCache> = live.iter_mut().map(|s| &mut s.cache).collect();
         model.decode(&tokens, &mut caches, &runs)?

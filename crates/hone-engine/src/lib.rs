@@ -5,21 +5,27 @@
 //! - [`weights`]: `*.safetensors` (single file or sharded with an index);
 //! - [`model`]: the transformer forward, written with plain candle ops (no
 //!   fused kernels) so the trainer can differentiate through it;
-//! - [`generate`]: sampling with per-token logprobs;
+//! - [`generate`]: sampling with per-token logprobs, `n` samples per prompt;
+//! - [`engine`]: the running engine — continuous batching, streaming,
+//!   stop strings, resident adapters loaded and unloaded at run time;
+//! - [`tools`]: Hermes/Qwen `<tool_call>` blocks → OpenAI tool calls;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`tokenizer`]: `tokenizer.json` and the chat template of
 //!   `tokenizer_config.json`, rendered with minijinja;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
 
 pub mod config;
+pub mod engine;
 pub mod generate;
 pub mod init;
 pub mod lora;
 pub mod model;
 pub mod tokenizer;
+pub mod tools;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig, RopeScaling};
+pub use engine::{AdapterInfo, Engine, EngineOptions, Event, Request};
 pub use generate::{generate, generate_n, Finish, Generation, Sampling, Sequence};
 pub use lora::{Adapter, LoraConfig};
 pub use model::{KvCache, Model};

@@ -180,7 +180,12 @@ pub type AdapterRuns<'a> = [(usize, Option<&'a Adapter>)];
 
 /// The LoRA terms of projection `module` in layer `n` for each run, with the
 /// row counts multiplied by `per_row` (tokens per batch row).
-fn lora_runs<'a>(runs: &AdapterRuns<'a>, n: usize, module: Module, per_row: usize) -> Vec<(usize, Option<&'a LoraWeights>)> {
+fn lora_runs<'a>(
+    runs: &AdapterRuns<'a>,
+    n: usize,
+    module: Module,
+    per_row: usize,
+) -> Vec<(usize, Option<&'a LoraWeights>)> {
     runs.iter()
         .map(|(rows, adapter)| (rows * per_row, adapter.and_then(|a| a.get(n, module))))
         .collect()
@@ -446,6 +451,30 @@ impl Model {
     /// The model's projection for `module` in layer `n` (for merging and training).
     pub fn projection(&self, n: usize, module: Module) -> Option<&Linear> {
         self.layers.get(n).map(|l| l.linear(module))
+    }
+
+    /// Checks that every adapted projection exists and has the adapter's shapes.
+    pub fn check_adapter(&self, adapter: &Adapter) -> Result<()> {
+        for (&(n, module), lora) in &adapter.layers {
+            let linear = self.projection(n, module).ok_or_else(|| {
+                EngineError::Adapter(format!(
+                    "the adapter has layer {n}; the model has {} layers",
+                    self.layers.len()
+                ))
+            })?;
+            let (out, inp) = linear.weight.dims2()?;
+            let (r, a_in) = lora.a.dims2()?;
+            let (b_out, b_r) = lora.b.dims2()?;
+            if a_in != inp || b_out != out || b_r != r {
+                return Err(EngineError::Adapter(format!(
+                    "layer {n} {}: A {:?} and B {:?} do not fit the model's [{out}, {inp}] projection",
+                    module.name(),
+                    lora.a.dims(),
+                    lora.b.dims()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Folds an adapter into the base weights (`W += s·B·A`); the result

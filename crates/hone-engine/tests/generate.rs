@@ -96,7 +96,9 @@ fn greedy_decoding_takes_the_argmax_and_stops_on_a_stop_token() {
 }
 
 fn reference_adapter(arch: &str) -> Arc<Adapter> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/adapters").join(arch);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/reference/adapters")
+        .join(arch);
     Arc::new(Adapter::load(&dir, DType::F32, &Device::Cpu).unwrap())
 }
 
@@ -120,16 +122,33 @@ fn a_batched_decode_step_equals_each_row_alone_with_mixed_lengths_and_adapters()
     for ((prompt, adapter), token) in prompts.iter().zip(adapters).zip(next) {
         let mut cache = prefill(&model, prompt, adapter);
         let input = Tensor::new(&[token], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        alone.push(model.forward_last(&input, &mut cache, adapter).unwrap().squeeze(0).unwrap());
+        alone.push(
+            model
+                .forward_last(&input, &mut cache, adapter)
+                .unwrap()
+                .squeeze(0)
+                .unwrap(),
+        );
     }
 
-    let mut caches: Vec<KvCache> = prompts.iter().zip(adapters).map(|(p, a)| prefill(&model, p, a)).collect();
+    let mut caches: Vec<KvCache> = prompts
+        .iter()
+        .zip(adapters)
+        .map(|(p, a)| prefill(&model, p, a))
+        .collect();
     let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
     let runs = [(2, Some(adapter.as_ref())), (1, None)];
     let batched = model.decode(&next, &mut refs, &runs).unwrap();
     for (r, expected) in alone.iter().enumerate() {
         let row = batched.get(r).unwrap();
-        let diff: f32 = (row - expected).unwrap().abs().unwrap().max(0).unwrap().to_scalar().unwrap();
+        let diff: f32 = (row - expected)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap();
         assert!(diff < 1e-5, "row {r}: batched differs from alone by {diff}");
     }
     assert_eq!(caches.iter().map(KvCache::len).collect::<Vec<_>>(), vec![8, 3, 5]);
@@ -167,7 +186,11 @@ fn n_samples_share_the_prompt_and_each_equals_its_own_seeded_run() {
             assert!((a - b).abs() < 1e-5, "sample {i}: {a} vs {b}");
         }
         assert_eq!(sample.top_logprobs.len(), sample.tokens.len());
-        for (top, (token, logprob)) in sample.top_logprobs.iter().zip(sample.tokens.iter().zip(&sample.logprobs)) {
+        for (top, (token, logprob)) in sample
+            .top_logprobs
+            .iter()
+            .zip(sample.tokens.iter().zip(&sample.logprobs))
+        {
             assert_eq!(top.len(), 3);
             assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "sorted, most likely first");
             assert!(*logprob <= top[0].1 + 1e-6);

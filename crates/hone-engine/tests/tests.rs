@@ -1,11 +1,15 @@
 //! hone-engine's integration tests, one binary:
+//! - `engine`: continuous batching across requests and adapters, streaming,
+//!   stop strings, `n` samples, adapters loaded and unloaded at run time.
 //! - `generate`: sampling is reproducible and its logprobs equal a
-//!   teacher-forced forward of the same tokens.
+//!   teacher-forced forward of the same tokens; batched decoding equals
+//!   decoding each row alone.
 //! - `reference`: logits, LoRA and chat-template rendering against values
 //!   that Hugging Face transformers and PEFT computed on the same tiny
 //!   checkpoints (`tests/reference/make_reference.py`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
+mod engine;
 mod generate;
 mod reference;
