@@ -172,9 +172,8 @@ fn adapters_load_and_unload_at_run_time_without_disturbing_requests_in_flight() 
     assert!(!engine.unload_adapter("a"));
     let mut last = None;
     while let Some(event) = rx.blocking_recv() {
-        match event {
-            Event::Done { generation, .. } => last = Some(generation),
-            _ => {}
+        if let Event::Done { generation, .. } = event {
+            last = Some(generation);
         }
     }
     assert_eq!(
