@@ -2,7 +2,9 @@
 //! naming the key at fault (`agents.assistant.versions.v1.provider`).
 
 use crate::env::expand_env;
-use crate::raw::{RawConfig, RawHttpProvider, RawProvider, RawStore, RawVersion};
+use crate::raw::{
+    RawConfig, RawHttpProvider, RawLocalProvider, RawPrice, RawProvider, RawProviderRef, RawStore, RawVersion,
+};
 use crate::typed::*;
 use hone_types::{Route, VersionSpec};
 use std::collections::BTreeMap;
@@ -113,7 +115,7 @@ impl Loader<'_> {
             }
         }
 
-        let providers = raw
+        let mut providers = raw
             .providers
             .into_iter()
             .map(|(name, p)| Ok((name.clone(), self.provider(&name, p)?)))
@@ -134,7 +136,7 @@ impl Loader<'_> {
                 if !is_name(&label) {
                     return Err(err(&vfield, "version labels use letters, digits and `-_.`"));
                 }
-                let spec = self.version(&vfield, &name, version, &providers)?;
+                let spec = self.version(&vfield, &name, version, &mut providers)?;
                 versions.insert(
                     label.clone(),
                     DeclaredVersion {
@@ -310,6 +312,7 @@ impl Loader<'_> {
         let (kind, p, default_url): (_, RawHttpProvider, _) = match raw {
             RawProvider::OpenAi(p) => (ProviderKind::OpenAi, p, None),
             RawProvider::Anthropic(p) => (ProviderKind::Anthropic, p, Some("https://api.anthropic.com")),
+            RawProvider::Local(p) => return self.local_provider(name, p),
         };
         let base_url = match (&p.base_url, default_url) {
             (Some(url), _) => self.expand(&format!("{field}.base_url"), url)?,
@@ -341,22 +344,7 @@ impl Loader<'_> {
                 "only applies to `type = \"anthropic\"`",
             ));
         }
-        let mut prices = BTreeMap::new();
-        for (model, price) in p.prices {
-            if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
-                return Err(err(
-                    format!("{field}.prices.{model}"),
-                    "prices must be non-negative numbers",
-                ));
-            }
-            prices.insert(
-                model,
-                Price {
-                    input_per_mtok: price.input_per_mtok,
-                    output_per_mtok: price.output_per_mtok,
-                },
-            );
-        }
+        let prices = prices(&field, p.prices)?;
         Ok(ProviderConfig {
             name: name.to_owned(),
             kind,
@@ -368,6 +356,56 @@ impl Loader<'_> {
             backoff: ms(p.backoff_ms, 250),
             api_version: p.api_version,
             prices,
+            local: None,
+        })
+    }
+
+    fn local_provider(&self, name: &str, p: RawLocalProvider) -> Result<ProviderConfig, ConfigError> {
+        let field = format!("providers.{name}");
+        let dtype = match p.dtype.as_deref() {
+            None | Some("f32") | Some("float32") => LocalDType::F32,
+            Some("bf16") | Some("bfloat16") => LocalDType::Bf16,
+            Some("f16") | Some("float16") => LocalDType::F16,
+            Some(other) => {
+                return Err(err(
+                    format!("{field}.dtype"),
+                    format!("`{other}` is not one of `f32`, `bf16`, `f16`"),
+                ))
+            }
+        };
+        let device = p.device.unwrap_or_else(|| "cpu".to_owned());
+        if !matches!(device.as_str(), "cpu" | "cuda") {
+            return Err(err(
+                format!("{field}.device"),
+                format!("`{device}` is not `cpu` or `cuda`"),
+            ));
+        }
+        if p.max_batch == Some(0) {
+            return Err(err(format!("{field}.max_batch"), "must be at least 1"));
+        }
+        let adapters_dir = match &p.adapters_dir {
+            Some(d) => Some(PathBuf::from(self.expand(&format!("{field}.adapters_dir"), d)?)),
+            None => None,
+        };
+        let prices = prices(&field, p.prices)?;
+        Ok(ProviderConfig {
+            name: name.to_owned(),
+            kind: ProviderKind::Local,
+            base_url: String::new(),
+            api_key_env: None,
+            timeout: ms(None, 600_000),
+            connect_timeout: ms(None, 5_000),
+            // A local failure is not transient; retrying would repeat it.
+            max_retries: 0,
+            backoff: ms(None, 250),
+            api_version: None,
+            prices,
+            local: Some(LocalOptions {
+                dtype,
+                device,
+                max_batch: p.max_batch.unwrap_or(16),
+                adapters_dir,
+            }),
         })
     }
 
@@ -376,16 +414,59 @@ impl Loader<'_> {
         field: &str,
         agent: &str,
         raw: RawVersion,
-        providers: &BTreeMap<String, ProviderConfig>,
+        providers: &mut BTreeMap<String, ProviderConfig>,
     ) -> Result<VersionSpec, ConfigError> {
-        let mut routes = vec![Route {
-            provider: raw.provider,
-            model: self.expand(&format!("{field}.model"), &raw.model)?,
-        }];
+        let primary = match raw.provider {
+            RawProviderRef::Name(name) => {
+                let model = raw
+                    .model
+                    .ok_or_else(|| err(format!("{field}.model"), "is required (the upstream model to ask for)"))?;
+                Route {
+                    provider: name,
+                    model: self.expand(&format!("{field}.model"), &model)?,
+                    adapter: raw.adapter,
+                }
+            }
+            RawProviderRef::Inline(inline) => {
+                if inline.kind != "local" {
+                    return Err(err(
+                        format!("{field}.provider.type"),
+                        format!(
+                            "inline providers are `type = \"local\"`; declare `{}` providers under [providers.NAME]",
+                            inline.kind
+                        ),
+                    ));
+                }
+                if raw.model.is_some() || raw.adapter.is_some() {
+                    return Err(err(
+                        format!("{field}.model"),
+                        "an inline provider carries its own `model` and `adapter`",
+                    ));
+                }
+                // Inline local providers share the provider named `local`,
+                // created with default settings unless declared.
+                let local = providers
+                    .entry("local".to_owned())
+                    .or_insert_with(|| default_local_provider("local"));
+                if local.kind != ProviderKind::Local {
+                    return Err(err(
+                        format!("{field}.provider"),
+                        "an inline local provider uses the provider named `local`, which is declared with another type",
+                    ));
+                }
+                Route {
+                    provider: "local".to_owned(),
+                    model: self.expand(&format!("{field}.provider.model"), &inline.model)?,
+                    adapter: inline.adapter,
+                }
+            }
+        };
+        let mut routes = vec![primary];
         for (i, fallback) in raw.fallbacks.into_iter().enumerate() {
             routes.push(Route {
                 provider: fallback.provider,
                 model: self.expand(&format!("{field}.fallbacks[{i}].model"), &fallback.model)?,
+                adapter: None,
             });
         }
         for (i, route) in routes.iter().enumerate() {
@@ -406,6 +487,23 @@ impl Loader<'_> {
             }
             if route.model.trim().is_empty() {
                 return Err(err(format!("{field}.model"), "must name the upstream model"));
+            }
+            if let Some(adapter) = &route.adapter {
+                if providers[&route.provider].kind != ProviderKind::Local {
+                    return Err(err(
+                        format!("{field}.adapter"),
+                        format!(
+                            "adapters are served by `local` providers; `{}` is not one",
+                            route.provider
+                        ),
+                    ));
+                }
+                if !is_name(adapter) {
+                    return Err(err(
+                        format!("{field}.adapter"),
+                        "adapter names use letters, digits and `-_.`",
+                    ));
+                }
             }
         }
         let system = match (raw.system, raw.system_file) {
@@ -455,6 +553,49 @@ impl Loader<'_> {
             max_tokens: raw.max_tokens,
             reasoning_effort: raw.reasoning_effort,
         })
+    }
+}
+
+/// Validated prices per model.
+fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<String, Price>, ConfigError> {
+    let mut prices = BTreeMap::new();
+    for (model, price) in raw {
+        if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
+            return Err(err(
+                format!("{field}.prices.{model}"),
+                "prices must be non-negative numbers",
+            ));
+        }
+        prices.insert(
+            model,
+            Price {
+                input_per_mtok: price.input_per_mtok,
+                output_per_mtok: price.output_per_mtok,
+            },
+        );
+    }
+    Ok(prices)
+}
+
+/// A `local` provider with default settings.
+fn default_local_provider(name: &str) -> ProviderConfig {
+    ProviderConfig {
+        name: name.to_owned(),
+        kind: ProviderKind::Local,
+        base_url: String::new(),
+        api_key_env: None,
+        timeout: Duration::from_secs(600),
+        connect_timeout: Duration::from_secs(5),
+        max_retries: 0,
+        backoff: Duration::from_millis(250),
+        api_version: None,
+        prices: BTreeMap::new(),
+        local: Some(LocalOptions {
+            dtype: LocalDType::F32,
+            device: "cpu".to_owned(),
+            max_batch: 16,
+            adapters_dir: None,
+        }),
     }
 }
 
@@ -537,5 +678,45 @@ model = "m"
         let c = load(BASE).unwrap();
         assert_ne!(a.agents["a"].versions["v1"].id, b.agents["a"].versions["v1"].id);
         assert_eq!(a.agents["a"].versions["v1"].id, c.agents["a"].versions["v1"].id);
+    }
+
+    #[test]
+    fn an_inline_local_provider_names_a_model_directory_and_an_adapter() {
+        let text = r#"
+[agents.a.versions.v1]
+provider = { type = "local", model = "/models/qwen", adapter = "v2" }
+"#;
+        let c = load(text).unwrap();
+        let route = &c.agents["a"].versions["v1"].spec.routes[0];
+        assert_eq!(
+            (route.provider.as_str(), route.model.as_str(), route.adapter.as_deref()),
+            ("local", "/models/qwen", Some("v2"))
+        );
+        let local = c.providers["local"].local.as_ref().unwrap();
+        assert_eq!((local.dtype, local.max_batch), (LocalDType::F32, 16));
+
+        let declared = format!("[providers.local]\ntype = \"local\"\ndtype = \"bf16\"\nmax_batch = 4\n{text}");
+        let c = load(&declared).unwrap();
+        assert_eq!(c.providers["local"].local.as_ref().unwrap().dtype, LocalDType::Bf16);
+
+        let bad = load(&declared.replace("bf16", "int3")).unwrap_err();
+        assert_eq!(bad.field.as_deref(), Some("providers.local.dtype"));
+        let remote = load(&text.replace("\"local\", model", "\"openai\", model")).unwrap_err();
+        assert_eq!(remote.field.as_deref(), Some("agents.a.versions.v1.provider.type"));
+        let clash = format!("[providers.local]\ntype = \"openai\"\nbase_url = \"http://x\"\n{text}");
+        assert!(load(&clash).unwrap_err().message.contains("another type"));
+    }
+
+    #[test]
+    fn adapters_need_a_local_provider_and_the_adapter_changes_the_version_id() {
+        let e = load(&format!("{BASE}adapter = \"v2\"\n")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.versions.v1.adapter"));
+        let named = "[providers.gpu]\ntype = \"local\"\n[agents.a.versions.v1]\nprovider = \"gpu\"\nmodel = \"/m\"\n";
+        let base = load(named).unwrap();
+        let tuned = load(&format!("{named}adapter = \"v2\"\n")).unwrap();
+        assert_ne!(base.agents["a"].versions["v1"].id, tuned.agents["a"].versions["v1"].id);
+        let missing_model =
+            load("[providers.gpu]\ntype = \"local\"\n[agents.a.versions.v1]\nprovider = \"gpu\"\n").unwrap_err();
+        assert_eq!(missing_model.field.as_deref(), Some("agents.a.versions.v1.model"));
     }
 }

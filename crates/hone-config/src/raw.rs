@@ -73,6 +73,23 @@ pub enum RawProvider {
     #[serde(rename = "openai")]
     OpenAi(RawHttpProvider),
     Anthropic(RawHttpProvider),
+    Local(RawLocalProvider),
+}
+
+/// `type = "local"`: the embedded engine, in-process.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocalProvider {
+    /// `f32` (default), `bf16` or `f16`.
+    pub dtype: Option<String>,
+    /// `cpu` (default) or `cuda` (a build with `--features cuda`).
+    pub device: Option<String>,
+    /// Most samples decoded together (default 16).
+    pub max_batch: Option<usize>,
+    /// Where adapters named by versions are found (default `<data_dir>/adapters`).
+    pub adapters_dir: Option<String>,
+    #[serde(default)]
+    pub prices: BTreeMap<String, RawPrice>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,8 +128,11 @@ pub struct RawAgent {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawVersion {
-    pub provider: String,
-    pub model: String,
+    pub provider: RawProviderRef,
+    /// Required with a provider name; inline providers carry their own.
+    pub model: Option<String>,
+    /// A LoRA adapter (local providers).
+    pub adapter: Option<String>,
     #[serde(default)]
     pub fallbacks: Vec<RawRoute>,
     /// System prompt, prepended to the client's messages.
@@ -123,6 +143,24 @@ pub struct RawVersion {
     pub top_p: Option<f64>,
     pub max_tokens: Option<u32>,
     pub reasoning_effort: Option<String>,
+}
+
+/// A version's provider: a declared provider's name, or an inline local
+/// one, `{ type = "local", model = "PATH", adapter = "NAME" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawProviderRef {
+    Name(String),
+    Inline(RawInlineProvider),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInlineProvider {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub model: String,
+    pub adapter: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -80,6 +80,27 @@ pub struct RecorderConfig {
 pub enum ProviderKind {
     OpenAi,
     Anthropic,
+    /// The embedded engine (`hone-engine`), in-process.
+    Local,
+}
+
+/// Number format of a local model's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalDType {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// Settings of a `local` provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalOptions {
+    pub dtype: LocalDType,
+    /// `cpu` or `cuda`.
+    pub device: String,
+    pub max_batch: usize,
+    /// `None`: `<data_dir>/adapters`.
+    pub adapters_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,6 +128,8 @@ pub struct ProviderConfig {
     pub backoff: Duration,
     pub api_version: Option<String>,
     pub prices: BTreeMap<String, Price>,
+    /// `Some` for `type = "local"`.
+    pub local: Option<LocalOptions>,
 }
 
 #[derive(Debug, Clone)]

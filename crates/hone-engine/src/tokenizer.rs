@@ -46,6 +46,25 @@ impl Tokenizer {
             .map_err(|e| EngineError::Tokenizer(e.to_string()))
     }
 
+    /// The bytes a token stands for: byte-level BPE tokens (Qwen2, Llama 3,
+    /// GPT-2) map back through the byte↔character table; added tokens are
+    /// their text. Single tokens need not be valid UTF-8 on their own.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(token) = self.inner.id_to_token(id) else {
+            return Vec::new();
+        };
+        let is_added = self.inner.get_added_tokens_decoder().contains_key(&id);
+        if is_added {
+            return token.into_bytes();
+        }
+        let table = crate::init::byte_to_char();
+        let bytes: Option<Vec<u8>> = token
+            .chars()
+            .map(|c| table.iter().position(|t| *t == c).map(|b| b as u8))
+            .collect();
+        bytes.unwrap_or_else(|| self.decode(&[id]).unwrap_or_default().into_bytes())
+    }
+
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

@@ -41,12 +41,26 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
     BehaviourFlags {
         invalid_tool_call: tool_calls
             .iter()
-            .any(|call| tool_call_error(request, &call.function.name, &call.function.arguments).is_some()),
+            .any(|call| tool_call_error(request, &call.function.name, &call.function.arguments).is_some())
+            || has_malformed_tool_call(request, choice, trimmed),
         clarifying_question: tool_calls.is_empty() && ends_with_question(trimmed),
         refusal,
         empty: trimmed.is_empty() && tool_calls.is_empty() && !refusal,
         truncated: choice.finish_reason.as_deref() == Some("length"),
     }
+}
+
+/// A tool call the model tried but got wrong: the local engine lists the
+/// `<tool_call>` blocks it could not read, and any provider that leaves such
+/// a block in the text (no tool parser upstream) shows it there.
+fn has_malformed_tool_call(request: &ChatCompletionRequest, choice: &hone_types::openai::Choice, text: &str) -> bool {
+    let listed = choice
+        .extra
+        .get("malformed_tool_calls")
+        .and_then(|v| v.as_array())
+        .is_some_and(|a| !a.is_empty());
+    let tools_offered = request.tools.as_ref().is_some_and(|t| !t.is_empty());
+    listed || (tools_offered && text.contains("<tool_call>"))
 }
 
 fn is_refusal_text(text: &str) -> bool {
@@ -117,6 +131,21 @@ mod tests {
         assert!(flags(&r, &tool_answer("get_weather", r#"{"city":"Par"#)).invalid_tool_call);
         assert!(flags(&r, &tool_answer("get_weather", r#"{"city":3}"#)).invalid_tool_call);
         assert!(flags(&r, &tool_answer("get_weather", r#"{}"#)).invalid_tool_call);
+    }
+
+    #[test]
+    fn a_malformed_hermes_call_left_in_the_text_is_an_invalid_tool_call() {
+        let r = request();
+        let text = r#"<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>"#;
+        let plain = answer(json!({"role":"assistant","content":text}), "stop");
+        assert!(flags(&r, &plain).invalid_tool_call);
+        let listed: ChatCompletionResponse = serde_json::from_value(json!({"id":"c","choices":[{"index":0,
+            "message":{"role":"assistant","content":"x"},"finish_reason":"stop",
+            "malformed_tool_calls":["a <tool_call> block is not JSON"]}]}))
+        .unwrap();
+        assert!(flags(&r, &listed).invalid_tool_call);
+        let ok = answer(json!({"role":"assistant","content":"It is sunny."}), "stop");
+        assert!(!flags(&r, &ok).invalid_tool_call);
     }
 
     #[test]

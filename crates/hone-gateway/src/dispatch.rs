@@ -51,7 +51,7 @@ async fn with_fallback<T, F, Fut>(
     mut call: F,
 ) -> Result<Answered<T>, ProviderError>
 where
-    F: FnMut(Arc<ProviderEntry>, ChatCompletionRequest) -> Fut,
+    F: FnMut(Arc<ProviderEntry>, ChatCompletionRequest, Route) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
     let mut last_error = ProviderError::Protocol("the version has no routes".into());
@@ -64,7 +64,7 @@ where
         let mut retry = 0;
         loop {
             let started = Instant::now();
-            let result = call(entry.clone(), upstream.clone()).await;
+            let result = call(entry.clone(), upstream.clone(), route.clone()).await;
             let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
             match result {
                 Ok(value) => {
@@ -113,9 +113,13 @@ pub async fn complete(
     request: &ChatCompletionRequest,
     attempts: &mut Vec<Attempt>,
 ) -> Result<Answered<ChatCompletionResponse>, ProviderError> {
-    with_fallback(providers, version, request, attempts, |entry, upstream| async move {
-        entry.provider.complete(&upstream).await
-    })
+    with_fallback(
+        providers,
+        version,
+        request,
+        attempts,
+        |entry, upstream, route| async move { entry.provider.complete(&upstream, &route).await },
+    )
     .await
 }
 
@@ -125,8 +129,12 @@ pub async fn stream(
     request: &ChatCompletionRequest,
     attempts: &mut Vec<Attempt>,
 ) -> Result<Answered<ChunkStream>, ProviderError> {
-    with_fallback(providers, version, request, attempts, |entry, upstream| async move {
-        entry.provider.stream(&upstream).await
-    })
+    with_fallback(
+        providers,
+        version,
+        request,
+        attempts,
+        |entry, upstream, route| async move { entry.provider.stream(&upstream, &route).await },
+    )
     .await
 }

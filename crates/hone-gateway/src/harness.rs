@@ -53,6 +53,7 @@ mod tests {
         let route = Route {
             provider: "up".into(),
             model: "gpt-x".into(),
+            adapter: None,
         };
         let out = apply(&request, &version, &route);
         assert_eq!(out.model, "gpt-x");

@@ -74,7 +74,7 @@ impl AppState {
         let mut providers = Providers::new();
         for (name, provider) in &config.providers {
             let entry = ProviderEntry {
-                provider: AnyProvider::from_config(provider).map_err(StartError::Provider)?,
+                provider: AnyProvider::from_config(provider, &config.gateway.data_dir).map_err(StartError::Provider)?,
                 config: provider.clone(),
             };
             providers.insert(name.clone(), Arc::new(entry));
@@ -114,6 +114,25 @@ impl AppState {
                     canaries,
                 },
             );
+        }
+
+        // Local models named by the config load now, so a bad path stops
+        // the start with its reason instead of failing the first call.
+        for route in config
+            .agents
+            .values()
+            .flat_map(|a| a.versions.values())
+            .flat_map(|v| &v.spec.routes)
+        {
+            if let Some(AnyProvider::Local(local)) = providers.get(&route.provider).map(|e| &e.provider) {
+                let engine = local.engine(&route.model).map_err(StartError::Provider)?;
+                if let Some(adapter) = &route.adapter {
+                    if let Err(e) = engine.adapter(adapter) {
+                        // The trainer may not have written it yet; calls fail until it exists.
+                        tracing::warn!(provider = %route.provider, adapter = %adapter, error = %e, "adapter not available yet");
+                    }
+                }
+            }
         }
 
         let journal_dir = config.gateway.data_dir.join("journal");

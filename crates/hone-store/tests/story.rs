@@ -12,6 +12,7 @@ fn story(store: &dyn Store) {
         routes: vec![Route {
             provider: "up".into(),
             model: "m".into(),
+            adapter: None,
         }],
         system: None,
         temperature: None,

@@ -7,11 +7,14 @@ use crate::ids::VersionId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// One provider and the model name to ask it for.
+/// One provider and the model name to ask it for (for a `local` provider,
+/// the checkpoint directory), with the LoRA adapter to apply, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
     pub provider: String,
     pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
 }
 
 /// The canonical content of a version. Field order is fixed and maps are not
@@ -70,6 +73,7 @@ mod tests {
             routes: vec![Route {
                 provider: "openai".into(),
                 model: "gpt-4o-mini".into(),
+                adapter: None,
             }],
             system: None,
             temperature: Some(0.3),

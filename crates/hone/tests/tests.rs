@@ -1,6 +1,7 @@
 //! End-to-end tests of the real `hone` binary on loopback, one test binary:
 //! - `e2e`: chat (JSON, SSE, tools), retries, fallback, Anthropic, episodes, feedback, metrics
 //! - `bad_input`: every kind of bad request gets a clear OpenAI-style error and writes nothing
+//! - `local`: the embedded engine behind the gateway (`examples/local.toml`), adapters via the admin API
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
 //! - `python_sdk`: the official `openai` Python SDK drives the gateway
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
@@ -12,5 +13,6 @@ mod bad_input;
 mod cli;
 mod crash;
 mod e2e;
+mod local;
 mod python_sdk;
 mod support;

@@ -11,6 +11,7 @@ use hone_types::openai::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, Choice, ChunkChoice, Content, ContentPart,
     Delta, Extra, FunctionCall, FunctionCallDelta, Message, Role, Tool, ToolCall, ToolCallDelta, Usage,
 };
+use hone_types::Route;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -54,7 +55,11 @@ impl AnthropicProvider {
 }
 
 impl Provider for AnthropicProvider {
-    async fn complete(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatCompletionRequest,
+        _route: &Route,
+    ) -> Result<ChatCompletionResponse, ProviderError> {
         let response = self
             .post(&to_anthropic(request, false)?)
             .timeout(self.timeout)
@@ -68,7 +73,7 @@ impl Provider for AnthropicProvider {
         Ok(from_anthropic(parse("message", &body)?, unix_now()))
     }
 
-    async fn stream(&self, request: &ChatCompletionRequest) -> Result<ChunkStream, ProviderError> {
+    async fn stream(&self, request: &ChatCompletionRequest, _route: &Route) -> Result<ChunkStream, ProviderError> {
         let timeout = self.timeout;
         let response = tokio::time::timeout(timeout, self.post(&to_anthropic(request, true)?).send())
             .await
@@ -946,6 +951,12 @@ data: {"type":"message_stop"}
             backoff: Duration::ZERO,
             api_version: None,
             prices: Default::default(),
+            local: None,
+        };
+        let route = Route {
+            provider: "claude".into(),
+            model: "claude-sonnet-4-5".into(),
+            adapter: None,
         };
         let provider = AnthropicProvider::new(&config, Some("sk-ant-test".into())).unwrap();
         let request: ChatCompletionRequest = serde_json::from_value(json!({
@@ -953,11 +964,11 @@ data: {"type":"message_stop"}
         }))
         .unwrap();
 
-        let response = provider.complete(&request).await.unwrap();
+        let response = provider.complete(&request, &route).await.unwrap();
         assert_eq!(response.choices[0].message.text(), "Hello.");
         assert_eq!(response.choices[0].finish_reason.as_deref(), Some("stop"));
 
-        let events: Vec<_> = provider.stream(&request).await.unwrap().collect().await;
+        let events: Vec<_> = provider.stream(&request, &route).await.unwrap().collect().await;
         let chunks: Vec<_> = events.into_iter().map(|e| e.unwrap().chunk).collect();
         assert_reassembles(&chunks);
 

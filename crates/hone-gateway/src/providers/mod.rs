@@ -4,15 +4,18 @@
 //! a provider makes exactly one attempt.
 
 mod anthropic;
+mod local;
 mod openai;
 
 pub use anthropic::AnthropicProvider;
+pub use local::LocalProvider;
 pub use openai::OpenAiProvider;
 
 use bytes::Bytes;
 use futures::Stream;
 use hone_config::{ProviderConfig, ProviderKind};
 use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse};
+use hone_types::Route;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -78,17 +81,20 @@ pub struct StreamEvent {
 
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
 
-/// One upstream. `request.model` is already the upstream's model name.
+/// One upstream. `request.model` is already the route's model name; the
+/// route also names the adapter, for providers that serve adapters.
 pub trait Provider: Send + Sync {
     fn complete(
         &self,
         request: &ChatCompletionRequest,
+        route: &Route,
     ) -> impl Future<Output = Result<ChatCompletionResponse, ProviderError>> + Send;
 
     /// Starts a stream; returns once the upstream accepted the request.
     fn stream(
         &self,
         request: &ChatCompletionRequest,
+        route: &Route,
     ) -> impl Future<Output = Result<ChunkStream, ProviderError>> + Send;
 }
 
@@ -96,10 +102,12 @@ pub trait Provider: Send + Sync {
 pub enum AnyProvider {
     OpenAi(OpenAiProvider),
     Anthropic(AnthropicProvider),
+    Local(LocalProvider),
 }
 
 impl AnyProvider {
-    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
+    /// `data_dir` is where a local provider's adapters live by default.
+    pub fn from_config(config: &ProviderConfig, data_dir: &std::path::Path) -> Result<Self, String> {
         let api_key = config.api_key_env.as_ref().and_then(|name| match std::env::var(name) {
             Ok(key) if !key.is_empty() => Some(key),
             _ => {
@@ -110,20 +118,27 @@ impl AnyProvider {
         Ok(match config.kind {
             ProviderKind::OpenAi => AnyProvider::OpenAi(OpenAiProvider::new(config, api_key)?),
             ProviderKind::Anthropic => AnyProvider::Anthropic(AnthropicProvider::new(config, api_key)?),
+            ProviderKind::Local => AnyProvider::Local(LocalProvider::new(config, data_dir)?),
         })
     }
 
-    pub async fn complete(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse, ProviderError> {
+    pub async fn complete(
+        &self,
+        request: &ChatCompletionRequest,
+        route: &Route,
+    ) -> Result<ChatCompletionResponse, ProviderError> {
         match self {
-            AnyProvider::OpenAi(p) => p.complete(request).await,
-            AnyProvider::Anthropic(p) => p.complete(request).await,
+            AnyProvider::OpenAi(p) => p.complete(request, route).await,
+            AnyProvider::Anthropic(p) => p.complete(request, route).await,
+            AnyProvider::Local(p) => p.complete(request, route).await,
         }
     }
 
-    pub async fn stream(&self, request: &ChatCompletionRequest) -> Result<ChunkStream, ProviderError> {
+    pub async fn stream(&self, request: &ChatCompletionRequest, route: &Route) -> Result<ChunkStream, ProviderError> {
         match self {
-            AnyProvider::OpenAi(p) => p.stream(request).await,
-            AnyProvider::Anthropic(p) => p.stream(request).await,
+            AnyProvider::OpenAi(p) => p.stream(request, route).await,
+            AnyProvider::Anthropic(p) => p.stream(request, route).await,
+            AnyProvider::Local(p) => p.stream(request, route).await,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::{
 use futures::StreamExt;
 use hone_config::ProviderConfig;
 use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, StreamOptions};
+use hone_types::Route;
 use std::time::Duration;
 
 pub struct OpenAiProvider {
@@ -45,7 +46,11 @@ fn encode(request: &ChatCompletionRequest) -> Result<Vec<u8>, ProviderError> {
 }
 
 impl Provider for OpenAiProvider {
-    async fn complete(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatCompletionRequest,
+        _route: &Route,
+    ) -> Result<ChatCompletionResponse, ProviderError> {
         let response = self
             .post(encode(request)?)
             .timeout(self.timeout)
@@ -59,7 +64,7 @@ impl Provider for OpenAiProvider {
         serde_json::from_slice(&body).map_err(|e| ProviderError::Protocol(format!("not a chat.completion: {e}")))
     }
 
-    async fn stream(&self, request: &ChatCompletionRequest) -> Result<ChunkStream, ProviderError> {
+    async fn stream(&self, request: &ChatCompletionRequest, _route: &Route) -> Result<ChunkStream, ProviderError> {
         // Always ask for usage so the call can be priced; the gateway drops the
         // usage chunk again when the client did not ask for it.
         let mut upstream = request.clone();

@@ -1,6 +1,7 @@
 //! The HTTP routes. Handlers stay thin: they authenticate, parse, call into
 //! the services (dispatch, recorder, store) and map errors; one file per area.
 
+mod adapters;
 mod admin;
 mod chat;
 mod episodes;
@@ -35,6 +36,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/versions", get(admin::versions))
         .route("/admin/versions/{id}", get(admin::version))
         .route("/admin/deployments", get(admin::deployments))
+        .route("/admin/adapters", get(adapters::list).post(adapters::load))
+        .route("/admin/adapters/{name}", axum::routing::delete(adapters::unload))
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .fallback(not_found)

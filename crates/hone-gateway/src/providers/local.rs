@@ -1,0 +1,567 @@
+//! `type = "local"`: answers from the embedded engine (`hone-engine`),
+//! in-process. The route's `model` is a checkpoint directory and its
+//! `adapter` a LoRA adapter; one engine is loaded per directory and shared by
+//! every version that names it.
+//!
+//! The request's messages and tools are rendered through the model's own
+//! chat template; Hermes-style `<tool_call>` blocks in the answer become
+//! OpenAI `tool_calls` (a malformed one stays in the text and is listed under
+//! `malformed_tool_calls`). Every choice carries the sampled `token_ids` and
+//! their `token_logprobs`, and the response the `prompt_token_ids`, so the
+//! recorded call holds exactly what the trainer needs.
+
+use super::{ChunkStream, Provider, ProviderError, StreamEvent};
+use hone_config::{LocalDType, LocalOptions, ProviderConfig};
+use hone_engine::engine::{Engine, EngineOptions, Event, Request};
+use hone_engine::{Generation, Sampling};
+use hone_types::openai::{
+    ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, Choice, ChunkChoice, Content, Delta, Extra,
+    FunctionCall, FunctionCallDelta, Message, Role, ToolCall, ToolCallDelta, Usage,
+};
+use hone_types::Route;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Tokens generated when a request sets no limit.
+const DEFAULT_MAX_TOKENS: usize = 1024;
+const TOOL_OPEN: &str = "<tool_call>";
+
+pub struct LocalProvider {
+    name: String,
+    options: LocalOptions,
+    adapters_dir: PathBuf,
+    /// Checkpoint directory (as the route names it) → its engine.
+    engines: Mutex<HashMap<String, Arc<Engine>>>,
+}
+
+impl LocalProvider {
+    pub fn new(config: &ProviderConfig, data_dir: &Path) -> Result<Self, String> {
+        let options = config
+            .local
+            .clone()
+            .ok_or_else(|| format!("provider `{}` has no local settings", config.name))?;
+        let adapters_dir = options
+            .adapters_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("adapters"));
+        Ok(Self {
+            name: config.name.clone(),
+            options,
+            adapters_dir,
+            engines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The engine serving `model`, loaded on first use (blocking: call it
+    /// off the event loop).
+    pub fn engine(&self, model: &str) -> Result<Arc<Engine>, String> {
+        let mut engines = self.engines.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(engine) = engines.get(model) {
+            return Ok(engine.clone());
+        }
+        let device = match self.options.device.as_str() {
+            "cuda" => candle_core::Device::new_cuda(0)
+                .map_err(|e| format!("provider `{}`: no CUDA device: {e}", self.name))?,
+            _ => candle_core::Device::Cpu,
+        };
+        let dtype = match self.options.dtype {
+            LocalDType::F32 => candle_core::DType::F32,
+            LocalDType::Bf16 => candle_core::DType::BF16,
+            LocalDType::F16 => candle_core::DType::F16,
+        };
+        let engine = Engine::load(
+            Path::new(model),
+            EngineOptions {
+                dtype,
+                device,
+                max_batch: self.options.max_batch,
+                adapters_dir: Some(self.adapters_dir.clone()),
+            },
+        )
+        .map_err(|e| format!("provider `{}` cannot load `{model}`: {e}", self.name))?;
+        let engine = Arc::new(engine);
+        engines.insert(model.to_owned(), engine.clone());
+        Ok(engine)
+    }
+
+    /// The engines loaded so far, by checkpoint directory.
+    pub fn engines(&self) -> Vec<(String, Arc<Engine>)> {
+        let engines = self.engines.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut list: Vec<_> = engines.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Loads the engine and prepares the request off the event loop.
+    async fn submit(
+        &self,
+        request: &ChatCompletionRequest,
+        route: &Route,
+    ) -> Result<(Prepared, tokio::sync::mpsc::UnboundedReceiver<Event>), ProviderError> {
+        let loaded = self
+            .engines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&route.model)
+            .cloned();
+        let engine = match loaded {
+            Some(engine) => engine,
+            None => blocking(|| self.engine(&route.model)).map_err(internal)?,
+        };
+        let prepared = prepare(&engine, request, route)?;
+        let rx = engine.submit(prepared.request.clone()).map_err(|e| match e {
+            // A missing adapter is the deployment's fault, not the client's.
+            hone_engine::EngineError::Adapter(_) => internal(e.to_string()),
+            _ => bad_request(e.to_string()),
+        })?;
+        Ok((prepared, rx))
+    }
+}
+
+/// Runs blocking work (loading a model, once per directory) from async
+/// code: in place on a multi-thread runtime; on a current-thread runtime
+/// there is no other worker to hand it to, so it runs right here.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// What a request becomes for the engine, and how to answer it.
+struct Prepared {
+    request: Request,
+    engine: Arc<Engine>,
+    model: String,
+    tools: bool,
+    logprobs: bool,
+}
+
+fn internal(message: String) -> ProviderError {
+    ProviderError::Status {
+        status: 500,
+        message,
+        retry_after: None,
+    }
+}
+
+fn bad_request(message: String) -> ProviderError {
+    ProviderError::Status {
+        status: 400,
+        message,
+        retry_after: None,
+    }
+}
+
+/// Renders the conversation through the model's chat template and maps the
+/// OpenAI sampling parameters.
+fn prepare(engine: &Arc<Engine>, request: &ChatCompletionRequest, route: &Route) -> Result<Prepared, ProviderError> {
+    let messages: Vec<Value> = request.messages.iter().map(template_message).collect();
+    let tools = match &request.tools {
+        Some(tools) if !tools.is_empty() => Some(serde_json::to_value(tools).map_err(|e| bad_request(e.to_string()))?),
+        _ => None,
+    };
+    let tool_choice_none = request.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
+    let tools = tools.filter(|_| !tool_choice_none);
+    let text = engine
+        .tokenizer()
+        .template
+        .render(&Value::Array(messages), tools.as_ref(), true)
+        .map_err(|e| bad_request(e.to_string()))?;
+    let prompt = engine.tokenizer().encode(&text).map_err(|e| internal(e.to_string()))?;
+    let context = engine.model().config.max_position_embeddings;
+    if prompt.len() >= context {
+        return Err(bad_request(format!(
+            "the prompt is {} tokens; the model's context is {context}",
+            prompt.len()
+        )));
+    }
+    let logprobs = request.logprobs == Some(true);
+    let seed = match request.seed {
+        Some(seed) => seed as u64,
+        None => rand::random(),
+    };
+    let top_k = request
+        .extra
+        .get("top_k")
+        .and_then(Value::as_i64)
+        .filter(|k| *k > 0)
+        .unwrap_or(0) as usize;
+    let max_tokens = request
+        .max_completion_tokens
+        .or(request.max_tokens)
+        .map_or(DEFAULT_MAX_TOKENS, |m| m as usize);
+    Ok(Prepared {
+        request: Request {
+            prompt,
+            sampling: Sampling {
+                temperature: request.temperature.unwrap_or(1.0),
+                top_p: request.top_p.unwrap_or(1.0),
+                top_k,
+                seed,
+                max_tokens,
+                stop_tokens: Vec::new(),
+                top_logprobs: if logprobs {
+                    request.top_logprobs.unwrap_or(0) as usize
+                } else {
+                    0
+                },
+            },
+            n: request.n.unwrap_or(1).max(1) as usize,
+            adapter: route.adapter.clone(),
+            stop: request.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+        },
+        engine: engine.clone(),
+        model: route.model.clone(),
+        tools: tools.is_some(),
+        logprobs,
+    })
+}
+
+/// One message as chat templates expect it: text content, tool-call
+/// arguments as objects (what `transformers` passes to templates).
+fn template_message(message: &Message) -> Value {
+    let role = match message.role {
+        Role::System | Role::Developer => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool | Role::Function => "tool",
+    };
+    let mut out = json!({"role": role, "content": message.content.as_ref().map(Content::text)});
+    if let Some(calls) = &message.tool_calls {
+        out["tool_calls"] = calls
+            .iter()
+            .map(|call| {
+                let arguments = serde_json::from_str::<Value>(&call.function.arguments)
+                    .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+                json!({"id": call.id, "type": "function",
+                       "function": {"name": call.function.name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    if let Some(id) = &message.tool_call_id {
+        out["tool_call_id"] = json!(id);
+    }
+    if let Some(name) = &message.name {
+        out["name"] = json!(name);
+    }
+    out
+}
+
+fn completion_id() -> String {
+    format!("chatcmpl-{:016x}", rand::random::<u64>())
+}
+
+fn now_s() -> i64 {
+    crate::state::now_ms() / 1000
+}
+
+/// The OpenAI `logprobs` object for generated tokens.
+fn logprobs_json(engine: &Engine, tokens: &[u32], logprobs: &[f32], top: &[Vec<(u32, f32)>]) -> Value {
+    let entry = |token: u32, logprob: f32| {
+        let bytes = engine.tokenizer().token_bytes(token);
+        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
+    };
+    let content: Vec<Value> = tokens
+        .iter()
+        .zip(logprobs)
+        .enumerate()
+        .map(|(k, (token, logprob))| {
+            let mut item = entry(*token, *logprob);
+            item["top_logprobs"] = top
+                .get(k)
+                .map(|alternatives| alternatives.iter().map(|(t, l)| entry(*t, *l)).collect())
+                .unwrap_or_else(|| json!([]));
+            item
+        })
+        .collect();
+    json!({"content": content})
+}
+
+/// What hone records with every choice: the sampled tokens and their logprobs.
+fn token_extra(generation: &Generation, malformed: &[String]) -> Extra {
+    let mut extra = Extra::new();
+    extra.insert("token_ids".into(), json!(generation.tokens));
+    extra.insert("token_logprobs".into(), json!(generation.logprobs));
+    if !malformed.is_empty() {
+        extra.insert("malformed_tool_calls".into(), json!(malformed));
+    }
+    extra
+}
+
+fn tool_calls(parsed: &[hone_engine::tools::ParsedToolCall]) -> Vec<ToolCall> {
+    parsed
+        .iter()
+        .map(|call| ToolCall {
+            id: format!("call_{:016x}", rand::random::<u64>()),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            },
+        })
+        .collect()
+}
+
+impl Provider for LocalProvider {
+    async fn complete(
+        &self,
+        request: &ChatCompletionRequest,
+        route: &Route,
+    ) -> Result<ChatCompletionResponse, ProviderError> {
+        let (prepared, mut rx) = self.submit(request, route).await?;
+        let n = prepared.request.n;
+        let mut done: Vec<Option<(String, Generation)>> = vec![None; n];
+        while let Some(event) = rx.recv().await {
+            match event {
+                Event::Done {
+                    index,
+                    text,
+                    generation,
+                } => done[index] = Some((text, generation)),
+                Event::Failed(message) => return Err(internal(message)),
+                Event::Token { .. } | Event::Text { .. } => {}
+            }
+            if done.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        let mut choices = Vec::with_capacity(n);
+        let mut completion_tokens = 0;
+        for (index, slot) in done.into_iter().enumerate() {
+            let (text, generation) = slot.ok_or_else(|| internal("the engine stopped mid-request".into()))?;
+            completion_tokens += generation.tokens.len() as u64;
+            let (content, calls, malformed) = if prepared.tools {
+                let parsed = hone_engine::tools::parse(&text);
+                (parsed.content, tool_calls(&parsed.tool_calls), parsed.malformed)
+            } else {
+                (text, Vec::new(), Vec::new())
+            };
+            let finish = if calls.is_empty() {
+                generation.finish.as_str()
+            } else {
+                "tool_calls"
+            };
+            let mut message = Message::new(Role::Assistant, content.clone());
+            if content.is_empty() && !calls.is_empty() {
+                message.content = None;
+            }
+            if !calls.is_empty() {
+                message.tool_calls = Some(calls);
+            }
+            choices.push(Choice {
+                index: index as u32,
+                message,
+                finish_reason: Some(finish.into()),
+                logprobs: prepared.logprobs.then(|| {
+                    logprobs_json(
+                        &prepared.engine,
+                        &generation.tokens,
+                        &generation.logprobs,
+                        &generation.top_logprobs,
+                    )
+                }),
+                extra: token_extra(&generation, &malformed),
+            });
+        }
+        let prompt_tokens = prepared.request.prompt.len() as u64;
+        let mut extra = Extra::new();
+        extra.insert("prompt_token_ids".into(), json!(prepared.request.prompt));
+        Ok(ChatCompletionResponse {
+            id: completion_id(),
+            object: "chat.completion".into(),
+            created: now_s(),
+            model: prepared.model,
+            choices,
+            usage: Some(usage(prompt_tokens, completion_tokens)),
+            extra,
+        })
+    }
+
+    async fn stream(&self, request: &ChatCompletionRequest, route: &Route) -> Result<ChunkStream, ProviderError> {
+        let (prepared, rx) = self.submit(request, route).await?;
+        Ok(Box::pin(stream_chunks(prepared, rx)))
+    }
+}
+
+fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+        extra: Extra::new(),
+    }
+}
+
+/// Per-sample streaming state.
+#[derive(Default)]
+struct StreamedChoice {
+    /// Logprob entries of tokens not yet attached to a chunk.
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    top: Vec<Vec<(u32, f32)>>,
+    /// Text held back because it is, or may begin, a tool call.
+    held: String,
+    holding: bool,
+}
+
+impl StreamedChoice {
+    /// The part of `text` that can be streamed as content now.
+    fn pass(&mut self, text: &str, tools: bool) -> String {
+        if !tools {
+            return text.to_owned();
+        }
+        self.held.push_str(text);
+        if self.holding {
+            return String::new();
+        }
+        if let Some(at) = self.held.find(TOOL_OPEN) {
+            self.holding = true;
+            return self.held.drain(..at).collect();
+        }
+        // Keep a tail that may be the start of `<tool_call>`.
+        let keep = (1..TOOL_OPEN.len())
+            .rev()
+            .find(|k| self.held.ends_with(&TOOL_OPEN[..*k]))
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        self.held.drain(..cut).collect()
+    }
+}
+
+fn stream_chunks(
+    prepared: Prepared,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> impl futures::Stream<Item = Result<StreamEvent, ProviderError>> + Send {
+    async_stream::stream! {
+        let id = completion_id();
+        let created = now_s();
+        let n = prepared.request.n;
+        let chunk = |choices: Vec<ChunkChoice>, usage: Option<Usage>, extra: Extra| StreamEvent {
+            chunk: ChatCompletionChunk {
+                id: id.clone(),
+                object: "chat.completion.chunk".into(),
+                created,
+                model: prepared.model.clone(),
+                choices,
+                usage,
+                extra,
+            },
+            raw: None,
+        };
+        let delta_choice = |index: usize, delta: Delta, finish: Option<String>, logprobs: Option<Value>, extra: Extra| ChunkChoice {
+            index: index as u32,
+            delta,
+            finish_reason: finish,
+            logprobs,
+            extra,
+        };
+        let mut prompt_extra = Extra::new();
+        prompt_extra.insert("prompt_token_ids".into(), json!(prepared.request.prompt));
+        let opening = (0..n)
+            .map(|i| delta_choice(i, Delta { role: Some(Role::Assistant), content: Some(String::new()), ..Delta::default() }, None, None, Extra::new()))
+            .collect();
+        yield Ok(chunk(opening, None, prompt_extra));
+        let mut states: Vec<StreamedChoice> = (0..n).map(|_| StreamedChoice::default()).collect();
+        let mut finished = 0;
+        let mut completion_tokens = 0u64;
+        while let Some(event) = rx.recv().await {
+            match event {
+                Event::Token { index, token, logprob, top_logprobs } => {
+                    let s = &mut states[index];
+                    s.tokens.push(token);
+                    s.logprobs.push(logprob);
+                    s.top.push(top_logprobs);
+                }
+                Event::Text { index, text } => {
+                    let s = &mut states[index];
+                    let content = s.pass(&text, prepared.tools);
+                    if content.is_empty() {
+                        continue;
+                    }
+                    let logprobs = prepared.logprobs.then(|| logprobs_json(&prepared.engine, &s.tokens, &s.logprobs, &s.top));
+                    s.tokens.clear();
+                    s.logprobs.clear();
+                    s.top.clear();
+                    let delta = Delta { content: Some(content), ..Delta::default() };
+                    yield Ok(chunk(vec![delta_choice(index, delta, None, logprobs, Extra::new())], None, Extra::new()));
+                }
+                Event::Done { index, generation, .. } => {
+                    completion_tokens += generation.tokens.len() as u64;
+                    let s = &mut states[index];
+                    let held = std::mem::take(&mut s.held);
+                    let parsed = hone_engine::tools::parse(&held);
+                    let calls = if prepared.tools { tool_calls(&parsed.tool_calls) } else { Vec::new() };
+                    let content = if prepared.tools { parsed.content.clone() } else { held };
+                    let logprobs = (prepared.logprobs && !s.tokens.is_empty())
+                        .then(|| logprobs_json(&prepared.engine, &s.tokens, &s.logprobs, &s.top));
+                    let finish = if calls.is_empty() { generation.finish.as_str() } else { "tool_calls" };
+                    let delta = Delta {
+                        content: (!content.is_empty()).then_some(content),
+                        tool_calls: (!calls.is_empty()).then(|| {
+                            calls
+                                .into_iter()
+                                .enumerate()
+                                .map(|(i, call)| ToolCallDelta {
+                                    index: i as u32,
+                                    id: Some(call.id),
+                                    kind: Some(call.kind),
+                                    function: Some(FunctionCallDelta {
+                                        name: Some(call.function.name),
+                                        arguments: Some(call.function.arguments),
+                                    }),
+                                })
+                                .collect()
+                        }),
+                        ..Delta::default()
+                    };
+                    let extra = token_extra(&generation, &parsed.malformed);
+                    yield Ok(chunk(vec![delta_choice(index, delta, Some(finish.into()), logprobs, extra)], None, Extra::new()));
+                    finished += 1;
+                    if finished == n {
+                        break;
+                    }
+                }
+                Event::Failed(message) => {
+                    yield Err(internal(message));
+                    return;
+                }
+            }
+        }
+        if finished < n {
+            yield Err(internal("the engine stopped mid-request".into()));
+            return;
+        }
+        let prompt_tokens = prepared.request.prompt.len() as u64;
+        yield Ok(chunk(Vec::new(), Some(usage(prompt_tokens, completion_tokens)), Extra::new()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_text_is_held_from_the_first_tool_call_on() {
+        let mut s = StreamedChoice::default();
+        assert_eq!(s.pass("Let me look", true), "Let me look");
+        assert_eq!(s.pass(" <tool", true), " ", "a possible `<tool_call>` start waits");
+        assert_eq!(s.pass("_call>{\"name\"", true), "");
+        assert_eq!(s.pass(": \"x\"}</tool_call>", true), "");
+        assert_eq!(s.held, "<tool_call>{\"name\": \"x\"}</tool_call>");
+        let mut plain = StreamedChoice::default();
+        assert_eq!(plain.pass("a <b", true), "a ");
+        assert_eq!(plain.pass("> c", true), "<b> c", "not a tool call after all");
+        assert_eq!(
+            StreamedChoice::default().pass("<tool", false),
+            "<tool",
+            "no tools, no holding"
+        );
+    }
+}

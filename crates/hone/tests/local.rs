@@ -1,0 +1,290 @@
+//! The `local` provider end to end: `hone model init` writes a tiny Qwen2
+//! checkpoint, `hone serve` runs `examples/local.toml` on it, and calls go
+//! through the real HTTP server into the embedded engine — recorded with
+//! their token ids and logprobs; adapters come and go through the admin API.
+
+use crate::support::{client, Hone};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::path::Path;
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// A tiny checkpoint, the reference adapter under `data/adapters/tuned`,
+/// and hone serving `examples/local.toml` plus an agent that uses the adapter.
+fn start() -> Hone {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let model = dir.join("model");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args([
+            "model", "init", "--arch", "qwen2", "--preset", "tiny", "--seed", "3", "--out",
+        ])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let adapter = dir.join("data/adapters/tuned");
+    std::fs::create_dir_all(&adapter).unwrap();
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(
+            repo().join("tests/reference/adapters/qwen2").join(file),
+            adapter.join(file),
+        )
+        .unwrap();
+    }
+    let mut config = std::fs::read_to_string(repo().join("examples/local.toml")).unwrap();
+    config.push_str(
+        "\n[agents.tuned.versions.v1]\nprovider = { type = \"local\", model = \"${HONE_MODEL_DIR}\", adapter = \"tuned\" }\n",
+    );
+    Hone::start_in(&dir, &config, &[("HONE_MODEL_DIR", model.to_str().unwrap())])
+}
+
+async fn post(hone: &Hone, body: Value) -> (u16, Value, String) {
+    let response = client()
+        .post(hone.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let episode = response
+        .headers()
+        .get("x-hone-episode")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, response.json().await.unwrap(), episode)
+}
+
+fn ask(agent: &str, seed: u64) -> Value {
+    json!({"model": agent, "seed": seed, "messages": [{"role": "user", "content": "hello there"}]})
+}
+
+#[tokio::test]
+async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs() {
+    let hone = start();
+    let (status, first, episode) = post(&hone, ask("assistant", 7)).await;
+    assert_eq!(status, 200, "{first}");
+    let choice = &first["choices"][0];
+    let ids = choice["token_ids"].as_array().unwrap();
+    let logprobs = choice["token_logprobs"].as_array().unwrap();
+    assert!(!ids.is_empty() && ids.len() == logprobs.len());
+    assert!(logprobs.iter().all(|l| l.as_f64().unwrap() <= 0.0));
+    assert_eq!(first["usage"]["completion_tokens"], ids.len());
+    let prompt = first["prompt_token_ids"].as_array().unwrap();
+    assert_eq!(first["usage"]["prompt_tokens"], prompt.len());
+    // The tiny tokenizer maps bytes to ids 0–255: the prompt is the chat template's text.
+    let prompt_text: String = prompt
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .filter(|t| *t < 256)
+        .map(|t| t as u8 as char)
+        .collect();
+    assert!(prompt_text.contains("user\nhello there"), "{prompt_text}");
+
+    let (_, again, _) = post(&hone, ask("assistant", 7)).await;
+    assert_eq!(
+        again["choices"][0]["token_ids"], choice["token_ids"],
+        "same seed, same answer"
+    );
+
+    // The recorded call carries the tokens and logprobs.
+    hone.wait_caught_up();
+    let recorded: Value = client()
+        .get(hone.url(&format!("/v1/episodes/{episode}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let call = &recorded["calls"][0];
+    assert_eq!(call["provider"], "local");
+    assert_eq!(call["response"]["choices"][0]["token_ids"], choice["token_ids"]);
+    assert_eq!(
+        call["response"]["choices"][0]["token_logprobs"],
+        choice["token_logprobs"]
+    );
+
+    // Streaming: the same seed gives the same text, token by token.
+    let mut streamed = ask("assistant", 7);
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let response = client()
+        .post(hone.url("/v1/chat/completions"))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = String::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(bytes) = chunks.next().await {
+        body.push_str(&String::from_utf8_lossy(&bytes.unwrap()));
+    }
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(body.trim_end().ends_with("data: [DONE]"));
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, choice["message"]["content"].as_str().unwrap_or_default());
+    assert!(events.len() > 3, "streamed in pieces");
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !e["choices"].as_array().unwrap().is_empty())
+        .unwrap();
+    assert_eq!(last["choices"][0]["token_ids"], choice["token_ids"]);
+    assert_eq!(events.last().unwrap()["usage"]["completion_tokens"], ids.len());
+}
+
+#[tokio::test]
+async fn n_samples_logprobs_tools_and_bad_requests() {
+    let hone = start();
+    let mut many = ask("assistant", 1);
+    many["n"] = json!(3);
+    many["logprobs"] = json!(true);
+    many["top_logprobs"] = json!(2);
+    let (status, body, _) = post(&hone, many).await;
+    assert_eq!(status, 200, "{body}");
+    let choices = body["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for choice in choices {
+        let content = choice["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(content.len(), choice["token_ids"].as_array().unwrap().len());
+        for (entry, logprob) in content.iter().zip(choice["token_logprobs"].as_array().unwrap()) {
+            assert_eq!(&entry["logprob"], logprob);
+            assert_eq!(entry["top_logprobs"].as_array().unwrap().len(), 2);
+        }
+    }
+    // Byte tokens report their byte.
+    let first = &choices[0];
+    for (entry, id) in first["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(first["token_ids"].as_array().unwrap())
+    {
+        if id.as_u64().unwrap() < 256 {
+            assert_eq!(entry["bytes"], json!([id]));
+        }
+    }
+
+    // Tools are rendered into the prompt through the model's chat template.
+    let mut tools = ask("assistant", 2);
+    tools["tools"] = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let (status, body, _) = post(&hone, tools).await;
+    assert_eq!(status, 200, "{body}");
+    let prompt: String = body["prompt_token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_u64().filter(|t| *t < 256).map(|t| t as u8 as char))
+        .collect();
+    assert!(
+        prompt.contains("<tools>") && prompt.contains("\"name\": \"get_weather\""),
+        "{prompt}"
+    );
+
+    let mut too_many = ask("assistant", 1);
+    too_many["n"] = json!(100);
+    let (status, body, _) = post(&hone, too_many).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("n must be"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
+    let hone = start();
+    let admin = |path: &str| hone.url(path);
+    // The config's `tuned` version loaded its adapter from data/adapters at start.
+    let list: Value = client()
+        .get(admin("/admin/adapters"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["data"][0]["name"], "tuned");
+    assert_eq!(list["data"][0]["rank"], 4);
+
+    let (_, base, _) = post(&hone, ask("assistant", 5)).await;
+    let (status, tuned, _) = post(&hone, ask("tuned", 5)).await;
+    assert_eq!(status, 200, "{tuned}");
+    assert_ne!(
+        base["choices"][0]["token_logprobs"][0], tuned["choices"][0]["token_logprobs"][0],
+        "the adapter changes the distribution"
+    );
+
+    let load = json!({"name": "extra", "path": repo().join("tests/reference/adapters/qwen2")});
+    let response = client()
+        .post(admin("/admin/adapters"))
+        .json(&load)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let loaded: Value = response.json().await.unwrap();
+    assert_eq!(loaded["name"], "extra");
+    let list: Value = client()
+        .get(admin("/admin/adapters"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["data"].as_array().unwrap().len(), 2);
+
+    let delete = client().delete(admin("/admin/adapters/extra")).send().await.unwrap();
+    assert_eq!(delete.status(), 200);
+    let again = client().delete(admin("/admin/adapters/extra")).send().await.unwrap();
+    assert_eq!(again.status(), 404);
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "adapter_not_found");
+
+    let bad_path = json!({"name": "x", "path": "/nonexistent/adapter"});
+    let response = client()
+        .post(admin("/admin/adapters"))
+        .json(&bad_path)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/adapter"),
+        "{body}"
+    );
+    let response = client()
+        .post(admin("/admin/adapters"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let list: Value = client()
+        .get(admin("/admin/adapters"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["data"].as_array().unwrap().len(), 1, "failed loads change nothing");
+}
