@@ -556,8 +556,8 @@ mod tests {
         assert_eq!(s.pass(": \"x\"}</tool_call>", true), "");
         assert_eq!(s.held, "<tool_call>{\"name\": \"x\"}</tool_call>");
         let mut plain = StreamedChoice::default();
-        assert_eq!(plain.pass("a <b", true), "a ");
-        assert_eq!(plain.pass("> c", true), "<b> c", "not a tool call after all");
+        assert_eq!(plain.pass("a <", true), "a ");
+        assert_eq!(plain.pass("b> c", true), "<b> c", "not a tool call after all");
         assert_eq!(
             StreamedChoice::default().pass("<tool", false),
             "<tool",
