@@ -14,6 +14,7 @@
 //!   `tokenizer_config.json`, rendered with minijinja;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
 
+pub mod bench;
 pub mod config;
 pub mod engine;
 pub mod generate;

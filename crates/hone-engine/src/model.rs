@@ -33,7 +33,7 @@ impl Linear {
     pub fn forward_runs(&self, x: &Tensor, runs: &[(usize, Option<&LoraWeights>)]) -> Result<Tensor> {
         let (rows, width) = flat_dims(x)?;
         let flat = x.reshape((rows, width))?;
-        let mut y = flat.matmul(&self.weight.t()?)?;
+        let mut y = project(&flat, &self.weight)?;
         if let Some(bias) = &self.bias {
             y = y.broadcast_add(bias)?;
         }
@@ -63,6 +63,21 @@ impl Linear {
             *last = self.weight.dim(0)?;
         }
         Ok(y.reshape(shape)?)
+    }
+}
+
+/// Rows up to which `x·Wᵀ` is computed as `(W·xᵀ)ᵀ`: with few rows
+/// (decoding), candle's GEMM is about twice as fast with the weight as the
+/// left operand (measured on Qwen2.5-0.5B shapes: 0.80 vs 1.49 ms for an
+/// 8×896 · 896×4864 product, 22 vs 38 ms for the LM head).
+const FEW_ROWS: usize = 16;
+
+/// `x·Wᵀ` for `x` `[rows, in]` and `W` `[out, in]`.
+fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    if x.dim(0)? <= FEW_ROWS {
+        Ok(weight.matmul(&x.t()?.contiguous()?)?.t()?.contiguous()?)
+    } else {
+        Ok(x.matmul(&weight.t()?)?)
     }
 }
 
@@ -204,7 +219,12 @@ pub struct Model {
     lm_head: Option<Tensor>,
     cos: Tensor,
     sin: Tensor,
+    /// See [`Model::set_stack_limit`].
+    stack_limit: usize,
 }
+
+/// Default for [`Model::set_stack_limit`]: 4 Mi elements (16 MiB in f32).
+const STACK_LIMIT: usize = 4 << 20;
 
 impl Model {
     /// Loads `config.json` and the safetensors of a checkpoint directory.
@@ -272,6 +292,7 @@ impl Model {
             lm_head,
             cos,
             sin,
+            stack_limit: STACK_LIMIT,
         })
     }
 
@@ -349,12 +370,11 @@ impl Model {
             let lora = |m: Module| lora_runs(runs, n, m, 1);
             let h = rms_norm(&x, &layer.input_norm, self.config.rms_norm_eps)?;
             let (q, k, v) = self.qkv(layer, &h, &cos, &sin, &lora)?;
-            let mut outs = Vec::with_capacity(b);
+            let mut rows = Vec::with_capacity(b);
             for (r, cache) in caches.iter_mut().enumerate() {
-                let (k, v) = cache.append(n, k.narrow(0, r, 1)?, v.narrow(0, r, 1)?)?;
-                outs.push(self.attend(&q.narrow(0, r, 1)?, &k, &v, None)?);
+                rows.push(cache.append(n, k.narrow(0, r, 1)?, v.narrow(0, r, 1)?)?);
             }
-            let out = if b == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
+            let out = self.attend_rows(&q, rows)?;
             x = self.finish_layer(layer, x, out, &lora)?;
         }
         for cache in caches.iter_mut() {
@@ -362,6 +382,58 @@ impl Model {
         }
         let hidden = rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
         Ok(self.logits(&hidden)?.squeeze(1)?)
+    }
+
+    /// Decode attention for rows with their own caches (`[1, kv, S_r, d]`
+    /// each). While the padded batch is small, the rows are stacked (shorter
+    /// ones padded and masked) and attended in one go — a few large ops
+    /// instead of many small ones; beyond that, copying the caches would
+    /// cost more than it saves, and each row attends alone.
+    fn attend_rows(&self, q: &Tensor, rows: Vec<(Tensor, Tensor)>) -> Result<Tensor> {
+        let b = rows.len();
+        let lens: Vec<usize> = rows.iter().map(|(k, _)| k.dim(2)).collect::<candle_core::Result<_>>()?;
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        let c = &self.config;
+        if b == 1 || b * longest * c.num_key_value_heads * c.head_dim > self.stack_limit {
+            let mut outs = Vec::with_capacity(b);
+            for (r, (k, v)) in rows.iter().enumerate() {
+                outs.push(self.attend(&q.narrow(0, r, 1)?, k, v, None)?);
+            }
+            return Ok(if b == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? });
+        }
+        let pad = |t: &Tensor, len: usize| -> Result<Tensor> {
+            if len == longest {
+                return Ok(t.clone());
+            }
+            let (_, heads, _, d) = t.dims4()?;
+            let zeros = Tensor::zeros((1, heads, longest - len, d), t.dtype(), t.device())?;
+            Ok(Tensor::cat(&[t, &zeros], 2)?)
+        };
+        let mut ks = Vec::with_capacity(b);
+        let mut vs = Vec::with_capacity(b);
+        for ((k, v), len) in rows.iter().zip(&lens) {
+            ks.push(pad(k, *len)?);
+            vs.push(pad(v, *len)?);
+        }
+        let k = Tensor::cat(&ks, 0)?;
+        let v = Tensor::cat(&vs, 0)?;
+        let mask = if lens.iter().all(|l| *l == longest) {
+            None
+        } else {
+            let values: Vec<f32> = lens
+                .iter()
+                .flat_map(|len| (0..longest).map(move |j| if j < *len { 0.0 } else { f32::NEG_INFINITY }))
+                .collect();
+            Some(Tensor::from_vec(values, (b, 1, 1, 1, longest), &self.device)?.to_dtype(self.dtype)?)
+        };
+        self.attend(q, &k, &v, mask.as_ref())
+    }
+
+    /// Sets how many cached key elements (rows × positions × kv heads ×
+    /// head dim) a decode step may stack to attend all rows at once
+    /// (0: every row attends alone). For tests and tuning.
+    pub fn set_stack_limit(&mut self, elements: usize) {
+        self.stack_limit = elements;
     }
 
     fn check_context(&self, needed: usize) -> Result<()> {
@@ -444,7 +516,7 @@ impl Model {
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let (b, t, h) = hidden.dims3()?;
-        let logits = hidden.reshape((b * t, h))?.matmul(&head.t()?)?;
+        let logits = project(&hidden.reshape((b * t, h))?, head)?;
         Ok(logits.reshape((b, t, self.config.vocab_size))?)
     }
 

@@ -112,7 +112,7 @@ fn prefill(model: &Model, prompt: &[u32], adapter: Option<&Adapter>) -> KvCache 
 #[test]
 fn a_batched_decode_step_equals_each_row_alone_with_mixed_lengths_and_adapters() {
     // The reference adapter fits every tiny llama checkpoint.
-    let (_dir, model) = tiny(Arch::Llama);
+    let (_dir, mut model) = tiny(Arch::Llama);
     let adapter = reference_adapter("llama");
     let prompts: [&[u32]; 3] = [&[1, 2, 3, 4, 5, 6, 7], &[9, 8], &[40, 41, 42, 43]];
     let adapters = [Some(adapter.as_ref()), Some(adapter.as_ref()), None];
@@ -131,28 +131,39 @@ fn a_batched_decode_step_equals_each_row_alone_with_mixed_lengths_and_adapters()
         );
     }
 
+    // Stacked (padded and masked) attention, then each row attending alone.
+    for stack_limit in [usize::MAX, 0] {
+        model.set_stack_limit(stack_limit);
+        let mut caches: Vec<KvCache> = prompts
+            .iter()
+            .zip(adapters)
+            .map(|(p, a)| prefill(&model, p, a))
+            .collect();
+        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let runs = [(2, Some(adapter.as_ref())), (1, None)];
+        let batched = model.decode(&next, &mut refs, &runs).unwrap();
+        for (r, expected) in alone.iter().enumerate() {
+            let row = batched.get(r).unwrap();
+            let diff: f32 = (row - expected)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(
+                diff < 1e-5,
+                "row {r} (stack limit {stack_limit}): batched differs from alone by {diff}"
+            );
+        }
+        assert_eq!(caches.iter().map(KvCache::len).collect::<Vec<_>>(), vec![8, 3, 5]);
+    }
     let mut caches: Vec<KvCache> = prompts
         .iter()
         .zip(adapters)
         .map(|(p, a)| prefill(&model, p, a))
         .collect();
-    let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
-    let runs = [(2, Some(adapter.as_ref())), (1, None)];
-    let batched = model.decode(&next, &mut refs, &runs).unwrap();
-    for (r, expected) in alone.iter().enumerate() {
-        let row = batched.get(r).unwrap();
-        let diff: f32 = (row - expected)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar()
-            .unwrap();
-        assert!(diff < 1e-5, "row {r}: batched differs from alone by {diff}");
-    }
-    assert_eq!(caches.iter().map(KvCache::len).collect::<Vec<_>>(), vec![8, 3, 5]);
-
     let mismatched = model.decode(&next, &mut caches.iter_mut().collect::<Vec<_>>(), &[(2, None)]);
     assert!(mismatched.is_err(), "runs that do not cover the batch are refused");
 }
@@ -201,4 +212,48 @@ fn n_samples_share_the_prompt_and_each_equals_its_own_seeded_run() {
     }
     let distinct: std::collections::HashSet<_> = samples.iter().map(|s| s.tokens.clone()).collect();
     assert!(distinct.len() > 1, "samples with different seeds should differ");
+}
+
+#[test]
+fn bf16_and_f16_follow_f32_and_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(Arch::Qwen2, hone_engine::init::Preset::Tiny, 4, dir.path()).unwrap();
+    let prompt: Vec<u32> = b"<|im_start|>user\nhalf precision".iter().map(|b| *b as u32).collect();
+    let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let full = Model::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
+    let reference = full.forward(&input, &mut KvCache::new(), None).unwrap();
+    let scale: f32 = reference.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    for (dtype, tolerance) in [(DType::BF16, 0.05), (DType::F16, 0.01)] {
+        let model = Model::load(dir.path(), dtype, &Device::Cpu).unwrap();
+        let logits = model
+            .forward(&input, &mut KvCache::new(), None)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let diff: f32 = (logits - &reference)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        eprintln!("{dtype:?}: max |logit - f32| = {diff} (logits up to {scale})");
+        assert!(diff <= tolerance * scale.max(1.0), "{dtype:?} drifts by {diff}");
+        let out = generate(
+            &model,
+            &prompt,
+            None,
+            &Sampling {
+                max_tokens: 4,
+                ..Sampling::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(out.tokens.len(), 4);
+        assert!(out.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    }
 }

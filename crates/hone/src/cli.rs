@@ -56,6 +56,34 @@ enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Measure hone's parts.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Prefill and decode tokens/s of the embedded engine at batch 1 and 8,
+    /// next to Hugging Face transformers on the same weights.
+    Engine {
+        /// Model shapes to measure (random weights): `tiny`, `qwen2.5-0.5b`.
+        #[arg(long, value_delimiter = ',', default_value = "tiny,qwen2.5-0.5b")]
+        presets: Vec<String>,
+        /// Prompt tokens per row.
+        #[arg(long, default_value_t = 64)]
+        prompt: usize,
+        /// Decode steps timed.
+        #[arg(long, default_value_t = 16)]
+        new_tokens: usize,
+        /// Timed runs per figure (the median is shown).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// A Python interpreter with torch and transformers, for the comparison column.
+        #[arg(long, env = "HONE_BENCH_PYTHON")]
+        python: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +182,22 @@ fn run(command: Command) -> Result<ExitCode> {
                     seed,
                 },
         } => model_init(arch, &preset, &out, seed),
+        Command::Bench {
+            command:
+                BenchCommand::Engine {
+                    presets,
+                    prompt,
+                    new_tokens,
+                    reps,
+                    python,
+                },
+        } => crate::bench_engine::run(crate::bench_engine::Options {
+            presets,
+            prompt,
+            new_tokens,
+            reps,
+            python,
+        }),
         Command::Key {
             command: KeyCommand::New { name, agents },
         } => {

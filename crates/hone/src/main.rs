@@ -1,6 +1,7 @@
 //! The `hone` command line: parses arguments and calls into the library
 //! crates. Nothing else lives here.
 
+mod bench_engine;
 mod cli;
 
 fn main() -> std::process::ExitCode {

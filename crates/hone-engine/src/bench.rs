@@ -1,0 +1,98 @@
+//! Throughput measurements for `hone bench engine`: prefill and decode
+//! tokens/s at batch 1 and batch 8, measured the way
+//! `bench/engine_hf.py` measures Hugging Face transformers, so the two
+//! columns compare like with like: the same prompt ids, greedy next tokens,
+//! the last position's logits only during prefill, the median of `reps`
+//! timed runs after one warm-up.
+
+use crate::model::{KvCache, Model};
+use crate::Result;
+use candle_core::{Tensor, D};
+use std::time::Instant;
+
+/// What to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchSettings {
+    /// Prompt tokens per row.
+    pub prompt: usize,
+    /// Decode steps timed after the prompt.
+    pub new_tokens: usize,
+    /// Timed repetitions (the median is reported).
+    pub reps: usize,
+}
+
+/// Tokens per second.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct Figures {
+    pub prefill_b1: f64,
+    pub prefill_b8: f64,
+    pub decode_b1: f64,
+    pub decode_b8: f64,
+}
+
+/// The prompt ids every benchmark uses: `(31·i + 7) mod min(vocab, 256)`.
+pub fn prompt_ids(len: usize, vocab: usize) -> Vec<u32> {
+    let range = vocab.min(256) as u32;
+    (0..len as u32).map(|i| (31 * i + 7) % range).collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Runs `f` once to warm up, then `reps` times; the median of its tokens/s.
+fn timed(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
+    f()?;
+    let mut rates = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        rates.push(f()?);
+    }
+    Ok(median(rates))
+}
+
+fn prefill(model: &Model, batch: usize, prompt: &[u32]) -> Result<(Vec<KvCache>, Vec<u32>)> {
+    let mut caches = Vec::with_capacity(batch);
+    let mut next = Vec::with_capacity(batch);
+    for _ in 0..batch {
+        let mut cache = KvCache::new();
+        let input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+        let logits = model.forward_last(&input, &mut cache, None)?;
+        next.push(logits.argmax(D::Minus1)?.squeeze(0)?.to_scalar::<u32>()?);
+        caches.push(cache);
+    }
+    Ok((caches, next))
+}
+
+/// Measures `model` under `settings`.
+pub fn measure(model: &Model, settings: BenchSettings) -> Result<Figures> {
+    let prompt = prompt_ids(settings.prompt, model.config.vocab_size);
+    let prefill_rate = |batch: usize| {
+        timed(settings.reps, || {
+            let rows: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
+            let input = Tensor::from_vec(rows, (batch, prompt.len()), model.device())?;
+            let started = Instant::now();
+            let logits = model.forward_last(&input, &mut KvCache::new(), None)?;
+            logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+            Ok((batch * prompt.len()) as f64 / started.elapsed().as_secs_f64())
+        })
+    };
+    let decode_rate = |batch: usize| {
+        timed(settings.reps, || {
+            let (mut caches, mut next) = prefill(model, batch, &prompt)?;
+            let started = Instant::now();
+            for _ in 0..settings.new_tokens {
+                let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+                let logits = model.decode(&next, &mut refs, &[(batch, None)])?;
+                next = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+            }
+            Ok((batch * settings.new_tokens) as f64 / started.elapsed().as_secs_f64())
+        })
+    };
+    Ok(Figures {
+        prefill_b1: prefill_rate(1)?,
+        prefill_b8: prefill_rate(8)?,
+        decode_b1: decode_rate(1)?,
+        decode_b8: decode_rate(8)?,
+    })
+}

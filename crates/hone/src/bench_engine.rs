@@ -1,0 +1,128 @@
+//! `hone bench engine`: the embedded engine's prefill and decode throughput
+//! at batch 1 and 8, on the tiny preset and on a random model with the exact
+//! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same CPU,
+//! the same weights and the same settings (`bench/engine_hf.py`, run with
+//! `--python`). Prints a table with the ratios; not a test.
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device};
+use hone_engine::bench::{measure, BenchSettings, Figures};
+use hone_engine::init::{write_checkpoint, Preset};
+use hone_engine::{Arch, Model};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+const HF_SCRIPT: &str = include_str!("../../../bench/engine_hf.py");
+
+pub struct Options {
+    pub presets: Vec<String>,
+    pub prompt: usize,
+    pub new_tokens: usize,
+    pub reps: usize,
+    /// A Python with torch and transformers; `None` skips the comparison.
+    pub python: Option<String>,
+}
+
+pub fn run(options: Options) -> Result<ExitCode> {
+    let settings = BenchSettings {
+        prompt: options.prompt,
+        new_tokens: options.new_tokens,
+        reps: options.reps,
+    };
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "hone bench engine — f32, CPU ({} threads), prompt {} tokens, {} decode steps, median of {} runs",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        settings.prompt,
+        settings.new_tokens,
+        settings.reps
+    )?;
+    let mut rows = Vec::new();
+    for name in &options.presets {
+        let preset = Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, qwen2.5-0.5b)"))?;
+        let dir = tempfile::tempdir()?;
+        eprintln!("[{name}] writing a random Qwen2 checkpoint …");
+        write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;
+        eprintln!("[{name}] measuring hone-engine (candle) …");
+        let model = Model::load(dir.path(), DType::F32, &Device::Cpu)?;
+        let ours = measure(&model, settings)?;
+        drop(model);
+        let theirs = match &options.python {
+            Some(python) => {
+                eprintln!("[{name}] measuring transformers ({python}) …");
+                match transformers(python, dir.path(), settings) {
+                    Ok(figures) => Some(figures),
+                    Err(e) => {
+                        eprintln!("[{name}] transformers skipped: {e:#}");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        rows.push((name.clone(), ours, theirs));
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| model | metric | hone-engine tok/s | transformers tok/s | hone / transformers |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for (name, ours, theirs) in &rows {
+        let metrics = [
+            ("prefill b1", ours.prefill_b1, theirs.map(|t| t.prefill_b1)),
+            ("prefill b8", ours.prefill_b8, theirs.map(|t| t.prefill_b8)),
+            ("decode b1", ours.decode_b1, theirs.map(|t| t.decode_b1)),
+            ("decode b8", ours.decode_b8, theirs.map(|t| t.decode_b8)),
+        ];
+        for (metric, us, them) in metrics {
+            let (them_text, ratio) = match them {
+                Some(t) => (format!("{t:.1}"), format!("{:.2}×", us / t)),
+                None => ("–".into(), "–".into()),
+            };
+            writeln!(out, "| {name} | {metric} | {us:.1} | {them_text} | {ratio} |")?;
+        }
+        writeln!(
+            out,
+            "| {name} | batch-8 / batch-1 decode | {:.2}× | {} | |",
+            ours.decode_b8 / ours.decode_b1,
+            theirs.map_or("–".into(), |t| format!("{:.2}×", t.decode_b8 / t.decode_b1))
+        )?;
+    }
+    if options.python.is_none() {
+        writeln!(
+            out,
+            "\n(transformers column skipped: pass --python PATH to a Python with torch and transformers)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `bench/engine_hf.py` on the same checkpoint.
+fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<Figures> {
+    let script = tempfile::Builder::new().suffix(".py").tempfile()?;
+    std::fs::write(script.path(), HF_SCRIPT)?;
+    let output = std::process::Command::new(python)
+        .arg(script.path())
+        .arg("--model")
+        .arg(model)
+        .args(["--prompt", &settings.prompt.to_string()])
+        .args(["--new", &settings.new_tokens.to_string()])
+        .args(["--reps", &settings.reps.to_string()])
+        .output()
+        .with_context(|| format!("cannot run `{python}`"))?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "the script failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).with_context(|| format!("unexpected output: {line}"))
+}
