@@ -43,19 +43,19 @@ pub fn run(options: Options) -> Result<ExitCode> {
     for name in &options.presets {
         let preset = Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, qwen2.5-0.5b)"))?;
         let dir = tempfile::tempdir()?;
-        eprintln!("[{name}] writing a random Qwen2 checkpoint …");
+        progress(format!("[{name}] writing a random Qwen2 checkpoint …"));
         write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;
-        eprintln!("[{name}] measuring hone-engine (candle) …");
+        progress(format!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), DType::F32, &Device::Cpu)?;
         let ours = measure(&model, settings)?;
         drop(model);
         let theirs = match &options.python {
             Some(python) => {
-                eprintln!("[{name}] measuring transformers ({python}) …");
+                progress(format!("[{name}] measuring transformers ({python}) …"));
                 match transformers(python, dir.path(), settings) {
                     Ok(figures) => Some(figures),
                     Err(e) => {
-                        eprintln!("[{name}] transformers skipped: {e:#}");
+                        progress(format!("[{name}] transformers skipped: {e:#}"));
                         None
                     }
                 }
@@ -125,4 +125,9 @@ fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<F
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(line).with_context(|| format!("unexpected output: {line}"))
+}
+
+/// A progress line on stderr (the table goes to stdout).
+fn progress(line: String) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
