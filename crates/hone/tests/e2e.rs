@@ -1,6 +1,6 @@
 //! The gateway end to end: a real `hone serve` in front of the fake upstream.
 
-use crate::support::{chat, client, config, FakeUpstream, Hone};
+use crate::support::{chat, client, config, get_json, FakeUpstream, Hone};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -460,57 +460,22 @@ async fn feedback_episodes_listing_models_and_metrics() {
         .send()
         .await
         .unwrap();
-    let page: Value = client()
-        .get(hone.url("/v1/episodes?agent=assistant&limit=2"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = get_json(&hone.url("/v1/episodes?agent=assistant&limit=2")).await;
     assert_eq!(page["data"].as_array().unwrap().len(), 2);
     assert_eq!(
         page["data"][0]["calls"][0]["request"]["messages"][0]["content"],
         "more 2"
     );
     let cursor = page["next_cursor"].as_str().unwrap();
-    let rest: Value = client()
-        .get(hone.url(&format!("/v1/episodes?agent=assistant&limit=10&cursor={cursor}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rest: Value = get_json(&hone.url(&format!("/v1/episodes?agent=assistant&limit=10&cursor={cursor}"))).await;
     assert_eq!(rest["data"].as_array().unwrap().len(), 2);
     assert!(rest["next_cursor"].is_null());
-    let all: Value = client()
-        .get(hone.url("/v1/episodes?since=2020-01-01T00:00:00Z"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let all: Value = get_json(&hone.url("/v1/episodes?since=2020-01-01T00:00:00Z")).await;
     assert_eq!(all["data"].as_array().unwrap().len(), 5);
-    let none: Value = client()
-        .get(hone.url("/v1/episodes?until=2020-01-01"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let none: Value = get_json(&hone.url("/v1/episodes?until=2020-01-01")).await;
     assert!(none["data"].as_array().unwrap().is_empty());
 
-    let models: Value = client()
-        .get(hone.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = get_json(&hone.url("/v1/models")).await;
     let ids: Vec<_> = models["data"]
         .as_array()
         .unwrap()
@@ -535,14 +500,7 @@ async fn feedback_episodes_listing_models_and_metrics() {
     assert!(metrics.contains("hone_recorder_queue_depth 0"));
     assert!(metrics.contains("hone_recorder_spool_bytes 0"));
     assert!(metrics.contains("hone_gateway_overhead_seconds_count 5"));
-    let health: Value = client()
-        .get(hone.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(&hone.url("/health")).await;
     assert_eq!(health["status"], "ok");
 }
 
@@ -569,14 +527,7 @@ async fn a_changed_version_gets_a_new_id_and_the_old_one_stays_resolvable() {
         .unwrap();
     let new = header(&r, "x-hone-version");
     assert_ne!(old, new);
-    let stored: Value = client()
-        .get(hone.url(&format!("/admin/versions/{old}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stored: Value = get_json(&hone.url(&format!("/admin/versions/{old}"))).await;
     assert_eq!(stored["spec"]["system"], "You are terse.");
     // The old version can still be pinned and served.
     let r = client()
@@ -589,14 +540,7 @@ async fn a_changed_version_gets_a_new_id_and_the_old_one_stays_resolvable() {
     assert_eq!(header(&r, "x-hone-version"), old);
     let sent = upstream.bodies("/v1/chat/completions");
     assert_eq!(sent.last().unwrap()["messages"][0]["content"], "You are terse.");
-    let list: Value = client()
-        .get(hone.url("/admin/versions?agent=assistant"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&hone.url("/admin/versions?agent=assistant")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 2);
 }
 

@@ -3,7 +3,7 @@
 //! through the real HTTP server into the embedded engine — recorded with
 //! their token ids and logprobs; adapters come and go through the admin API.
 
-use crate::support::{client, Hone};
+use crate::support::{client, get_json, Hone};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -91,14 +91,7 @@ async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs()
 
     // The recorded call carries the tokens and logprobs.
     hone.wait_caught_up();
-    let recorded: Value = client()
-        .get(hone.url(&format!("/v1/episodes/{episode}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let recorded: Value = get_json(&hone.url(&format!("/v1/episodes/{episode}"))).await;
     let call = &recorded["calls"][0];
     assert_eq!(call["provider"], "local");
     assert_eq!(call["response"]["choices"][0]["token_ids"], choice["token_ids"]);
@@ -209,14 +202,7 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
     let hone = start();
     let admin = |path: &str| hone.url(path);
     // The config's `tuned` version loaded its adapter from data/adapters at start.
-    let list: Value = client()
-        .get(admin("/admin/adapters"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&admin("/admin/adapters")).await;
     assert_eq!(list["data"][0]["name"], "tuned");
     assert_eq!(list["data"][0]["rank"], 4);
 
@@ -228,24 +214,15 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
         "the adapter changes the distribution"
     );
 
+    let load_adapter = |body: String| async {
+        let response = client().post(admin("/admin/adapters")).body(body).send().await.unwrap();
+        (response.status().as_u16(), response.json::<Value>().await.unwrap())
+    };
     let load = json!({"name": "extra", "path": repo().join("tests/reference/adapters/qwen2")});
-    let response = client()
-        .post(admin("/admin/adapters"))
-        .json(&load)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let loaded: Value = response.json().await.unwrap();
+    let (status, loaded) = load_adapter(load.to_string()).await;
+    assert_eq!(status, 200, "{loaded}");
     assert_eq!(loaded["name"], "extra");
-    let list: Value = client()
-        .get(admin("/admin/adapters"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&admin("/admin/adapters")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 2);
 
     let delete = client().delete(admin("/admin/adapters/extra")).send().await.unwrap();
@@ -256,14 +233,8 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
     assert_eq!(body["error"]["code"], "adapter_not_found");
 
     let bad_path = json!({"name": "x", "path": "/nonexistent/adapter"});
-    let response = client()
-        .post(admin("/admin/adapters"))
-        .json(&bad_path)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let (status, body) = load_adapter(bad_path.to_string()).await;
+    assert_eq!(status, 400);
     assert!(
         body["error"]["message"]
             .as_str()
@@ -271,20 +242,9 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
             .contains("/nonexistent/adapter"),
         "{body}"
     );
-    let response = client()
-        .post(admin("/admin/adapters"))
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let list: Value = client()
-        .get(admin("/admin/adapters"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, body) = load_adapter("{not json".into()).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid_json");
+    let list: Value = get_json(&admin("/admin/adapters")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "failed loads change nothing");
 }

@@ -208,6 +208,11 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// GETs `url` and reads the JSON body.
+pub async fn get_json(url: &str) -> serde_json::Value {
+    client().get(url).send().await.unwrap().json().await.unwrap()
+}
+
 pub fn chat(model: &str, text: &str) -> serde_json::Value {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
 }
