@@ -132,13 +132,7 @@ impl ModelConfig {
             return Err(format!("head_dim ({head_dim}) must be even for RoPE"));
         }
         let attention_bias = raw.attention_bias.unwrap_or(false);
-        let eos_token_ids = match raw.eos_token_id {
-            Some(serde_json::Value::Number(n)) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
-            Some(serde_json::Value::Array(items)) => {
-                items.iter().filter_map(|v| v.as_u64()).map(|n| n as u32).collect()
-            }
-            _ => Vec::new(),
-        };
+        let eos_token_ids = raw.eos_token_id.as_ref().map(token_ids).unwrap_or_default();
         Ok(Self {
             arch,
             vocab_size: raw.vocab_size,
@@ -158,6 +152,15 @@ impl ModelConfig {
             mlp_bias: arch == Arch::Llama && raw.mlp_bias.unwrap_or(false),
             eos_token_ids,
         })
+    }
+}
+
+/// A token id field that holds one id or a list (`eos_token_id`).
+pub fn token_ids(value: &serde_json::Value) -> Vec<u32> {
+    match value {
+        serde_json::Value::Number(n) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
+        serde_json::Value::Array(items) => items.iter().filter_map(|v| v.as_u64()).map(|n| n as u32).collect(),
+        _ => Vec::new(),
     }
 }
 

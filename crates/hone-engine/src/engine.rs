@@ -334,11 +334,7 @@ fn generation_config_eos(dir: &Path) -> Result<Vec<u32>> {
     };
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| EngineError::Model(format!("{}: {e}", path.display())))?;
-    Ok(match &json["eos_token_id"] {
-        serde_json::Value::Number(n) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
-        serde_json::Value::Array(items) => items.iter().filter_map(|v| v.as_u64()).map(|n| n as u32).collect(),
-        _ => Vec::new(),
-    })
+    Ok(crate::config::token_ids(&json["eos_token_id"]))
 }
 
 /// A queued request.
