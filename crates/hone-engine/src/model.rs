@@ -73,7 +73,7 @@ impl Linear {
 const FEW_ROWS: usize = 16;
 
 /// `x·Wᵀ` for `x` `[rows, in]` and `W` `[out, in]`.
-fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     if x.dim(0)? <= FEW_ROWS {
         Ok(weight.matmul(&x.t()?.contiguous()?)?.t()?.contiguous()?)
     } else {
@@ -86,21 +86,22 @@ fn flat_dims(x: &Tensor) -> Result<(usize, usize)> {
     Ok((x.elem_count() / width.max(1), width))
 }
 
+/// One decoder block's weights.
 #[derive(Debug)]
-struct Layer {
-    input_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+pub struct Layer {
+    pub input_norm: Tensor,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub post_norm: Tensor,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
 }
 
 impl Layer {
-    fn linear(&self, module: Module) -> &Linear {
+    pub fn linear(&self, module: Module) -> &Linear {
         match module {
             Module::QProj => &self.q,
             Module::KProj => &self.k,
@@ -302,6 +303,31 @@ impl Model {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// The decoder blocks (the trainer runs its own forward over them).
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The token embedding `[vocab, hidden]`.
+    pub fn embedding(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// The final RMSNorm's weight.
+    pub fn final_norm(&self) -> &Tensor {
+        &self.norm
+    }
+
+    /// The LM head `[vocab, hidden]` (the embedding when tied).
+    pub fn lm_head(&self) -> &Tensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The RoPE tables `(cos, sin)`, `[max_positions, head_dim]` each.
+    pub fn rope(&self) -> (&Tensor, &Tensor) {
+        (&self.cos, &self.sin)
     }
 
     /// Logits `[B, T, vocab]` for `tokens` `[B, T]` that follow what `cache`

@@ -40,6 +40,15 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// Token ids with the byte range of `text` each one came from.
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        Ok((encoding.get_ids().to_vec(), encoding.get_offsets().to_vec()))
+    }
+
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner
             .decode(ids, false)

@@ -1,0 +1,53 @@
+//! hone's trainer: LoRA adapters for the engine's Llama/Qwen2 models,
+//! trained with GRPO, DPO or SFT on recorded episodes and exported in the
+//! PEFT format that the engine hot-swaps and Python `peft` loads.
+//!
+//! - [`policy`]: the training forward and a hand-written, LoRA-only backward;
+//! - [`loss`]: GRPO (and its baseline mode), DPO, SFT, the KL estimator;
+//! - [`optim`]: AdamW, clipping, warm-up + cosine/constant schedules;
+//! - [`lora`]: the trainable parameters, PEFT save and load;
+//! - [`data`]: the JSONL formats `hone train` reads;
+//! - [`trainer`]: the loop — accumulation, replay, EWC, metrics;
+//! - [`checkpoint`]: checkpoints that resume exactly.
+
+pub mod checkpoint;
+pub mod data;
+pub mod lora;
+pub mod loss;
+pub mod optim;
+pub mod policy;
+pub mod trainer;
+
+pub use lora::{LoraParams, LoraSpec};
+pub use policy::{Grads, Packed, Sequence};
+pub use trainer::{Data, StepReport, TrainConfig, Trainer};
+
+use std::path::Path;
+
+/// Everything that can go wrong while training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Data(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    #[error(transparent)]
+    Engine(#[from] hone_engine::EngineError),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl TrainError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;

@@ -1,0 +1,591 @@
+//! The training forward and a hand-written backward that computes only what
+//! LoRA needs.
+//!
+//! candle's autograd computes the gradient of every matmul operand, so a
+//! frozen base weight still costs a full weight-gradient GEMM, and its fused
+//! kernels record no gradient at all. Here the backward is written out: each
+//! projection returns `dx = dy·W` plus the LoRA gradients
+//! `dB = s·dyᵀ·(x·Aᵀ)` and `dA = s·(dy·B)ᵀ·x` — never `dW` — through RMSNorm,
+//! RoPE, causal GQA attention and SwiGLU. The cost is one forward plus one
+//! input-gradient pass (≈ 2× the forward), what PyTorch spends on a LoRA
+//! model whose base weights do not require gradients.
+//!
+//! Sequences are packed: projections, norms and the MLP run on all tokens of
+//! the batch at once (no padding); attention pads the rows into
+//! `[B, heads, T, T]` (index gathers both ways) so it is a few batched
+//! matmuls. Only the positions whose next token is scored reach the LM head.
+//!
+//! Every loss hone trains with (GRPO, DPO, SFT, KL, replay NLL) is a function
+//! of the log-probabilities of the scored tokens, so the interface is:
+//! [`forward`] returns them, the loss turns them into `∂L/∂logprob`, and
+//! [`backward`] turns that into the LoRA gradients.
+
+use crate::lora::{LoraPair, LoraParams};
+use crate::{Result, TrainError};
+use candle_core::{DType, Device, Tensor, D};
+use hone_engine::lora::Module;
+use hone_engine::model::{project, softmax_last, Layer, Linear};
+use hone_engine::Model;
+use rand::{Rng, SeedableRng};
+use std::ops::Range;
+
+/// A token sequence and which of its tokens are scored (predicted from the
+/// ones before them and counted in the loss). `scored[0]` is never used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequence {
+    pub tokens: Vec<u32>,
+    pub scored: Vec<bool>,
+}
+
+impl Sequence {
+    /// `prompt` unscored, `completion` scored.
+    pub fn prompt_completion(prompt: &[u32], completion: &[u32]) -> Self {
+        let mut tokens = prompt.to_vec();
+        tokens.extend_from_slice(completion);
+        let mut scored = vec![false; prompt.len()];
+        scored.extend(std::iter::repeat_n(true, completion.len()));
+        Self { tokens, scored }
+    }
+
+    pub fn scored_count(&self) -> usize {
+        self.scored.iter().skip(1).filter(|s| **s).count()
+    }
+}
+
+/// A batch of sequences laid out for [`forward`]: tokens packed end to end,
+/// with the index maps to and from the padded attention layout.
+#[derive(Debug)]
+pub struct Packed {
+    tokens: Tensor,
+    rows: usize,
+    batch: usize,
+    longest: usize,
+    cos: Tensor,
+    sin: Tensor,
+    /// For each padded slot `[B·T]`, its packed row (or `rows`: a zero row).
+    pad_index: Tensor,
+    /// For each packed row, its padded slot.
+    valid_index: Tensor,
+    /// `[B, 1, 1, T, T]`: causal and key padding.
+    mask: Tensor,
+    /// The packed rows whose next token is scored, and those tokens.
+    target_rows: Tensor,
+    target_tokens: Tensor,
+    /// Per sequence, its range in the scored-token list.
+    pub ranges: Vec<Range<usize>>,
+    /// All tokens in the batch.
+    pub token_count: usize,
+}
+
+impl Packed {
+    pub fn new(model: &Model, sequences: &[&Sequence]) -> Result<Self> {
+        let device = model.device();
+        let context = model.rope().0.dim(0)?;
+        let batch = sequences.len();
+        let longest = sequences.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        if batch == 0 || longest == 0 {
+            return Err(TrainError::Data("an empty batch".into()));
+        }
+        if longest > context {
+            return Err(TrainError::Data(format!(
+                "a sequence of {longest} tokens exceeds the model's context of {context}"
+            )));
+        }
+        let vocab = model.config.vocab_size as u32;
+        let rows: usize = sequences.iter().map(|s| s.tokens.len()).sum();
+        let mut tokens = Vec::with_capacity(rows);
+        let mut positions = Vec::with_capacity(rows);
+        let mut pad_index = vec![rows as u32; batch * longest];
+        let mut valid_index = Vec::with_capacity(rows);
+        let mut mask = vec![f32::NEG_INFINITY; batch * longest * longest];
+        let mut target_rows = Vec::new();
+        let mut target_tokens = Vec::new();
+        let mut ranges = Vec::with_capacity(batch);
+        for (b, s) in sequences.iter().enumerate() {
+            if s.scored.len() != s.tokens.len() {
+                return Err(TrainError::Data("scored mask and tokens differ in length".into()));
+            }
+            if let Some(bad) = s.tokens.iter().find(|t| **t >= vocab) {
+                return Err(TrainError::Data(format!(
+                    "token id {bad} is outside the model's vocabulary of {vocab}"
+                )));
+            }
+            let start = target_rows.len();
+            let len = s.tokens.len();
+            for (t, token) in s.tokens.iter().enumerate() {
+                let row = tokens.len();
+                pad_index[b * longest + t] = row as u32;
+                valid_index.push((b * longest + t) as u32);
+                tokens.push(*token);
+                positions.push(t as u32);
+                if t + 1 < len && s.scored[t + 1] {
+                    target_rows.push(row as u32);
+                    target_tokens.push(s.tokens[t + 1]);
+                }
+            }
+            for i in 0..longest {
+                for j in 0..=i.min(len.saturating_sub(1)) {
+                    mask[(b * longest + i) * longest + j] = 0.0;
+                }
+            }
+            ranges.push(start..target_rows.len());
+        }
+        let (cos, sin) = model.rope();
+        let index = Tensor::new(positions.as_slice(), device)?;
+        let d = model.config.head_dim;
+        let scored = target_rows.len();
+        Ok(Self {
+            tokens: Tensor::new(tokens.as_slice(), device)?,
+            rows,
+            batch,
+            longest,
+            cos: cos.index_select(&index, 0)?.reshape((rows, 1, d))?,
+            sin: sin.index_select(&index, 0)?.reshape((rows, 1, d))?,
+            pad_index: Tensor::new(pad_index.as_slice(), device)?,
+            valid_index: Tensor::new(valid_index.as_slice(), device)?,
+            mask: Tensor::from_vec(mask, (batch, 1, 1, longest, longest), device)?,
+            target_rows: Tensor::new(target_rows.as_slice(), device)?,
+            target_tokens: Tensor::from_vec(target_tokens, (scored, 1), device)?,
+            ranges,
+            token_count: rows,
+        })
+    }
+
+    /// Number of scored tokens.
+    pub fn scored(&self) -> usize {
+        self.ranges.last().map_or(0, |r| r.end)
+    }
+
+    fn to_padded(&self, x: &Tensor) -> Result<Tensor> {
+        let width = x.dim(1)?;
+        let zero = Tensor::zeros((1, width), x.dtype(), x.device())?;
+        Ok(Tensor::cat(&[x, &zero], 0)?.index_select(&self.pad_index, 0)?)
+    }
+
+    fn from_padded(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.index_select(&self.valid_index, 0)?)
+    }
+}
+
+/// Gradients of every LoRA tensor, in [`LoraParams::tensors`] order.
+#[derive(Debug, Clone)]
+pub struct Grads(pub Vec<Tensor>);
+
+impl Grads {
+    pub fn zeros(lora: &LoraParams) -> Result<Self> {
+        Ok(Self(
+            lora.tensors()
+                .into_iter()
+                .map(|t| t.zeros_like())
+                .collect::<candle_core::Result<_>>()?,
+        ))
+    }
+
+    pub fn add(&mut self, other: &Grads) -> Result<()> {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a = (&*a + b)?;
+        }
+        Ok(())
+    }
+
+    pub fn scale(&mut self, factor: f64) -> Result<()> {
+        for g in &mut self.0 {
+            *g = (&*g * factor)?;
+        }
+        Ok(())
+    }
+
+    /// The global L2 norm.
+    pub fn norm(&self) -> Result<f64> {
+        let mut total = 0.0f64;
+        for g in &self.0 {
+            total += g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        }
+        Ok(total.sqrt())
+    }
+}
+
+/// What the LoRA term of one projection keeps for the backward.
+#[derive(Debug)]
+struct LoraSaved {
+    /// Dropout mask already divided by the keep probability.
+    mask: Option<Tensor>,
+    /// `dropout(x)·Aᵀ`.
+    xa: Tensor,
+}
+
+#[derive(Debug)]
+struct LayerSaved {
+    x_in: Tensor,
+    r1: Tensor,
+    h1: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    probs: Tensor,
+    attn: Tensor,
+    x_mid: Tensor,
+    r2: Tensor,
+    h2: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    act: Tensor,
+    lora: Vec<(Module, LoraSaved)>,
+}
+
+impl LayerSaved {
+    fn lora(&self, module: Module) -> Option<&LoraSaved> {
+        self.lora.iter().find(|(m, _)| *m == module).map(|(_, s)| s)
+    }
+}
+
+/// The activations a [`backward`] needs.
+#[derive(Debug)]
+pub struct Saved {
+    layers: Vec<LayerSaved>,
+    x_last: Tensor,
+    r_final: Tensor,
+    hidden: Tensor,
+    logits: Tensor,
+    lse: Tensor,
+}
+
+/// LoRA dropout during training: the probability and a seeded generator.
+#[derive(Debug)]
+pub struct Dropout {
+    pub p: f64,
+    pub rng: rand::rngs::StdRng,
+}
+
+impl Dropout {
+    pub fn new(p: f64, seed: u64) -> Self {
+        Self {
+            p,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+        }
+    }
+
+    fn mask(&mut self, shape: (usize, usize), device: &Device) -> Result<Tensor> {
+        let keep = 1.0 - self.p;
+        let scale = (1.0 / keep) as f32;
+        let values: Vec<f32> = (0..shape.0 * shape.1)
+            .map(|_| if self.rng.random::<f64>() < keep { scale } else { 0.0 })
+            .collect();
+        Ok(Tensor::from_vec(values, shape, device)?)
+    }
+}
+
+/// Log-probabilities of the scored tokens (flat, sequence by sequence), with
+/// the adapter (`Some`) or the base model alone (`None`); nothing is kept.
+pub fn logprobs(model: &Model, lora: Option<&LoraParams>, packed: &Packed) -> Result<Vec<f32>> {
+    Ok(run(model, lora, packed, None, false)?.0)
+}
+
+/// The training forward: log-probabilities of the scored tokens and the
+/// activations for [`backward`].
+pub fn forward(
+    model: &Model,
+    lora: &LoraParams,
+    packed: &Packed,
+    dropout: Option<&mut Dropout>,
+) -> Result<(Vec<f32>, Saved)> {
+    let (logprobs, saved) = run(model, Some(lora), packed, dropout, true)?;
+    let saved = saved.ok_or_else(|| TrainError::Config("forward kept no activations".into()))?;
+    Ok((logprobs, saved))
+}
+
+fn run(
+    model: &Model,
+    lora: Option<&LoraParams>,
+    packed: &Packed,
+    mut dropout: Option<&mut Dropout>,
+    keep: bool,
+) -> Result<(Vec<f32>, Option<Saved>)> {
+    if model.dtype() != DType::F32 {
+        return Err(TrainError::Config("training needs the model in f32".into()));
+    }
+    let c = &model.config;
+    let eps = c.rms_norm_eps;
+    let mut x = model.embedding().index_select(&packed.tokens, 0)?;
+    let mut layers = Vec::new();
+    for (n, layer) in model.layers().iter().enumerate() {
+        let mut lora_saved = Vec::new();
+        let mut project = |module: Module, input: &Tensor| -> Result<Tensor> {
+            let pair = lora.and_then(|l| l.get(n, module));
+            let scale = lora.map_or(0.0, |l| l.scale);
+            let (y, saved) = linear_forward(layer.linear(module), pair, scale, input, dropout.as_deref_mut())?;
+            if let Some(saved) = saved.filter(|_| keep) {
+                lora_saved.push((module, saved));
+            }
+            Ok(y)
+        };
+        let (h1, r1) = rms_forward(&x, &layer.input_norm, eps)?;
+        let q = rope(&project(Module::QProj, &h1)?, packed, c.num_attention_heads, false)?;
+        let k = rope(&project(Module::KProj, &h1)?, packed, c.num_key_value_heads, false)?;
+        let v = project(Module::VProj, &h1)?;
+        let (attn, qp, kp, vp, probs) = attention(model, packed, &q, &k, &v)?;
+        let x_mid = (&x + project(Module::OProj, &attn)?)?;
+        let (h2, r2) = rms_forward(&x_mid, &layer.post_norm, eps)?;
+        let gate = project(Module::GateProj, &h2)?;
+        let up = project(Module::UpProj, &h2)?;
+        let act = (gate.silu()? * &up)?;
+        let x_out = (&x_mid + project(Module::DownProj, &act)?)?;
+        if keep {
+            layers.push(LayerSaved {
+                x_in: x,
+                r1,
+                h1,
+                q: qp,
+                k: kp,
+                v: vp,
+                probs,
+                attn,
+                x_mid,
+                r2,
+                h2,
+                gate,
+                up,
+                act,
+                lora: lora_saved,
+            });
+        }
+        x = x_out;
+    }
+    let (normed, r_final) = rms_forward(&x, model.final_norm(), eps)?;
+    let hidden = normed.index_select(&packed.target_rows, 0)?;
+    let logits = project(&hidden, model.lm_head())?;
+    let max = logits.max_keepdim(D::Minus1)?;
+    let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + &max)?;
+    let picked = logits.gather(&packed.target_tokens, D::Minus1)?;
+    let logprobs: Vec<f32> = (picked - &lse)?.flatten_all()?.to_vec1()?;
+    let saved = keep.then_some(Saved {
+        layers,
+        x_last: x,
+        r_final,
+        hidden,
+        logits,
+        lse,
+    });
+    Ok((logprobs, saved))
+}
+
+/// Gradients of the LoRA tensors given `∂L/∂logprob` of every scored token.
+pub fn backward(model: &Model, lora: &LoraParams, packed: &Packed, saved: Saved, dlogprobs: &[f32]) -> Result<Grads> {
+    if dlogprobs.len() != packed.scored() {
+        return Err(TrainError::Config(format!(
+            "{} logprob gradients for {} scored tokens",
+            dlogprobs.len(),
+            packed.scored()
+        )));
+    }
+    let c = &model.config;
+    let device = model.device();
+    let mut grads = Grads::zeros(lora)?;
+    // d log p(y)/d logits = onehot(y) − softmax.
+    let dl = Tensor::from_slice(dlogprobs, (dlogprobs.len(), 1), device)?;
+    let soft = saved.logits.broadcast_sub(&saved.lse)?.exp()?;
+    let dlogits = soft
+        .broadcast_mul(&dl)?
+        .neg()?
+        .scatter_add(&packed.target_tokens, &dl, D::Minus1)?;
+    let dhidden_targets = dlogits.matmul(model.lm_head())?;
+    drop(saved.hidden);
+    let dnormed = Tensor::zeros((packed.rows, c.hidden_size), DType::F32, device)?.index_add(
+        &packed.target_rows,
+        &dhidden_targets,
+        0,
+    )?;
+    let mut dx = rms_backward(&saved.x_last, &saved.r_final, model.final_norm(), &dnormed)?;
+    for (n, (layer, s)) in model.layers().iter().zip(saved.layers).enumerate().rev() {
+        let mut back = |module: Module, input: &Tensor, dy: &Tensor| -> Result<Tensor> {
+            linear_backward(layer, module, lora, n, input, s.lora(module), dy, &mut grads)
+        };
+        // MLP.
+        let dact = back(Module::DownProj, &s.act, &dx)?;
+        let sig = sigmoid(&s.gate)?;
+        let silu = (&s.gate * &sig)?;
+        let dsilu = (&sig * ((&s.gate * (1.0 - &sig)?)? + 1.0)?)?;
+        let dgate = ((&dact * &s.up)? * dsilu)?;
+        let dup = (&dact * silu)?;
+        let dh2 = (back(Module::GateProj, &s.h2, &dgate)? + back(Module::UpProj, &s.h2, &dup)?)?;
+        let dx_mid = (&dx + rms_backward(&s.x_mid, &s.r2, &layer.post_norm, &dh2)?)?;
+        // Attention.
+        let dattn = back(Module::OProj, &s.attn, &dx_mid)?;
+        let (dq, dk, dv) = attention_backward(model, packed, &s, &dattn)?;
+        let dq = rope(&dq, packed, c.num_attention_heads, true)?;
+        let dk = rope(&dk, packed, c.num_key_value_heads, true)?;
+        let dh1 = ((back(Module::QProj, &s.h1, &dq)? + back(Module::KProj, &s.h1, &dk)?)?
+            + back(Module::VProj, &s.h1, &dv)?)?;
+        dx = (dx_mid + rms_backward(&s.x_in, &s.r1, &layer.input_norm, &dh1)?)?;
+    }
+    Ok(grads)
+}
+
+fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
+}
+
+/// `y = x·r·w` with `r = 1/√(mean(x²) + eps)`; returns `(y, r)`.
+fn rms_forward(x: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let r = (x.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
+    Ok((x.broadcast_mul(&r)?.broadcast_mul(weight)?, r))
+}
+
+/// `dx = r·g − x·r³·mean(g·x)` with `g = dy·w`.
+fn rms_backward(x: &Tensor, r: &Tensor, weight: &Tensor, dy: &Tensor) -> Result<Tensor> {
+    let g = dy.broadcast_mul(weight)?;
+    let m = (&g * x)?.mean_keepdim(D::Minus1)?;
+    let coef = (m * r.powf(3.0)?)?;
+    Ok((g.broadcast_mul(r)? - x.broadcast_mul(&coef)?)?)
+}
+
+/// RoPE on packed rows `[N, heads·d]` (rotate-half layout); `inverse`
+/// applies its transpose, which is its backward.
+fn rope(x: &Tensor, packed: &Packed, heads: usize, inverse: bool) -> Result<Tensor> {
+    let (rows, width) = x.dims2()?;
+    let d = width / heads;
+    let x = x.reshape((rows, heads, d))?;
+    let first = x.narrow(D::Minus1, 0, d / 2)?;
+    let second = x.narrow(D::Minus1, d / 2, d / 2)?;
+    let y = if inverse {
+        // dx = dy·cos + Rᵀ(dy·sin), Rᵀ[g₁, g₂] = [g₂, −g₁].
+        let s = x.broadcast_mul(&packed.sin)?;
+        let (s1, s2) = (s.narrow(D::Minus1, 0, d / 2)?, s.narrow(D::Minus1, d / 2, d / 2)?);
+        (x.broadcast_mul(&packed.cos)? + Tensor::cat(&[&s2, &s1.neg()?], D::Minus1)?)?
+    } else {
+        let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
+        (x.broadcast_mul(&packed.cos)? + rotated.broadcast_mul(&packed.sin)?)?
+    };
+    Ok(y.reshape((rows, width))?)
+}
+
+/// Causal GQA attention over the padded layout. Returns the packed output
+/// `[N, heads·d]` and the padded `q [B, kv, g·T, d]`, `k`, `v [B, kv, T, d]`
+/// and probabilities `[B, kv, g·T, T]`.
+fn attention(
+    model: &Model,
+    packed: &Packed,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
+    let c = &model.config;
+    let (b, t, d) = (packed.batch, packed.longest, c.head_dim);
+    let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
+    let group = heads / kv;
+    let split = |x: &Tensor, h: usize| -> Result<Tensor> {
+        Ok(packed
+            .to_padded(x)?
+            .reshape((b, t, h, d))?
+            .transpose(1, 2)?
+            .contiguous()?)
+    };
+    let qp = split(q, heads)?.reshape((b, kv, group * t, d))?;
+    let kp = split(k, kv)?;
+    let vp = split(v, kv)?;
+    let scores = (qp.matmul(&kp.t()?)? * (1.0 / (d as f64).sqrt()))?
+        .reshape((b, kv, group, t, t))?
+        .broadcast_add(&packed.mask)?
+        .reshape((b, kv, group * t, t))?;
+    let probs = softmax_last(&scores)?;
+    let out = merge_heads(&probs.matmul(&vp)?, packed, heads)?;
+    Ok((out, qp, kp, vp, probs))
+}
+
+/// `[B, h·(g), T, d]`-shaped heads back to packed rows `[N, heads·d]`.
+fn merge_heads(x: &Tensor, packed: &Packed, heads: usize) -> Result<Tensor> {
+    let (b, t) = (packed.batch, packed.longest);
+    let d = x.dim(D::Minus1)?;
+    let x = x.reshape((b, heads, t, d))?.transpose(1, 2)?.contiguous()?;
+    packed.from_padded(&x.reshape((b * t, heads * d))?)
+}
+
+fn attention_backward(
+    model: &Model,
+    packed: &Packed,
+    s: &LayerSaved,
+    dattn: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let c = &model.config;
+    let (b, t, d) = (packed.batch, packed.longest, c.head_dim);
+    let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
+    let scale = 1.0 / (d as f64).sqrt();
+    let dout = packed
+        .to_padded(dattn)?
+        .reshape((b, t, heads, d))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((b, kv, heads / kv * t, d))?;
+    let dv = s.probs.t()?.matmul(&dout)?;
+    let dp = dout.matmul(&s.v.t()?)?;
+    let ds = (&s.probs * dp.broadcast_sub(&(&dp * &s.probs)?.sum_keepdim(D::Minus1)?)?)?;
+    let dq = (ds.matmul(&s.k)? * scale)?;
+    let dk = (ds.t()?.matmul(&s.q)? * scale)?;
+    Ok((
+        merge_heads(&dq, packed, heads)?,
+        merge_heads(&dk, packed, kv)?,
+        merge_heads(&dv, packed, kv)?,
+    ))
+}
+
+/// `y = x·Wᵀ + b + s·(dropout(x)·Aᵀ)·Bᵀ`.
+fn linear_forward(
+    linear: &Linear,
+    pair: Option<&LoraPair>,
+    scale: f64,
+    x: &Tensor,
+    dropout: Option<&mut Dropout>,
+) -> Result<(Tensor, Option<LoraSaved>)> {
+    let mut y = project(x, &linear.weight)?;
+    if let Some(bias) = &linear.bias {
+        y = y.broadcast_add(bias)?;
+    }
+    let Some(pair) = pair else {
+        return Ok((y, None));
+    };
+    let mask = match dropout {
+        Some(d) if d.p > 0.0 => Some(d.mask(x.dims2()?, x.device())?),
+        _ => None,
+    };
+    let xa = match &mask {
+        Some(m) => (x * m)?.matmul(&pair.a.t()?)?,
+        None => x.matmul(&pair.a.t()?)?,
+    };
+    let y = (y + (xa.matmul(&pair.b.t()?)? * scale)?)?;
+    Ok((y, Some(LoraSaved { mask, xa })))
+}
+
+/// `dx = dy·W (+ s·(dy·B)·A through the dropout)`, and the LoRA gradients
+/// added into `grads`.
+#[allow(clippy::too_many_arguments)]
+fn linear_backward(
+    layer: &Layer,
+    module: Module,
+    lora: &LoraParams,
+    n: usize,
+    x: &Tensor,
+    saved: Option<&LoraSaved>,
+    dy: &Tensor,
+    grads: &mut Grads,
+) -> Result<Tensor> {
+    let dx = dy.matmul(&layer.linear(module).weight)?;
+    let (Some(pair), Some(position), Some(saved)) = (lora.get(n, module), lora.position(n, module), saved) else {
+        return Ok(dx);
+    };
+    let s = lora.scale;
+    let input = match &saved.mask {
+        Some(m) => (x * m)?,
+        None => x.clone(),
+    };
+    let dyb = dy.matmul(&pair.b)?;
+    let da = (dyb.t()?.matmul(&input)? * s)?;
+    let db = (dy.t()?.matmul(&saved.xa)? * s)?;
+    grads.0[2 * position] = (&grads.0[2 * position] + da)?;
+    grads.0[2 * position + 1] = (&grads.0[2 * position + 1] + db)?;
+    let dlora = (dyb.matmul(&pair.a)? * s)?;
+    let dlora = match &saved.mask {
+        Some(m) => (dlora * m)?,
+        None => dlora,
+    };
+    Ok((dx + dlora)?)
+}

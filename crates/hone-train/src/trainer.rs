@@ -1,0 +1,613 @@
+//! The training loop: micro-batches in a seeded order, gradient
+//! accumulation, replay of earlier successes, the optional EWC pull towards
+//! the starting adapter, clipping, AdamW, metrics per step, checkpoints,
+//! and the final PEFT export.
+
+use crate::checkpoint::{self, TrainerState};
+use crate::data::{DpoExample, GrpoGroup, SftExample};
+use crate::lora::{LoraParams, LoraSpec};
+use crate::loss::dpo::{dpo_loss, DpoPair};
+use crate::loss::grpo::{group_advantages, grpo_loss, Baseline, GrpoOptions, GrpoSequence};
+use crate::loss::sft::sft_loss;
+use crate::loss::{mean_kl, LossOutput};
+use crate::optim::{clip_grad_norm, AdamW, OptimConfig};
+use crate::policy::{self, Dropout, Grads, Packed, Sequence};
+use crate::{Result, TrainError};
+use candle_core::{Device, Tensor};
+use hone_engine::Model;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The training inputs, already tokenised.
+#[derive(Debug, Clone)]
+pub enum Data {
+    Grpo(Vec<GrpoGroup>),
+    Dpo(Vec<DpoExample>),
+    Sft(Vec<SftExample>),
+}
+
+impl Data {
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Grpo(d) => d.len(),
+            Data::Dpo(d) => d.len(),
+            Data::Sft(d) => d.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Data::Grpo(_) => "grpo",
+            Data::Dpo(_) => "dpo",
+            Data::Sft(_) => "sft",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub lora: LoraSpec,
+    pub optim: OptimConfig,
+    /// Groups, pairs or examples per micro-batch.
+    pub batch_size: usize,
+    /// Micro-batches per optimiser step.
+    pub accumulation: usize,
+    /// Optimiser steps; `None`: `epochs` passes over the data.
+    pub steps: Option<usize>,
+    pub epochs: usize,
+    pub seed: u64,
+    /// Save a checkpoint every this many steps (0: only at the end).
+    pub save_every: usize,
+    pub grpo: GrpoOptions,
+    pub dpo_beta: f64,
+    /// Replay examples (earlier successes) per micro-batch.
+    pub replay_per_batch: usize,
+    /// Weight of the replay NLL.
+    pub replay_weight: f64,
+    /// EWC strength (0: off); needs replay data for the Fisher.
+    pub ewc_lambda: f64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            lora: LoraSpec::default(),
+            optim: OptimConfig::default(),
+            batch_size: 4,
+            accumulation: 1,
+            steps: None,
+            epochs: 1,
+            seed: 0,
+            save_every: 0,
+            grpo: GrpoOptions::default(),
+            dpo_beta: 0.1,
+            replay_per_batch: 0,
+            replay_weight: 1.0,
+            ewc_lambda: 0.0,
+        }
+    }
+}
+
+/// What one optimiser step did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepReport {
+    pub step: usize,
+    pub total_steps: usize,
+    pub loss: f64,
+    /// Mean reward of the step's samples (GRPO).
+    pub reward: Option<f64>,
+    /// Mean k3 KL(π‖base) over the scored tokens of the step's batch.
+    pub kl: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub tokens: usize,
+    pub tokens_per_second: f64,
+    pub seconds: f64,
+    /// Algorithm-specific figures (clip fraction, DPO accuracy, replay NLL, EWC).
+    pub extra: BTreeMap<String, f64>,
+}
+
+/// Diagonal Fisher and anchor for EWC.
+#[derive(Debug)]
+struct Ewc {
+    lambda: f64,
+    fisher: Vec<Tensor>,
+    anchor: Vec<Tensor>,
+}
+
+#[derive(Debug)]
+pub struct Trainer {
+    model: Model,
+    base: PathBuf,
+    config: TrainConfig,
+    data: Arc<Data>,
+    replay: Vec<SftExample>,
+    pub lora: LoraParams,
+    optimizer: AdamW,
+    step: usize,
+    total_steps: usize,
+    baseline: Baseline,
+    reference: HashMap<(usize, usize), Vec<f32>>,
+    ewc: Option<Ewc>,
+    order: Option<(usize, Vec<usize>)>,
+}
+
+impl Trainer {
+    /// A trainer for the base model in `base` (loaded in f32 on `device`).
+    /// `adapter` continues an existing PEFT adapter instead of a fresh one.
+    pub fn new(
+        base: &Path,
+        device: &Device,
+        config: TrainConfig,
+        data: Data,
+        replay: Vec<SftExample>,
+        adapter: Option<&Path>,
+    ) -> Result<Self> {
+        let model = Model::load(base, candle_core::DType::F32, device)?;
+        Self::with_model(model, base, config, data, replay, adapter)
+    }
+
+    pub fn with_model(
+        model: Model,
+        base: &Path,
+        config: TrainConfig,
+        data: Data,
+        replay: Vec<SftExample>,
+        adapter: Option<&Path>,
+    ) -> Result<Self> {
+        if data.is_empty() {
+            return Err(TrainError::Data("no training examples".into()));
+        }
+        if config.batch_size == 0 || config.accumulation == 0 {
+            return Err(TrainError::Config("batch size and accumulation must be ≥ 1".into()));
+        }
+        if config.ewc_lambda > 0.0 && replay.is_empty() {
+            return Err(TrainError::Config(
+                "EWC needs replay data (--replay) to estimate the Fisher".into(),
+            ));
+        }
+        let lora = match adapter {
+            Some(dir) => LoraParams::load(&model, dir)?,
+            None => LoraParams::init(&model, &config.lora, config.seed)?,
+        };
+        let per_step = config.batch_size * config.accumulation;
+        let total_steps = config
+            .steps
+            .unwrap_or_else(|| (config.epochs * data.len()).div_ceil(per_step))
+            .max(1);
+        let optimizer = AdamW::new(config.optim.clone(), &lora.tensors())?;
+        let mut trainer = Self {
+            model,
+            base: base.to_path_buf(),
+            config,
+            data: Arc::new(data),
+            replay,
+            lora,
+            optimizer,
+            step: 0,
+            total_steps,
+            baseline: Baseline::default(),
+            reference: HashMap::new(),
+            ewc: None,
+            order: None,
+        };
+        if trainer.config.ewc_lambda > 0.0 {
+            trainer.ewc = Some(trainer.fisher()?);
+        }
+        Ok(trainer)
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    pub fn total_steps(&self) -> usize {
+        self.total_steps
+    }
+
+    /// Continues from a checkpoint directory written by [`Trainer::save_checkpoint`].
+    pub fn resume(&mut self, dir: &Path) -> Result<()> {
+        let state = checkpoint::load_state(dir)?;
+        if state.seed != self.config.seed {
+            return Err(TrainError::Checkpoint(format!(
+                "{} was trained with seed {}, this run uses {}",
+                dir.display(),
+                state.seed,
+                self.config.seed
+            )));
+        }
+        let lora = LoraParams::load(&self.model, dir)?;
+        if lora.parameter_count() != self.lora.parameter_count() {
+            return Err(TrainError::Checkpoint(format!(
+                "{}: the adapter's shape differs from this run's",
+                dir.display()
+            )));
+        }
+        let (m, v) = checkpoint::load_moments(dir, lora.tensors().len(), self.model.device())?;
+        self.lora = lora;
+        self.optimizer.m = m;
+        self.optimizer.v = v;
+        self.optimizer.steps = state.step;
+        self.step = state.step;
+        self.baseline = state.baseline;
+        Ok(())
+    }
+
+    /// Writes `checkpoints/step-N` under `out`: adapter, moments, state.
+    pub fn save_checkpoint(&self, out: &Path) -> Result<PathBuf> {
+        let dir = checkpoint::checkpoint_dir(out, self.step);
+        let tmp = dir.with_extension("partial");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+        }
+        self.lora.save_peft(&tmp, &self.base)?;
+        checkpoint::save_moments(&tmp, &self.optimizer.m, &self.optimizer.v)?;
+        checkpoint::save_state(
+            &tmp,
+            &TrainerState {
+                step: self.step,
+                total_steps: self.total_steps,
+                baseline: self.baseline.clone(),
+                seed: self.config.seed,
+            },
+        )?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+        std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io(&dir, e))?;
+        Ok(dir)
+    }
+
+    /// Runs the remaining steps, reporting each; checkpoints every
+    /// `save_every` steps, writes `metrics.jsonl`, and exports the final
+    /// adapter into `out`.
+    pub fn run(&mut self, out: &Path, on_step: &mut dyn FnMut(&StepReport)) -> Result<()> {
+        std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+        let metrics_path = out.join("metrics.jsonl");
+        let mut metrics = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&metrics_path)
+            .map_err(|e| TrainError::io(&metrics_path, e))?;
+        while self.step < self.total_steps {
+            let report = self.train_step()?;
+            let line = serde_json::to_string(&report).map_err(|e| TrainError::Config(e.to_string()))?;
+            writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
+            on_step(&report);
+            if self.config.save_every > 0 && self.step % self.config.save_every == 0 && self.step < self.total_steps {
+                self.save_checkpoint(out)?;
+                checkpoint::prune(out, 2)?;
+            }
+        }
+        self.save_checkpoint(out)?;
+        checkpoint::prune(out, 2)?;
+        self.lora.save_peft(out, &self.base)
+    }
+
+    /// One optimiser step over `accumulation` micro-batches.
+    pub fn train_step(&mut self) -> Result<StepReport> {
+        let started = Instant::now();
+        let lr = self.config.optim.lr_at(self.step, self.total_steps);
+        let mut grads = Grads::zeros(&self.lora)?;
+        let mut report = StepReport {
+            step: self.step + 1,
+            total_steps: self.total_steps,
+            lr,
+            ..StepReport::default()
+        };
+        let mut rewards = Vec::new();
+        let mut kl = Vec::new();
+        let accumulation = self.config.accumulation;
+        for micro in 0..accumulation {
+            let items = self.next_items(micro);
+            let mut dropout = Dropout::new(self.config.lora.dropout, self.dropout_seed(micro));
+            let outcome = match *self.data {
+                Data::Grpo(_) => self.grpo_micro(&items, &mut dropout, &mut rewards)?,
+                Data::Dpo(_) => self.dpo_micro(&items, &mut dropout)?,
+                Data::Sft(_) => self.sft_micro(&items, &mut dropout)?,
+            };
+            if let Some(outcome) = outcome {
+                report.loss += outcome.loss / accumulation as f64;
+                report.tokens += outcome.tokens;
+                kl.push(outcome.kl);
+                grads.add(&outcome.grads)?;
+                for (k, v) in outcome.extra {
+                    *report.extra.entry(k).or_default() += v / accumulation as f64;
+                }
+            }
+            if self.config.replay_per_batch > 0 && !self.replay.is_empty() {
+                let (nll, tokens, g) = self.replay_micro(micro, &mut dropout)?;
+                report.tokens += tokens;
+                *report.extra.entry("replay_nll".into()).or_default() += nll / accumulation as f64;
+                grads.add(&g)?;
+            }
+        }
+        grads.scale(1.0 / accumulation as f64)?;
+        if let Some(ewc) = &self.ewc {
+            let mut penalty = 0.0;
+            for (i, p) in self.lora.tensors().into_iter().enumerate() {
+                let diff = (p - &ewc.anchor[i])?;
+                let weighted = (&ewc.fisher[i] * &diff)?;
+                penalty += (&weighted * &diff)?.sum_all()?.to_scalar::<f32>()? as f64;
+                grads.0[i] = (&grads.0[i] + (weighted * ewc.lambda)?)?;
+            }
+            report.extra.insert("ewc".into(), 0.5 * ewc.lambda * penalty);
+        }
+        report.grad_norm = clip_grad_norm(&mut grads, self.config.optim.max_grad_norm)?;
+        let updated = self.optimizer.step(&self.lora.tensors(), &grads, lr)?;
+        self.lora.set_tensors(updated)?;
+        self.step += 1;
+        if !rewards.is_empty() {
+            report.reward = Some(rewards.iter().map(|(_, r)| r).sum::<f64>() / rewards.len() as f64);
+            let mut by_agent: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for (agent, r) in &rewards {
+                if let Some(agent) = agent {
+                    by_agent.entry(agent.as_str()).or_default().push(*r);
+                }
+            }
+            for (agent, rs) in by_agent {
+                let mean = rs.iter().sum::<f64>() / rs.len() as f64;
+                self.baseline.update(agent, mean, self.config.grpo.baseline_rate);
+            }
+        }
+        report.kl = if kl.is_empty() {
+            0.0
+        } else {
+            kl.iter().sum::<f64>() / kl.len() as f64
+        };
+        report.seconds = started.elapsed().as_secs_f64();
+        report.tokens_per_second = report.tokens as f64 / report.seconds.max(1e-9);
+        Ok(report)
+    }
+
+    /// The data indices of micro-batch `micro` of the current step: passes
+    /// over the data in a seeded shuffle per epoch.
+    fn next_items(&mut self, micro: usize) -> Vec<usize> {
+        let n = self.data.len();
+        let batch = self.config.batch_size;
+        let first = (self.step * self.config.accumulation + micro) * batch;
+        (first..first + batch)
+            .map(|c| {
+                let epoch = c / n;
+                if self.order.as_ref().map(|(e, _)| *e) != Some(epoch) {
+                    let mut order: Vec<usize> = (0..n).collect();
+                    let mut rng =
+                        rand::rngs::StdRng::seed_from_u64(self.config.seed ^ (epoch as u64).wrapping_mul(0x9E37));
+                    order.shuffle(&mut rng);
+                    self.order = Some((epoch, order));
+                }
+                self.order.as_ref().map_or(c % n, |(_, order)| order[c % n])
+            })
+            .collect()
+    }
+
+    fn dropout_seed(&self, micro: usize) -> u64 {
+        self.config
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add((self.step * self.config.accumulation + micro) as u64)
+    }
+
+    /// LoRA-off logprobs of `sequences` (keyed by `keys`), cached: the base
+    /// is frozen, so they never change.
+    fn reference_logprobs(&mut self, keys: &[(usize, usize)], sequences: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
+        let missing: Vec<usize> = (0..keys.len())
+            .filter(|i| !self.reference.contains_key(&keys[*i]))
+            .collect();
+        if !missing.is_empty() {
+            let seqs: Vec<&Sequence> = missing.iter().map(|i| sequences[*i]).collect();
+            let packed = Packed::new(&self.model, &seqs)?;
+            let flat = policy::logprobs(&self.model, None, &packed)?;
+            for (j, i) in missing.iter().enumerate() {
+                self.reference.insert(keys[*i], flat[packed.ranges[j].clone()].to_vec());
+            }
+        }
+        Ok(keys
+            .iter()
+            .map(|k| self.reference.get(k).cloned().unwrap_or_default())
+            .collect())
+    }
+
+    /// Forward, loss, backward for one packed batch.
+    fn forward_backward(
+        &self,
+        sequences: &[&Sequence],
+        dropout: &mut Dropout,
+        loss: impl FnOnce(&[&[f32]]) -> (LossOutput, BTreeMap<String, f64>),
+    ) -> Result<(Vec<Vec<f32>>, Micro)> {
+        let packed = Packed::new(&self.model, sequences)?;
+        let (flat, saved) = policy::forward(&self.model, &self.lora, &packed, Some(dropout))?;
+        let per_seq: Vec<Vec<f32>> = packed.ranges.iter().map(|r| flat[r.clone()].to_vec()).collect();
+        let refs: Vec<&[f32]> = per_seq.iter().map(Vec::as_slice).collect();
+        let (output, extra) = loss(&refs);
+        let dl: Vec<f32> = output.grads.concat();
+        let grads = policy::backward(&self.model, &self.lora, &packed, saved, &dl)?;
+        Ok((
+            per_seq,
+            Micro {
+                loss: output.loss,
+                tokens: packed.token_count,
+                kl: 0.0,
+                grads,
+                extra,
+            },
+        ))
+    }
+
+    fn grpo_micro(
+        &mut self,
+        items: &[usize],
+        dropout: &mut Dropout,
+        rewards: &mut Vec<(Option<String>, f64)>,
+    ) -> Result<Option<Micro>> {
+        let data = self.data.clone();
+        let Data::Grpo(groups) = &*data else {
+            return Ok(None);
+        };
+        let mut keys = Vec::new();
+        let mut advantages = Vec::new();
+        for &i in items {
+            let group = &groups[i];
+            let rs: Vec<f64> = group.samples.iter().map(|s| s.reward).collect();
+            let single = rs.len() == 1;
+            for r in &rs {
+                rewards.push((single.then(|| group.agent.clone()), *r));
+            }
+            let advs = if single {
+                Some(vec![self.baseline.advantage(&group.agent, rs[0])])
+            } else {
+                group_advantages(&rs, &self.config.grpo)
+            };
+            if let Some(advs) = advs {
+                for (j, a) in advs.into_iter().enumerate() {
+                    keys.push((i, j));
+                    advantages.push(a);
+                }
+            }
+        }
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let sequences: Vec<&Sequence> = keys.iter().map(|(i, j)| &groups[*i].samples[*j].sequence).collect();
+        let reference = self.reference_logprobs(&keys, &sequences)?;
+        let options = self.config.grpo.clone();
+        let (logprobs, mut micro) = self.forward_backward(&sequences, dropout, |lps| {
+            let inputs: Vec<GrpoSequence> = keys
+                .iter()
+                .enumerate()
+                .map(|(n, (i, j))| GrpoSequence {
+                    advantage: advantages[n],
+                    logprobs: lps[n],
+                    behaviour: groups[*i].samples[*j].behaviour.as_deref(),
+                    reference: Some(&reference[n]),
+                })
+                .collect();
+            let (output, stats) = grpo_loss(&inputs, &options);
+            let extra = BTreeMap::from([
+                ("clip_fraction".to_owned(), stats.clip_fraction),
+                ("ratio".to_owned(), stats.mean_ratio),
+            ]);
+            (output, extra)
+        })?;
+        micro.kl = kl_of(&logprobs, &reference);
+        Ok(Some(micro))
+    }
+
+    fn dpo_micro(&mut self, items: &[usize], dropout: &mut Dropout) -> Result<Option<Micro>> {
+        let data = self.data.clone();
+        let Data::Dpo(pairs) = &*data else {
+            return Ok(None);
+        };
+        let mut keys = Vec::new();
+        let mut sequences = Vec::new();
+        for &i in items {
+            keys.extend([(i, 0), (i, 1)]);
+            sequences.extend([&pairs[i].chosen, &pairs[i].rejected]);
+        }
+        let reference = self.reference_logprobs(&keys, &sequences)?;
+        let beta = self.config.dpo_beta;
+        let (logprobs, mut micro) = self.forward_backward(&sequences, dropout, |lps| {
+            let inputs: Vec<DpoPair> = (0..lps.len() / 2)
+                .map(|p| DpoPair {
+                    chosen: lps[2 * p],
+                    rejected: lps[2 * p + 1],
+                    ref_chosen: &reference[2 * p],
+                    ref_rejected: &reference[2 * p + 1],
+                })
+                .collect();
+            let (output, stats) = dpo_loss(&inputs, beta);
+            let extra = BTreeMap::from([
+                ("accuracy".to_owned(), stats.accuracy),
+                ("margin".to_owned(), stats.margin),
+            ]);
+            (output, extra)
+        })?;
+        micro.kl = kl_of(&logprobs, &reference);
+        Ok(Some(micro))
+    }
+
+    fn sft_micro(&mut self, items: &[usize], dropout: &mut Dropout) -> Result<Option<Micro>> {
+        let data = self.data.clone();
+        let Data::Sft(examples) = &*data else {
+            return Ok(None);
+        };
+        let keys: Vec<(usize, usize)> = items.iter().map(|i| (*i, 0)).collect();
+        let sequences: Vec<&Sequence> = items.iter().map(|i| &examples[*i].sequence).collect();
+        let reference = self.reference_logprobs(&keys, &sequences)?;
+        let (logprobs, mut micro) =
+            self.forward_backward(&sequences, dropout, |lps| (sft_loss(lps), BTreeMap::new()))?;
+        micro.kl = kl_of(&logprobs, &reference);
+        Ok(Some(micro))
+    }
+
+    /// The replay term: weighted NLL on `replay_per_batch` earlier successes.
+    fn replay_micro(&mut self, micro: usize, dropout: &mut Dropout) -> Result<(f64, usize, Grads)> {
+        let n = self.replay.len();
+        let per = self.config.replay_per_batch;
+        let first = (self.step * self.config.accumulation + micro) * per;
+        let sequences: Vec<Sequence> = (first..first + per)
+            .map(|c| self.replay[c % n].sequence.clone())
+            .collect();
+        let refs: Vec<&Sequence> = sequences.iter().collect();
+        let weight = self.config.replay_weight;
+        let (_, micro) = self.forward_backward(&refs, dropout, |lps| {
+            let mut out = sft_loss(lps);
+            for g in &mut out.grads {
+                g.iter_mut().for_each(|v| *v *= weight as f32);
+            }
+            (out, BTreeMap::new())
+        })?;
+        Ok((micro.loss, micro.tokens, micro.grads))
+    }
+
+    /// Empirical diagonal Fisher of the replay set's log-likelihood at the
+    /// starting adapter: the mean squared gradient per example.
+    fn fisher(&self) -> Result<Ewc> {
+        let mut fisher = Grads::zeros(&self.lora)?;
+        for example in &self.replay {
+            let packed = Packed::new(&self.model, &[&example.sequence])?;
+            let (_, saved) = policy::forward(&self.model, &self.lora, &packed, None)?;
+            let dl = vec![1.0f32; packed.scored()];
+            let g = policy::backward(&self.model, &self.lora, &packed, saved, &dl)?;
+            for (f, g) in fisher.0.iter_mut().zip(&g.0) {
+                *f = (&*f + g.sqr()?)?;
+            }
+        }
+        fisher.scale(1.0 / self.replay.len() as f64)?;
+        Ok(Ewc {
+            lambda: self.config.ewc_lambda,
+            fisher: fisher.0,
+            anchor: self.lora.tensors().into_iter().cloned().collect(),
+        })
+    }
+}
+
+/// One micro-batch's contribution.
+#[derive(Debug)]
+struct Micro {
+    loss: f64,
+    tokens: usize,
+    kl: f64,
+    grads: Grads,
+    extra: BTreeMap<String, f64>,
+}
+
+fn kl_of(logprobs: &[Vec<f32>], reference: &[Vec<f32>]) -> f64 {
+    let l: Vec<&[f32]> = logprobs.iter().map(Vec::as_slice).collect();
+    let r: Vec<&[f32]> = reference.iter().map(Vec::as_slice).collect();
+    mean_kl(&l, &r)
+}

@@ -1,0 +1,180 @@
+//! Losses and LoRA gradients against PyTorch autograd through transformers +
+//! PEFT on the same tiny weights (`tests/reference/make_train_reference.py`).
+
+use crate::support::{repo_root, tiny};
+use candle_core::{DType, Device, Tensor};
+use hone_engine::{Arch, Model};
+use hone_train::loss::dpo::{dpo_loss, DpoPair};
+use hone_train::loss::grpo::{group_advantages, grpo_loss, Aggregation, GrpoOptions, GrpoSequence};
+use hone_train::loss::sft::sft_loss;
+use hone_train::loss::LossOutput;
+use hone_train::policy::{self, Packed, Sequence};
+use hone_train::LoraParams;
+use serde_json::Value;
+use std::collections::HashMap;
+
+struct Case {
+    model: Model,
+    lora: LoraParams,
+    batch: Value,
+    sequences: Vec<Sequence>,
+    grads: HashMap<String, Tensor>,
+    _dir: tempfile::TempDir,
+}
+
+fn case(arch: Arch, name: &str) -> Case {
+    let (dir, path) = tiny(arch);
+    let model = Model::load(&path, DType::F32, &Device::Cpu).unwrap();
+    let reference = repo_root().join("tests/reference/train").join(name);
+    let lora = LoraParams::load(&model, &reference.join("adapter")).unwrap();
+    let batch: Value = serde_json::from_str(&std::fs::read_to_string(reference.join("batch.json")).unwrap()).unwrap();
+    let sequences = batch["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| Sequence {
+            tokens: serde_json::from_value(s["tokens"].clone()).unwrap(),
+            scored: serde_json::from_value(s["scored"].clone()).unwrap(),
+        })
+        .collect();
+    let grads = candle_core::safetensors::load(reference.join("grads.safetensors"), &Device::Cpu).unwrap();
+    Case {
+        model,
+        lora,
+        batch,
+        sequences,
+        grads,
+        _dir: dir,
+    }
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// Runs forward → `loss` → backward and compares the loss and every LoRA
+/// gradient with PyTorch's.
+fn check(case: &Case, key: &str, loss: impl FnOnce(&[&[f32]]) -> LossOutput) {
+    let seqs: Vec<&Sequence> = case.sequences.iter().collect();
+    let packed = Packed::new(&case.model, &seqs).unwrap();
+    let (flat, saved) = policy::forward(&case.model, &case.lora, &packed, None).unwrap();
+    let per_seq: Vec<&[f32]> = packed.ranges.iter().map(|r| &flat[r.clone()]).collect();
+    let out = loss(&per_seq);
+    let expected = case.batch["losses"][key].as_f64().unwrap();
+    assert!(
+        (out.loss - expected).abs() <= 1e-5 * expected.abs().max(1.0),
+        "{key}: loss {} vs torch {expected}",
+        out.loss
+    );
+    let grads = policy::backward(&case.model, &case.lora, &packed, saved, &out.grads.concat()).unwrap();
+    let named: Vec<String> = case
+        .lora
+        .pairs
+        .iter()
+        .flat_map(|p| ['A', 'B'].map(|w| hone_engine::lora::peft_name(p.layer, p.module, w)))
+        .collect();
+    assert_eq!(named.len(), grads.0.len());
+    let mut worst = 0.0f32;
+    for (name, ours) in named.iter().zip(&grads.0) {
+        let theirs = &case.grads[&format!("{key}/{name}")];
+        let scale = theirs.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(
+            scale > 0.0,
+            "{key}/{name}: torch's gradient is zero, the test would prove nothing"
+        );
+        let err = (ours - theirs)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        worst = worst.max(err / scale);
+        assert!(
+            err <= 2e-4 * scale + 1e-7,
+            "{key}/{name}: max error {err} (max |g| {scale})"
+        );
+    }
+    println!(
+        "{key}: loss {:.6} (torch {expected:.6}), worst relative gradient error {worst:.2e}",
+        out.loss
+    );
+}
+
+fn all_losses(arch: Arch, name: &str) {
+    let case = case(arch, name);
+    check(&case, "sft", sft_loss);
+
+    // The LoRA-off forward gives the reference logprobs torch computed.
+    let seqs: Vec<&Sequence> = case.sequences.iter().collect();
+    let packed = Packed::new(&case.model, &seqs).unwrap();
+    let base = policy::logprobs(&case.model, None, &packed).unwrap();
+    let reference: Vec<Vec<f32>> = packed.ranges.iter().map(|r| base[r.clone()].to_vec()).collect();
+    for (ours, theirs) in reference.iter().zip(case.batch["reference"].as_array().unwrap()) {
+        for (a, b) in ours.iter().zip(floats(theirs)) {
+            assert!((a - b).abs() < 1e-4, "reference logprob {a} vs torch {b}");
+        }
+    }
+
+    let rewards: Vec<f64> = serde_json::from_value(case.batch["rewards"].clone()).unwrap();
+    let behaviour: Vec<Vec<f32>> = case.batch["behaviour"].as_array().unwrap().iter().map(floats).collect();
+    for (aggregation, key) in [
+        (Aggregation::Token, "grpo_token"),
+        (Aggregation::Sequence, "grpo_sequence"),
+        (Aggregation::DrGrpo, "grpo_dr_grpo"),
+    ] {
+        let options = GrpoOptions {
+            aggregation,
+            epsilon_low: case.batch["grpo"]["epsilon_low"].as_f64().unwrap(),
+            epsilon_high: case.batch["grpo"]["epsilon_high"].as_f64().unwrap(),
+            kl_beta: case.batch["grpo"]["kl_beta"].as_f64().unwrap(),
+            ..GrpoOptions::default()
+        };
+        let advantages = group_advantages(&rewards, &options).unwrap();
+        for (a, b) in advantages.iter().zip(floats(&case.batch["advantages"])) {
+            assert!((a - b as f64).abs() < 1e-5, "advantage {a} vs torch {b}");
+        }
+        check(&case, key, |lps| {
+            let inputs: Vec<GrpoSequence> = (0..lps.len())
+                .map(|i| GrpoSequence {
+                    advantage: advantages[i],
+                    logprobs: lps[i],
+                    behaviour: Some(&behaviour[i]),
+                    reference: Some(&reference[i]),
+                })
+                .collect();
+            let (out, stats) = grpo_loss(&inputs, &options);
+            assert!(stats.clip_fraction > 0.0, "the batch should exercise clipping");
+            out
+        });
+    }
+
+    let beta = case.batch["dpo_beta"].as_f64().unwrap();
+    check(&case, "dpo", |lps| {
+        let pairs: Vec<DpoPair> = [(0, 1), (2, 3)]
+            .iter()
+            .map(|&(c, r)| DpoPair {
+                chosen: lps[c],
+                rejected: lps[r],
+                ref_chosen: &reference[c],
+                ref_rejected: &reference[r],
+            })
+            .collect();
+        dpo_loss(&pairs, beta).0
+    });
+}
+
+#[test]
+fn qwen2_losses_and_gradients_match_pytorch() {
+    all_losses(Arch::Qwen2, "qwen2");
+}
+
+#[test]
+fn llama_losses_and_gradients_match_pytorch() {
+    all_losses(Arch::Llama, "llama");
+}
