@@ -219,6 +219,18 @@ impl Trainer {
         self.total_steps
     }
 
+    /// Trains the following steps on new data (online use: fresh groups
+    /// sampled from the current policy each step).
+    pub fn replace_data(&mut self, data: Data) -> Result<()> {
+        if data.is_empty() {
+            return Err(TrainError::Data("no training examples".into()));
+        }
+        self.data = Arc::new(data);
+        self.reference.clear();
+        self.order = None;
+        Ok(())
+    }
+
     /// Continues from a checkpoint directory written by [`Trainer::save_checkpoint`].
     pub fn resume(&mut self, dir: &Path) -> Result<()> {
         let state = checkpoint::load_state(dir)?;

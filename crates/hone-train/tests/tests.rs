@@ -1,8 +1,9 @@
 //! hone-train's integration tests, one binary:
 //! - `reference`: losses and LoRA gradients against PyTorch autograd through
 //!   transformers + PEFT (`tests/reference/make_train_reference.py`);
-//! - `trainer`: every LoRA tensor gets a gradient, exact resume, PEFT export
-//!   round trip, replay and EWC;
+//! - `trainer`: every LoRA tensor gets a gradient, the dropout path against
+//!   finite differences, exact resume, PEFT export read back by the engine,
+//!   replay and EWC, the baseline mode;
 //! - `learning`: GRPO raises a tiny model's reward on a verifiable task;
 //! - `data`: the JSONL formats and their errors.
 
@@ -10,3 +11,4 @@
 
 mod reference;
 mod support;
+mod trainer;

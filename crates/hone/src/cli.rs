@@ -1,4 +1,5 @@
-//! Subcommands: `serve`, `config check|default`, `key new`, `model init`.
+//! Subcommands: `serve`, `config check|default`, `key new`, `model init`,
+//! `train grpo|dpo|sft`, `bench engine|train`.
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -55,6 +56,13 @@ enum Command {
     Model {
         #[command(subcommand)]
         command: ModelCommand,
+    },
+    /// Train a LoRA adapter with GRPO, DPO or SFT on a JSONL file.
+    Train {
+        #[arg(value_enum)]
+        algorithm: crate::train::Algorithm,
+        #[command(flatten)]
+        args: crate::train::TrainArgs,
     },
     /// Measure hone's parts.
     Bench {
@@ -182,6 +190,7 @@ fn run(command: Command) -> Result<ExitCode> {
                     seed,
                 },
         } => model_init(arch, &preset, &out, seed),
+        Command::Train { algorithm, args } => crate::train::run(algorithm, args),
         Command::Bench {
             command:
                 BenchCommand::Engine {

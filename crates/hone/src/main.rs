@@ -3,6 +3,7 @@
 
 mod bench_engine;
 mod cli;
+mod train;
 
 fn main() -> std::process::ExitCode {
     cli::main()
