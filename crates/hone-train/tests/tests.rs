@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
+mod data;
+mod learning;
 mod reference;
 mod support;
 mod trainer;
