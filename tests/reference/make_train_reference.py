@@ -15,6 +15,9 @@ It writes, per architecture, tests/reference/train/<arch>/:
   batch.json         the sequences (token ids, scored mask), rewards,
                      behaviour logprobs, options, and the loss values
   grads.safetensors  `<loss>/<peft tensor name>` → gradient
+  exported/          an adapter trained and exported by `hone train sft`,
+                     which PeftModel.from_pretrained loads; batch.json holds
+                     the logits PEFT computes with it (`exported_logits`)
 """
 
 import json
@@ -23,7 +26,7 @@ import subprocess
 import tempfile
 
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
@@ -143,6 +146,27 @@ def make(arch, workdir):
     grads_of(model, dpo, "dpo", grads)
 
     save_file(grads, out_dir / "grads.safetensors")
+
+    # An adapter trained and exported by hone, read by PEFT.
+    data = workdir / f"{arch}-sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt_tokens": s["tokens"][:3], "completion_tokens": s["tokens"][3:]}) + "\n"
+                            for s in seqs))
+    exported = out_dir / "exported"
+    subprocess.run(
+        ["cargo", "run", "-q", "-p", "hone", "--", "train", "sft", "--base", str(model_dir), "--data", str(data),
+         "--out", str(workdir / f"{arch}-run"), "--steps", "3", "--rank", "4", "--alpha", "8", "--dropout", "0",
+         "--lr", "0.01", "--seed", "0"],
+        cwd=ROOT, check=True,
+    )
+    exported.mkdir(exist_ok=True)
+    for name in ["adapter_config.json", "adapter_model.safetensors"]:
+        (exported / name).write_bytes((workdir / f"{arch}-run" / name).read_bytes())
+    fresh = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    peft_loaded = PeftModel.from_pretrained(fresh, exported)
+    peft_loaded.eval()
+    exported_ids = seqs[0]["tokens"]
+    with torch.no_grad():
+        exported_logits = peft_loaded(torch.tensor([exported_ids])).logits[0]
     batch = {
         "arch": arch,
         "seed": SEED,
@@ -157,6 +181,8 @@ def make(arch, workdir):
         "grpo": options,
         "dpo_beta": beta,
         "losses": losses,
+        "exported_ids": exported_ids,
+        "exported_logits": [float(x) for x in exported_logits.flatten().tolist()],
     }
     (out_dir / "batch.json").write_text(json.dumps(batch, indent=1) + "\n")
     print(f"{arch}: " + ", ".join(f"{k} {v:.6f}" for k, v in losses.items()))

@@ -17,6 +17,9 @@ use std::path::Path;
 pub enum Preset {
     /// A few hundred thousand parameters: fast enough for every test.
     Tiny,
+    /// 4 layers of width 512 (~12M parameters): big enough that training
+    /// benchmarks measure arithmetic rather than per-op overhead.
+    Small,
     /// The exact shape of Qwen2.5-0.5B (random weights), for benchmarks.
     Qwen25_0_5b,
 }
@@ -25,6 +28,7 @@ impl Preset {
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "tiny" => Some(Self::Tiny),
+            "small" => Some(Self::Small),
             "qwen2.5-0.5b" => Some(Self::Qwen25_0_5b),
             _ => None,
         }
@@ -70,6 +74,7 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
 fn config_json(arch: Arch, preset: Preset) -> serde_json::Value {
     let (hidden, inter, layers, heads, kv, vocab, max_pos, theta, eps) = match preset {
         Preset::Tiny => (64, 176, 2, 4, 2, 320, 2048, 10_000.0, 1e-6),
+        Preset::Small => (512, 1408, 4, 8, 2, 320, 2048, 10_000.0, 1e-6),
         Preset::Qwen25_0_5b => (896, 4864, 24, 14, 2, 151_936, 32_768, 1_000_000.0, 1e-6),
     };
     let mut config = json!({

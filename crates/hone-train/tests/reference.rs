@@ -178,3 +178,53 @@ fn qwen2_losses_and_gradients_match_pytorch() {
 fn llama_losses_and_gradients_match_pytorch() {
     all_losses(Arch::Llama, "llama");
 }
+
+/// An adapter `hone train sft` exported, loaded by `PeftModel.from_pretrained`
+/// (the script), gives the logits the engine gives with it.
+fn exported_adapter_matches_peft(arch: Arch, name: &str) {
+    let (_dir, path) = tiny(arch);
+    let model = Model::load(&path, DType::F32, &Device::Cpu).unwrap();
+    let reference = repo_root().join("tests/reference/train").join(name);
+    let adapter = hone_engine::Adapter::load(&reference.join("exported"), DType::F32, &Device::Cpu).unwrap();
+    let batch: Value = serde_json::from_str(&std::fs::read_to_string(reference.join("batch.json")).unwrap()).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(batch["exported_ids"].clone()).unwrap();
+    let input = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let ours: Vec<f32> = model
+        .forward(&input, &mut hone_engine::KvCache::new(), Some(&adapter))
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let base: Vec<f32> = model
+        .forward(&input, &mut hone_engine::KvCache::new(), None)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let theirs = floats(&batch["exported_logits"]);
+    assert_eq!(ours.len(), theirs.len());
+    let err = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    let moved = ours
+        .iter()
+        .zip(&base)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    println!("{name}: exported adapter, max |engine − PEFT| = {err:.2e}, max |adapter − base| = {moved:.2e}");
+    assert!(err < 1e-4, "engine and PEFT disagree on hone's exported adapter: {err}");
+    assert!(
+        moved > 100.0 * err,
+        "the exported adapter barely changes the logits ({moved})"
+    );
+}
+
+#[test]
+fn exported_adapters_load_in_peft_with_the_same_logits() {
+    exported_adapter_matches_peft(Arch::Qwen2, "qwen2");
+    exported_adapter_matches_peft(Arch::Llama, "llama");
+}

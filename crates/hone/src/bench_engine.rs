@@ -41,7 +41,8 @@ pub fn run(options: Options) -> Result<ExitCode> {
     )?;
     let mut rows = Vec::new();
     for name in &options.presets {
-        let preset = Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, qwen2.5-0.5b)"))?;
+        let preset =
+            Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, small, qwen2.5-0.5b)"))?;
         let dir = tempfile::tempdir()?;
         progress(format!("[{name}] writing a random Qwen2 checkpoint …"));
         write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;

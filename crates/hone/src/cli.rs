@@ -73,6 +73,34 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// One GRPO training step of hone-train next to TRL's GRPOTrainer on the
+    /// same weights and batch, with GFLOP/s against a measured matmul peak.
+    Train {
+        /// Model shapes (random weights): `tiny`, `small`, `qwen2.5-0.5b`.
+        #[arg(long, value_delimiter = ',', default_value = "tiny,small")]
+        presets: Vec<String>,
+        /// Completions in the group.
+        #[arg(long, default_value_t = 8)]
+        group: usize,
+        /// Prompt tokens (shared by the group).
+        #[arg(long, default_value_t = 64)]
+        prompt: usize,
+        /// Completion tokens per sample.
+        #[arg(long, default_value_t = 64)]
+        completion: usize,
+        /// LoRA rank (alpha = 2 × rank).
+        #[arg(long, default_value_t = 16)]
+        rank: usize,
+        /// Timed steps (the median is shown), after one warm-up step.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// cpu or cuda (the TRL column is CPU only).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// A Python with torch, transformers, peft, trl and datasets, for the comparison column.
+        #[arg(long, env = "HONE_BENCH_PYTHON")]
+        python: Option<String>,
+    },
     /// Prefill and decode tokens/s of the embedded engine at batch 1 and 8,
     /// next to Hugging Face transformers on the same weights.
     Engine {
@@ -101,7 +129,8 @@ enum ModelCommand {
     Init {
         #[arg(long, value_enum)]
         arch: ModelArch,
-        /// `tiny` (tests, demos) or `qwen2.5-0.5b` (the real shape, for benchmarks).
+        /// `tiny` (tests, demos), `small` (4×512, training benchmarks) or
+        /// `qwen2.5-0.5b` (the real shape, for benchmarks).
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Output directory (created if missing).
@@ -191,6 +220,28 @@ fn run(command: Command) -> Result<ExitCode> {
                 },
         } => model_init(arch, &preset, &out, seed),
         Command::Train { algorithm, args } => crate::train::run(algorithm, args),
+        Command::Bench {
+            command:
+                BenchCommand::Train {
+                    presets,
+                    group,
+                    prompt,
+                    completion,
+                    rank,
+                    reps,
+                    device,
+                    python,
+                },
+        } => crate::bench_train::run(crate::bench_train::Options {
+            presets,
+            group,
+            prompt,
+            completion,
+            rank,
+            reps,
+            device,
+            python,
+        }),
         Command::Bench {
             command:
                 BenchCommand::Engine {
@@ -325,7 +376,7 @@ fn model_init(arch: ModelArch, preset: &str, out: &std::path::Path, seed: u64) -
         ModelArch::Qwen2 => hone_engine::Arch::Qwen2,
     };
     let preset = hone_engine::init::Preset::parse(preset)
-        .with_context(|| format!("unknown preset `{preset}` (tiny, qwen2.5-0.5b)"))?;
+        .with_context(|| format!("unknown preset `{preset}` (tiny, small, qwen2.5-0.5b)"))?;
     hone_engine::init::write_checkpoint(arch, preset, seed, out)
         .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
     writeln!(

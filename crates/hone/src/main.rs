@@ -2,6 +2,7 @@
 //! crates. Nothing else lives here.
 
 mod bench_engine;
+mod bench_train;
 mod cli;
 mod train;
 
