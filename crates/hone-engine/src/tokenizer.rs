@@ -8,6 +8,9 @@ use crate::{EngineError, Result};
 use minijinja::{Environment, ErrorKind, Value};
 use std::path::Path;
 
+/// A byte range `(start, end)` of the encoded text.
+pub type Span = (usize, usize);
+
 /// A tokenizer with its chat template and special tokens.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -41,7 +44,7 @@ impl Tokenizer {
     }
 
     /// Token ids with the byte range of `text` each one came from.
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<Span>)> {
         let encoding = self
             .inner
             .encode(text, false)

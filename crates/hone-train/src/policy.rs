@@ -156,13 +156,13 @@ impl Packed {
         self.ranges.last().map_or(0, |r| r.end)
     }
 
-    fn to_padded(&self, x: &Tensor) -> Result<Tensor> {
+    fn pad(&self, x: &Tensor) -> Result<Tensor> {
         let width = x.dim(1)?;
         let zero = Tensor::zeros((1, width), x.dtype(), x.device())?;
         Ok(Tensor::cat(&[x, &zero], 0)?.index_select(&self.pad_index, 0)?)
     }
 
-    fn from_padded(&self, x: &Tensor) -> Result<Tensor> {
+    fn unpad(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.index_select(&self.valid_index, 0)?)
     }
 }
@@ -474,11 +474,7 @@ fn attention(
     let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
     let group = heads / kv;
     let split = |x: &Tensor, h: usize| -> Result<Tensor> {
-        Ok(packed
-            .to_padded(x)?
-            .reshape((b, t, h, d))?
-            .transpose(1, 2)?
-            .contiguous()?)
+        Ok(packed.pad(x)?.reshape((b, t, h, d))?.transpose(1, 2)?.contiguous()?)
     };
     let qp = split(q, heads)?.reshape((b, kv, group * t, d))?;
     let kp = split(k, kv)?;
@@ -497,7 +493,7 @@ fn merge_heads(x: &Tensor, packed: &Packed, heads: usize) -> Result<Tensor> {
     let (b, t) = (packed.batch, packed.longest);
     let d = x.dim(D::Minus1)?;
     let x = x.reshape((b, heads, t, d))?.transpose(1, 2)?.contiguous()?;
-    packed.from_padded(&x.reshape((b * t, heads * d))?)
+    packed.unpad(&x.reshape((b * t, heads * d))?)
 }
 
 fn attention_backward(
@@ -511,7 +507,7 @@ fn attention_backward(
     let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
     let scale = 1.0 / (d as f64).sqrt();
     let dout = packed
-        .to_padded(dattn)?
+        .pad(dattn)?
         .reshape((b, t, heads, d))?
         .transpose(1, 2)?
         .contiguous()?

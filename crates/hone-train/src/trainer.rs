@@ -300,7 +300,10 @@ impl Trainer {
             let line = serde_json::to_string(&report).map_err(|e| TrainError::Config(e.to_string()))?;
             writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
             on_step(&report);
-            if self.config.save_every > 0 && self.step % self.config.save_every == 0 && self.step < self.total_steps {
+            if self.config.save_every > 0
+                && self.step.is_multiple_of(self.config.save_every)
+                && self.step < self.total_steps
+            {
                 self.save_checkpoint(out)?;
                 checkpoint::prune(out, 2)?;
             }

@@ -102,10 +102,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
         });
     }
     writeln!(out, "\nmatmul peak (2048³ f32): candle {peak:.1} GFLOP/s")?;
-    if let Some(t) = rows.iter().find_map(|r| r.trl.as_ref()) {
+    for (preset, t) in rows.iter().filter_map(|r| r.trl.as_ref().map(|t| (&r.preset, t))) {
         writeln!(
             out,
-            "                        torch {:.1} GFLOP/s (torch {}, trl {}, {} threads)",
+            "                        torch {:.1} GFLOP/s (measured with the {preset} run; torch {}, trl {}, {} threads)",
             t.matmul_gflops, t.torch, t.trl, t.threads
         )?;
     }

@@ -62,7 +62,7 @@ enum Command {
         #[arg(value_enum)]
         algorithm: crate::train::Algorithm,
         #[command(flatten)]
-        args: crate::train::TrainArgs,
+        args: Box<crate::train::TrainArgs>,
     },
     /// Measure hone's parts.
     Bench {
@@ -219,7 +219,7 @@ fn run(command: Command) -> Result<ExitCode> {
                     seed,
                 },
         } => model_init(arch, &preset, &out, seed),
-        Command::Train { algorithm, args } => crate::train::run(algorithm, args),
+        Command::Train { algorithm, args } => crate::train::run(algorithm, *args),
         Command::Bench {
             command:
                 BenchCommand::Train {

@@ -1,4 +1,5 @@
-//! The CLI's small commands: `hone config check` and `hone key new`.
+//! The CLI's commands end to end: `hone config check`, `hone key new`,
+//! `hone train` (progress, PEFT output, resume, a malformed line named).
 
 use std::process::Command;
 
@@ -69,4 +70,80 @@ fn key_new_prints_a_key_and_the_hash_of_that_key() {
 fn hone_gateway_hash(key: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(key.as_bytes()))
+}
+
+#[test]
+fn train_writes_a_peft_adapter_and_names_a_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    let out = hone(&["model", "init", "--arch", "qwen2", "--out", model.to_str().unwrap()]);
+    assert!(out.status.success());
+    let data = dir.path().join("groups.jsonl");
+    std::fs::write(
+        &data,
+        concat!(
+            r#"{"prompt": [{"role": "user", "content": "2+2?"}], "completions": [{"text": "4", "reward": 1}, {"text": "five", "reward": 0}]}"#,
+            "\n",
+            r#"{"prompt_tokens": [1, 2, 3], "completions": [{"tokens": [4, 5], "reward": 0.2, "logprobs": [-5.1, -5.9]}, {"tokens": [6], "reward": 0.9}]}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let args = [
+        "train",
+        "grpo",
+        "--base",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--rank",
+        "4",
+        "--kl-beta",
+        "0.05",
+    ];
+    let out = hone(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[3/3]") && stderr.contains("reward") && stderr.contains("tok/s"),
+        "{stderr}"
+    );
+    for file in ["adapter_config.json", "adapter_model.safetensors", "metrics.jsonl"] {
+        assert!(run.join(file).is_file(), "{file} missing");
+    }
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 3);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(config["r"], 4);
+    assert_eq!(config["peft_type"], "LORA");
+
+    // Resume: nothing left to do at step 3 of 3, and a longer run continues from it.
+    let mut more = args.to_vec();
+    more[9] = "5";
+    more.push("--resume");
+    let out = hone(&more);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("resuming from") && stderr.contains("[5/5]"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[1/5]"), "{stderr}");
+
+    std::fs::write(
+        &data,
+        "{\"prompt_tokens\": [1], \"completions\": [{\"tokens\": [2], \"reward\": 1}]}\n{oops\n",
+    )
+    .unwrap();
+    let out = hone(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("groups.jsonl:2: not JSON"), "{stderr}");
 }
