@@ -103,29 +103,17 @@ pub fn run(options: Options) -> Result<ExitCode> {
 
 /// Runs `bench/engine_hf.py` on the same checkpoint.
 fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<Figures> {
-    let script = tempfile::Builder::new().suffix(".py").tempfile()?;
-    std::fs::write(script.path(), HF_SCRIPT)?;
-    let output = std::process::Command::new(python)
-        .arg(script.path())
-        .arg("--model")
-        .arg(model)
-        .args(["--prompt", &settings.prompt.to_string()])
-        .args(["--new", &settings.new_tokens.to_string()])
-        .args(["--reps", &settings.reps.to_string()])
-        .output()
-        .with_context(|| format!("cannot run `{python}`"))?;
-    if !output.status.success() {
-        anyhow::bail!(
-            "the script failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-                .lines()
-                .last()
-                .unwrap_or_default()
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).with_context(|| format!("unexpected output: {line}"))
+    let args: Vec<std::ffi::OsString> = vec![
+        "--model".into(),
+        model.into(),
+        "--prompt".into(),
+        settings.prompt.to_string().into(),
+        "--new".into(),
+        settings.new_tokens.to_string().into(),
+        "--reps".into(),
+        settings.reps.to_string().into(),
+    ];
+    crate::python::run_json(python, HF_SCRIPT, &args)
 }
 
 /// A progress line on stderr (the table goes to stdout).

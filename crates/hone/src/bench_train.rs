@@ -222,8 +222,6 @@ fn hone_step(model: &Path, device: &Device, options: &Options, batch: &Batch) ->
 }
 
 fn trl_step(python: &str, model: &Path, options: &Options, batch: &Batch) -> Result<Trl> {
-    let script = tempfile::Builder::new().suffix(".py").tempfile()?;
-    std::fs::write(script.path(), TRL_SCRIPT)?;
     let input = tempfile::Builder::new().suffix(".json").tempfile()?;
     let grpo = grpo_options();
     let advantages = group_advantages(&batch.rewards, &grpo).context("the bench group has no reward variance")?;
@@ -238,27 +236,15 @@ fn trl_step(python: &str, model: &Path, options: &Options, batch: &Batch) -> Res
         "epsilon_high": grpo.epsilon_high,
     });
     std::fs::write(input.path(), json.to_string())?;
-    let output = std::process::Command::new(python)
-        .arg(script.path())
-        .arg("--model")
-        .arg(model)
-        .arg("--batch")
-        .arg(input.path())
-        .args(["--reps", &options.reps.to_string()])
-        .output()
-        .with_context(|| format!("cannot run `{python}`"))?;
-    if !output.status.success() {
-        anyhow::bail!(
-            "the script failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-                .lines()
-                .last()
-                .unwrap_or_default()
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).with_context(|| format!("unexpected output: {line}"))
+    let args: Vec<std::ffi::OsString> = vec![
+        "--model".into(),
+        model.into(),
+        "--batch".into(),
+        input.path().into(),
+        "--reps".into(),
+        options.reps.to_string().into(),
+    ];
+    crate::python::run_json(python, TRL_SCRIPT, &args)
 }
 
 /// Floating-point operations of one step, counted the same for both: the

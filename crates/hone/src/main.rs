@@ -4,6 +4,7 @@
 mod bench_engine;
 mod bench_train;
 mod cli;
+mod python;
 mod train;
 
 fn main() -> std::process::ExitCode {
