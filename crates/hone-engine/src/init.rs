@@ -25,6 +25,9 @@ pub enum Preset {
 }
 
 impl Preset {
+    /// The names [`Preset::parse`] accepts, for error messages.
+    pub const NAMES: &'static str = "tiny, small, qwen2.5-0.5b";
+
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "tiny" => Some(Self::Tiny),

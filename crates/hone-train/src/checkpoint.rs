@@ -28,6 +28,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
 }
 
+/// Writes `tensors` to `path` through a temporary file.
+pub fn save_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("safetensors.tmp");
+    candle_core::safetensors::save(tensors, &tmp)?;
+    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+}
+
 /// Saves the optimiser moments (`m.N`, `v.N`).
 pub fn save_moments(dir: &Path, m: &[Tensor], v: &[Tensor]) -> Result<()> {
     let mut tensors = HashMap::new();
@@ -35,10 +42,7 @@ pub fn save_moments(dir: &Path, m: &[Tensor], v: &[Tensor]) -> Result<()> {
         tensors.insert(format!("m.{i}"), m.clone());
         tensors.insert(format!("v.{i}"), v.clone());
     }
-    let tmp = dir.join("optimizer.safetensors.tmp");
-    candle_core::safetensors::save(&tensors, &tmp)?;
-    let path = dir.join("optimizer.safetensors");
-    std::fs::rename(&tmp, &path).map_err(|e| TrainError::io(&path, e))
+    save_safetensors(&tensors, &dir.join("optimizer.safetensors"))
 }
 
 pub fn load_moments(dir: &Path, count: usize, device: &Device) -> Result<(Vec<Tensor>, Vec<Tensor>)> {

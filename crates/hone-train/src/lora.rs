@@ -231,11 +231,7 @@ impl LoraParams {
         }
         let text = serde_json::to_string_pretty(&config).map_err(|e| TrainError::Config(e.to_string()))?;
         crate::checkpoint::write_atomic(&dir.join("adapter_config.json"), text.as_bytes())?;
-        let tmp = dir.join("adapter_model.safetensors.tmp");
-        candle_core::safetensors::save(&self.named(), &tmp)?;
-        let path = dir.join("adapter_model.safetensors");
-        std::fs::rename(&tmp, &path).map_err(|e| TrainError::io(&path, e))?;
-        Ok(())
+        crate::checkpoint::save_safetensors(&self.named(), &dir.join("adapter_model.safetensors"))
     }
 
     /// The same parameters on another device (checkpoint loading).

@@ -4,11 +4,11 @@
 //! the same weights and the same settings (`bench/engine_hf.py`, run with
 //! `--python`). Prints a table with the ratios; not a test.
 
-use anyhow::{Context, Result};
+use crate::bench_support::{progress, random_checkpoint, run_json};
+use anyhow::Result;
 use candle_core::{DType, Device};
 use hone_engine::bench::{measure, BenchSettings, Figures};
-use hone_engine::init::{write_checkpoint, Preset};
-use hone_engine::{Arch, Model};
+use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -41,11 +41,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     )?;
     let mut rows = Vec::new();
     for name in &options.presets {
-        let preset =
-            Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, small, qwen2.5-0.5b)"))?;
-        let dir = tempfile::tempdir()?;
-        progress(format!("[{name}] writing a random Qwen2 checkpoint …"));
-        write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;
+        let dir = random_checkpoint(name)?;
         progress(format!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), DType::F32, &Device::Cpu)?;
         let ours = measure(&model, settings)?;
@@ -113,10 +109,5 @@ fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<F
         "--reps".into(),
         settings.reps.to_string().into(),
     ];
-    crate::python::run_json(python, HF_SCRIPT, &args)
-}
-
-/// A progress line on stderr (the table goes to stdout).
-fn progress(line: String) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    run_json(python, HF_SCRIPT, &args)
 }

@@ -5,10 +5,10 @@
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
 //! library. Prints a table with the ratios; not a test.
 
+use crate::bench_support::{progress, random_checkpoint, run_json};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
-use hone_engine::init::{write_checkpoint, Preset};
-use hone_engine::{Arch, ModelConfig};
+use hone_engine::ModelConfig;
 use hone_train::data::{GrpoGroup, GrpoSample};
 use hone_train::loss::grpo::{group_advantages, GrpoOptions};
 use hone_train::optim::{OptimConfig, Schedule};
@@ -71,11 +71,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     )?;
     let mut rows = Vec::new();
     for name in &options.presets {
-        let preset =
-            Preset::parse(name).with_context(|| format!("unknown preset `{name}` (tiny, small, qwen2.5-0.5b)"))?;
-        let dir = tempfile::tempdir()?;
-        progress(format!("[{name}] writing a random Qwen2 checkpoint …"));
-        write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;
+        let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
         progress(format!("[{name}] measuring hone-train (candle) …"));
@@ -244,7 +240,7 @@ fn trl_step(python: &str, model: &Path, options: &Options, batch: &Batch) -> Res
         "--reps".into(),
         options.reps.to_string().into(),
     ];
-    crate::python::run_json(python, TRL_SCRIPT, &args)
+    run_json(python, TRL_SCRIPT, &args)
 }
 
 /// Floating-point operations of one step, counted the same for both: the
@@ -289,8 +285,4 @@ fn matmul_gflops(device: &Device) -> Result<f64> {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn progress(line: String) {
-    let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -376,7 +376,7 @@ fn model_init(arch: ModelArch, preset: &str, out: &std::path::Path, seed: u64) -
         ModelArch::Qwen2 => hone_engine::Arch::Qwen2,
     };
     let preset = hone_engine::init::Preset::parse(preset)
-        .with_context(|| format!("unknown preset `{preset}` (tiny, small, qwen2.5-0.5b)"))?;
+        .with_context(|| format!("unknown preset `{preset}` ({})", hone_engine::init::Preset::NAMES))?;
     hone_engine::init::write_checkpoint(arch, preset, seed, out)
         .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
     writeln!(

@@ -2,9 +2,9 @@
 //! crates. Nothing else lives here.
 
 mod bench_engine;
+mod bench_support;
 mod bench_train;
 mod cli;
-mod python;
 mod train;
 
 fn main() -> std::process::ExitCode {

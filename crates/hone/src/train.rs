@@ -201,7 +201,10 @@ pub fn run(algorithm: Algorithm, args: TrainArgs) -> Result<ExitCode> {
         replay_weight: args.replay_weight,
         ewc_lambda: args.ewc,
     };
-    let tokenizer = hone_engine::Tokenizer::load(&args.base).ok();
+    // Token-id data needs no tokenizer; chat data fails clearly without one.
+    let tokenizer = hone_engine::Tokenizer::load(&args.base)
+        .inspect_err(|e| tracing::warn!(error = %e, "no tokenizer: only token-id data can be read"))
+        .ok();
     let renderer = Renderer {
         tokenizer: tokenizer.as_ref(),
     };
