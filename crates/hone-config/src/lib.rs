@@ -8,10 +8,14 @@
 mod env;
 mod load;
 pub mod raw;
+pub mod reward;
 mod typed;
 
 pub use env::expand_env;
 pub use load::{load_file, load_str, ConfigError};
+pub use reward::{
+    Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
+};
 pub use typed::*;
 
 /// The config `hone serve` uses when given none: an agent `assistant` proxied

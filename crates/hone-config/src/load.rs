@@ -5,6 +5,7 @@ use crate::env::expand_env;
 use crate::raw::{
     RawConfig, RawHttpProvider, RawLocalProvider, RawPrice, RawProvider, RawProviderRef, RawStore, RawVersion,
 };
+use crate::reward::{RewardSpec, JUDGE_AGENT};
 use crate::typed::*;
 use hone_types::{Route, VersionSpec};
 use std::collections::BTreeMap;
@@ -24,6 +25,13 @@ pub struct ConfigError {
     /// Dotted key path of the bad field, when one is to blame.
     pub field: Option<String>,
     pub message: String,
+}
+
+impl ConfigError {
+    /// An error blamed on one key.
+    pub fn at(field: impl Into<String>, message: impl Into<String>) -> Self {
+        err(field, message)
+    }
 }
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -122,8 +130,15 @@ impl Loader<'_> {
             .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
 
         let mut agents = BTreeMap::new();
+        let provider_names: Vec<String> = providers.keys().cloned().collect();
         for (name, agent) in raw.agents {
             let field = format!("agents.{name}");
+            if name == JUDGE_AGENT {
+                return Err(err(
+                    &field,
+                    format!("`{JUDGE_AGENT}` is reserved: the judge's own calls are recorded under it"),
+                ));
+            }
             if !is_name(&name) {
                 return Err(err(&field, "agent names use letters, digits and `-_.` (at most 64)"));
             }
@@ -201,6 +216,8 @@ impl Loader<'_> {
                     ))
                 }
             };
+            let names: Vec<&str> = provider_names.iter().map(String::as_str).collect();
+            let reward = RewardSpec::from_raw(&format!("{field}.reward"), agent.reward.unwrap_or_default(), &names)?;
             agents.insert(
                 name.clone(),
                 AgentConfig {
@@ -208,8 +225,12 @@ impl Loader<'_> {
                     description: agent.description,
                     versions,
                     deployment,
+                    reward,
                 },
             );
+        }
+        if let Some(judge) = judge_agent(&agents) {
+            agents.insert(JUDGE_AGENT.to_owned(), judge);
         }
 
         let mut api_keys = Vec::new();
@@ -557,6 +578,49 @@ impl Loader<'_> {
 }
 
 /// Validated prices per model.
+/// The agent the judges' calls are recorded under: one version per judged
+/// agent (labelled with that agent's name), answering deterministically.
+fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
+    let versions: BTreeMap<String, DeclaredVersion> = agents
+        .values()
+        .filter_map(|a| Some((a.name.clone(), a.reward.judge.as_ref()?)))
+        .map(|(label, judge)| {
+            let spec = VersionSpec {
+                agent: JUDGE_AGENT.to_owned(),
+                routes: vec![Route {
+                    provider: judge.provider.clone(),
+                    model: judge.model.clone(),
+                    adapter: None,
+                }],
+                system: None,
+                temperature: Some(0.0),
+                top_p: None,
+                max_tokens: None,
+                reasoning_effort: None,
+            };
+            (
+                label.clone(),
+                DeclaredVersion {
+                    label,
+                    id: spec.id(),
+                    spec,
+                },
+            )
+        })
+        .collect();
+    let champion = versions.keys().next()?.clone();
+    Some(AgentConfig {
+        name: JUDGE_AGENT.to_owned(),
+        description: Some("The LLM judge's own calls.".to_owned()),
+        versions,
+        deployment: DeploymentConfig {
+            champion,
+            canaries: Vec::new(),
+        },
+        reward: RewardSpec::default(),
+    })
+}
+
 fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<String, Price>, ConfigError> {
     let mut prices = BTreeMap::new();
     for (model, price) in raw {

@@ -123,6 +123,7 @@ pub struct RawAgent {
     #[serde(default)]
     pub versions: BTreeMap<String, RawVersion>,
     pub deployment: Option<RawDeployment>,
+    pub reward: Option<crate::reward::RawReward>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -139,6 +139,8 @@ pub struct AgentConfig {
     /// Label → version, for every version declared under the agent.
     pub versions: BTreeMap<String, DeclaredVersion>,
     pub deployment: DeploymentConfig,
+    /// How episodes are scored (defaults when the config has no `reward` table).
+    pub reward: crate::reward::RewardSpec,
 }
 
 impl AgentConfig {

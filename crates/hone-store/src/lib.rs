@@ -1,17 +1,20 @@
 //! hone's storage: the [`Store`] trait (one implementation per backend, one
 //! file each), schema migrations, and the durable journal-first [`Recorder`]
-//! that stands between the gateway and the store.
+//! that stands between the gateway and the store; [`LearnStore`] holds what
+//! learning derives from episodes (rewards, datasets, evaluations).
 //!
 //! Stores persist what they are given; ids and timestamps are made by the
 //! services above them.
 
 mod error;
 mod journal;
+mod learn_store;
 mod recorder;
 mod sqlite;
 mod store;
 
 pub use error::StoreError;
+pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
 pub use recorder::{Recorder, RecorderError, RecorderOptions, RecorderStats};
 pub use sqlite::SqliteStore;
 pub use store::Store;

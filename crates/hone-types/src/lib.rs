@@ -7,6 +7,7 @@
 pub mod call;
 pub mod episode;
 pub mod ids;
+pub mod learn;
 pub mod openai;
 pub mod signal;
 pub mod stream;
@@ -16,5 +17,8 @@ pub mod version;
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord};
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
+pub use learn::{
+    CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,
+};
 pub use signal::{MetricLevel, MetricType, Signal, SignalSource, SignalValue};
 pub use version::{Route, VersionRecord, VersionSpec};

@@ -1,5 +1,6 @@
 //! Subcommands: `serve`, `config check|default`, `key new`, `model init`,
-//! `train grpo|dpo|sft`, `bench engine|train`.
+//! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
+//! `eval` (and `eval compare`), `bench engine|train`.
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -64,6 +65,18 @@ enum Command {
         #[command(flatten)]
         args: Box<crate::train::TrainArgs>,
     },
+    /// Rewards of recorded episodes.
+    Rewards {
+        #[command(subcommand)]
+        command: crate::learn::RewardsCommand,
+    },
+    /// Datasets built from recorded traffic: build, list, show, export, import.
+    Dataset {
+        #[command(subcommand)]
+        command: crate::learn::DatasetCommand,
+    },
+    /// Evaluate a version on a dataset, or compare two (`hone eval compare A B --dataset D`).
+    Eval(crate::learn::EvalArgs),
     /// Measure hone's parts.
     Bench {
         #[command(subcommand)]
@@ -220,6 +233,9 @@ fn run(command: Command) -> Result<ExitCode> {
                 },
         } => model_init(arch, &preset, &out, seed),
         Command::Train { algorithm, args } => crate::train::run(algorithm, *args),
+        Command::Rewards { command } => crate::learn::rewards(command),
+        Command::Dataset { command } => crate::learn::dataset_command(command),
+        Command::Eval(args) => crate::learn::eval(args),
         Command::Bench {
             command:
                 BenchCommand::Train {
@@ -275,7 +291,7 @@ fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn load(config: Option<&PathBuf>) -> Result<Config> {
+pub fn load(config: Option<&PathBuf>) -> Result<Config> {
     match config {
         Some(path) => hone_config::load_file(path).map_err(|e| anyhow::anyhow!("{e}")),
         None => hone_config::load_str(hone_config::DEFAULT_CONFIG, std::path::Path::new("."), &|n| {

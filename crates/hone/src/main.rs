@@ -5,6 +5,8 @@ mod bench_engine;
 mod bench_support;
 mod bench_train;
 mod cli;
+mod learn;
+mod progress;
 mod train;
 
 fn main() -> std::process::ExitCode {

@@ -1,6 +1,8 @@
 //! The SQLite store: one file in the data directory, WAL mode, one writer
 //! connection and a small pool of readers so reads never wait on the writer.
 
+mod learn;
+
 use crate::{Store, StoreError};
 use hone_types::{
     CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, EpisodeSummary, Signal, SignalSource,
@@ -13,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Schema migrations, applied in order; the index is the schema version.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/sqlite/0001_init.sql"),
+    include_str!("../../migrations/sqlite/0002_learn.sql"),
+];
 
 /// Readers kept open between requests.
 const READER_POOL: usize = 4;

@@ -1,0 +1,373 @@
+//! The `[agents.NAME.reward]` table: how signals, critics, a judge and
+//! penalties combine into one reward per episode (DESIGN.md "Reward spec").
+//! Raw form, validation and the typed [`RewardSpec`] live together here.
+//!
+//! ```toml
+//! [agents.support.reward]
+//! aggregate = "mean"                 # over an episode's calls: mean | min | max | sum | last
+//! pass_threshold = 0.5               # reward >= this counts as passed
+//! reference_signal = "gold"          # demonstration / label signal the critics compare with
+//! signals = { resolved = 1.0, rating = { weight = 0.5, default = 0.5 } }
+//! penalties = { invalid_tool_call = -1.0, empty = -1.0, refusal = -1.0, clarifying_question = -0.2 }
+//! [agents.support.reward.critics.valid_args]
+//! type = "tool_calls"
+//! weight = 0.5
+//! [agents.support.reward.judge]
+//! mode = "relative"
+//! provider = "openai"
+//! model = "gpt-4o"
+//! rubric = "Did the agent resolve the customer's problem?"
+//! ```
+
+use crate::load::ConfigError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReward {
+    pub aggregate: Option<String>,
+    pub pass_threshold: Option<f64>,
+    pub reference_signal: Option<String>,
+    #[serde(default)]
+    pub signals: BTreeMap<String, RawSignalWeight>,
+    #[serde(default)]
+    pub penalties: RawPenalties,
+    #[serde(default)]
+    pub critics: BTreeMap<String, RawCritic>,
+    pub judge: Option<RawJudge>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawSignalWeight {
+    Weight(f64),
+    Full(RawSignalWeightFull),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSignalWeightFull {
+    pub weight: f64,
+    /// Value used when the episode has no such feedback (default 0).
+    pub default: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPenalties {
+    pub invalid_tool_call: Option<f64>,
+    pub empty: Option<f64>,
+    pub refusal: Option<f64>,
+    pub clarifying_question: Option<f64>,
+    /// Only penalise a clarifying question when the request offered tools (the task needed action). Default true.
+    pub clarifying_question_only_with_tools: Option<bool>,
+    /// A call whose providers all failed.
+    pub error: Option<f64>,
+    pub truncated: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCritic {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub weight: Option<f64>,
+    /// `json_schema`: the schema the answer must match.
+    pub schema: Option<serde_json::Value>,
+    /// `regex`: the pattern the answer must match.
+    pub pattern: Option<String>,
+    /// `exact`: compare case-sensitively (default false).
+    pub case_sensitive: Option<bool>,
+    /// `numeric`: largest accepted absolute difference (default 1e-6).
+    pub tolerance: Option<f64>,
+    /// `command`: program and arguments (no shell).
+    pub command: Option<Vec<String>>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJudge {
+    pub mode: String,
+    pub provider: String,
+    pub model: String,
+    pub rubric: Option<String>,
+    pub weight: Option<f64>,
+    pub retries: Option<u32>,
+}
+
+/// How per-call values combine into one episode value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    Mean,
+    Min,
+    Max,
+    Sum,
+    Last,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SignalWeight {
+    pub name: String,
+    pub weight: f64,
+    pub default: f64,
+}
+
+/// Added to the reward (they are negative) whenever an episode shows the
+/// behaviour. They are never skipped: a broken episode is scored, not dropped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Penalties {
+    pub invalid_tool_call: f64,
+    pub empty: f64,
+    pub refusal: f64,
+    pub clarifying_question: f64,
+    pub clarifying_question_only_with_tools: bool,
+    pub error: f64,
+    pub truncated: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CriticKind {
+    ToolCalls,
+    JsonSchema { schema: serde_json::Value },
+    Regex { pattern: String },
+    Exact { case_sensitive: bool },
+    Numeric { tolerance: f64 },
+    Command { argv: Vec<String>, timeout_ms: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CriticSpec {
+    pub name: String,
+    pub weight: f64,
+    #[serde(flatten)]
+    pub kind: CriticKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeMode {
+    /// Score one episode against the rubric.
+    Absolute,
+    /// Rank a group of episodes with the same goal against each other (RULER).
+    Relative,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JudgeSpec {
+    pub mode: JudgeMode,
+    pub provider: String,
+    pub model: String,
+    pub rubric: String,
+    pub weight: f64,
+    pub retries: u32,
+}
+
+/// The name of the agent the judge's own calls are recorded under.
+pub const JUDGE_AGENT: &str = "hone-judge";
+
+pub const DEFAULT_RUBRIC: &str = "Score how well the assistant accomplished the user's task: correct, complete, \
+and without needless questions. 1 is a perfect answer, 0 is useless or harmful.";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RewardSpec {
+    pub aggregate: Aggregate,
+    pub pass_threshold: f64,
+    pub reference_signal: Option<String>,
+    pub signals: Vec<SignalWeight>,
+    pub penalties: Penalties,
+    pub critics: Vec<CriticSpec>,
+    pub judge: Option<JudgeSpec>,
+}
+
+impl Default for RewardSpec {
+    fn default() -> Self {
+        Self {
+            aggregate: Aggregate::Mean,
+            pass_threshold: 0.5,
+            reference_signal: None,
+            signals: Vec::new(),
+            penalties: Penalties {
+                invalid_tool_call: -1.0,
+                empty: -1.0,
+                refusal: -1.0,
+                clarifying_question: 0.0,
+                clarifying_question_only_with_tools: true,
+                error: -1.0,
+                truncated: 0.0,
+            },
+            critics: Vec::new(),
+            judge: None,
+        }
+    }
+}
+
+fn finite(field: &str, value: f64) -> Result<f64, ConfigError> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(ConfigError::at(field, "must be a finite number"))
+    }
+}
+
+fn penalty(field: &str, value: Option<f64>, default: f64) -> Result<f64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && v <= 0.0 => Ok(v),
+        Some(v) => Err(ConfigError::at(
+            field,
+            format!("a penalty is subtracted: give 0 or a negative number, got {v}"),
+        )),
+    }
+}
+
+impl RewardSpec {
+    /// Validates the raw table; `field` is `agents.NAME.reward`, `providers`
+    /// the declared provider names (a judge must name one).
+    pub fn from_raw(field: &str, raw: RawReward, providers: &[&str]) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let aggregate = match raw.aggregate.as_deref() {
+            None | Some("mean") => Aggregate::Mean,
+            Some("min") => Aggregate::Min,
+            Some("max") => Aggregate::Max,
+            Some("sum") => Aggregate::Sum,
+            Some("last") => Aggregate::Last,
+            Some(other) => {
+                return Err(ConfigError::at(
+                    format!("{field}.aggregate"),
+                    format!("`{other}` is not one of `mean`, `min`, `max`, `sum`, `last`"),
+                ))
+            }
+        };
+        let pass_threshold = finite(
+            &format!("{field}.pass_threshold"),
+            raw.pass_threshold.unwrap_or(d.pass_threshold),
+        )?;
+        let mut signals = Vec::new();
+        for (name, w) in raw.signals {
+            let sfield = format!("{field}.signals.{name}");
+            let (weight, default) = match w {
+                RawSignalWeight::Weight(w) => (w, 0.0),
+                RawSignalWeight::Full(f) => (f.weight, f.default.unwrap_or(0.0)),
+            };
+            signals.push(SignalWeight {
+                name,
+                weight: finite(&sfield, weight)?,
+                default: finite(&sfield, default)?,
+            });
+        }
+        let p = raw.penalties;
+        let pfield = format!("{field}.penalties");
+        let penalties = Penalties {
+            invalid_tool_call: penalty(
+                &format!("{pfield}.invalid_tool_call"),
+                p.invalid_tool_call,
+                d.penalties.invalid_tool_call,
+            )?,
+            empty: penalty(&format!("{pfield}.empty"), p.empty, d.penalties.empty)?,
+            refusal: penalty(&format!("{pfield}.refusal"), p.refusal, d.penalties.refusal)?,
+            clarifying_question: penalty(
+                &format!("{pfield}.clarifying_question"),
+                p.clarifying_question,
+                d.penalties.clarifying_question,
+            )?,
+            clarifying_question_only_with_tools: p.clarifying_question_only_with_tools.unwrap_or(true),
+            error: penalty(&format!("{pfield}.error"), p.error, d.penalties.error)?,
+            truncated: penalty(&format!("{pfield}.truncated"), p.truncated, d.penalties.truncated)?,
+        };
+        let mut critics = Vec::new();
+        for (name, c) in raw.critics {
+            let cfield = format!("{field}.critics.{name}");
+            critics.push(CriticSpec {
+                weight: finite(&format!("{cfield}.weight"), c.weight.unwrap_or(1.0))?,
+                kind: critic_kind(&cfield, c)?,
+                name,
+            });
+        }
+        let judge = raw
+            .judge
+            .map(|j| {
+                let jfield = format!("{field}.judge");
+                let mode = match j.mode.as_str() {
+                    "absolute" => JudgeMode::Absolute,
+                    "relative" => JudgeMode::Relative,
+                    other => {
+                        return Err(ConfigError::at(
+                            format!("{jfield}.mode"),
+                            format!("`{other}` is not one of `absolute`, `relative`"),
+                        ))
+                    }
+                };
+                if !providers.contains(&j.provider.as_str()) {
+                    return Err(ConfigError::at(
+                        format!("{jfield}.provider"),
+                        format!("no provider named `{}` is declared under [providers]", j.provider),
+                    ));
+                }
+                Ok(JudgeSpec {
+                    mode,
+                    provider: j.provider,
+                    model: j.model,
+                    rubric: j.rubric.unwrap_or_else(|| DEFAULT_RUBRIC.to_owned()),
+                    weight: finite(&format!("{jfield}.weight"), j.weight.unwrap_or(1.0))?,
+                    retries: j.retries.unwrap_or(2),
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            aggregate,
+            pass_threshold,
+            reference_signal: raw.reference_signal,
+            signals,
+            penalties,
+            critics,
+            judge,
+        })
+    }
+
+    /// A short content hash: rewards are stored under it, so a changed spec
+    /// is visible and old rewards are never mistaken for new ones.
+    pub fn version(&self) -> String {
+        use sha2::Digest;
+        let json = serde_json::to_string(self).unwrap_or_default();
+        hex::encode(sha2::Sha256::digest(json.as_bytes()))[..12].to_owned()
+    }
+}
+
+fn critic_kind(field: &str, c: RawCritic) -> Result<CriticKind, ConfigError> {
+    let needs = |what: &str| ConfigError::at(field, format!("a `{}` critic needs `{what}`", c.kind));
+    Ok(match c.kind.as_str() {
+        "tool_calls" => CriticKind::ToolCalls,
+        "json_schema" => CriticKind::JsonSchema {
+            schema: c.schema.clone().ok_or_else(|| needs("schema"))?,
+        },
+        "regex" => CriticKind::Regex {
+            pattern: c.pattern.clone().ok_or_else(|| needs("pattern"))?,
+        },
+        "exact" => CriticKind::Exact {
+            case_sensitive: c.case_sensitive.unwrap_or(false),
+        },
+        "numeric" => CriticKind::Numeric {
+            tolerance: finite(&format!("{field}.tolerance"), c.tolerance.unwrap_or(1e-6))?.abs(),
+        },
+        "command" => {
+            let argv = c.command.clone().ok_or_else(|| needs("command = [\"program\", \"arg\", …]"))?;
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(ConfigError::at(format!("{field}.command"), "names no program"));
+            }
+            CriticKind::Command {
+                argv,
+                timeout_ms: c.timeout_ms.unwrap_or(10_000),
+            }
+        }
+        other => {
+            return Err(ConfigError::at(
+                format!("{field}.type"),
+                format!("`{other}` is not one of `tool_calls`, `json_schema`, `regex`, `exact`, `numeric`, `command`"),
+            ))
+        }
+    })
+}

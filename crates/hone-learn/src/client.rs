@@ -1,0 +1,75 @@
+//! How learning talks to models: through the gateway's OpenAI-compatible
+//! API, so that every call it makes (judges, evaluation replays) is recorded
+//! like any other, pinned to a version with `X-Hone-Version`.
+
+use futures::future::BoxFuture;
+use hone_types::openai::ChatCompletionResponse;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Sends one chat completion for `request["model"]` (the agent) as part of
+/// `episode`, pinned to `version` when given.
+pub trait ChatClient: Send + Sync {
+    fn chat<'a>(
+        &'a self,
+        request: &'a Value,
+        episode: &'a str,
+        version: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ChatCompletionResponse, String>>;
+}
+
+/// A gateway reached over HTTP (`http://127.0.0.1:7070`).
+#[derive(Debug, Clone)]
+pub struct GatewayClient {
+    pub base_url: String,
+    pub api_key: Option<String>,
+    http: reqwest::Client,
+}
+
+impl GatewayClient {
+    pub fn new(base_url: impl Into<String>, api_key: Option<String>, timeout: Duration) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        Ok(Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key,
+            http,
+        })
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+impl ChatClient for GatewayClient {
+    fn chat<'a>(
+        &'a self,
+        request: &'a Value,
+        episode: &'a str,
+        version: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ChatCompletionResponse, String>> {
+        Box::pin(async move {
+            let mut post = self
+                .http
+                .post(format!("{}/v1/chat/completions", self.base_url))
+                .header("x-hone-episode", episode)
+                .json(request);
+            if let Some(v) = version {
+                post = post.header("x-hone-version", v);
+            }
+            if let Some(key) = &self.api_key {
+                post = post.bearer_auth(key);
+            }
+            let response = post.send().await.map_err(|e| format!("gateway unreachable: {e}"))?;
+            let status = response.status();
+            let body = response.bytes().await.map_err(|e| format!("gateway: {e}"))?;
+            if !status.is_success() {
+                return Err(format!("gateway answered {status}: {}", String::from_utf8_lossy(&body)));
+            }
+            serde_json::from_slice(&body).map_err(|e| format!("gateway answered something that is not a chat completion: {e}"))
+        })
+    }
+}

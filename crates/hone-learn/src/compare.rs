@@ -1,0 +1,189 @@
+//! Paired comparison of two versions on one dataset: per-instance score
+//! differences with a paired bootstrap interval and a sign test, the
+//! instances that regressed (passed under A, fail under B), re-runs of those
+//! flips to tell noise from regression, and a verdict with its confidence.
+
+use crate::eval::{latest, EvalOptions, Evaluator, Progress, Target};
+use crate::stats::{bootstrap_ci, mean, sign_test};
+use hone_store::StoreError;
+use hone_types::{DatasetInfo, InstanceResult, VersionId};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Flip {
+    pub instance_id: String,
+    /// Passes of A and B over the first run and the re-runs.
+    pub a_passes: u32,
+    pub b_passes: u32,
+    pub runs: u32,
+    /// True when B failed every run and A passed most: a regression, not noise.
+    pub confirmed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub dataset: String,
+    pub a: String,
+    pub b: String,
+    pub pairs: usize,
+    pub mean_a: Option<f64>,
+    pub mean_b: Option<f64>,
+    /// Mean of B − A over paired instances, with its 95% paired-bootstrap interval.
+    pub mean_diff: Option<f64>,
+    pub diff_ci95: Option<(f64, f64)>,
+    pub wins: u64,
+    pub losses: u64,
+    pub ties: u64,
+    /// Two-sided sign test on wins vs losses.
+    pub sign_test_p: f64,
+    pub regressions: Vec<Flip>,
+    pub improvements: Vec<String>,
+    pub verdict: String,
+}
+
+fn first_runs(results: &[InstanceResult]) -> BTreeMap<String, &InstanceResult> {
+    results.iter().filter(|r| r.attempt == 0).map(|r| (r.instance_id.clone(), r)).collect()
+}
+
+/// Evaluates A and B (resuming earlier runs), re-runs each regressed instance
+/// `reruns` more times under both, and compares.
+pub async fn compare(
+    evaluator: &Evaluator,
+    dataset: &DatasetInfo,
+    a: &VersionId,
+    b: &VersionId,
+    target: &Target,
+    options: &EvalOptions,
+    reruns: u32,
+    progress: &(dyn Fn(&str, Progress) + Sync),
+) -> Result<Comparison, StoreError> {
+    let (_, results_a) = evaluator.run(dataset, a, target, options, &|p| progress("A", p)).await?;
+    let (_, results_b) = evaluator.run(dataset, b, target, options, &|p| progress("B", p)).await?;
+    let (first_a, first_b) = (first_runs(&results_a), first_runs(&results_b));
+    let regressed: HashSet<String> = first_a
+        .iter()
+        .filter(|(id, r)| r.passed && first_b.get(*id).is_some_and(|rb| !rb.passed))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let (mut all_a, mut all_b) = (results_a.clone(), results_b.clone());
+    if !regressed.is_empty() && reruns > 0 {
+        for attempt in 1..=reruns {
+            let rerun = EvalOptions {
+                attempt,
+                only: Some(regressed.clone()),
+                ..options.clone()
+            };
+            all_a = evaluator.run(dataset, a, target, &rerun, &|p| progress("re-run A", p)).await?.1;
+            all_b = evaluator.run(dataset, b, target, &rerun, &|p| progress("re-run B", p)).await?.1;
+        }
+    }
+    Ok(judge_pairs(dataset, a, b, &all_a, &all_b, &regressed))
+}
+
+/// The comparison from stored results (no running).
+pub fn judge_pairs(
+    dataset: &DatasetInfo,
+    a: &VersionId,
+    b: &VersionId,
+    results_a: &[InstanceResult],
+    results_b: &[InstanceResult],
+    regressed: &HashSet<String>,
+) -> Comparison {
+    let (first_a, first_b) = (first_runs(results_a), first_runs(results_b));
+    let mut diffs = Vec::new();
+    let (mut wins, mut losses, mut ties) = (0, 0, 0);
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    let mut improvements = Vec::new();
+    for (id, ra) in &first_a {
+        let Some(rb) = first_b.get(id) else { continue };
+        // A run that failed scores as the worst either side saw.
+        let (xa, xb) = match (ra.score, rb.score) {
+            (Some(x), Some(y)) => (x, y),
+            (Some(x), None) => (x, x.min(0.0) - 1.0),
+            (None, Some(y)) => (y.min(0.0) - 1.0, y),
+            (None, None) => continue,
+        };
+        sa.push(xa);
+        sb.push(xb);
+        diffs.push(xb - xa);
+        match xb.partial_cmp(&xa) {
+            Some(std::cmp::Ordering::Greater) => wins += 1,
+            Some(std::cmp::Ordering::Less) => losses += 1,
+            _ => ties += 1,
+        }
+        if !ra.passed && rb.passed {
+            improvements.push(id.clone());
+        }
+    }
+    let passes = |results: &[InstanceResult], id: &str| {
+        let runs: Vec<&InstanceResult> = results.iter().filter(|r| r.instance_id == id).collect();
+        (runs.iter().filter(|r| r.passed).count() as u32, runs.len() as u32)
+    };
+    let mut regressions: Vec<Flip> = regressed
+        .iter()
+        .map(|id| {
+            let (a_passes, runs_a) = passes(results_a, id);
+            let (b_passes, runs_b) = passes(results_b, id);
+            let runs = runs_a.min(runs_b);
+            Flip {
+                instance_id: id.clone(),
+                a_passes,
+                b_passes,
+                runs,
+                confirmed: b_passes == 0 && a_passes * 2 > runs_a,
+            }
+        })
+        .collect();
+    regressions.sort_by(|x, y| x.instance_id.cmp(&y.instance_id));
+    let mean_diff = mean(&diffs);
+    let ci = bootstrap_ci(&diffs, 0.95, 11);
+    let p = sign_test(wins, losses);
+    let confirmed = regressions.iter().filter(|f| f.confirmed).count();
+    let verdict = match (confirmed, ci) {
+        (n, _) if n > 0 => format!(
+            "B regresses {n} instance{} that pass under A (confirmed by re-runs)",
+            if n == 1 { "" } else { "s" }
+        ),
+        (_, Some((lo, _))) if lo > 0.0 => format!(
+            "B is better: mean +{:.3} (95% CI [{:.3}, {:.3}]), sign test p = {p:.3}",
+            mean_diff.unwrap_or(0.0),
+            lo,
+            ci.map(|c| c.1).unwrap_or(0.0)
+        ),
+        (_, Some((_, hi))) if hi < 0.0 => format!(
+            "B is worse: mean {:.3} (95% CI [{:.3}, {:.3}]), sign test p = {p:.3}",
+            mean_diff.unwrap_or(0.0),
+            ci.map(|c| c.0).unwrap_or(0.0),
+            hi
+        ),
+        _ => format!(
+            "no significant difference: mean {:+.3} (95% CI [{:.3}, {:.3}]), sign test p = {p:.3}",
+            mean_diff.unwrap_or(0.0),
+            ci.map(|c| c.0).unwrap_or(0.0),
+            ci.map(|c| c.1).unwrap_or(0.0)
+        ),
+    };
+    Comparison {
+        dataset: dataset.id.clone(),
+        a: a.to_string(),
+        b: b.to_string(),
+        pairs: diffs.len(),
+        mean_a: mean(&sa),
+        mean_b: mean(&sb),
+        mean_diff,
+        diff_ci95: ci,
+        wins,
+        losses,
+        ties,
+        sign_test_p: p,
+        regressions,
+        improvements,
+        verdict,
+    }
+}
+
+/// The latest result per instance (for display).
+pub fn latest_results(results: &[InstanceResult]) -> Vec<&InstanceResult> {
+    latest(results)
+}

@@ -1,0 +1,347 @@
+//! Rewards: one scalar per episode (and per call where credit can be
+//! assigned) from the agent's [`RewardSpec`]: weighted signals (defaults for
+//! missing feedback), critics, a judge, and penalties that are never skipped.
+//!
+//! `value = Σ weight·value over signals, critics and the judge` (1 when the
+//! spec weighs nothing, so a clean episode passes), `+ Σ penalties` for every
+//! behaviour the episode showed. A critic or judge that could not score is
+//! listed in `failures` and left out, never counted as a score.
+
+use crate::critics::{self, Critic, CriticInput};
+use crate::episode::{reference_from_signals, task_text};
+use crate::judge::{Judge, JudgeScore};
+use hone_config::{Aggregate, JudgeMode, RewardSpec};
+use hone_store::{LearnStore, StoreError};
+use hone_types::{
+    CallCredit, CallId, CallOutcome, ComponentKind, EpisodeDetail, EpisodeId, EpisodeQuery, RewardComponent,
+    RewardRecord, SignalValue,
+};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A reward spec made ready to score: critics built, judge attached.
+pub struct Rewarder {
+    pub agent: String,
+    pub spec: RewardSpec,
+    pub spec_version: String,
+    critics: Vec<(f64, Box<dyn Critic>)>,
+    judge: Option<Judge>,
+}
+
+/// What the judge said about one episode (computed before scoring, since it is async).
+pub type JudgeVerdicts = HashMap<EpisodeId, Result<JudgeScore, String>>;
+
+fn aggregate(how: Aggregate, values: &[f64]) -> Option<f64> {
+    let (first, last) = (values.first()?, values.last()?);
+    Some(match how {
+        Aggregate::Mean => values.iter().sum::<f64>() / values.len() as f64,
+        Aggregate::Min => values.iter().copied().fold(*first, f64::min),
+        Aggregate::Max => values.iter().copied().fold(*first, f64::max),
+        Aggregate::Sum => values.iter().sum(),
+        Aggregate::Last => *last,
+    })
+}
+
+fn numeric(value: &SignalValue) -> Option<f64> {
+    match value {
+        SignalValue::Boolean(b) => Some(if *b { 1.0 } else { 0.0 }),
+        SignalValue::Float(f) => Some(*f),
+        SignalValue::Text(_) | SignalValue::Demonstration(_) => None,
+    }
+}
+
+impl Rewarder {
+    /// `client` is needed only when the spec has a judge.
+    pub fn new(
+        agent: &str,
+        spec: &RewardSpec,
+        client: Option<Arc<dyn crate::client::ChatClient>>,
+    ) -> Result<Self, String> {
+        let critics = spec
+            .critics
+            .iter()
+            .map(|c| Ok((c.weight, critics::from_spec(c)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let judge = match (&spec.judge, client) {
+            (None, _) => None,
+            (Some(j), Some(client)) => Some(Judge {
+                spec: j.clone(),
+                agent: agent.to_owned(),
+                client,
+            }),
+            (Some(_), None) => return Err(format!("agent `{agent}`'s reward has a judge and no gateway to call it through")),
+        };
+        Ok(Self {
+            agent: agent.to_owned(),
+            spec_version: spec.version(),
+            spec: spec.clone(),
+            critics,
+            judge,
+        })
+    }
+
+    pub fn has_judge(&self) -> bool {
+        self.judge.is_some()
+    }
+
+    /// Runs the judge over episodes: absolute mode one by one; relative mode
+    /// over groups of episodes with the same task (a group of one has no
+    /// one to be compared with and gets no judge score).
+    pub async fn judge(&self, episodes: &[EpisodeDetail]) -> JudgeVerdicts {
+        let mut verdicts = JudgeVerdicts::new();
+        let Some(judge) = &self.judge else {
+            return verdicts;
+        };
+        match judge.spec.mode {
+            JudgeMode::Absolute => {
+                for e in episodes {
+                    let v = judge.absolute(e).await.map_err(|f| f.to_string());
+                    verdicts.insert(e.summary.id.clone(), v);
+                }
+            }
+            JudgeMode::Relative => {
+                let mut groups: BTreeMap<String, Vec<&EpisodeDetail>> = BTreeMap::new();
+                for e in episodes {
+                    if let Some(c) = e.calls.first() {
+                        groups.entry(task_text(&c.request)).or_default().push(e);
+                    }
+                }
+                for group in groups.values().filter(|g| g.len() > 1) {
+                    match judge.relative(group).await {
+                        Ok(scores) => {
+                            for (e, s) in group.iter().zip(scores) {
+                                verdicts.insert(e.summary.id.clone(), Ok(s));
+                            }
+                        }
+                        Err(f) => {
+                            for e in group {
+                                verdicts.insert(e.summary.id.clone(), Err(f.to_string()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        verdicts
+    }
+
+    /// Scores one episode. `reference` overrides the spec's reference signal
+    /// (a dataset label during evaluation).
+    pub fn score(
+        &self,
+        episode: &EpisodeDetail,
+        reference: Option<&Value>,
+        verdict: Option<&Result<JudgeScore, String>>,
+        now: i64,
+    ) -> RewardRecord {
+        let spec = &self.spec;
+        let own_reference = reference_from_signals(episode, spec.reference_signal.as_deref());
+        let reference = reference.or(own_reference.as_ref());
+        let mut components = Vec::new();
+        let mut failures = Vec::new();
+        let mut per_call: HashMap<CallId, f64> = HashMap::new();
+
+        for s in &spec.signals {
+            let matching: Vec<_> = episode.signals.iter().filter(|x| x.name == s.name).collect();
+            let call_level: Vec<(CallId, f64)> = matching
+                .iter()
+                .filter_map(|x| Some((x.call_id?, numeric(&x.value)?)))
+                .collect();
+            let episode_level = matching
+                .iter()
+                .rev()
+                .find(|x| x.call_id.is_none())
+                .and_then(|x| numeric(&x.value));
+            let values: Vec<f64> = call_level.iter().map(|(_, v)| *v).collect();
+            for (call, v) in &call_level {
+                *per_call.entry(*call).or_default() += s.weight * v;
+            }
+            let (value, defaulted) = match episode_level.or_else(|| aggregate(spec.aggregate, &values)) {
+                Some(v) => (v, false),
+                None => (s.default, true),
+            };
+            components.push(RewardComponent {
+                name: s.name.clone(),
+                kind: ComponentKind::Signal,
+                value,
+                weight: s.weight,
+                defaulted,
+                reason: None,
+            });
+        }
+
+        for (weight, critic) in &self.critics {
+            match critic.score(CriticInput { episode, reference }) {
+                Ok(score) => {
+                    for (call, v) in &score.per_call {
+                        *per_call.entry(*call).or_default() += weight * v;
+                    }
+                    let values: Vec<f64> = score.per_call.iter().map(|(_, v)| *v).collect();
+                    let value = if values.is_empty() {
+                        score.score
+                    } else {
+                        aggregate(spec.aggregate, &values).unwrap_or(score.score)
+                    };
+                    components.push(RewardComponent {
+                        name: critic.name().to_owned(),
+                        kind: ComponentKind::Critic,
+                        value,
+                        weight: *weight,
+                        defaulted: false,
+                        reason: score.reason,
+                    });
+                }
+                Err(f) => failures.push(format!("critic {}: {f}", critic.name())),
+            }
+        }
+
+        if let Some(judge) = &spec.judge {
+            match verdict {
+                Some(Ok(v)) => components.push(RewardComponent {
+                    name: "judge".to_owned(),
+                    kind: ComponentKind::Judge,
+                    value: v.score,
+                    weight: judge.weight,
+                    defaulted: false,
+                    reason: Some(v.explanation.clone()),
+                }),
+                Some(Err(e)) => failures.push(format!("judge: {e}")),
+                None => {}
+            }
+        }
+
+        let weighs_something = !spec.signals.is_empty() || !spec.critics.is_empty() || spec.judge.is_some();
+        let mut value = if weighs_something {
+            components.iter().map(|c| c.weight * c.value).sum()
+        } else {
+            1.0
+        };
+
+        // Penalties: every behaviour earns its penalty, on the episode and on the call that showed it.
+        let p = &spec.penalties;
+        let mut penalised: BTreeMap<&str, (f64, Vec<CallId>)> = BTreeMap::new();
+        for call in &episode.calls {
+            let f = call.flags;
+            let offered_tools = call.request.tools.as_ref().is_some_and(|t| !t.is_empty());
+            let kinds = [
+                ("invalid_tool_call", f.invalid_tool_call, p.invalid_tool_call),
+                ("empty", f.empty && call.outcome == CallOutcome::Ok, p.empty),
+                ("refusal", f.refusal, p.refusal),
+                (
+                    "clarifying_question",
+                    f.clarifying_question && (offered_tools || !p.clarifying_question_only_with_tools),
+                    p.clarifying_question,
+                ),
+                ("truncated", f.truncated, p.truncated),
+                ("error", call.outcome == CallOutcome::UpstreamError, p.error),
+            ];
+            for (name, shown, amount) in kinds {
+                if shown && amount != 0.0 {
+                    penalised.entry(name).or_insert((amount, Vec::new())).1.push(call.id);
+                    *per_call.entry(call.id).or_default() += amount;
+                }
+            }
+        }
+        for (name, (amount, calls)) in penalised {
+            value += amount;
+            components.push(RewardComponent {
+                name: name.to_owned(),
+                kind: ComponentKind::Penalty,
+                value: 1.0,
+                weight: amount,
+                defaulted: false,
+                reason: Some(format!("{} of {} calls", calls.len(), episode.calls.len())),
+            });
+        }
+
+        let calls = episode
+            .calls
+            .iter()
+            .map(|c| match per_call.get(&c.id) {
+                Some(v) => CallCredit {
+                    call_id: c.id,
+                    value: *v,
+                    assigned: true,
+                },
+                None => CallCredit {
+                    call_id: c.id,
+                    value,
+                    assigned: false,
+                },
+            })
+            .collect();
+        RewardRecord {
+            episode_id: episode.summary.id.clone(),
+            agent: self.agent.clone(),
+            spec_version: self.spec_version.clone(),
+            value,
+            passed: value >= spec.pass_threshold,
+            components,
+            calls,
+            failures,
+            computed_at: now,
+        }
+    }
+}
+
+/// What `hone rewards recompute` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecomputeReport {
+    pub spec_version: String,
+    pub episodes: u64,
+    pub passed: u64,
+    pub mean: Option<f64>,
+    pub failures: u64,
+}
+
+/// Recomputes the reward of every recorded episode of the agent (evaluation
+/// episodes excluded) under the current spec, page by page.
+pub async fn recompute(
+    store: &dyn LearnStore,
+    rewarder: &Rewarder,
+    now: i64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<RecomputeReport, StoreError> {
+    let mut report = RecomputeReport {
+        spec_version: rewarder.spec_version.clone(),
+        episodes: 0,
+        passed: 0,
+        mean: None,
+        failures: 0,
+    };
+    let mut sum = 0.0;
+    let mut cursor = None;
+    loop {
+        let page = store.episodes(&EpisodeQuery {
+            agents: Some(vec![rewarder.agent.clone()]),
+            limit: 500,
+            cursor,
+            ..EpisodeQuery::default()
+        })?;
+        let episodes: Vec<EpisodeDetail> = page
+            .episodes
+            .into_iter()
+            .filter(|e| !e.summary.id.as_str().starts_with("eval."))
+            .collect();
+        let verdicts = rewarder.judge(&episodes).await;
+        let rewards: Vec<RewardRecord> = episodes
+            .iter()
+            .map(|e| rewarder.score(e, None, verdicts.get(&e.summary.id), now))
+            .collect();
+        store.put_rewards(&rewards)?;
+        for r in &rewards {
+            report.episodes += 1;
+            report.passed += u64::from(r.passed);
+            report.failures += u64::from(!r.failures.is_empty());
+            sum += r.value;
+        }
+        progress(report.episodes);
+        match page.next_cursor.and_then(|c| c.parse().ok()) {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    report.mean = (report.episodes > 0).then(|| sum / report.episodes as f64);
+    Ok(report)
+}
