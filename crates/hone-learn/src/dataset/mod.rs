@@ -133,22 +133,38 @@ pub fn build(
     let seen = strata.seen().clone();
     let mut deduper = Deduper::default();
     let mut chosen = Vec::new();
+    let mut leftovers = Vec::new();
+    let mut take = |key: u64, id: &EpisodeId, chosen: &mut Vec<_>, stats: &mut BuildStats| -> Result<bool, StoreError> {
+        let Some(episode) = store.episode(id)? else { return Ok(false) };
+        let reward = episode_reward(store, &episode.summary.id, filter.spec_version.as_deref())?;
+        let instance = instance_from_episode(&episode, options.reference_signal.as_deref(), reward);
+        if options.dedup && !deduper.insert(fingerprint(&instance_text(&instance))) {
+            stats.duplicates += 1;
+            return Ok(false);
+        }
+        chosen.push((key, instance));
+        Ok(true)
+    };
     for (_, quota, candidates) in strata.allocate(options.size) {
         let mut taken = 0;
-        for (key, id) in candidates {
+        let mut rest = candidates.into_iter();
+        for (key, id) in rest.by_ref() {
             if taken == quota {
+                leftovers.push((key, id));
                 break;
             }
-            let Some(episode) = store.episode(&id)? else { continue };
-            let reward = episode_reward(store, &episode.summary.id, filter.spec_version.as_deref())?;
-            let instance = instance_from_episode(&episode, options.reference_signal.as_deref(), reward);
-            if options.dedup && !deduper.insert(fingerprint(&instance_text(&instance))) {
-                stats.duplicates += 1;
-                continue;
-            }
-            taken += 1;
-            chosen.push((key, instance));
+            taken += usize::from(take(key, &id, &mut chosen, &mut stats)?);
         }
+        leftovers.extend(rest);
+    }
+    // A stratum short of its quota (near-duplicates dropped) is made up from
+    // the other strata's next candidates, in key order.
+    leftovers.sort();
+    for (key, id) in leftovers {
+        if chosen.len() >= options.size {
+            break;
+        }
+        take(key, &id, &mut chosen, &mut stats)?;
     }
     chosen.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
     let items: Vec<_> = chosen.into_iter().map(|(_, i)| i).collect();

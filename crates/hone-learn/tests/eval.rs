@@ -1,0 +1,156 @@
+//! Evaluation end to end: replay through the gateway, the agent-endpoint
+//! protocol against a small agent written here (two calls per run, pinned
+//! by `X-Hone-Version`), retries, resume; `compare` finds a seeded regression.
+
+use crate::support::World;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use hone_learn::compare::compare;
+use hone_learn::eval::{summarise, EvalOptions, Evaluator, Target};
+use hone_learn::reward::Rewarder;
+use hone_store::{LearnStore, Store};
+use hone_types::Instance;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn dataset(w: &World) -> hone_types::DatasetInfo {
+    let items: Vec<Instance> = (0..12)
+        .map(|i| {
+            let (a, b) = (i % 6, i / 2 + 1);
+            let q = format!("What is {a}+{b}?");
+            Instance {
+                id: format!("sum-{i}"),
+                agent: "calc".into(),
+                episode_id: None,
+                version_id: None,
+                input: json!(q),
+                request: Some(json!({"messages": [{"role": "user", "content": q}]})),
+                reference: Some(json!(a + b)),
+                output: Vec::new(),
+                reward: None,
+                cost_usd: None,
+            }
+        })
+        .collect();
+    w.store.create_dataset("sums", "calc", "import", &json!({}), &items, 0).unwrap()
+}
+
+fn evaluator(w: &World) -> Evaluator {
+    let spec = w.config.agents["calc"].reward.clone();
+    Evaluator {
+        store: w.store.clone(),
+        gateway: w.client(),
+        rewarder: Arc::new(Rewarder::new("calc", &spec, None).unwrap()),
+        recorder: Some(w.recorder.clone()),
+    }
+}
+
+fn version(w: &World, label: &str) -> hone_types::VersionId {
+    w.config.agents["calc"].versions[label].id.clone()
+}
+
+#[tokio::test]
+async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() {
+    let w = World::start().await;
+    let data = dataset(&w);
+    let sevens = (0..12).filter(|i| i % 6 + i / 2 + 1 == 7).count();
+    assert_eq!(sevens, 2);
+    let e = evaluator(&w);
+    let opts = EvalOptions::default();
+    let (run, results) = e.run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|_| {}).await.unwrap();
+    let s = summarise(&run.id, &results);
+    assert_eq!((s.instances, s.errors, s.pass_rate), (12, 0, 1.0));
+    assert_eq!(s.mean_score, Some(1.0));
+    assert!(s.mean_cost_usd > 0.0, "cost per instance from the gateway's prices");
+    // Replays were recorded under the pinned version.
+    let ep = w.store.episode(&results[0].episode_id).unwrap().unwrap();
+    assert_eq!(ep.calls[0].version_id, version(&w, "v1"));
+    assert_eq!(ep.calls[0].model.as_deref(), Some("good"));
+
+    // Resumable: running again finds everything done and runs nothing.
+    let ran = AtomicUsize::new(0);
+    e.run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|p| ran.store(p.total, Ordering::SeqCst))
+        .await
+        .unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+
+    let cmp = compare(&e, &data, &version(&w, "v1"), &version(&w, "v2"), &Target::Replay, &opts, 2, &|_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(cmp.pairs, 12);
+    assert_eq!(cmp.regressions.len(), sevens);
+    assert!(cmp.regressions.iter().all(|f| f.confirmed && f.runs == 3 && f.a_passes == 3 && f.b_passes == 0));
+    assert!(cmp.verdict.starts_with("B regresses 2 instances"), "{}", cmp.verdict);
+    assert_eq!((cmp.wins, cmp.losses, cmp.ties), (0, 2, 10));
+}
+
+#[tokio::test]
+async fn an_agent_endpoint_runs_multi_step_episodes_under_the_pinned_version() {
+    let w = World::start().await;
+    let data = dataset(&w);
+    let gateway = w.url.clone();
+    let failures_left = Arc::new(AtomicUsize::new(1));
+    // The user's agent: asks, then asks again with its first answer in context
+    // (two calls), passing hone's headers on to the gateway. It fails its
+    // very first run once, to be retried.
+    let agent = Router::new().route(
+        "/run",
+        post(move |headers: HeaderMap, Json(body): Json<Value>| {
+            let gateway = gateway.clone();
+            let failures_left = failures_left.clone();
+            async move {
+                if failures_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                    return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": "flaky"})));
+                }
+                let http = reqwest::Client::new();
+                let input = body["input"].as_str().unwrap().to_owned();
+                let mut messages = vec![json!({"role": "user", "content": input})];
+                let mut answer = Value::Null;
+                for _ in 0..2 {
+                    let r: Value = http
+                        .post(format!("{gateway}/v1/chat/completions"))
+                        .header("x-hone-version", headers["x-hone-version"].to_str().unwrap())
+                        .header("x-hone-episode", headers["x-hone-episode"].to_str().unwrap())
+                        .json(&json!({"model": "calc", "messages": messages}))
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    answer = r["choices"][0]["message"].clone();
+                    messages.push(answer.clone());
+                    messages.push(json!({"role": "user", "content": input}));
+                }
+                (axum::http::StatusCode::OK, Json(json!({"output": answer["content"]})))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, agent).await });
+
+    let e = evaluator(&w);
+    let opts = EvalOptions { concurrency: 1, ..EvalOptions::default() };
+    let target = Target::Endpoint(url);
+    let (run, results) = e.run(&data, &version(&w, "v2"), &target, &opts, &|_| {}).await.unwrap();
+    let s = summarise(&run.id, &results);
+    assert_eq!((s.instances, s.errors), (12, 0));
+    assert!(results.iter().all(|r| r.calls == 2), "both calls of each run are in its episode");
+    assert_eq!(s.pass_rate, 10.0 / 12.0, "v2 gets the two sums of 7 wrong");
+    let retried: Vec<_> = results.iter().filter(|r| r.episode_id.as_str().ends_with("-1")).collect();
+    assert_eq!(retried.len(), 1, "the flaky first run was retried");
+    let ep = w.store.episode(&results[3].episode_id).unwrap().unwrap();
+    assert!(ep.calls.iter().all(|c| c.version_id == version(&w, "v2")));
+    // Evaluation episodes never count as traffic.
+    let mut seen = 0;
+    w.learn_store()
+        .scan_episodes(&hone_store::EpisodeFilter { agent: "calc".into(), ..Default::default() }, &mut |_| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, 0);
+}

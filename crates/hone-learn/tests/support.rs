@@ -1,0 +1,234 @@
+//! A gateway on loopback over a temporary data directory, in front of a
+//! scripted OpenAI-compatible upstream.
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use hone_store::{LearnStore, SqliteStore, Store};
+use hone_types::{EpisodeDetail, EpisodeId};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// Answers queued for the `judge` model, served before the default answer.
+#[derive(Default)]
+pub struct Upstream {
+    pub judge_answers: Mutex<VecDeque<String>>,
+    pub judge_prompts: Mutex<Vec<String>>,
+}
+
+fn text_of(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+/// `What is A+B?` → A+B; the `bad` model gets sums of 7 wrong (a seeded regression).
+fn arithmetic(model: &str, text: &str) -> Option<String> {
+    let rest = text.strip_prefix("What is ")?.strip_suffix('?')?;
+    let (a, b) = rest.split_once('+')?;
+    let sum: i64 = a.trim().parse::<i64>().ok()? + b.trim().parse::<i64>().ok()?;
+    let answer = if model == "bad" && sum == 7 { 0 } else { sum };
+    Some(format!("The answer is {answer}."))
+}
+
+fn default_judge(prompt: &str) -> String {
+    let n = prompt.matches("<trajectory id=").count();
+    if n == 0 {
+        return r#"{"explanation": "fine", "score": 0.8}"#.to_owned();
+    }
+    let scores: Vec<Value> = (1..=n)
+        .map(|i| json!({"trajectory_id": i.to_string(), "explanation": format!("rank {i}"), "score": i as f64 / n as f64}))
+        .collect();
+    json!({ "scores": scores }).to_string()
+}
+
+async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<Value> {
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
+    let first_user = messages.iter().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
+    let has_tool_result = messages.iter().any(|m| m["role"] == "tool");
+    let mut message = json!({"role": "assistant", "content": "ok"});
+    if model == "judge" {
+        up.judge_prompts.lock().unwrap().push(first_user.clone());
+        let queued = up.judge_answers.lock().unwrap().pop_front();
+        message["content"] = json!(queued.unwrap_or_else(|| default_judge(&first_user)));
+    } else if let Some(answer) = arithmetic(&model, &last_user) {
+        message["content"] = json!(answer);
+    } else if last_user.contains("weather") && !has_tool_result {
+        message = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]});
+    } else if last_user.contains("weather") {
+        message["content"] = json!("It is sunny in Paris.");
+    } else if last_user.contains("broken tool") {
+        message = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_wether", "arguments": "{\"city\":"}}]});
+    } else if last_user.contains("json") {
+        message["content"] = json!("{\"name\": \"hone\", \"stars\": 5}");
+    } else if last_user.contains("silence") {
+        message["content"] = json!("");
+    } else if last_user.contains("ask") {
+        message["content"] = json!("Which city do you mean?");
+    }
+    let finish = if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
+    Json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    }))
+}
+
+pub const CONFIG: &str = r#"
+[gateway]
+data_dir = "DATA"
+
+[providers.up]
+type = "openai"
+base_url = "UPSTREAM/v1"
+max_retries = 0
+timeout_ms = 5000
+[providers.up.prices."good"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+[providers.up.prices."bad"]
+input_per_mtok = 0.5
+output_per_mtok = 1.0
+
+[agents.calc.versions.v1]
+provider = "up"
+model = "good"
+[agents.calc.versions.v2]
+provider = "up"
+model = "bad"
+[agents.calc.deployment]
+champion = "v1"
+[agents.calc.reward]
+reference_signal = "gold"
+[agents.calc.reward.critics.answer]
+type = "numeric"
+
+[agents.helper.versions.v1]
+provider = "up"
+model = "good"
+[agents.helper.reward]
+penalties = { clarifying_question = -0.5 }
+signals = { resolved = { weight = 1.0, default = 0.5 } }
+
+[agents.ranked.versions.v1]
+provider = "up"
+model = "good"
+[agents.ranked.reward.judge]
+mode = "relative"
+provider = "up"
+model = "judge"
+retries = 2
+
+[agents.graded.versions.v1]
+provider = "up"
+model = "good"
+[agents.graded.reward.judge]
+mode = "absolute"
+provider = "up"
+model = "judge"
+retries = 1
+"#;
+
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub upstream: Arc<Upstream>,
+    pub config: hone_config::Config,
+    pub store: Arc<SqliteStore>,
+    pub recorder: Arc<hone_store::Recorder>,
+    pub http: reqwest::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl World {
+    pub async fn start() -> Self {
+        let upstream = Arc::new(Upstream::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(upstream.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let dir = tempfile::tempdir().unwrap();
+        let text = CONFIG
+            .replace("DATA", &dir.path().display().to_string())
+            .replace("UPSTREAM", &up_url);
+        let config = hone_config::load_str(&text, dir.path(), &|_| None).unwrap();
+        let gateway = hone_gateway::Gateway::start(config.clone()).unwrap();
+        let recorder = gateway.state().recorder.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(gateway.serve(listener, async move {
+            let _ = rx.await;
+        }));
+        let store = Arc::new(SqliteStore::open(&config.store.path, false).unwrap());
+        Self {
+            dir,
+            url,
+            upstream,
+            config,
+            store,
+            recorder,
+            http: reqwest::Client::new(),
+            _stop: tx,
+        }
+    }
+
+    pub fn client(&self) -> hone_learn::client::GatewayClient {
+        hone_learn::client::GatewayClient::new(&self.url, None, std::time::Duration::from_secs(10)).unwrap()
+    }
+
+    /// One call of `agent` in `episode`; returns the assistant message.
+    pub async fn call(&self, agent: &str, episode: &str, messages: Value, tools: Option<Value>) -> Value {
+        let mut body = json!({"model": agent, "messages": messages});
+        if let Some(t) = tools {
+            body["tools"] = t;
+        }
+        let r = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.url))
+            .header("x-hone-episode", episode)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+        r.json::<Value>().await.unwrap()["choices"][0]["message"].clone()
+    }
+
+    /// A single-call episode asking `text`.
+    pub async fn ask(&self, agent: &str, episode: &str, text: &str) -> Value {
+        self.call(agent, episode, json!([{"role": "user", "content": text}]), None).await
+    }
+
+    pub async fn feedback(&self, episode: &str, metric: &str, value: Value) {
+        let r = self
+            .http
+            .post(format!("{}/v1/feedback", self.url))
+            .json(&json!({"episode_id": episode, "name": metric, "value": value}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+
+    pub async fn episode(&self, id: &str) -> EpisodeDetail {
+        self.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
+        self.store.episode(&EpisodeId::parse(id).unwrap()).unwrap().unwrap()
+    }
+
+    pub fn learn_store(&self) -> &dyn LearnStore {
+        self.store.as_ref()
+    }
+}
+
+pub fn weather_tools() -> Value {
+    json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+}

@@ -1,0 +1,18 @@
+//! hone-learn's integration tests, one binary, on real parts: a real
+//! gateway on loopback recording into a real SQLite file, in front of a fake
+//! OpenAI-compatible upstream (the only fake: a hosted model) that speaks the
+//! chat-completions wire format.
+//! - `critics`: every critic on episodes recorded through the gateway.
+//! - `judge`: absolute and relative (RULER) modes, malformed and partial JSON.
+//! - `rewards`: penalties never skipped, spec versions, recompute.
+//! - `datasets`: builders deterministic by seed, snapshots immutable, export/import.
+//! - `eval`: replay and the agent-endpoint protocol; `compare` finds a seeded regression.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
+
+mod critics;
+mod datasets;
+mod eval;
+mod judge;
+mod rewards;
+mod support;
