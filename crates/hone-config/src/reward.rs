@@ -354,7 +354,10 @@ fn critic_kind(field: &str, c: RawCritic) -> Result<CriticKind, ConfigError> {
             tolerance: finite(&format!("{field}.tolerance"), c.tolerance.unwrap_or(1e-6))?.abs(),
         },
         "command" => {
-            let argv = c.command.clone().ok_or_else(|| needs("command = [\"program\", \"arg\", …]"))?;
+            let argv = c
+                .command
+                .clone()
+                .ok_or_else(|| needs("command = [\"program\", \"arg\", …]"))?;
             if argv.is_empty() || argv[0].is_empty() {
                 return Err(ConfigError::at(format!("{field}.command"), "names no program"));
             }

@@ -69,7 +69,8 @@ impl ChatClient for GatewayClient {
             if !status.is_success() {
                 return Err(format!("gateway answered {status}: {}", String::from_utf8_lossy(&body)));
             }
-            serde_json::from_slice(&body).map_err(|e| format!("gateway answered something that is not a chat completion: {e}"))
+            serde_json::from_slice(&body)
+                .map_err(|e| format!("gateway answered something that is not a chat completion: {e}"))
         })
     }
 }

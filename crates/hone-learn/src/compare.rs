@@ -43,7 +43,11 @@ pub struct Comparison {
 }
 
 fn first_runs(results: &[InstanceResult]) -> BTreeMap<String, &InstanceResult> {
-    results.iter().filter(|r| r.attempt == 0).map(|r| (r.instance_id.clone(), r)).collect()
+    results
+        .iter()
+        .filter(|r| r.attempt == 0)
+        .map(|r| (r.instance_id.clone(), r))
+        .collect()
 }
 
 /// Evaluates A and B (resuming earlier runs), re-runs each regressed instance
@@ -51,15 +55,18 @@ fn first_runs(results: &[InstanceResult]) -> BTreeMap<String, &InstanceResult> {
 pub async fn compare(
     evaluator: &Evaluator,
     dataset: &DatasetInfo,
-    a: &VersionId,
-    b: &VersionId,
+    (a, b): (&VersionId, &VersionId),
     target: &Target,
     options: &EvalOptions,
     reruns: u32,
     progress: &(dyn Fn(&str, Progress) + Sync),
 ) -> Result<Comparison, StoreError> {
-    let (_, results_a) = evaluator.run(dataset, a, target, options, &|p| progress("A", p)).await?;
-    let (_, results_b) = evaluator.run(dataset, b, target, options, &|p| progress("B", p)).await?;
+    let (_, results_a) = evaluator
+        .run(dataset, a, target, options, &|p| progress("A", p))
+        .await?;
+    let (_, results_b) = evaluator
+        .run(dataset, b, target, options, &|p| progress("B", p))
+        .await?;
     let (first_a, first_b) = (first_runs(&results_a), first_runs(&results_b));
     let regressed: HashSet<String> = first_a
         .iter()
@@ -74,8 +81,14 @@ pub async fn compare(
                 only: Some(regressed.clone()),
                 ..options.clone()
             };
-            all_a = evaluator.run(dataset, a, target, &rerun, &|p| progress("re-run A", p)).await?.1;
-            all_b = evaluator.run(dataset, b, target, &rerun, &|p| progress("re-run B", p)).await?.1;
+            all_a = evaluator
+                .run(dataset, a, target, &rerun, &|p| progress("re-run A", p))
+                .await?
+                .1;
+            all_b = evaluator
+                .run(dataset, b, target, &rerun, &|p| progress("re-run B", p))
+                .await?
+                .1;
         }
     }
     Ok(judge_pairs(dataset, a, b, &all_a, &all_b, &regressed))

@@ -12,7 +12,12 @@ pub fn final_call(episode: &EpisodeDetail) -> Option<&CallRecord> {
 
 /// The first choice's message of the last answered call.
 pub fn final_message(episode: &EpisodeDetail) -> Option<&Message> {
-    final_call(episode)?.response.as_ref()?.choices.first().map(|c| &c.message)
+    final_call(episode)?
+        .response
+        .as_ref()?
+        .choices
+        .first()
+        .map(|c| &c.message)
 }
 
 /// The final answer's text ("" when there is none).
@@ -38,12 +43,17 @@ pub fn task_text(request: &ChatCompletionRequest) -> String {
 /// (a demonstration's message, or a text / number label).
 pub fn reference_from_signals(episode: &EpisodeDetail, signal: Option<&str>) -> Option<Value> {
     let name = signal?;
-    episode.signals.iter().rev().find(|s| s.name == name).and_then(|s| match &s.value {
-        SignalValue::Demonstration(m) => Some(m.clone()),
-        SignalValue::Text(t) => Some(Value::String(t.clone())),
-        SignalValue::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number),
-        SignalValue::Boolean(_) => None,
-    })
+    episode
+        .signals
+        .iter()
+        .rev()
+        .find(|s| s.name == name)
+        .and_then(|s| match &s.value {
+            SignalValue::Demonstration(m) => Some(m.clone()),
+            SignalValue::Text(t) => Some(Value::String(t.clone())),
+            SignalValue::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number),
+            SignalValue::Boolean(_) => None,
+        })
 }
 
 /// A reference as text: a message's `content`, a string, or a number.

@@ -70,7 +70,11 @@ impl Rewarder {
                 agent: agent.to_owned(),
                 client,
             }),
-            (Some(_), None) => return Err(format!("agent `{agent}`'s reward has a judge and no gateway to call it through")),
+            (Some(_), None) => {
+                return Err(format!(
+                    "agent `{agent}`'s reward has a judge and no gateway to call it through"
+                ))
+            }
         };
         Ok(Self {
             agent: agent.to_owned(),

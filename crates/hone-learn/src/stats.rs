@@ -37,7 +37,9 @@ pub fn sign_test(wins: u64, losses: u64) -> f64 {
     let k = wins.min(losses);
     // Σ_{i≤k} C(n, i) / 2^n in log space.
     let ln_choose = |i: u64| ln_factorial(n) - ln_factorial(i) - ln_factorial(n - i);
-    let tail: f64 = (0..=k).map(|i| (ln_choose(i) - n as f64 * std::f64::consts::LN_2).exp()).sum();
+    let tail: f64 = (0..=k)
+        .map(|i| (ln_choose(i) - n as f64 * std::f64::consts::LN_2).exp())
+        .sum();
     (2.0 * tail).min(1.0)
 }
 

@@ -13,7 +13,11 @@ async fn traffic(w: &World) {
         let id = format!("q{i:02}");
         // q00..q03 ask the same question: near-duplicates of each other.
         let (a, b) = if i < 4 { (1, 1) } else { (i, i + 1) };
-        let text = if i % 5 == 0 && i >= 4 { "silence".to_owned() } else { format!("What is {a}+{b}?") };
+        let text = if i % 5 == 0 && i >= 4 {
+            "silence".to_owned()
+        } else {
+            format!("What is {a}+{b}?")
+        };
         w.ask("calc", &id, &text).await;
         if i % 3 != 0 {
             w.feedback(&id, "gold", json!(a + b)).await;
@@ -41,7 +45,12 @@ fn options(w: &World, builder: Builder, size: usize, seed: u64) -> BuildOptions 
 }
 
 fn ids(w: &World, dataset: &str) -> Vec<String> {
-    w.store.dataset_items(dataset).unwrap().into_iter().map(|i| i.id).collect()
+    w.store
+        .dataset_items(dataset)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
 }
 
 #[tokio::test]
@@ -55,7 +64,10 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     let (a, stats) = build(w.learn_store(), &options(&w, Builder::Traffic, 10, 7), 1, &mut |_| {}).unwrap();
     let (b, _) = build(w.learn_store(), &options(&w, Builder::Traffic, 10, 7), 2, &mut |_| {}).unwrap();
     let (c, _) = build(w.learn_store(), &options(&w, Builder::Traffic, 10, 8), 3, &mut |_| {}).unwrap();
-    assert_eq!((a.id.as_str(), b.id.as_str(), c.id.as_str()), ("traffic@1", "traffic@2", "traffic@3"));
+    assert_eq!(
+        (a.id.as_str(), b.id.as_str(), c.id.as_str()),
+        ("traffic@1", "traffic@2", "traffic@3")
+    );
     assert_eq!(stats.scanned, 24);
     assert_eq!(ids(&w, &a.id), ids(&w, &b.id), "the same seed picks the same episodes");
     assert_eq!(a.content_hash, b.content_hash);
@@ -64,9 +76,23 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     // Strata: the flagged `silence` episodes (empty answers) are 4 of 24, so
     // 10 × 4/24 ≈ 2 would be theirs, but they are near-duplicates of each
     // other: one is kept and the other strata make up the size.
-    let flagged = w.store.dataset_items(&a.id).unwrap().iter().filter(|i| i.input == json!("silence")).count();
+    let flagged = w
+        .store
+        .dataset_items(&a.id)
+        .unwrap()
+        .iter()
+        .filter(|i| i.input == json!("silence"))
+        .count();
     assert_eq!(flagged, 1, "{:?}", a.params["strata"]);
-    assert_eq!(a.params["strata"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>(), 24);
+    assert_eq!(
+        a.params["strata"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        24
+    );
 
     // Near-duplicates: a sample of everything keeps one of the four `What is 1+1?` and one `silence`.
     let (all, stats) = build(w.learn_store(), &options(&w, Builder::Traffic, 24, 1), 4, &mut |_| {}).unwrap();
@@ -74,7 +100,13 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     assert_eq!(all.item_count, 24 - 6);
 
     // Regression: passed under the champion (a gold label matched); errors: the rest.
-    let (reg, _) = build(w.learn_store(), &options(&w, Builder::Regression, 50, 0), 5, &mut |_| {}).unwrap();
+    let (reg, _) = build(
+        w.learn_store(),
+        &options(&w, Builder::Regression, 50, 0),
+        5,
+        &mut |_| {},
+    )
+    .unwrap();
     let reg_items = w.store.dataset_items(&reg.id).unwrap();
     assert!(reg_items.iter().all(|i| i.reward == Some(1.0) && i.reference.is_some()));
     let (err, _) = build(w.learn_store(), &options(&w, Builder::Errors, 50, 0), 6, &mut |_| {}).unwrap();
@@ -85,12 +117,19 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     let (reg_all, _) = build(w.learn_store(), &no_dedup, 7, &mut |_| {}).unwrap();
     let (err_all, _) = build(
         w.learn_store(),
-        &BuildOptions { dedup: false, ..options(&w, Builder::Errors, 50, 0) },
+        &BuildOptions {
+            dedup: false,
+            ..options(&w, Builder::Errors, 50, 0)
+        },
         8,
         &mut |_| {},
     )
     .unwrap();
-    assert_eq!(reg_all.item_count + err_all.item_count, 24, "every episode is one or the other");
+    assert_eq!(
+        reg_all.item_count + err_all.item_count,
+        24,
+        "every episode is one or the other"
+    );
     let (cost, _) = build(w.learn_store(), &options(&w, Builder::Cost, 3, 0), 9, &mut |_| {}).unwrap();
     assert_eq!(cost.item_count, 3);
 
@@ -125,7 +164,12 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     assert_eq!(back, items);
     let chat_back = read_instances("chat.jsonl", std::str::from_utf8(&chat).unwrap(), "calc").unwrap();
     assert_eq!(chat_back.len(), items.len());
-    let e = read_instances("bad.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n", "calc").unwrap_err();
+    let e = read_instances(
+        "bad.jsonl",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n",
+        "calc",
+    )
+    .unwrap_err();
     assert_eq!(e, "bad.jsonl:1: messages: no assistant message to use as the reference");
 }
 
@@ -151,7 +195,10 @@ async fn dpo_pairs_come_from_better_and_worse_answers_to_the_same_prompt() {
         ..good.clone()
     };
     let mut out = Vec::new();
-    assert_eq!(export(&[bad.clone(), good.clone()], ExportFormat::Dpo, &mut out).unwrap(), 1);
+    assert_eq!(
+        export(&[bad.clone(), good.clone()], ExportFormat::Dpo, &mut out).unwrap(),
+        1
+    );
     let pair: Value = serde_json::from_slice(out.trim_ascii_end()).unwrap();
     assert_eq!(pair["chosen"][0]["content"], "4");
     assert_eq!(pair["rejected"][0]["content"], "5");

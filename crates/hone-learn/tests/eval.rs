@@ -34,7 +34,9 @@ fn dataset(w: &World) -> hone_types::DatasetInfo {
             }
         })
         .collect();
-    w.store.create_dataset("sums", "calc", "import", &json!({}), &items, 0).unwrap()
+    w.store
+        .create_dataset("sums", "calc", "import", &json!({}), &items, 0)
+        .unwrap()
 }
 
 fn evaluator(w: &World) -> Evaluator {
@@ -59,7 +61,10 @@ async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() 
     assert_eq!(sevens, 2);
     let e = evaluator(&w);
     let opts = EvalOptions::default();
-    let (run, results) = e.run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|_| {}).await.unwrap();
+    let (run, results) = e
+        .run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|_| {})
+        .await
+        .unwrap();
     let s = summarise(&run.id, &results);
     assert_eq!((s.instances, s.errors, s.pass_rate), (12, 0, 1.0));
     assert_eq!(s.mean_score, Some(1.0));
@@ -71,17 +76,31 @@ async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() 
 
     // Resumable: running again finds everything done and runs nothing.
     let ran = AtomicUsize::new(0);
-    e.run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|p| ran.store(p.total, Ordering::SeqCst))
-        .await
-        .unwrap();
+    e.run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|p| {
+        ran.store(p.total, Ordering::SeqCst)
+    })
+    .await
+    .unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 
-    let cmp = compare(&e, &data, &version(&w, "v1"), &version(&w, "v2"), &Target::Replay, &opts, 2, &|_, _| {})
-        .await
-        .unwrap();
+    let cmp = compare(
+        &e,
+        &data,
+        &version(&w, "v1"),
+        &version(&w, "v2"),
+        &Target::Replay,
+        &opts,
+        2,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(cmp.pairs, 12);
     assert_eq!(cmp.regressions.len(), sevens);
-    assert!(cmp.regressions.iter().all(|f| f.confirmed && f.runs == 3 && f.a_passes == 3 && f.b_passes == 0));
+    assert!(cmp
+        .regressions
+        .iter()
+        .all(|f| f.confirmed && f.runs == 3 && f.a_passes == 3 && f.b_passes == 0));
     assert!(cmp.verdict.starts_with("B regresses 2 instances"), "{}", cmp.verdict);
     assert_eq!((cmp.wins, cmp.losses, cmp.ties), (0, 2, 10));
 }
@@ -101,8 +120,14 @@ async fn an_agent_endpoint_runs_multi_step_episodes_under_the_pinned_version() {
             let gateway = gateway.clone();
             let failures_left = failures_left.clone();
             async move {
-                if failures_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-                    return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": "flaky"})));
+                if failures_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    return (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        Json(json!({"error": "flaky"})),
+                    );
                 }
                 let http = reqwest::Client::new();
                 let input = body["input"].as_str().unwrap().to_owned();
@@ -133,24 +158,39 @@ async fn an_agent_endpoint_runs_multi_step_episodes_under_the_pinned_version() {
     tokio::spawn(async move { axum::serve(listener, agent).await });
 
     let e = evaluator(&w);
-    let opts = EvalOptions { concurrency: 1, ..EvalOptions::default() };
+    let opts = EvalOptions {
+        concurrency: 1,
+        ..EvalOptions::default()
+    };
     let target = Target::Endpoint(url);
     let (run, results) = e.run(&data, &version(&w, "v2"), &target, &opts, &|_| {}).await.unwrap();
     let s = summarise(&run.id, &results);
     assert_eq!((s.instances, s.errors), (12, 0));
-    assert!(results.iter().all(|r| r.calls == 2), "both calls of each run are in its episode");
+    assert!(
+        results.iter().all(|r| r.calls == 2),
+        "both calls of each run are in its episode"
+    );
     assert_eq!(s.pass_rate, 10.0 / 12.0, "v2 gets the two sums of 7 wrong");
-    let retried: Vec<_> = results.iter().filter(|r| r.episode_id.as_str().ends_with("-1")).collect();
+    let retried: Vec<_> = results
+        .iter()
+        .filter(|r| r.episode_id.as_str().ends_with("-1"))
+        .collect();
     assert_eq!(retried.len(), 1, "the flaky first run was retried");
     let ep = w.store.episode(&results[3].episode_id).unwrap().unwrap();
     assert!(ep.calls.iter().all(|c| c.version_id == version(&w, "v2")));
     // Evaluation episodes never count as traffic.
     let mut seen = 0;
     w.learn_store()
-        .scan_episodes(&hone_store::EpisodeFilter { agent: "calc".into(), ..Default::default() }, &mut |_| {
-            seen += 1;
-            Ok(())
-        })
+        .scan_episodes(
+            &hone_store::EpisodeFilter {
+                agent: "calc".into(),
+                ..Default::default()
+            },
+            &mut |_| {
+                seen += 1;
+                Ok(())
+            },
+        )
         .unwrap();
     assert_eq!(seen, 0);
 }

@@ -33,7 +33,10 @@ async fn relative_judging_ranks_a_group_and_retries_bad_output() {
             .to_owned(),
     ]);
     let scores = judge(&w, "ranked").relative(&group).await.unwrap();
-    assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), vec![1.0 / 3.0, 2.0 / 3.0, 1.0]);
+    assert_eq!(
+        scores.iter().map(|s| s.score).collect::<Vec<_>>(),
+        vec![1.0 / 3.0, 2.0 / 3.0, 1.0]
+    );
     let prompts = w.upstream.judge_prompts.lock().unwrap().clone();
     assert_eq!(prompts.len(), 3, "two bad answers were asked again");
     // The shared prefix (the user's question) appears once, each trajectory after it.
@@ -44,11 +47,19 @@ async fn relative_judging_ranks_a_group_and_retries_bad_output() {
     w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
     let page = w
         .store
-        .episodes(&EpisodeQuery { agents: Some(vec!["hone-judge".into()]), limit: 10, ..Default::default() })
+        .episodes(&EpisodeQuery {
+            agents: Some(vec!["hone-judge".into()]),
+            limit: 10,
+            ..Default::default()
+        })
         .unwrap();
     assert_eq!(page.episodes.len(), 1);
     assert_eq!(page.episodes[0].calls.len(), 3);
-    assert!(page.episodes[0].calls[1].request.messages.iter().any(|m| m.text().contains("cannot be used")));
+    assert!(page.episodes[0].calls[1]
+        .request
+        .messages
+        .iter()
+        .any(|m| m.text().contains("cannot be used")));
 }
 
 #[tokio::test]
@@ -57,11 +68,10 @@ async fn a_judge_that_never_answers_properly_is_a_failure_not_a_score() {
     w.ask("graded", "g1", "What is 1+1?").await;
     let episode = w.episode("g1").await;
     // retries = 1: two bad answers exhaust it.
-    w.upstream
-        .judge_answers
-        .lock()
-        .unwrap()
-        .extend([r#"{"score": 1.7}"#.to_owned(), r#"{"explanation": "no score"}"#.to_owned()]);
+    w.upstream.judge_answers.lock().unwrap().extend([
+        r#"{"score": 1.7}"#.to_owned(),
+        r#"{"explanation": "no score"}"#.to_owned(),
+    ]);
     let failure = judge(&w, "graded").absolute(&episode).await.unwrap_err();
     assert_eq!(failure.attempts, 2);
     assert!(failure.last_error.contains("score is missing"), "{failure}");
@@ -76,8 +86,14 @@ fn relative_output_must_score_every_trajectory_once_within_bounds() {
     let s = parse_relative(ok, 2).unwrap();
     assert_eq!((s[0].score, s[1].score), (1.0, 0.5));
     for (bad, why) in [
-        (r#"{"scores":[{"trajectory_id":"1","score":0.5}]}"#, "trajectory 2 has no score"),
-        (r#"{"scores":[{"trajectory_id":"1","score":0.5},{"trajectory_id":"1","score":0.5}]}"#, "scored twice"),
+        (
+            r#"{"scores":[{"trajectory_id":"1","score":0.5}]}"#,
+            "trajectory 2 has no score",
+        ),
+        (
+            r#"{"scores":[{"trajectory_id":"1","score":0.5},{"trajectory_id":"1","score":0.5}]}"#,
+            "scored twice",
+        ),
         (r#"{"scores":[{"trajectory_id":"3","score":0.5}]}"#, "there are 2"),
         (r#"{"scores":[{"trajectory_id":"1","score":-0.1}]}"#, "outside [0, 1]"),
         (r#"{"scores": "high"}"#, "not a list"),

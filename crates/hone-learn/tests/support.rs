@@ -47,8 +47,17 @@ fn default_judge(prompt: &str) -> String {
 async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<Value> {
     let model = body["model"].as_str().unwrap_or("").to_owned();
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
-    let first_user = messages.iter().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
+    let last_user = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(text_of)
+        .unwrap_or_default();
+    let first_user = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(text_of)
+        .unwrap_or_default();
     let has_tool_result = messages.iter().any(|m| m["role"] == "tool");
     let mut message = json!({"role": "assistant", "content": "ok"});
     if model == "judge" {
@@ -72,7 +81,11 @@ async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<
     } else if last_user.contains("ask") {
         message["content"] = json!("Which city do you mean?");
     }
-    let finish = if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
     Json(json!({
         "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -151,7 +164,9 @@ impl World {
         let upstream = Arc::new(Upstream::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let up_url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(upstream.clone());
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(upstream.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let dir = tempfile::tempdir().unwrap();
@@ -204,7 +219,8 @@ impl World {
 
     /// A single-call episode asking `text`.
     pub async fn ask(&self, agent: &str, episode: &str, text: &str) -> Value {
-        self.call(agent, episode, json!([{"role": "user", "content": text}]), None).await
+        self.call(agent, episode, json!([{"role": "user", "content": text}]), None)
+            .await
     }
 
     pub async fn feedback(&self, episode: &str, metric: &str, value: Value) {

@@ -201,7 +201,10 @@ fn note(message: std::fmt::Arguments) {
 struct GatewayHandle {
     client: GatewayClient,
     recorder: Option<Arc<Recorder>>,
-    stop: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
+    stop: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    )>,
     journal: Option<PathBuf>,
 }
 
@@ -281,7 +284,9 @@ fn resolve_version(config: &Config, store: &SqliteStore, agent: &str, label_or_i
         .flatten();
     match known {
         Some(v) if v.agent == agent => Ok(v.id),
-        _ => bail!("`{label_or_id}` is neither a version label of agent `{agent}` in the config nor a stored version id of it"),
+        _ => bail!(
+            "`{label_or_id}` is neither a version label of agent `{agent}` in the config nor a stored version id of it"
+        ),
     }
 }
 
@@ -295,9 +300,14 @@ pub fn rewards(command: RewardsCommand) -> Result<ExitCode> {
             Some(_) => Some(GatewayHandle::open(&config, &common, Duration::from_secs(120)).await?),
             None => None,
         };
-        let client = gateway.as_ref().map(|g| Arc::new(g.client.clone()) as Arc<dyn ChatClient>);
+        let client = gateway
+            .as_ref()
+            .map(|g| Arc::new(g.client.clone()) as Arc<dyn ChatClient>);
         let rewarder = Rewarder::new(&agent, &spec, client).map_err(anyhow::Error::msg)?;
-        note(format_args!("recomputing rewards of `{agent}` under reward spec {}", rewarder.spec_version));
+        note(format_args!(
+            "recomputing rewards of `{agent}` under reward spec {}",
+            rewarder.spec_version
+        ));
         let report = recompute(store.as_ref(), &rewarder, hone_learn::eval::now_ms(), &mut |n| {
             note(format_args!("  {n} episodes"));
         })
@@ -398,7 +408,11 @@ pub fn dataset_command(command: DatasetCommand) -> Result<ExitCode> {
         DatasetCommand::List { common } => {
             let store = open_store(&load_config(&common)?)?;
             let mut o = out();
-            writeln!(o, "{:<28} {:<12} {:<12} {:>8}  {:<20}  content", "dataset", "builder", "agent", "items", "created")?;
+            writeln!(
+                o,
+                "{:<28} {:<12} {:<12} {:>8}  {:<20}  content",
+                "dataset", "builder", "agent", "items", "created"
+            )?;
             for d in store.datasets()? {
                 writeln!(
                     o,
@@ -453,7 +467,11 @@ pub fn dataset_command(command: DatasetCommand) -> Result<ExitCode> {
                 std::fs::rename(&tmp, &path)?;
                 n
             };
-            note(format_args!("{}: {lines} {format} lines from {} instances", info.id, items.len()));
+            note(format_args!(
+                "{}: {lines} {format} lines from {} instances",
+                info.id,
+                items.len()
+            ));
             Ok(ExitCode::SUCCESS)
         }
         DatasetCommand::Import {
@@ -490,13 +508,16 @@ fn progress_line(label: &str, p: Progress) {
         if p.done == p.total {
             let _ = writeln!(err);
         }
-    } else if p.done == p.total || p.done % 10 == 0 {
+    } else if p.done == p.total || p.done.is_multiple_of(10) {
         let _ = writeln!(err, "{line}");
     }
 }
 
 fn print_summary(o: &mut dyn Write, label: &str, s: &EvalSummary) -> std::io::Result<()> {
-    let ci = s.ci95.map(|(a, b)| format!("[{a:.3}, {b:.3}]")).unwrap_or_else(|| "-".into());
+    let ci = s
+        .ci95
+        .map(|(a, b)| format!("[{a:.3}, {b:.3}]"))
+        .unwrap_or_else(|| "-".into());
     writeln!(
         o,
         "{label}: {} instances, {} failed to run | mean score {} 95% CI {ci} | pass {:.1}%",
@@ -567,14 +588,24 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
         };
         let mut o = out();
         let result = if let Some(reruns) = reruns {
-            let cmp = compare(&evaluator, &dataset, &ids[0], &ids[1], &target, &options, reruns, &|label, p| {
-                progress_line(label, p)
-            })
+            let cmp = compare(
+                &evaluator,
+                &dataset,
+                (&ids[0], &ids[1]),
+                &target,
+                &options,
+                reruns,
+                &|label, p| progress_line(label, p),
+            )
             .await?;
             if run.json {
                 writeln!(o, "{}", serde_json::to_string_pretty(&cmp)?)?;
             } else {
-                writeln!(o, "{} vs {} on {} ({} paired instances)", versions[0], versions[1], dataset.id, cmp.pairs)?;
+                writeln!(
+                    o,
+                    "{} vs {} on {} ({} paired instances)",
+                    versions[0], versions[1], dataset.id, cmp.pairs
+                )?;
                 writeln!(
                     o,
                     "  mean A {} | mean B {} | B wins {}, loses {}, ties {}",
@@ -611,7 +642,11 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
             if run.json {
                 writeln!(o, "{}", serde_json::to_string_pretty(&summary)?)?;
             } else {
-                print_summary(&mut o, &format!("{} on {} (run {})", versions[0], dataset.id, info.id), &summary)?;
+                print_summary(
+                    &mut o,
+                    &format!("{} on {} (run {})", versions[0], dataset.id, info.id),
+                    &summary,
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         };

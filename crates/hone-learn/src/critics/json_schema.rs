@@ -10,8 +10,8 @@ pub struct JsonSchemaCritic {
 
 impl JsonSchemaCritic {
     pub fn new(name: String, schema: &serde_json::Value) -> Result<Self, String> {
-        let validator =
-            jsonschema::validator_for(schema).map_err(|e| format!("critic `{name}`: the schema does not compile: {e}"))?;
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| format!("critic `{name}`: the schema does not compile: {e}"))?;
         Ok(Self { name, validator })
     }
 }
@@ -27,7 +27,10 @@ impl Critic for JsonSchemaCritic {
         let (score, reason) = match serde_json::from_str::<serde_json::Value>(text.trim()) {
             Err(e) => (0.0, format!("the answer is not JSON: {e}")),
             Ok(value) => match self.validator.iter_errors(&value).next() {
-                Some(e) => (0.0, format!("the answer does not match the schema: {e} (at `{}`)", e.instance_path)),
+                Some(e) => (
+                    0.0,
+                    format!("the answer does not match the schema: {e} (at `{}`)", e.instance_path),
+                ),
                 None => (1.0, "the answer matches the schema".to_owned()),
             },
         };

@@ -44,8 +44,12 @@ impl Critic for NumericCritic {
 
     fn score(&self, input: CriticInput<'_>) -> Result<CriticScore, CriticFailure> {
         let expected_text = reference_text(input, &self.name)?;
-        let expected = last_number(&expected_text)
-            .ok_or_else(|| CriticFailure(format!("`{}`: the reference {expected_text:?} holds no number", self.name)))?;
+        let expected = last_number(&expected_text).ok_or_else(|| {
+            CriticFailure(format!(
+                "`{}`: the reference {expected_text:?} holds no number",
+                self.name
+            ))
+        })?;
         let answer = final_text(input.episode);
         Ok(match last_number(&answer) {
             None => CriticScore::pass(false, format!("expected {expected}, the answer holds no number")),

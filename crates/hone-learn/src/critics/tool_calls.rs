@@ -17,7 +17,12 @@ impl Critic for ToolCallsCritic {
         let mut per_call = Vec::new();
         let mut problems = Vec::new();
         for call in &input.episode.calls {
-            let Some(message) = call.response.as_ref().and_then(|r| r.choices.first()).map(|c| &c.message) else {
+            let Some(message) = call
+                .response
+                .as_ref()
+                .and_then(|r| r.choices.first())
+                .map(|c| &c.message)
+            else {
                 continue;
             };
             if message.tool_calls().is_empty() {

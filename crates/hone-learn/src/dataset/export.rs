@@ -70,9 +70,10 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
         }
         ExportFormat::Chat => {
             for i in items {
-                let (Some(mut messages), Some(answer)) =
-                    (prompt(i), demonstration(i).or_else(|| (!i.output.is_empty()).then(|| i.output.clone())))
-                else {
+                let (Some(mut messages), Some(answer)) = (
+                    prompt(i),
+                    demonstration(i).or_else(|| (!i.output.is_empty()).then(|| i.output.clone())),
+                ) else {
                     continue;
                 };
                 messages.extend(answer);
@@ -86,17 +87,25 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
         ExportFormat::Dpo => {
             for group in by_prompt(items).values() {
                 let Some(p) = prompt(group[0]) else { continue };
-                let mut rewarded: Vec<&&Instance> = group.iter().filter(|i| i.reward.is_some() && !i.output.is_empty()).collect();
+                let mut rewarded: Vec<&&Instance> = group
+                    .iter()
+                    .filter(|i| i.reward.is_some() && !i.output.is_empty())
+                    .collect();
                 rewarded.sort_by(|a, b| b.reward.unwrap_or(0.0).total_cmp(&a.reward.unwrap_or(0.0)));
                 if let (Some(best), Some(worst)) = (rewarded.first(), rewarded.last()) {
                     if best.reward > worst.reward {
-                        line(out, json!({"prompt": p, "chosen": best.output, "rejected": worst.output}))?;
+                        line(
+                            out,
+                            json!({"prompt": p, "chosen": best.output, "rejected": worst.output}),
+                        )?;
                         continue;
                     }
                 }
                 // A demonstration beats a failed answer to the same prompt.
                 let demo = group.iter().find_map(|i| demonstration(i));
-                let failed = group.iter().find(|i| i.reward.is_some_and(|r| r <= 0.0) && !i.output.is_empty());
+                let failed = group
+                    .iter()
+                    .find(|i| i.reward.is_some_and(|r| r <= 0.0) && !i.output.is_empty());
                 if let (Some(chosen), Some(f)) = (demo, failed) {
                     if chosen != f.output {
                         line(out, json!({"prompt": p, "chosen": chosen, "rejected": f.output}))?;
@@ -115,7 +124,10 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
                 if completions.is_empty() {
                     continue;
                 }
-                line(out, json!({"agent": group[0].agent, "prompt": p, "completions": completions}))?;
+                line(
+                    out,
+                    json!({"agent": group[0].agent, "prompt": p, "completions": completions}),
+                )?;
             }
         }
     }

@@ -21,7 +21,9 @@ pub fn read_instances(file: &str, text: &str, agent: &str) -> Result<Vec<Instanc
         };
         let default_id = format!("import-{}", n + 1);
         let instance = if o.contains_key("messages") && !o.contains_key("input") {
-            let messages = o["messages"].as_array().ok_or(format!("{at}: messages: expected a list"))?;
+            let messages = o["messages"]
+                .as_array()
+                .ok_or(format!("{at}: messages: expected a list"))?;
             let last_assistant = messages
                 .iter()
                 .rposition(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
@@ -31,7 +33,9 @@ pub fn read_instances(file: &str, text: &str, agent: &str) -> Result<Vec<Instanc
                 .iter()
                 .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
                 .and_then(|m| m.get("content").and_then(Value::as_str))
-                .ok_or(format!("{at}: messages: no user message before the last assistant message"))?;
+                .ok_or(format!(
+                    "{at}: messages: no user message before the last assistant message"
+                ))?;
             let mut request = json!({"messages": prompt});
             if let Some(t) = o.get("tools") {
                 request["tools"] = t.clone();

@@ -134,18 +134,21 @@ pub fn build(
     let mut deduper = Deduper::default();
     let mut chosen = Vec::new();
     let mut leftovers = Vec::new();
-    let mut take = |key: u64, id: &EpisodeId, chosen: &mut Vec<_>, stats: &mut BuildStats| -> Result<bool, StoreError> {
-        let Some(episode) = store.episode(id)? else { return Ok(false) };
-        let reward = episode_reward(store, &episode.summary.id, filter.spec_version.as_deref())?;
-        let instance = instance_from_episode(&episode, options.reference_signal.as_deref(), reward);
-        if options.dedup && !deduper.insert(fingerprint(&instance_text(&instance))) {
-            stats.duplicates += 1;
-            return Ok(false);
-        }
-        chosen.push((key, instance));
-        Ok(true)
-    };
-    for (_, quota, candidates) in strata.allocate(options.size) {
+    let mut take =
+        |key: u64, id: &EpisodeId, chosen: &mut Vec<_>, stats: &mut BuildStats| -> Result<bool, StoreError> {
+            let Some(episode) = store.episode(id)? else {
+                return Ok(false);
+            };
+            let reward = episode_reward(store, &episode.summary.id, filter.spec_version.as_deref())?;
+            let instance = instance_from_episode(&episode, options.reference_signal.as_deref(), reward);
+            if options.dedup && !deduper.insert(fingerprint(&instance_text(&instance))) {
+                stats.duplicates += 1;
+                return Ok(false);
+            }
+            chosen.push((key, instance));
+            Ok(true)
+        };
+    for select::Allocation { quota, candidates, .. } in strata.allocate(options.size) {
         let mut taken = 0;
         let mut rest = candidates.into_iter();
         for (key, id) in rest.by_ref() {
@@ -212,7 +215,12 @@ fn instance_text(i: &hone_types::Instance) -> String {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    if let Some(messages) = i.request.as_ref().and_then(|r| r.get("messages")).and_then(|m| m.as_array()) {
+    if let Some(messages) = i
+        .request
+        .as_ref()
+        .and_then(|r| r.get("messages"))
+        .and_then(|m| m.as_array())
+    {
         for m in messages {
             if let Some(c) = m.get("content").and_then(|c| c.as_str()) {
                 text.push(' ');

@@ -16,6 +16,15 @@ pub fn sample_key(seed: u64, id: &str) -> u64 {
     u64::from_le_bytes(word)
 }
 
+/// One stratum's share of a sample.
+#[derive(Debug)]
+pub struct Allocation<T> {
+    pub stratum: String,
+    pub quota: usize,
+    /// (key, item), smallest key first.
+    pub candidates: Vec<(u64, T)>,
+}
+
 /// Per-stratum bottom-k reservoirs plus the count of everything seen.
 #[derive(Debug)]
 pub struct Strata<T: Ord> {
@@ -51,13 +60,17 @@ impl<T: Ord> Strata<T> {
     /// Each stratum's candidates in key order, with the number the stratum
     /// should contribute to a sample of `size` (proportional to how many it
     /// saw, largest remainders first).
-    pub fn allocate(self, size: usize) -> Vec<(String, usize, Vec<(u64, T)>)> {
+    pub fn allocate(self, size: usize) -> Vec<Allocation<T>> {
         let total: u64 = self.seen.values().sum();
         let mut shares: Vec<(String, usize, f64)> = self
             .seen
             .iter()
             .map(|(s, n)| {
-                let exact = if total == 0 { 0.0 } else { size as f64 * *n as f64 / total as f64 };
+                let exact = if total == 0 {
+                    0.0
+                } else {
+                    size as f64 * *n as f64 / total as f64
+                };
                 (s.clone(), exact.floor() as usize, exact - exact.floor())
             })
             .collect();
@@ -71,9 +84,13 @@ impl<T: Ord> Strata<T> {
         shares
             .into_iter()
             .map(|(s, n, _)| {
-                let mut items = heaps.remove(&s).map(BinaryHeap::into_vec).unwrap_or_default();
-                items.sort();
-                (s, n, items)
+                let mut candidates = heaps.remove(&s).map(BinaryHeap::into_vec).unwrap_or_default();
+                candidates.sort();
+                Allocation {
+                    stratum: s,
+                    quota: n,
+                    candidates,
+                }
             })
             .collect()
     }

@@ -20,7 +20,9 @@ use crate::episode::final_text;
 use crate::reward::Rewarder;
 use futures::StreamExt;
 use hone_store::{LearnStore, Recorder, StoreError};
-use hone_types::{BehaviourFlags, DatasetInfo, EpisodeDetail, EpisodeId, EvalRunInfo, Instance, InstanceResult, VersionId};
+use hone_types::{
+    BehaviourFlags, DatasetInfo, EpisodeDetail, EpisodeId, EvalRunInfo, Instance, InstanceResult, VersionId,
+};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -130,7 +132,11 @@ impl Evaluator {
         let total = todo.len();
         let mut finished = 0;
         let mut failed = 0;
-        progress(Progress { done: 0, total, failed: 0 });
+        progress(Progress {
+            done: 0,
+            total,
+            failed: 0,
+        });
         let mut stream = futures::stream::iter(todo)
             .map(|(index, instance)| self.run_instance(&id, index, instance, version, target, options))
             .buffer_unordered(options.concurrency.max(1));
@@ -197,7 +203,13 @@ impl Evaluator {
         })
     }
 
-    async fn send(&self, instance: &Instance, episode: &EpisodeId, version: &VersionId, target: &Target) -> Result<(), String> {
+    async fn send(
+        &self,
+        instance: &Instance,
+        episode: &EpisodeId,
+        version: &VersionId,
+        target: &Target,
+    ) -> Result<(), String> {
         match target {
             Target::Replay => {
                 let mut request = instance
@@ -260,11 +272,20 @@ impl Evaluator {
         }
     }
 
-    async fn score(&self, instance: &Instance, episode: &EpisodeDetail, attempt: u32, latency_ms: f64) -> InstanceResult {
+    async fn score(
+        &self,
+        instance: &Instance,
+        episode: &EpisodeDetail,
+        attempt: u32,
+        latency_ms: f64,
+    ) -> InstanceResult {
         let verdicts = self.rewarder.judge(std::slice::from_ref(episode)).await;
-        let reward = self
-            .rewarder
-            .score(episode, instance.reference.as_ref(), verdicts.get(&episode.summary.id), now_ms());
+        let reward = self.rewarder.score(
+            episode,
+            instance.reference.as_ref(),
+            verdicts.get(&episode.summary.id),
+            now_ms(),
+        );
         let mut flags = BehaviourFlags::default();
         let mut tool_calls = 0;
         for c in &episode.calls {

@@ -54,7 +54,7 @@ impl Judge {
             self.spec.rubric,
             render::transcript(&conversation(episode)),
         );
-        self.ask(&prompt, |text| parse_absolute(text)).await
+        self.ask(&prompt, parse_absolute).await
     }
 
     /// Ranks episodes that share a goal against each other: the shared
@@ -141,5 +141,9 @@ fn uuid_like() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    format!("{now:x}.{}.{:x}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{now:x}.{}.{:x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -9,7 +9,10 @@ use sha2::{Digest, Sha256};
 
 const DATASET_COLUMNS: &str = "id, name, version, agent, builder, params, item_count, content_hash, created_at";
 
-fn dataset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, i64, String, String, String, i64, String, i64)> {
+type DatasetRow = (String, String, i64, String, String, String, i64, String, i64);
+type RunRow = (String, String, String, String, String, i64, Option<i64>);
+
+fn dataset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetRow> {
     Ok((
         r.get(0)?,
         r.get(1)?,
@@ -24,17 +27,7 @@ fn dataset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, i64, 
 }
 
 fn to_dataset(
-    (id, name, version, agent, builder, params, item_count, content_hash, created_at): (
-        String,
-        String,
-        i64,
-        String,
-        String,
-        String,
-        i64,
-        String,
-        i64,
-    ),
+    (id, name, version, agent, builder, params, item_count, content_hash, created_at): DatasetRow,
 ) -> Result<DatasetInfo, StoreError> {
     Ok(DatasetInfo {
         id,
@@ -49,20 +42,20 @@ fn to_dataset(
     })
 }
 
-fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String, i64, Option<i64>)> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
 }
 
 fn to_run(
-    (id, dataset_id, agent, version_id, target, created_at, finished_at): (
-        String,
-        String,
-        String,
-        String,
-        String,
-        i64,
-        Option<i64>,
-    ),
+    (id, dataset_id, agent, version_id, target, created_at, finished_at): RunRow,
 ) -> Result<EvalRunInfo, StoreError> {
     Ok(EvalRunInfo {
         version_id: VersionId::parse(&version_id)
@@ -336,8 +329,8 @@ impl LearnStore for SqliteStore {
 
     fn eval_results(&self, run_id: &str) -> Result<Vec<InstanceResult>, StoreError> {
         self.with_reader(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT result FROM eval_results WHERE run_id = ?1 ORDER BY instance_id, attempt")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT result FROM eval_results WHERE run_id = ?1 ORDER BY instance_id, attempt")?;
             let rows = stmt.query_map([run_id], |r| r.get::<_, String>(0))?;
             rows.map(|r| Ok(serde_json::from_str(&r?)?)).collect()
         })

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Schema migrations, applied in order; the index is the schema version.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/sqlite/0001_init.sql"),
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/sqlite/0001_init.sql"),
     include_str!("../../migrations/sqlite/0002_learn.sql"),
 ];
 
