@@ -86,8 +86,7 @@ async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() 
     let cmp = compare(
         &e,
         &data,
-        &version(&w, "v1"),
-        &version(&w, "v2"),
+        (&version(&w, "v1"), &version(&w, "v2")),
         &Target::Replay,
         &opts,
         2,
