@@ -86,6 +86,19 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Build a `traffic` dataset from a large store of recorded calls and
+    /// export it as JSONL: time and peak memory.
+    Dataset {
+        /// Calls in the store (filled with synthetic traffic up to this many).
+        #[arg(long, default_value_t = 1_000_000)]
+        calls: u64,
+        /// Instances in the dataset.
+        #[arg(long, default_value_t = 10_000)]
+        size: usize,
+        /// Where the store lives (kept, so a second run skips the filling).
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// One GRPO training step of hone-train next to TRL's GRPOTrainer on the
     /// same weights and batch, with GFLOP/s against a measured matmul peak.
     Train {
@@ -258,6 +271,9 @@ fn run(command: Command) -> Result<ExitCode> {
             device,
             python,
         }),
+        Command::Bench {
+            command: BenchCommand::Dataset { calls, size, dir },
+        } => crate::bench_dataset::run(crate::bench_dataset::Options { calls, size, dir }),
         Command::Bench {
             command:
                 BenchCommand::Engine {

@@ -1,6 +1,7 @@
 //! The `hone` command line: parses arguments and calls into the library
 //! crates. Nothing else lives here.
 
+mod bench_dataset;
 mod bench_engine;
 mod bench_support;
 mod bench_train;
