@@ -1,5 +1,6 @@
 //! The CLI's commands end to end: `hone config check`, `hone key new`,
-//! `hone train` (progress, PEFT output, resume, a malformed line named).
+//! `hone train` (progress, PEFT output, resume, a malformed line named),
+//! `hone dataset` and `hone eval` on the embedded engine.
 
 use std::process::Command;
 
@@ -146,4 +147,67 @@ fn train_writes_a_peft_adapter_and_names_a_bad_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("groups.jsonl:2: not JSON"), "{stderr}");
+}
+
+#[test]
+fn datasets_import_list_export_and_evaluate_on_the_embedded_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| dir.path().join(p).display().to_string();
+    assert!(hone(&["model", "init", "--arch", "qwen2", "--out", &d("m")])
+        .status
+        .success());
+    std::fs::write(
+        d("c.toml"),
+        format!(
+            "[gateway]\ndata_dir = \"{}\"\n[agents.a.versions.v1]\nprovider = {{ type = \"local\", model = \"{}\" }}\nmax_tokens = 4\n",
+            d("data"),
+            d("m")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d("in.jsonl"),
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n\
+         {\"messages\": [{\"role\": \"user\", \"content\": \"3+3?\"}, {\"role\": \"assistant\", \"content\": \"6\"}]}\n",
+    )
+    .unwrap();
+    let c = d("c.toml");
+    let ok = |args: &[&str]| {
+        let out = hone(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(ok(&[
+        "dataset",
+        "import",
+        &d("in.jsonl"),
+        "--name",
+        "gold",
+        "--agent",
+        "a",
+        "-c",
+        &c
+    ])
+    .contains("gold@1: 2 instances imported"));
+    assert!(ok(&["dataset", "list", "-c", &c]).contains("gold@1"));
+    let exported = ok(&["dataset", "export", "gold", "--format", "chat", "-c", &c]);
+    assert_eq!(exported.lines().count(), 2);
+    // The instances run through an in-process gateway and the tiny model; the run is recorded.
+    let summary = ok(&["eval", "--dataset", "gold", "--version", "v1", "--json", "-c", &c]);
+    let s: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!((s["instances"].as_u64(), s["errors"].as_u64()), (Some(2), Some(0)));
+    assert!(!dir.path().join("data").read_dir().unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("cli-")));
+    let bad = hone(&["dataset", "build", "popular", "--agent", "a", "-c", &c]);
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("unknown builder `popular` (one of regression, errors, traffic, cost)"));
+    let missing = hone(&["eval", "--dataset", "nope", "--version", "v1", "-c", &c]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no dataset `nope`"));
 }
