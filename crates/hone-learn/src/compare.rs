@@ -3,7 +3,7 @@
 //! instances that regressed (passed under A, fail under B), re-runs of those
 //! flips to tell noise from regression, and a verdict with its confidence.
 
-use crate::eval::{latest, EvalOptions, Evaluator, Progress, Target};
+use crate::eval::{EvalOptions, Evaluator, Progress, Target};
 use crate::stats::{bootstrap_ci, mean, sign_test};
 use hone_store::StoreError;
 use hone_types::{DatasetInfo, InstanceResult, VersionId};
@@ -194,9 +194,4 @@ pub fn judge_pairs(
         improvements,
         verdict,
     }
-}
-
-/// The latest result per instance (for display).
-pub fn latest_results(results: &[InstanceResult]) -> Vec<&InstanceResult> {
-    latest(results)
 }

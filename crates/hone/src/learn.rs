@@ -308,7 +308,7 @@ pub fn rewards(command: RewardsCommand) -> Result<ExitCode> {
             "recomputing rewards of `{agent}` under reward spec {}",
             rewarder.spec_version
         ));
-        let report = recompute(store.as_ref(), &rewarder, hone_learn::eval::now_ms(), &mut |n| {
+        let report = recompute(store.as_ref(), &rewarder, hone_gateway::state::now_ms(), &mut |n| {
             note(format_args!("  {n} episodes"));
         })
         .await?;
@@ -384,7 +384,7 @@ pub fn dataset_command(command: DatasetCommand) -> Result<ExitCode> {
                 reference_signal: agent_cfg.reward.reference_signal.clone(),
             };
             let started = std::time::Instant::now();
-            let (info, stats) = dataset::build(store.as_ref(), &options, hone_learn::eval::now_ms(), &mut |n| {
+            let (info, stats) = dataset::build(store.as_ref(), &options, hone_gateway::state::now_ms(), &mut |n| {
                 note(format_args!("  scanned {n} episodes"))
             })?;
             if stats.unrewarded > 0 {
@@ -487,7 +487,7 @@ pub fn dataset_command(command: DatasetCommand) -> Result<ExitCode> {
             let items =
                 dataset::read_instances(&file.display().to_string(), &text, &agent).map_err(anyhow::Error::msg)?;
             let params = serde_json::json!({"builder": "import", "file": file.display().to_string()});
-            let info = store.create_dataset(&name, &agent, "import", &params, &items, hone_learn::eval::now_ms())?;
+            let info = store.create_dataset(&name, &agent, "import", &params, &items, hone_gateway::state::now_ms())?;
             writeln!(out(), "{}: {} instances imported", info.id, info.item_count)?;
             Ok(ExitCode::SUCCESS)
         }

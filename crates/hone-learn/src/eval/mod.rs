@@ -13,12 +13,13 @@
 
 mod report;
 
-pub use report::{latest, summarise, EvalSummary, Rates};
+pub use report::{summarise, EvalSummary, Rates};
 
 use crate::client::{ChatClient, GatewayClient};
 use crate::episode::final_text;
 use crate::reward::Rewarder;
 use futures::StreamExt;
+use hone_gateway::state::now_ms;
 use hone_store::{LearnStore, Recorder, StoreError};
 use hone_types::{
     BehaviourFlags, DatasetInfo, EpisodeDetail, EpisodeId, EvalRunInfo, Instance, InstanceResult, VersionId,
@@ -317,11 +318,4 @@ impl Evaluator {
             failures: reward.failures,
         }
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }

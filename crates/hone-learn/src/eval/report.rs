@@ -33,18 +33,6 @@ pub struct EvalSummary {
     pub rates: Rates,
 }
 
-/// The latest attempt of each instance.
-pub fn latest(results: &[InstanceResult]) -> Vec<&InstanceResult> {
-    let mut by_id: std::collections::BTreeMap<&str, &InstanceResult> = std::collections::BTreeMap::new();
-    for r in results {
-        let e = by_id.entry(&r.instance_id).or_insert(r);
-        if r.attempt > e.attempt {
-            *e = r;
-        }
-    }
-    by_id.into_values().collect()
-}
-
 /// Summarises first attempts (attempt 0): re-runs are for telling flips from noise.
 pub fn summarise(run_id: &str, results: &[InstanceResult]) -> EvalSummary {
     let first: Vec<&InstanceResult> = results.iter().filter(|r| r.attempt == 0).collect();

@@ -86,7 +86,7 @@ with exactly one entry for each of the {} trajectories.",
     }
 
     async fn ask<T>(&self, prompt: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, JudgeFailure> {
-        let episode = format!("judge.{}", uuid_like());
+        let episode = format!("judge.{}", hone_types::EpisodeId::new_v7());
         let mut messages = vec![
             json!({"role": "system", "content": SYSTEM}),
             json!({"role": "user", "content": prompt}),
@@ -131,19 +131,4 @@ fn clip(text: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text.to_owned(),
     }
-}
-
-/// A unique, time-ordered id without pulling in a UUID crate here.
-fn uuid_like() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{now:x}.{}.{:x}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
 }
