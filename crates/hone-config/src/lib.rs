@@ -6,6 +6,7 @@
 //! The binary runs with no config at all on [`DEFAULT_CONFIG`].
 
 mod env;
+pub mod learn;
 mod load;
 pub mod raw;
 pub mod reward;
@@ -13,6 +14,10 @@ mod typed;
 
 pub use env::expand_env;
 pub use load::{load_file, load_str, ConfigError};
+pub use learn::{
+    Bounds, DeploymentPolicy, GateSpec, LearnBudget, LearnSpec, MonitorSpec, Objective, OptimiserSpec, TrainingSpec,
+    RATE_METRICS,
+};
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
 };

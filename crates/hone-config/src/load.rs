@@ -5,6 +5,7 @@ use crate::env::expand_env;
 use crate::raw::{
     RawConfig, RawHttpProvider, RawLocalProvider, RawPrice, RawProvider, RawProviderRef, RawStore, RawVersion,
 };
+use crate::learn::{DeploymentPolicy, LearnBudget, LearnSpec};
 use crate::reward::{RewardSpec, JUDGE_AGENT};
 use crate::typed::*;
 use hone_types::{Route, VersionSpec};
@@ -197,15 +198,28 @@ impl Loader<'_> {
                             format!("canary shares add up to {total}; they must leave the champion a share"),
                         ));
                     }
+                    let share = d.canary_share.unwrap_or(0.1);
+                    if !(share.is_finite() && share > 0.0 && share < 1.0) {
+                        return Err(err(
+                            format!("{dfield}.canary_share"),
+                            format!("must be between 0 and 1 (exclusive), got {share}"),
+                        ));
+                    }
+                    let canary_episodes = d.canary_episodes.unwrap_or(50);
+                    if canary_episodes == 0 {
+                        return Err(err(format!("{dfield}.canary_episodes"), "must be at least 1"));
+                    }
                     DeploymentConfig {
                         champion: d.champion,
                         canaries: d.canaries.into_iter().collect(),
+                        policy: DeploymentPolicy::from_raw(&format!("{dfield}.policy"), d.policy)?,
+                        canary_share: share,
+                        canary_episodes,
                     }
                 }
-                None if versions.len() == 1 => DeploymentConfig {
-                    champion: versions.keys().next().cloned().unwrap_or_default(),
-                    canaries: Vec::new(),
-                },
+                None if versions.len() == 1 => {
+                    DeploymentConfig::new(versions.keys().next().cloned().unwrap_or_default())
+                }
                 None => {
                     return Err(err(
                         format!("{field}.deployment"),
@@ -218,6 +232,7 @@ impl Loader<'_> {
             };
             let names: Vec<&str> = provider_names.iter().map(String::as_str).collect();
             let reward = RewardSpec::from_raw(&format!("{field}.reward"), agent.reward.unwrap_or_default(), &names)?;
+            let learn = LearnSpec::from_raw(&format!("{field}.learn"), agent.learn.unwrap_or_default(), &names)?;
             agents.insert(
                 name.clone(),
                 AgentConfig {
@@ -226,6 +241,7 @@ impl Loader<'_> {
                     versions,
                     deployment,
                     reward,
+                    learn,
                 },
             );
         }
@@ -322,6 +338,7 @@ impl Loader<'_> {
             providers,
             agents,
             metrics,
+            learn: LearnBudget::from_raw(raw.learn)?,
         })
     }
 
@@ -573,6 +590,7 @@ impl Loader<'_> {
             top_p: raw.top_p,
             max_tokens: raw.max_tokens,
             reasoning_effort: raw.reasoning_effort,
+            examples: None,
         })
     }
 }
@@ -597,6 +615,7 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
                 top_p: None,
                 max_tokens: None,
                 reasoning_effort: None,
+                examples: None,
             };
             (
                 label.clone(),
@@ -613,11 +632,9 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
         name: JUDGE_AGENT.to_owned(),
         description: Some("The LLM judge's own calls.".to_owned()),
         versions,
-        deployment: DeploymentConfig {
-            champion,
-            canaries: Vec::new(),
-        },
+        deployment: DeploymentConfig::new(champion),
         reward: RewardSpec::default(),
+        learn: LearnSpec::default(),
     })
 }
 

@@ -20,6 +20,8 @@ pub struct RawConfig {
     pub agents: BTreeMap<String, RawAgent>,
     #[serde(default)]
     pub metrics: BTreeMap<String, RawMetric>,
+    #[serde(default)]
+    pub learn: crate::learn::RawLearnBudget,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +126,7 @@ pub struct RawAgent {
     pub versions: BTreeMap<String, RawVersion>,
     pub deployment: Option<RawDeployment>,
     pub reward: Option<crate::reward::RawReward>,
+    pub learn: Option<crate::learn::RawLearn>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -178,6 +181,12 @@ pub struct RawDeployment {
     /// Canary version label → share of new episodes (0 < share < 1).
     #[serde(default)]
     pub canaries: BTreeMap<String, f64>,
+    /// `"manual"` (default) or `{ type = "auto", min_gain, max_cost_ratio }`.
+    pub policy: Option<crate::learn::RawPolicy>,
+    /// Share of new episodes a learner's canary gets (default 0.1).
+    pub canary_share: Option<f64>,
+    /// Canary episodes (with rewards) before promotion is decided (default 50).
+    pub canary_episodes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

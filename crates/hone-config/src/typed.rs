@@ -15,6 +15,7 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub agents: BTreeMap<String, AgentConfig>,
     pub metrics: BTreeMap<String, MetricConfig>,
+    pub learn: crate::learn::LearnBudget,
 }
 
 impl Config {
@@ -141,6 +142,8 @@ pub struct AgentConfig {
     pub deployment: DeploymentConfig,
     /// How episodes are scored (defaults when the config has no `reward` table).
     pub reward: crate::reward::RewardSpec,
+    /// The learning cycle (no optimisers: the agent is only monitored).
+    pub learn: crate::learn::LearnSpec,
 }
 
 impl AgentConfig {
@@ -164,6 +167,23 @@ pub struct DeclaredVersion {
 pub struct DeploymentConfig {
     pub champion: String,
     pub canaries: Vec<(String, f64)>,
+    pub policy: crate::learn::DeploymentPolicy,
+    /// Share of new episodes a learner's canary gets.
+    pub canary_share: f64,
+    /// Canary episodes with rewards before promotion is decided.
+    pub canary_episodes: usize,
+}
+
+impl DeploymentConfig {
+    pub fn new(champion: String) -> Self {
+        Self {
+            champion,
+            canaries: Vec::new(),
+            policy: crate::learn::DeploymentPolicy::Manual,
+            canary_share: 0.1,
+            canary_episodes: 50,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

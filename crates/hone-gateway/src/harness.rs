@@ -49,6 +49,7 @@ mod tests {
             top_p: None,
             max_tokens: Some(10),
             reasoning_effort: None,
+            examples: None,
         };
         let route = Route {
             provider: "up".into(),

@@ -1,11 +1,14 @@
 //! hone's storage: the [`Store`] trait (one implementation per backend, one
 //! file each), schema migrations, and the durable journal-first [`Recorder`]
 //! that stands between the gateway and the store; [`LearnStore`] holds what
-//! learning derives from episodes (rewards, datasets, evaluations).
+//! learning derives from episodes (rewards, datasets, evaluations) and
+//! [`CycleStore`] what the learning cycle decides (cycles, candidates,
+//! deployments, alerts, history).
 //!
 //! Stores persist what they are given; ids and timestamps are made by the
 //! services above them.
 
+mod cycle_store;
 mod error;
 mod journal;
 mod learn_store;
@@ -13,6 +16,7 @@ mod recorder;
 mod sqlite;
 mod store;
 
+pub use cycle_store::{CandidateUpdate, CycleStore, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
 pub use recorder::{Recorder, RecorderError, RecorderOptions, RecorderStats};

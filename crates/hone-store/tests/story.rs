@@ -19,6 +19,7 @@ fn story(store: &dyn Store) {
         top_p: None,
         max_tokens: None,
         reasoning_effort: None,
+        examples: None,
     };
     let record = VersionRecord {
         id: spec.id(),

@@ -5,6 +5,7 @@
 //! only: no IO, no async, no clocks — callers pass timestamps in.
 
 pub mod call;
+pub mod cycle;
 pub mod episode;
 pub mod ids;
 pub mod learn;
@@ -15,10 +16,11 @@ pub mod time;
 pub mod version;
 
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord};
+pub use cycle::{Alert, Candidate, CandidateScores, CandidateStatus, CycleInfo, CycleState, Deployment, HistoryEvent};
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
 pub use learn::{
     CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,
 };
 pub use signal::{MetricLevel, MetricType, Signal, SignalSource, SignalValue};
-pub use version::{Route, VersionRecord, VersionSpec};
+pub use version::{ExamplePolicy, Route, VersionRecord, VersionSpec};

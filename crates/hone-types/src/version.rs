@@ -35,6 +35,23 @@ pub struct VersionSpec {
     pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Few-shot examples retrieved from the agent's successful episodes
+    /// (episodic memory), inserted before the client's messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examples: Option<ExamplePolicy>,
+}
+
+/// How a version retrieves examples: the `k` most similar successful
+/// episodes (reward at least `min_reward`), found by BM25 over their first
+/// user message, or by cosine similarity of embeddings from `embeddings`
+/// (an OpenAI-compatible `/v1/embeddings` route) when given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExamplePolicy {
+    pub k: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_reward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<Route>,
 }
 
 impl VersionSpec {
@@ -80,6 +97,7 @@ mod tests {
             top_p: None,
             max_tokens: None,
             reasoning_effort: None,
+            examples: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The SQLite store: one file in the data directory, WAL mode, one writer
 //! connection and a small pool of readers so reads never wait on the writer.
 
+mod cycle;
 mod learn;
 
 use crate::{Store, StoreError};
@@ -18,6 +19,7 @@ use std::time::Duration;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0001_init.sql"),
     include_str!("../../migrations/sqlite/0002_learn.sql"),
+    include_str!("../../migrations/sqlite/0003_cycle.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -268,23 +270,7 @@ impl Store for SqliteStore {
     fn upsert_versions(&self, versions: &[VersionRecord]) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
         let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO versions (id, agent, label, spec, parent, created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (id) DO UPDATE SET label = COALESCE(excluded.label, label)",
-            )?;
-            for v in versions {
-                stmt.execute(params![
-                    v.id.as_str(),
-                    v.agent,
-                    v.label,
-                    serde_json::to_string(&v.spec)?,
-                    v.parent.as_ref().map(VersionId::as_str),
-                    v.created_by,
-                    v.created_at,
-                ])?;
-            }
-        }
+        insert_versions(&tx, versions)?;
         tx.commit()?;
         Ok(())
     }
@@ -452,4 +438,24 @@ fn to_version(
         created_by,
         created_at,
     })
+}
+
+/// Stores versions not stored yet (a known id only gains a missing label).
+fn insert_versions(tx: &rusqlite::Transaction<'_>, versions: &[VersionRecord]) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO versions (id, agent, label, spec, parent, created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (id) DO UPDATE SET label = COALESCE(excluded.label, label)",
+    )?;
+    for v in versions {
+        stmt.execute(params![
+            v.id.as_str(),
+            v.agent,
+            v.label,
+            serde_json::to_string(&v.spec)?,
+            v.parent.as_ref().map(VersionId::as_str),
+            v.created_by,
+            v.created_at,
+        ])?;
+    }
+    Ok(())
 }

@@ -1,0 +1,600 @@
+//! The `[agents.NAME.learn]` table (when and how an agent's cycle runs, its
+//! optimisers, gate, objective and monitors), the deployment policy in
+//! `[agents.NAME.deployment]`, and the process-wide `[learn]` budget.
+//! Raw form, validation and typed form live together here.
+//!
+//! ```toml
+//! [learn]
+//! max_concurrent_cycles = 2
+//!
+//! [agents.support.deployment]
+//! champion = "v1"
+//! policy = { type = "auto", min_gain = 0.02, max_cost_ratio = 1.0 }   # or "manual"
+//! canary_share = 0.1
+//! canary_episodes = 50
+//!
+//! [agents.support.learn]
+//! every = { episodes = 500, minutes = 60 }
+//! optimisers = ["examples", "model", "sft"]
+//! objective = ["max reward", "min cost"]
+//! dataset_size = 200
+//! [agents.support.learn.model]
+//! models = [{ provider = "openai", model = "gpt-4o-mini" }]
+//! temperatures = [0.2]
+//! [agents.support.learn.gate]
+//! confidence = 0.95
+//! tolerance = 0
+//! bounds = { invalid_tool_call = 0.02 }
+//! [agents.support.learn.monitor]
+//! bounds = { invalid_tool_call = 0.02, clarifying_question = 0.05 }
+//! webhook = "https://hooks.example.com/hone"
+//! ```
+
+use crate::load::ConfigError;
+use hone_types::Route;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLearnBudget {
+    /// Cycles (of different agents) that may run at once.
+    pub max_concurrent_cycles: Option<usize>,
+    /// How often `hone learn` checks triggers and monitors, in seconds.
+    pub poll_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLearn {
+    pub every: Option<RawEvery>,
+    #[serde(default)]
+    pub optimisers: Vec<String>,
+    #[serde(default)]
+    pub objective: Vec<String>,
+    pub dataset_size: Option<usize>,
+    pub examples: Option<RawExamples>,
+    pub model: Option<RawModelOptimiser>,
+    pub grpo: Option<RawTraining>,
+    pub dpo: Option<RawTraining>,
+    pub sft: Option<RawTraining>,
+    pub gate: Option<RawGate>,
+    pub monitor: Option<RawMonitor>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvery {
+    pub episodes: Option<u64>,
+    pub minutes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExamples {
+    /// The k values to propose (one candidate each).
+    pub k: Option<Vec<u32>>,
+    pub min_reward: Option<f64>,
+    pub embeddings: Option<RawRouteRef>,
+    pub max_candidates: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteRef {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModelOptimiser {
+    #[serde(default)]
+    pub models: Vec<RawRouteRef>,
+    #[serde(default)]
+    pub temperatures: Vec<f64>,
+    #[serde(default)]
+    pub reasoning_efforts: Vec<String>,
+    pub max_candidates: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTraining {
+    pub steps: Option<usize>,
+    pub lr: Option<f64>,
+    pub rank: Option<usize>,
+    /// Fewest training examples (pairs, groups) worth a run.
+    pub min_examples: Option<usize>,
+    /// GRPO: samples per task when sampling groups from the champion.
+    pub group_size: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGate {
+    pub confidence: Option<f64>,
+    pub tolerance: Option<usize>,
+    pub reruns: Option<u32>,
+    #[serde(default)]
+    pub bounds: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMonitor {
+    pub window: Option<usize>,
+    pub min_episodes: Option<usize>,
+    pub confidence: Option<f64>,
+    pub rollback: Option<bool>,
+    pub webhook: Option<String>,
+    #[serde(default)]
+    pub bounds: BTreeMap<String, f64>,
+}
+
+/// `policy = "manual"` or `policy = { type = "auto", … }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawPolicy {
+    Name(String),
+    Table(RawPolicyTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicyTable {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub min_gain: Option<f64>,
+    pub max_cost_ratio: Option<f64>,
+}
+
+/// What the cycle may spend at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnBudget {
+    pub max_concurrent_cycles: usize,
+    pub poll_seconds: u64,
+}
+
+impl Default for LearnBudget {
+    fn default() -> Self {
+        Self {
+            max_concurrent_cycles: 2,
+            poll_seconds: 10,
+        }
+    }
+}
+
+impl LearnBudget {
+    pub fn from_raw(raw: RawLearnBudget) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let max_concurrent_cycles = raw.max_concurrent_cycles.unwrap_or(d.max_concurrent_cycles);
+        if max_concurrent_cycles == 0 {
+            return Err(ConfigError::at("learn.max_concurrent_cycles", "must be at least 1"));
+        }
+        let poll_seconds = raw.poll_seconds.unwrap_or(d.poll_seconds);
+        if poll_seconds == 0 {
+            return Err(ConfigError::at("learn.poll_seconds", "must be at least 1"));
+        }
+        Ok(Self {
+            max_concurrent_cycles,
+            poll_seconds,
+        })
+    }
+}
+
+/// Who decides that a candidate on the front goes live.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeploymentPolicy {
+    /// `hone approve CANDIDATE`.
+    Manual,
+    /// The best candidate on the front that gains at least `min_gain` mean
+    /// reward over the champion at no more than `max_cost_ratio` × its cost.
+    Auto { min_gain: f64, max_cost_ratio: f64 },
+}
+
+impl DeploymentPolicy {
+    pub fn from_raw(field: &str, raw: Option<RawPolicy>) -> Result<Self, ConfigError> {
+        let table = match raw {
+            None => return Ok(Self::Manual),
+            Some(RawPolicy::Name(name)) => RawPolicyTable {
+                kind: name,
+                min_gain: None,
+                max_cost_ratio: None,
+            },
+            Some(RawPolicy::Table(t)) => t,
+        };
+        match table.kind.as_str() {
+            "manual" if table.min_gain.is_none() && table.max_cost_ratio.is_none() => Ok(Self::Manual),
+            "manual" => Err(ConfigError::at(field, "a manual policy takes no thresholds")),
+            "auto" => {
+                let min_gain = table.min_gain.unwrap_or(0.0);
+                let max_cost_ratio = table.max_cost_ratio.unwrap_or(f64::INFINITY);
+                if !min_gain.is_finite() || min_gain < 0.0 {
+                    return Err(ConfigError::at(format!("{field}.min_gain"), "must be a number ≥ 0"));
+                }
+                if max_cost_ratio.is_nan() || max_cost_ratio <= 0.0 {
+                    return Err(ConfigError::at(format!("{field}.max_cost_ratio"), "must be a number > 0"));
+                }
+                Ok(Self::Auto {
+                    min_gain,
+                    max_cost_ratio,
+                })
+            }
+            other => Err(ConfigError::at(
+                format!("{field}.type"),
+                format!("unknown policy `{other}` (manual, auto)"),
+            )),
+        }
+    }
+}
+
+/// The behaviour rates the gate and the monitors watch, by name.
+pub const RATE_METRICS: [&str; 6] = [
+    "invalid_tool_call",
+    "clarifying_question",
+    "refusal",
+    "empty",
+    "error",
+    "tool_use",
+];
+
+/// A rate's largest allowed rise over the champion's (absolute, in [0, 1]);
+/// `mean_length` is a relative change (0.5: ±50%).
+pub type Bounds = BTreeMap<String, f64>;
+
+fn default_bounds() -> Bounds {
+    [
+        ("invalid_tool_call", 0.02),
+        ("clarifying_question", 0.05),
+        ("refusal", 0.02),
+        ("empty", 0.02),
+        ("error", 0.02),
+        ("tool_use", 0.2),
+        ("mean_length", 0.5),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+fn bounds(field: &str, raw: BTreeMap<String, f64>) -> Result<Bounds, ConfigError> {
+    let mut out = default_bounds();
+    for (name, value) in raw {
+        if !(RATE_METRICS.contains(&name.as_str()) || name == "mean_length") {
+            return Err(ConfigError::at(
+                format!("{field}.{name}"),
+                format!("unknown metric (known: {}, mean_length)", RATE_METRICS.join(", ")),
+            ));
+        }
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(ConfigError::at(format!("{field}.{name}"), "must be a number ≥ 0"));
+        }
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateSpec {
+    /// Confidence that the candidate beats the champion (bootstrap of paired differences).
+    pub confidence: f64,
+    /// Confirmed regressions allowed on the regression set (default 0).
+    pub tolerance: usize,
+    /// Re-runs of each flipped instance to tell noise from regression.
+    pub reruns: u32,
+    pub bounds: Bounds,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonitorSpec {
+    /// Most recent episodes per version looked at.
+    pub window: usize,
+    /// Fewest canary episodes before a monitor may fire.
+    pub min_episodes: usize,
+    pub confidence: f64,
+    /// Roll the canary back when a monitor fires (default true).
+    pub rollback: bool,
+    pub webhook: Option<String>,
+    pub bounds: Bounds,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingSpec {
+    pub steps: usize,
+    pub lr: f64,
+    pub rank: usize,
+    pub min_examples: usize,
+    pub group_size: usize,
+}
+
+/// One enabled optimiser with its settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptimiserSpec {
+    Examples {
+        ks: Vec<u32>,
+        min_reward: Option<f64>,
+        embeddings: Option<Route>,
+        max_candidates: usize,
+    },
+    Model {
+        models: Vec<Route>,
+        temperatures: Vec<f64>,
+        reasoning_efforts: Vec<String>,
+        max_candidates: usize,
+    },
+    Grpo(TrainingSpec),
+    Dpo(TrainingSpec),
+    Sft(TrainingSpec),
+}
+
+impl OptimiserSpec {
+    pub const NAMES: [&'static str; 5] = ["examples", "model", "grpo", "dpo", "sft"];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            OptimiserSpec::Examples { .. } => "examples",
+            OptimiserSpec::Model { .. } => "model",
+            OptimiserSpec::Grpo(_) => "grpo",
+            OptimiserSpec::Dpo(_) => "dpo",
+            OptimiserSpec::Sft(_) => "sft",
+        }
+    }
+}
+
+/// An objective: which measure, and which way is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    MaxReward,
+    MinCost,
+    MinLatency,
+}
+
+impl Objective {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["max", "reward"] => Some(Self::MaxReward),
+            ["min", "cost"] => Some(Self::MinCost),
+            ["min", "latency"] => Some(Self::MinLatency),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::MaxReward => "max reward",
+            Objective::MinCost => "min cost",
+            Objective::MinLatency => "min latency",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnSpec {
+    pub every_episodes: Option<u64>,
+    pub every_minutes: Option<u64>,
+    pub optimisers: Vec<OptimiserSpec>,
+    pub objective: Vec<Objective>,
+    /// Instances of the target (`traffic`) and `regression` datasets.
+    pub dataset_size: usize,
+    pub gate: GateSpec,
+    pub monitor: MonitorSpec,
+}
+
+impl Default for LearnSpec {
+    fn default() -> Self {
+        Self {
+            every_episodes: None,
+            every_minutes: None,
+            optimisers: Vec::new(),
+            objective: vec![Objective::MaxReward, Objective::MinCost],
+            dataset_size: 100,
+            gate: GateSpec {
+                confidence: 0.95,
+                tolerance: 0,
+                reruns: 2,
+                bounds: default_bounds(),
+            },
+            monitor: MonitorSpec {
+                window: 200,
+                min_episodes: 20,
+                confidence: 0.95,
+                rollback: true,
+                webhook: None,
+                bounds: default_bounds(),
+            },
+        }
+    }
+}
+
+fn confidence(field: &str, value: Option<f64>, default: f64) -> Result<f64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(c) if c > 0.5 && c < 1.0 => Ok(c),
+        Some(c) => Err(ConfigError::at(field, format!("must be between 0.5 and 1 (exclusive), got {c}"))),
+    }
+}
+
+fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result<Route, ConfigError> {
+    if !providers.contains(&raw.provider.as_str()) {
+        return Err(ConfigError::at(
+            format!("{field}.provider"),
+            format!("`{}` is not a declared provider", raw.provider),
+        ));
+    }
+    Ok(Route {
+        provider: raw.provider,
+        model: raw.model,
+        adapter: None,
+    })
+}
+
+fn training(field: &str, raw: Option<RawTraining>) -> Result<TrainingSpec, ConfigError> {
+    let raw = raw.unwrap_or_default();
+    let spec = TrainingSpec {
+        steps: raw.steps.unwrap_or(20),
+        lr: raw.lr.unwrap_or(1e-3),
+        rank: raw.rank.unwrap_or(8),
+        min_examples: raw.min_examples.unwrap_or(4),
+        group_size: raw.group_size.unwrap_or(4),
+    };
+    if spec.steps == 0 || spec.rank == 0 || spec.group_size < 2 {
+        return Err(ConfigError::at(field, "steps and rank must be ≥ 1, group_size ≥ 2"));
+    }
+    if !(spec.lr.is_finite() && spec.lr > 0.0) {
+        return Err(ConfigError::at(format!("{field}.lr"), "must be a number > 0"));
+    }
+    Ok(spec)
+}
+
+impl LearnSpec {
+    pub fn from_raw(field: &str, raw: RawLearn, providers: &[&str]) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let every = raw.every.unwrap_or_default();
+        for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
+            if v == Some(0) {
+                return Err(ConfigError::at(format!("{field}.every.{name}"), "must be at least 1"));
+            }
+        }
+        let mut optimisers = Vec::new();
+        let (mut examples, mut model) = (raw.examples, raw.model);
+        let (mut grpo, mut dpo, mut sft) = (raw.grpo, raw.dpo, raw.sft);
+        for (i, name) in raw.optimisers.iter().enumerate() {
+            let ofield = format!("{field}.{name}");
+            let spec = match name.as_str() {
+                "examples" => {
+                    let e = examples.take().unwrap_or_default();
+                    let ks = e.k.unwrap_or_else(|| vec![2, 4]);
+                    if ks.is_empty() || ks.contains(&0) {
+                        return Err(ConfigError::at(format!("{ofield}.k"), "list the k values to try, each ≥ 1"));
+                    }
+                    OptimiserSpec::Examples {
+                        ks,
+                        min_reward: e.min_reward,
+                        embeddings: e
+                            .embeddings
+                            .map(|r| route(&format!("{ofield}.embeddings"), r, providers))
+                            .transpose()?,
+                        max_candidates: e.max_candidates.unwrap_or(4),
+                    }
+                }
+                "model" => {
+                    let m = model.take().unwrap_or_default();
+                    if m.models.is_empty() && m.temperatures.is_empty() && m.reasoning_efforts.is_empty() {
+                        return Err(ConfigError::at(
+                            &ofield,
+                            "the model optimiser needs `models`, `temperatures` or `reasoning_efforts` to try",
+                        ));
+                    }
+                    if let Some(t) = m.temperatures.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+                        return Err(ConfigError::at(
+                            format!("{ofield}.temperatures"),
+                            format!("{t} is not a temperature"),
+                        ));
+                    }
+                    OptimiserSpec::Model {
+                        models: m
+                            .models
+                            .into_iter()
+                            .enumerate()
+                            .map(|(j, r)| route(&format!("{ofield}.models[{j}]"), r, providers))
+                            .collect::<Result<_, _>>()?,
+                        temperatures: m.temperatures,
+                        reasoning_efforts: m.reasoning_efforts,
+                        max_candidates: m.max_candidates.unwrap_or(4),
+                    }
+                }
+                "grpo" => OptimiserSpec::Grpo(training(&ofield, grpo.take())?),
+                "dpo" => OptimiserSpec::Dpo(training(&ofield, dpo.take())?),
+                "sft" => OptimiserSpec::Sft(training(&ofield, sft.take())?),
+                other => {
+                    return Err(ConfigError::at(
+                        format!("{field}.optimisers[{i}]"),
+                        format!("unknown optimiser `{other}` ({})", OptimiserSpec::NAMES.join(", ")),
+                    ))
+                }
+            };
+            if optimisers.iter().any(|o: &OptimiserSpec| o.name() == spec.name()) {
+                return Err(ConfigError::at(
+                    format!("{field}.optimisers[{i}]"),
+                    format!("`{name}` is listed twice"),
+                ));
+            }
+            optimisers.push(spec);
+        }
+        for (name, left) in [
+            ("examples", examples.is_some()),
+            ("model", model.is_some()),
+            ("grpo", grpo.is_some()),
+            ("dpo", dpo.is_some()),
+            ("sft", sft.is_some()),
+        ] {
+            if left {
+                return Err(ConfigError::at(
+                    format!("{field}.{name}"),
+                    format!("configures `{name}`, which is not in `optimisers`"),
+                ));
+            }
+        }
+        let objective = if raw.objective.is_empty() {
+            d.objective
+        } else {
+            raw.objective
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    Objective::parse(o).ok_or_else(|| {
+                        ConfigError::at(
+                            format!("{field}.objective[{i}]"),
+                            format!("unknown objective `{o}` (max reward, min cost, min latency)"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        if objective.first() != Some(&Objective::MaxReward) {
+            return Err(ConfigError::at(
+                format!("{field}.objective"),
+                "the first objective must be `max reward`",
+            ));
+        }
+        let dataset_size = raw.dataset_size.unwrap_or(d.dataset_size);
+        if dataset_size < 2 {
+            return Err(ConfigError::at(format!("{field}.dataset_size"), "must be at least 2"));
+        }
+        let g = raw.gate.unwrap_or_default();
+        let gate = GateSpec {
+            confidence: confidence(&format!("{field}.gate.confidence"), g.confidence, d.gate.confidence)?,
+            tolerance: g.tolerance.unwrap_or(d.gate.tolerance),
+            reruns: g.reruns.unwrap_or(d.gate.reruns),
+            bounds: bounds(&format!("{field}.gate.bounds"), g.bounds)?,
+        };
+        let m = raw.monitor.unwrap_or_default();
+        if let Some(url) = &m.webhook {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::at(format!("{field}.monitor.webhook"), "must be an http(s) URL"));
+            }
+        }
+        let monitor = MonitorSpec {
+            window: m.window.unwrap_or(d.monitor.window).max(1),
+            min_episodes: m.min_episodes.unwrap_or(d.monitor.min_episodes).max(1),
+            confidence: confidence(
+                &format!("{field}.monitor.confidence"),
+                m.confidence,
+                d.monitor.confidence,
+            )?,
+            rollback: m.rollback.unwrap_or(true),
+            webhook: m.webhook,
+            bounds: bounds(&format!("{field}.monitor.bounds"), m.bounds)?,
+        };
+        Ok(Self {
+            every_episodes: every.episodes,
+            every_minutes: every.minutes,
+            optimisers,
+            objective,
+            dataset_size,
+            gate,
+            monitor,
+        })
+    }
+}

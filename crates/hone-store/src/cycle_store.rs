@@ -1,0 +1,144 @@
+//! What the learning cycle persists: cycles with the step they are in,
+//! candidates, live deployments, alerts and the append-only history. Every
+//! decision is one transaction that also writes its history, and deployment
+//! changes are compare-and-swap on a revision, so a resumed or concurrent
+//! cycle can never apply the same decision twice.
+
+use crate::{LearnStore, StoreError};
+use hone_types::{
+    Alert, Candidate, CandidateScores, CandidateStatus, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent,
+    VersionId, VersionRecord,
+};
+use serde_json::Value;
+
+/// A change of a candidate's status (and what was found).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateUpdate {
+    pub cycle_id: String,
+    pub version_id: VersionId,
+    pub status: CandidateStatus,
+    pub reason: Option<String>,
+    /// `None` keeps the stored scores.
+    pub scores: Option<CandidateScores>,
+}
+
+/// One recent episode of a version, as the monitors see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowEpisode {
+    pub id: EpisodeId,
+    pub started_at: i64,
+    pub calls: u32,
+    pub error: bool,
+    pub invalid_tool_call: bool,
+    pub clarifying_question: bool,
+    pub refusal: bool,
+    pub empty: bool,
+    pub tool_use: bool,
+    /// Mean answer length of its calls, in characters.
+    pub answer_chars: f64,
+    pub cost_usd: f64,
+    pub latency_ms: f64,
+    /// Under the spec version asked for, when computed.
+    pub reward: Option<f64>,
+}
+
+impl WindowEpisode {
+    /// A behaviour rate's indicator by metric name (`RATE_METRICS`).
+    pub fn shows(&self, metric: &str) -> Option<bool> {
+        Some(match metric {
+            "invalid_tool_call" => self.invalid_tool_call,
+            "clarifying_question" => self.clarifying_question,
+            "refusal" => self.refusal,
+            "empty" => self.empty,
+            "error" => self.error,
+            "tool_use" => self.tool_use,
+            _ => return None,
+        })
+    }
+}
+
+pub trait CycleStore: LearnStore {
+    /// The agent's unfinished cycle, if any.
+    fn open_cycle(&self, agent: &str) -> Result<Option<CycleInfo>, StoreError>;
+
+    /// Starts a cycle in `Collect`, or returns the agent's unfinished one.
+    fn start_cycle(&self, agent: &str, trigger: &str, now: i64) -> Result<CycleInfo, StoreError>;
+
+    /// Moves a cycle from `from` to `to` with its new detail (and an error
+    /// for `Failed`), writing `events`, if it is still in `from`. Returns
+    /// false (writing nothing) when it is not.
+    fn advance_cycle(
+        &self,
+        id: &str,
+        from: CycleState,
+        to: CycleState,
+        detail: &Value,
+        error: Option<&str>,
+        events: &[HistoryEvent],
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    fn cycle(&self, id: &str) -> Result<Option<CycleInfo>, StoreError>;
+
+    /// Cycles newest first (of one agent, or all).
+    fn cycles(&self, agent: Option<&str>, limit: usize) -> Result<Vec<CycleInfo>, StoreError>;
+
+    /// Stores the candidates' versions and the candidates (both idempotent:
+    /// what exists is kept) and `events`, in one transaction.
+    fn add_candidates(
+        &self,
+        versions: &[VersionRecord],
+        candidates: &[Candidate],
+        events: &[HistoryEvent],
+    ) -> Result<(), StoreError>;
+
+    fn update_candidates(
+        &self,
+        updates: &[CandidateUpdate],
+        events: &[HistoryEvent],
+        now: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The agent's candidates, oldest first, of one cycle or all.
+    fn candidates(&self, agent: &str, cycle: Option<&str>) -> Result<Vec<Candidate>, StoreError>;
+
+    fn deployment(&self, agent: &str) -> Result<Option<Deployment>, StoreError>;
+
+    fn deployments(&self) -> Result<Vec<Deployment>, StoreError>;
+
+    /// Writes `next` (with revision `expected + 1`, or 1 for a new row) if
+    /// the stored revision is `expected` (`None`: no row yet), together with
+    /// the candidate updates, events and alert, in one transaction. Returns
+    /// false, writing nothing, when the deployment changed meanwhile.
+    fn change_deployment(
+        &self,
+        next: &Deployment,
+        expected: Option<u64>,
+        updates: &[CandidateUpdate],
+        events: &[HistoryEvent],
+        alert: Option<&Alert>,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    fn add_history(&self, events: &[HistoryEvent]) -> Result<(), StoreError>;
+
+    /// The agent's history, oldest first (the last `limit` events).
+    fn history(&self, agent: &str, limit: usize) -> Result<Vec<HistoryEvent>, StoreError>;
+
+    /// Alerts newest first.
+    fn alerts(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Alert>, StoreError>;
+
+    /// The version's most recent `limit` non-evaluation episodes started at
+    /// or after `since`, newest first, with rewards under `spec_version`.
+    fn version_window(
+        &self,
+        agent: &str,
+        version: &VersionId,
+        since: i64,
+        spec_version: &str,
+        limit: usize,
+    ) -> Result<Vec<WindowEpisode>, StoreError>;
+
+    /// Non-evaluation episodes of the agent started at or after `since`.
+    fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError>;
+}

@@ -1,0 +1,370 @@
+//! [`CycleStore`] on SQLite. Each method is one transaction; deployment
+//! changes compare the stored revision inside it.
+
+use super::{lock, SqliteStore};
+use crate::{CandidateUpdate, CycleStore, StoreError, WindowEpisode};
+use hone_types::{
+    Alert, Candidate, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
+};
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde_json::Value;
+
+fn insert_events(tx: &Transaction<'_>, events: &[HistoryEvent]) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached("INSERT INTO history (agent, at, kind, record) VALUES (?1, ?2, ?3, ?4)")?;
+    for e in events {
+        stmt.execute(params![e.agent, e.at, e.kind, serde_json::to_string(e)?])?;
+    }
+    Ok(())
+}
+
+fn apply_updates(tx: &Transaction<'_>, updates: &[CandidateUpdate], now: i64) -> Result<(), StoreError> {
+    for u in updates {
+        let record: Option<String> = tx
+            .query_row(
+                "SELECT record FROM candidates WHERE cycle_id = ?1 AND version_id = ?2",
+                params![u.cycle_id, u.version_id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(record) = record else {
+            return Err(StoreError::NotFound(format!(
+                "no candidate {} in cycle {}",
+                u.version_id, u.cycle_id
+            )));
+        };
+        let mut c: Candidate = serde_json::from_str(&record)?;
+        c.status = u.status;
+        if u.reason.is_some() {
+            c.reason.clone_from(&u.reason);
+        }
+        if u.scores.is_some() {
+            c.scores.clone_from(&u.scores);
+        }
+        c.updated_at = now;
+        tx.execute(
+            "UPDATE candidates SET status = ?3, record = ?4 WHERE cycle_id = ?1 AND version_id = ?2",
+            params![u.cycle_id, u.version_id.as_str(), c.status.as_str(), serde_json::to_string(&c)?],
+        )?;
+    }
+    Ok(())
+}
+
+fn parse_records<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> Result<Vec<T>, StoreError> {
+    rows.iter()
+        .map(|r| serde_json::from_str(r).map_err(StoreError::from))
+        .collect()
+}
+
+impl SqliteStore {
+    fn records(&self, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<String>, StoreError> {
+        self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(sql)?;
+            let rows = stmt.query_map(args, |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}
+
+impl CycleStore for SqliteStore {
+    fn open_cycle(&self, agent: &str) -> Result<Option<CycleInfo>, StoreError> {
+        let rows = self.records(
+            "SELECT record FROM cycles WHERE agent = ?1 AND state NOT IN ('done', 'failed')",
+            &[&agent],
+        )?;
+        Ok(parse_records(rows)?.into_iter().next())
+    }
+
+    fn start_cycle(&self, agent: &str, trigger: &str, now: i64) -> Result<CycleInfo, StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        let open: Option<String> = tx
+            .query_row(
+                "SELECT record FROM cycles WHERE agent = ?1 AND state NOT IN ('done', 'failed')",
+                params![agent],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(record) = open {
+            return Ok(serde_json::from_str(&record)?);
+        }
+        let seq: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM cycles WHERE agent = ?1",
+            params![agent],
+            |r| r.get(0),
+        )?;
+        let cycle = CycleInfo {
+            id: format!("{agent}-{seq}"),
+            agent: agent.to_owned(),
+            state: CycleState::Collect,
+            trigger: trigger.to_owned(),
+            detail: Value::Object(Default::default()),
+            error: None,
+            started_at: now,
+            updated_at: now,
+        };
+        tx.execute(
+            "INSERT INTO cycles (id, agent, seq, state, record, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![cycle.id, agent, seq, cycle.state.as_str(), serde_json::to_string(&cycle)?, now],
+        )?;
+        insert_events(
+            &tx,
+            &[HistoryEvent::new(agent, now, "cycle", format!("cycle {} started ({trigger})", cycle.id)).cycle(&cycle.id)],
+        )?;
+        tx.commit()?;
+        Ok(cycle)
+    }
+
+    fn advance_cycle(
+        &self,
+        id: &str,
+        from: CycleState,
+        to: CycleState,
+        detail: &Value,
+        error: Option<&str>,
+        events: &[HistoryEvent],
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        let record: Option<String> = tx
+            .query_row(
+                "SELECT record FROM cycles WHERE id = ?1 AND state = ?2",
+                params![id, from.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(record) = record else {
+            return Ok(false);
+        };
+        let mut cycle: CycleInfo = serde_json::from_str(&record)?;
+        cycle.state = to;
+        cycle.detail = detail.clone();
+        cycle.error = error.map(str::to_owned);
+        cycle.updated_at = now;
+        tx.execute(
+            "UPDATE cycles SET state = ?2, record = ?3, updated_at = ?4 WHERE id = ?1",
+            params![id, to.as_str(), serde_json::to_string(&cycle)?, now],
+        )?;
+        insert_events(&tx, events)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn cycle(&self, id: &str) -> Result<Option<CycleInfo>, StoreError> {
+        let rows = self.records("SELECT record FROM cycles WHERE id = ?1", &[&id])?;
+        Ok(parse_records(rows)?.into_iter().next())
+    }
+
+    fn cycles(&self, agent: Option<&str>, limit: usize) -> Result<Vec<CycleInfo>, StoreError> {
+        let rows = self.records(
+            "SELECT record FROM cycles WHERE (?1 IS NULL OR agent = ?1) ORDER BY updated_at DESC, seq DESC LIMIT ?2",
+            &[&agent, &(limit as i64)],
+        )?;
+        parse_records(rows)
+    }
+
+    fn add_candidates(
+        &self,
+        versions: &[VersionRecord],
+        candidates: &[Candidate],
+        events: &[HistoryEvent],
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        super::insert_versions(&tx, versions)?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR IGNORE INTO candidates (cycle_id, version_id, agent, status, record, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for c in candidates {
+                stmt.execute(params![
+                    c.cycle_id,
+                    c.version_id.as_str(),
+                    c.agent,
+                    c.status.as_str(),
+                    serde_json::to_string(c)?,
+                    c.created_at
+                ])?;
+            }
+        }
+        insert_events(&tx, events)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn update_candidates(
+        &self,
+        updates: &[CandidateUpdate],
+        events: &[HistoryEvent],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        apply_updates(&tx, updates, now)?;
+        insert_events(&tx, events)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn candidates(&self, agent: &str, cycle: Option<&str>) -> Result<Vec<Candidate>, StoreError> {
+        let rows = self.records(
+            "SELECT record FROM candidates WHERE agent = ?1 AND (?2 IS NULL OR cycle_id = ?2)
+             ORDER BY created_at, rowid",
+            &[&agent, &cycle],
+        )?;
+        parse_records(rows)
+    }
+
+    fn deployment(&self, agent: &str) -> Result<Option<Deployment>, StoreError> {
+        let rows = self.records("SELECT record FROM deployments WHERE agent = ?1", &[&agent])?;
+        Ok(parse_records(rows)?.into_iter().next())
+    }
+
+    fn deployments(&self) -> Result<Vec<Deployment>, StoreError> {
+        parse_records(self.records("SELECT record FROM deployments ORDER BY agent", &[])?)
+    }
+
+    fn change_deployment(
+        &self,
+        next: &Deployment,
+        expected: Option<u64>,
+        updates: &[CandidateUpdate],
+        events: &[HistoryEvent],
+        alert: Option<&Alert>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        let stored: Option<i64> = tx
+            .query_row(
+                "SELECT revision FROM deployments WHERE agent = ?1",
+                params![next.agent],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if stored.map(|r| r.max(0) as u64) != expected {
+            return Ok(false);
+        }
+        let mut written = next.clone();
+        written.revision = expected.map_or(1, |r| r + 1);
+        written.updated_at = now;
+        tx.execute(
+            "INSERT INTO deployments (agent, revision, record) VALUES (?1, ?2, ?3)
+             ON CONFLICT (agent) DO UPDATE SET revision = excluded.revision, record = excluded.record",
+            params![written.agent, written.revision as i64, serde_json::to_string(&written)?],
+        )?;
+        apply_updates(&tx, updates, now)?;
+        if let Some(alert) = alert {
+            tx.execute(
+                "INSERT INTO alerts (agent, version_id, at, record) VALUES (?1, ?2, ?3, '')",
+                params![alert.agent, alert.version_id.as_str(), alert.at],
+            )?;
+            let mut stored = alert.clone();
+            stored.id = tx.last_insert_rowid();
+            tx.execute(
+                "UPDATE alerts SET record = ?2 WHERE id = ?1",
+                params![stored.id, serde_json::to_string(&stored)?],
+            )?;
+        }
+        insert_events(&tx, events)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn add_history(&self, events: &[HistoryEvent]) -> Result<(), StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction()?;
+        insert_events(&tx, events)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn history(&self, agent: &str, limit: usize) -> Result<Vec<HistoryEvent>, StoreError> {
+        let rows = self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, record FROM (SELECT id, record FROM history WHERE agent = ?1 ORDER BY id DESC LIMIT ?2)
+                 ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![agent, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        rows.into_iter()
+            .map(|(id, record)| {
+                let mut e: HistoryEvent = serde_json::from_str(&record)?;
+                e.id = id;
+                Ok(e)
+            })
+            .collect()
+    }
+
+    fn alerts(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Alert>, StoreError> {
+        let rows = self.records(
+            "SELECT record FROM alerts WHERE (?1 IS NULL OR agent = ?1) ORDER BY id DESC LIMIT ?2",
+            &[&agent, &(limit as i64)],
+        )?;
+        parse_records(rows)
+    }
+
+    fn version_window(
+        &self,
+        agent: &str,
+        version: &VersionId,
+        since: i64,
+        spec_version: &str,
+        limit: usize,
+    ) -> Result<Vec<WindowEpisode>, StoreError> {
+        self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT c.episode_id, MIN(c.started_at), COUNT(*),
+                        MAX(c.outcome != 'ok'), MAX(c.invalid_tool_call), MAX(c.clarifying_question),
+                        MAX(c.refusal), MAX(c.empty),
+                        MAX(COALESCE(json_array_length(c.record, '$.response.choices[0].message.tool_calls'), 0) > 0),
+                        AVG(COALESCE(length(json_extract(c.record, '$.response.choices[0].message.content')), 0)),
+                        COALESCE(SUM(c.cost_usd), 0.0), SUM(c.latency_ms),
+                        (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4)
+                 FROM calls c
+                 WHERE c.agent = ?1 AND c.version_id = ?2 AND c.started_at >= ?3
+                   AND c.episode_id NOT LIKE 'eval.%'
+                 GROUP BY c.episode_id
+                 ORDER BY MIN(c.started_at) DESC, c.episode_id DESC
+                 LIMIT ?5",
+            )?;
+            let mut rows = stmt.query(params![agent, version.as_str(), since, spec_version, limit as i64])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let id: String = r.get(0)?;
+                out.push(WindowEpisode {
+                    id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
+                    started_at: r.get(1)?,
+                    calls: r.get::<_, i64>(2)?.max(0) as u32,
+                    error: r.get(3)?,
+                    invalid_tool_call: r.get(4)?,
+                    clarifying_question: r.get(5)?,
+                    refusal: r.get(6)?,
+                    empty: r.get(7)?,
+                    tool_use: r.get(8)?,
+                    answer_chars: r.get(9)?,
+                    cost_usd: r.get(10)?,
+                    latency_ms: r.get(11)?,
+                    reward: r.get(12)?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError> {
+        self.with_reader(|conn| {
+            let n: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM episodes WHERE agent = ?1 AND started_at >= ?2 AND id NOT LIKE 'eval.%'",
+                params![agent, since],
+                |r| r.get(0),
+            )?;
+            Ok(n.max(0) as u64)
+        })
+    }
+}
+

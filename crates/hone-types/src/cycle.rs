@@ -1,0 +1,283 @@
+//! What the learning cycle stores (DESIGN.md "The loop", "Candidate",
+//! "Deployment", "Monitor"): cycles and the step each is in, candidates with
+//! their provenance and fate, an agent's live deployment, alerts, and the
+//! history that ties them together.
+
+use crate::ids::VersionId;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The steps of a cycle, in order. A cycle is persisted with the step it is
+/// in; after a crash it resumes there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CycleState {
+    Collect,
+    Reward,
+    Datasets,
+    Propose,
+    Evaluate,
+    Gate,
+    Front,
+    Deploy,
+    Done,
+    Failed,
+}
+
+impl CycleState {
+    pub const ALL: [CycleState; 10] = [
+        CycleState::Collect,
+        CycleState::Reward,
+        CycleState::Datasets,
+        CycleState::Propose,
+        CycleState::Evaluate,
+        CycleState::Gate,
+        CycleState::Front,
+        CycleState::Deploy,
+        CycleState::Done,
+        CycleState::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CycleState::Collect => "collect",
+            CycleState::Reward => "reward",
+            CycleState::Datasets => "datasets",
+            CycleState::Propose => "propose",
+            CycleState::Evaluate => "evaluate",
+            CycleState::Gate => "gate",
+            CycleState::Front => "front",
+            CycleState::Deploy => "deploy",
+            CycleState::Done => "done",
+            CycleState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    /// The step after this one (`Done` and `Failed` end).
+    pub fn next(self) -> Self {
+        match self {
+            CycleState::Collect => CycleState::Reward,
+            CycleState::Reward => CycleState::Datasets,
+            CycleState::Datasets => CycleState::Propose,
+            CycleState::Propose => CycleState::Evaluate,
+            CycleState::Evaluate => CycleState::Gate,
+            CycleState::Gate => CycleState::Front,
+            CycleState::Front => CycleState::Deploy,
+            CycleState::Deploy | CycleState::Done => CycleState::Done,
+            CycleState::Failed => CycleState::Failed,
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, CycleState::Done | CycleState::Failed)
+    }
+}
+
+/// One cycle of one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleInfo {
+    /// `AGENT-N`, N counting the agent's cycles from 1.
+    pub id: String,
+    pub agent: String,
+    pub state: CycleState,
+    /// `episodes`, `minutes` or `manual`.
+    pub trigger: String,
+    /// What earlier steps decided (watermark, dataset ids, champion), so a
+    /// resumed step sees exactly what the crashed one saw.
+    pub detail: Value,
+    pub error: Option<String>,
+    pub started_at: i64,
+    pub updated_at: i64,
+}
+
+/// Where a candidate is in its life (DESIGN.md "Candidate").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateStatus {
+    Proposed,
+    Evaluated,
+    /// Passed the gate, waiting for the front.
+    Gated,
+    Pruned,
+    OnFront,
+    Approved,
+    Canary,
+    Champion,
+    RolledBack,
+}
+
+impl CandidateStatus {
+    pub const ALL: [CandidateStatus; 9] = [
+        CandidateStatus::Proposed,
+        CandidateStatus::Evaluated,
+        CandidateStatus::Gated,
+        CandidateStatus::Pruned,
+        CandidateStatus::OnFront,
+        CandidateStatus::Approved,
+        CandidateStatus::Canary,
+        CandidateStatus::Champion,
+        CandidateStatus::RolledBack,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateStatus::Proposed => "proposed",
+            CandidateStatus::Evaluated => "evaluated",
+            CandidateStatus::Gated => "gated",
+            CandidateStatus::Pruned => "pruned",
+            CandidateStatus::OnFront => "on_front",
+            CandidateStatus::Approved => "approved",
+            CandidateStatus::Canary => "canary",
+            CandidateStatus::Champion => "champion",
+            CandidateStatus::RolledBack => "rolled_back",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == s)
+    }
+}
+
+/// What evaluation found for one version on one cycle's datasets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CandidateScores {
+    pub target_mean: Option<f64>,
+    pub target_pass_rate: f64,
+    pub regression_pass_rate: f64,
+    pub mean_cost_usd: f64,
+    pub mean_latency_ms: f64,
+    pub errors: usize,
+    /// Behaviour rates on the target set (names as in monitors).
+    pub rates: std::collections::BTreeMap<String, f64>,
+}
+
+/// A proposed version and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub cycle_id: String,
+    pub agent: String,
+    pub version_id: VersionId,
+    pub parent: VersionId,
+    pub optimiser: String,
+    /// Human-readable difference from the parent.
+    pub diff: String,
+    pub status: CandidateStatus,
+    /// Why it was pruned or rolled back; what the gate saw when it passed.
+    pub reason: Option<String>,
+    pub scores: Option<CandidateScores>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// An agent's live traffic split as the learner left it (the config's
+/// `[deployment]` is only the starting point).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deployment {
+    pub agent: String,
+    pub champion: VersionId,
+    pub canary: Option<VersionId>,
+    pub canary_share: f64,
+    /// When the canary started taking traffic (ms).
+    pub canary_since: Option<i64>,
+    /// Earlier champions, most recent last (what `hone rollback` restores).
+    pub previous: Vec<VersionId>,
+    /// Bumped by every change; a change names the revision it saw, so two
+    /// writers (or a resumed cycle) can never apply the same decision twice.
+    pub revision: u64,
+    /// `config` until the learner first changes it.
+    pub source: String,
+    pub updated_at: i64,
+}
+
+/// A monitor that fired: a canary's rate moved beyond its bound.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub id: i64,
+    pub agent: String,
+    pub version_id: VersionId,
+    pub champion_id: VersionId,
+    pub metric: String,
+    pub canary_rate: f64,
+    pub champion_rate: f64,
+    pub canary_episodes: u64,
+    pub champion_episodes: u64,
+    /// One-sided p-value of the two-proportion test (or the mean comparison).
+    pub p_value: f64,
+    /// Canary episodes that show the behaviour (a few, for a human to open).
+    pub episodes: Vec<String>,
+    /// `rolled_back` or `alerted`.
+    pub action: String,
+    pub at: i64,
+}
+
+/// One line of an agent's history: what changed, why, on what evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    pub id: i64,
+    pub agent: String,
+    pub at: i64,
+    /// `version`, `candidate`, `evaluation`, `gate`, `front`, `approve`,
+    /// `canary`, `promote`, `rollback`, `alert`, `cycle`.
+    pub kind: String,
+    pub version_id: Option<VersionId>,
+    pub cycle_id: Option<String>,
+    pub summary: String,
+    pub evidence: Value,
+}
+
+impl HistoryEvent {
+    pub fn new(agent: &str, at: i64, kind: &str, summary: impl Into<String>) -> Self {
+        Self {
+            id: 0,
+            agent: agent.to_owned(),
+            at,
+            kind: kind.to_owned(),
+            version_id: None,
+            cycle_id: None,
+            summary: summary.into(),
+            evidence: Value::Null,
+        }
+    }
+
+    pub fn version(mut self, id: &VersionId) -> Self {
+        self.version_id = Some(id.clone());
+        self
+    }
+
+    pub fn cycle(mut self, id: &str) -> Self {
+        self.cycle_id = Some(id.to_owned());
+        self
+    }
+
+    pub fn evidence(mut self, evidence: Value) -> Self {
+        self.evidence = evidence;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_and_statuses_round_trip_and_steps_are_ordered() {
+        for s in CycleState::ALL {
+            assert_eq!(CycleState::parse(s.as_str()), Some(s));
+        }
+        for s in CandidateStatus::ALL {
+            assert_eq!(CandidateStatus::parse(s.as_str()), Some(s));
+        }
+        let mut s = CycleState::Collect;
+        let mut seen = vec![s];
+        while !s.is_finished() {
+            s = s.next();
+            seen.push(s);
+        }
+        assert_eq!(seen.len(), 9);
+        assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    }
+}
