@@ -5,7 +5,7 @@
 use crate::harness;
 use crate::providers::{AnyProvider, ChunkStream, ProviderError};
 use hone_config::ProviderConfig;
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
 use hone_types::{Attempt, Route, VersionSpec};
 use std::collections::HashMap;
 use std::future::Future;
@@ -47,6 +47,7 @@ async fn with_fallback<T, F, Fut>(
     providers: &Providers,
     version: &VersionSpec,
     request: &ChatCompletionRequest,
+    examples: &[Message],
     attempts: &mut Vec<Attempt>,
     mut call: F,
 ) -> Result<Answered<T>, ProviderError>
@@ -60,7 +61,7 @@ where
             last_error = ProviderError::Protocol(format!("provider `{}` is not configured", route.provider));
             continue;
         };
-        let upstream = harness::apply(request, version, route);
+        let upstream = harness::apply(request, version, route, examples);
         let mut retry = 0;
         loop {
             let started = Instant::now();
@@ -111,12 +112,14 @@ pub async fn complete(
     providers: &Providers,
     version: &VersionSpec,
     request: &ChatCompletionRequest,
+    examples: &[Message],
     attempts: &mut Vec<Attempt>,
 ) -> Result<Answered<ChatCompletionResponse>, ProviderError> {
     with_fallback(
         providers,
         version,
         request,
+        examples,
         attempts,
         |entry, upstream, route| async move { entry.provider.complete(&upstream, &route).await },
     )
@@ -127,12 +130,14 @@ pub async fn stream(
     providers: &Providers,
     version: &VersionSpec,
     request: &ChatCompletionRequest,
+    examples: &[Message],
     attempts: &mut Vec<Attempt>,
 ) -> Result<Answered<ChunkStream>, ProviderError> {
     with_fallback(
         providers,
         version,
         request,
+        examples,
         attempts,
         |entry, upstream, route| async move { entry.provider.stream(&upstream, &route).await },
     )

@@ -1,14 +1,29 @@
 //! Applies a version to a client's request before it goes upstream: the
 //! version's system prompt goes first, its sampling settings win over the
-//! client's (the version is what hone optimises), and `model` becomes the
-//! route's upstream model.
+//! client's (the version is what hone optimises), retrieved few-shot
+//! examples go before the conversation, and `model` becomes the route's
+//! upstream model.
 
 use hone_types::openai::{ChatCompletionRequest, Message, Role};
 use hone_types::{Route, VersionSpec};
 
-pub fn apply(request: &ChatCompletionRequest, version: &VersionSpec, route: &Route) -> ChatCompletionRequest {
+pub fn apply(
+    request: &ChatCompletionRequest,
+    version: &VersionSpec,
+    route: &Route,
+    examples: &[Message],
+) -> ChatCompletionRequest {
     let mut upstream = request.clone();
     upstream.model.clone_from(&route.model);
+    if !examples.is_empty() {
+        // After the client's leading system messages, before its conversation.
+        let at = upstream
+            .messages
+            .iter()
+            .take_while(|m| matches!(m.role, Role::System | Role::Developer))
+            .count();
+        upstream.messages.splice(at..at, examples.iter().cloned());
+    }
     if let Some(system) = &version.system {
         upstream.messages.insert(0, Message::new(Role::System, system.clone()));
     }
@@ -56,12 +71,17 @@ mod tests {
             model: "gpt-x".into(),
             adapter: None,
         };
-        let out = apply(&request, &version, &route);
+        let out = apply(&request, &version, &route, &[]);
         assert_eq!(out.model, "gpt-x");
         assert_eq!(out.messages[0].text(), "Be brief.");
         assert_eq!(out.messages[1].text(), "hi");
         assert_eq!(out.temperature, Some(0.2));
         assert_eq!(out.max_completion_tokens, Some(10));
         assert_eq!(out.max_tokens, None);
+
+        let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];
+        let out = apply(&request, &version, &route, &shots);
+        let texts: Vec<String> = out.messages.iter().map(Message::text).collect();
+        assert_eq!(texts, ["Be brief.", "2+2?", "4", "hi"]);
     }
 }

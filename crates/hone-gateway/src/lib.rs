@@ -11,6 +11,7 @@ pub mod behaviour;
 pub mod dispatch;
 pub mod error;
 pub mod harness;
+pub mod memory;
 pub mod metrics;
 pub mod providers;
 pub mod routes;
@@ -57,12 +58,32 @@ impl Gateway {
             }
         });
         let app = routes::router(self.state.clone());
+        let refresher = tokio::spawn(follow_deployments(self.state.clone()));
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        refresher.abort();
         tracing::info!("no longer accepting; finishing in-flight calls");
         self.state.tasks.close();
         self.state.tasks.wait().await;
         self.state.recorder.shutdown().await;
         tracing::info!("recorder drained; bye");
         served
+    }
+}
+
+/// How often a gateway re-reads the deployments the learner stores (several
+/// gateways over one store all follow them).
+pub const DEPLOYMENT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+async fn follow_deployments(state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(DEPLOYMENT_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let s = state.clone();
+        match tokio::task::spawn_blocking(move || s.refresh_deployments()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot read deployments; keeping the current splits"),
+            Err(e) => tracing::warn!(error = %e, "deployment refresh task failed"),
+        }
     }
 }

@@ -3,20 +3,28 @@
 
 use hone_types::{EpisodeId, VersionId, VersionSpec};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
-/// One agent's routable versions and its split.
+/// Who gets new episodes: canaries their shares, the champion the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    pub champion: VersionId,
+    /// (version, share) for canaries.
+    pub canaries: Vec<(VersionId, f64)>,
+    /// The stored deployment's revision this split came from (`None`: the config's).
+    pub revision: Option<u64>,
+}
+
+/// One agent's routable versions and its split. Both change while serving:
+/// the learner deploys candidates (the split is re-read from the store) and
+/// evaluation pins versions created after start (looked up on first use).
 #[derive(Debug)]
 pub struct AgentRoutes {
     pub name: String,
     /// Label → id for declared versions.
     pub labels: HashMap<String, VersionId>,
-    /// Every version of this agent that can be served (declared now, or
-    /// stored earlier and still naming configured providers).
-    pub versions: HashMap<VersionId, Arc<VersionSpec>>,
-    pub champion: VersionId,
-    /// (version, share) for canaries; the champion takes the rest.
-    pub canaries: Vec<(VersionId, f64)>,
+    versions: RwLock<HashMap<VersionId, Arc<VersionSpec>>>,
+    split: RwLock<Arc<Split>>,
 }
 
 /// FNV-1a with a splitmix64 finaliser: stable across processes and releases
@@ -42,28 +50,63 @@ pub fn episode_point(agent: &str, episode: &EpisodeId) -> f64 {
 }
 
 impl AgentRoutes {
-    /// The version for an episode: the same episode always lands on the same
-    /// version while the split stays the same.
-    pub fn choose(&self, episode: &EpisodeId) -> &VersionId {
-        let point = episode_point(&self.name, episode);
-        let mut edge = 0.0;
-        for (version, share) in &self.canaries {
-            edge += share;
-            if point < edge {
-                return version;
-            }
+    pub fn new(
+        name: String,
+        labels: HashMap<String, VersionId>,
+        versions: HashMap<VersionId, Arc<VersionSpec>>,
+        split: Split,
+    ) -> Self {
+        Self {
+            name,
+            labels,
+            versions: RwLock::new(versions),
+            split: RwLock::new(Arc::new(split)),
         }
-        &self.champion
     }
 
-    /// Resolves a pinned version given as a label or an id.
-    pub fn resolve(&self, label_or_id: &str) -> Option<(&VersionId, &Arc<VersionSpec>)> {
+    pub fn split(&self) -> Arc<Split> {
+        self.split.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn set_split(&self, split: Split) {
+        *self.split.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(split);
+    }
+
+    /// The version for an episode: the same episode always lands on the same
+    /// version while the split stays the same.
+    pub fn choose(&self, episode: &EpisodeId) -> VersionId {
+        let split = self.split();
+        let point = episode_point(&self.name, episode);
+        let mut edge = 0.0;
+        for (version, share) in &split.canaries {
+            edge += share;
+            if point < edge {
+                return version.clone();
+            }
+        }
+        split.champion.clone()
+    }
+
+    pub fn spec(&self, id: &VersionId) -> Option<Arc<VersionSpec>> {
+        self.versions.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+    }
+
+    pub fn add_version(&self, id: VersionId, spec: Arc<VersionSpec>) {
+        self.versions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, spec);
+    }
+
+    /// Resolves a label or an id among the versions known here.
+    pub fn resolve(&self, label_or_id: &str) -> Option<(VersionId, Arc<VersionSpec>)> {
         let id = self
             .labels
             .get(label_or_id)
             .cloned()
             .or_else(|| VersionId::parse(label_or_id))?;
-        self.versions.get_key_value(&id)
+        let spec = self.spec(&id)?;
+        Some((id, spec))
     }
 }
 
@@ -75,13 +118,16 @@ mod tests {
     fn routes(canary_share: f64) -> AgentRoutes {
         let champion = VersionId::parse("aaaaaaaaaaaaaaaa").unwrap();
         let canary = VersionId::parse("bbbbbbbbbbbbbbbb").unwrap();
-        AgentRoutes {
-            name: "assistant".into(),
-            labels: HashMap::new(),
-            versions: HashMap::new(),
-            champion,
-            canaries: vec![(canary, canary_share)],
-        }
+        AgentRoutes::new(
+            "assistant".into(),
+            HashMap::new(),
+            HashMap::new(),
+            Split {
+                champion,
+                canaries: vec![(canary, canary_share)],
+                revision: None,
+            },
+        )
     }
 
     #[test]

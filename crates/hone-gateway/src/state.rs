@@ -1,16 +1,17 @@
 //! The gateway's shared state, built once at start-up from the validated
-//! config: routes per agent, providers, the store, the recorder, metrics and
-//! the task tracker that shutdown waits on.
+//! config: routes per agent (their splits follow the deployments the learner
+//! stores), providers, the store, the recorder, metrics and the task tracker
+//! that shutdown waits on.
 
 use crate::auth::Auth;
 use crate::dispatch::{ProviderEntry, Providers};
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
 use crate::providers::AnyProvider;
-use crate::routing::AgentRoutes;
+use crate::routing::{AgentRoutes, Split};
 use hone_config::Config;
-use hone_store::{Recorder, RecorderOptions, SqliteStore, Store, StoreError};
-use hone_types::{VersionId, VersionRecord};
+use hone_store::{CycleStore, Recorder, RecorderOptions, SqliteStore, Store, StoreError};
+use hone_types::{VersionId, VersionRecord, VersionSpec};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::task::TaskTracker;
@@ -38,6 +39,10 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Unix seconds when the gateway started (`created` in `/v1/models`).
     pub started_at: i64,
+    /// The same store, seen as the learner's (deployments live there).
+    pub cycles: Arc<dyn CycleStore>,
+    /// Successful episodes retrieved as few-shot examples.
+    pub memory: crate::memory::EpisodicMemory,
 }
 
 pub fn now_ms() -> i64 {
@@ -50,10 +55,12 @@ pub fn now_ms() -> i64 {
 impl AppState {
     /// Opens the store, records the declared versions, and starts the recorder.
     pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
+        let sqlite = Arc::new(SqliteStore::open(
             &config.store.path,
             config.store.synchronous == hone_config::Synchronous::Full,
         )?);
+        let store: Arc<dyn Store> = sqlite.clone();
+        let cycles: Arc<dyn CycleStore> = sqlite;
         let now = now_ms();
         let declared: Vec<VersionRecord> = config
             .agents
@@ -106,13 +113,16 @@ impl AppState {
                 .collect::<Result<_, StartError>>()?;
             agents.insert(
                 name.clone(),
-                AgentRoutes {
-                    name: name.clone(),
-                    labels: agent.versions.iter().map(|(l, v)| (l.clone(), v.id.clone())).collect(),
+                AgentRoutes::new(
+                    name.clone(),
+                    agent.versions.iter().map(|(l, v)| (l.clone(), v.id.clone())).collect(),
                     versions,
-                    champion: id_of(&agent.deployment.champion)?,
-                    canaries,
-                },
+                    Split {
+                        champion: id_of(&agent.deployment.champion)?,
+                        canaries,
+                        revision: None,
+                    },
+                ),
             );
         }
 
@@ -150,7 +160,7 @@ impl AppState {
             source,
         })?;
 
-        Ok(Arc::new(Self {
+        let state = Self {
             auth: Auth::from_config(&config),
             config: Arc::new(config),
             agents,
@@ -160,7 +170,62 @@ impl AppState {
             metrics: Metrics::default(),
             tasks: TaskTracker::new(),
             started_at: now / 1000,
-        }))
+            cycles,
+            memory: crate::memory::EpisodicMemory::default(),
+        };
+        state.refresh_deployments()?;
+        Ok(Arc::new(state))
+    }
+
+    /// Applies the deployments the learner stored (a canary, a promotion, a
+    /// rollback) to routing. Until the learner first changes an agent's
+    /// deployment, the config's `[deployment]` stands.
+    pub fn refresh_deployments(&self) -> Result<(), StoreError> {
+        for stored in self.cycles.deployments()? {
+            let Some(routes) = self.agents.get(&stored.agent) else {
+                continue;
+            };
+            if stored.source == "config" || routes.split().revision == Some(stored.revision) {
+                continue;
+            }
+            let wanted = std::iter::once(&stored.champion).chain(stored.canary.as_ref());
+            for id in wanted {
+                if self.servable(routes, id)?.is_none() {
+                    tracing::error!(agent = %stored.agent, version = %id, "deployment names a version that cannot be served; keeping the current split");
+                    return Ok(());
+                }
+            }
+            let split = Split {
+                champion: stored.champion.clone(),
+                canaries: stored
+                    .canary
+                    .iter()
+                    .map(|c| (c.clone(), stored.canary_share))
+                    .collect(),
+                revision: Some(stored.revision),
+            };
+            tracing::info!(agent = %stored.agent, champion = %split.champion, canary = ?stored.canary, revision = stored.revision, "deployment changed");
+            routes.set_split(split);
+        }
+        Ok(())
+    }
+
+    /// A version of the agent, looked up in the store when it was created
+    /// after start (a candidate); `None` when unknown or its providers are not
+    /// configured here.
+    pub fn servable(&self, routes: &AgentRoutes, id: &VersionId) -> Result<Option<Arc<VersionSpec>>, StoreError> {
+        if let Some(spec) = routes.spec(id) {
+            return Ok(Some(spec));
+        }
+        let Some(record) = self.store.version(id)? else {
+            return Ok(None);
+        };
+        if record.agent != routes.name || !record.spec.routes.iter().all(|r| self.providers.contains_key(&r.provider)) {
+            return Ok(None);
+        }
+        let spec = Arc::new(record.spec);
+        routes.add_version(id.clone(), spec.clone());
+        Ok(Some(spec))
     }
 
     /// Waits until every call recorded so far is in the store, so that a

@@ -57,6 +57,16 @@ impl WindowEpisode {
     }
 }
 
+/// A successful episode as episodic memory keeps it: the task (its first
+/// user message) and the final answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Success {
+    pub episode_id: EpisodeId,
+    pub task: String,
+    pub answer: String,
+    pub reward: f64,
+}
+
 pub trait CycleStore: LearnStore {
     /// The agent's unfinished cycle, if any.
     fn open_cycle(&self, agent: &str) -> Result<Option<CycleInfo>, StoreError>;
@@ -138,6 +148,17 @@ pub trait CycleStore: LearnStore {
         spec_version: &str,
         limit: usize,
     ) -> Result<Vec<WindowEpisode>, StoreError>;
+
+    /// The agent's most recent `limit` non-evaluation episodes whose reward
+    /// under `spec_version` is at least `min_reward` and that ended in a
+    /// text answer, newest first.
+    fn successes(
+        &self,
+        agent: &str,
+        spec_version: &str,
+        min_reward: f64,
+        limit: usize,
+    ) -> Result<Vec<Success>, StoreError>;
 
     /// Non-evaluation episodes of the agent started at or after `since`.
     fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError>;

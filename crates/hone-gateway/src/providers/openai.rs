@@ -1,6 +1,8 @@
 //! Any OpenAI-compatible upstream: OpenAI, vLLM, SGLang, Ollama, llama.cpp.
 //! Requests pass through as JSON with only `model` changed; streams pass
-//! through byte for byte (each chunk is also parsed for the recorder).
+//! through byte for byte (each chunk is also parsed for the recorder). A
+//! route's LoRA adapter is asked for by name, as vLLM serves them; also
+//! embeddings (episodic memory) and vLLM's runtime adapter loading.
 
 use super::{
     http_client, sse_events, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent,
@@ -14,6 +16,7 @@ use std::time::Duration;
 pub struct OpenAiProvider {
     client: reqwest::Client,
     url: String,
+    base_url: String,
     api_key: Option<String>,
     timeout: Duration,
 }
@@ -23,21 +26,92 @@ impl OpenAiProvider {
         Ok(Self {
             client: http_client(config)?,
             url: format!("{}/chat/completions", config.base_url),
+            base_url: config.base_url.clone(),
             api_key,
             timeout: config.timeout,
         })
     }
 
     fn post(&self, body: Vec<u8>) -> reqwest::RequestBuilder {
+        self.post_to(&self.url, body)
+    }
+
+    fn post_to(&self, url: &str, body: Vec<u8>) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(&self.url)
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         match &self.api_key {
             Some(key) => builder.bearer_auth(key),
             None => builder,
         }
+    }
+}
+
+impl OpenAiProvider {
+    /// `POST /embeddings`: one vector per input, in input order.
+    pub async fn embed(&self, model: &str, inputs: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let body = serde_json::json!({"model": model, "input": inputs});
+        let response = self
+            .post_to(&format!("{}/embeddings", self.base_url), body.to_string().into_bytes())
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout))?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        #[derive(serde::Deserialize)]
+        struct Item {
+            index: usize,
+            embedding: Vec<f32>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            data: Vec<Item>,
+        }
+        let body = response.bytes().await.map_err(|e| transport_error(e, self.timeout))?;
+        let mut answer: Answer = serde_json::from_slice(&body)
+            .map_err(|e| ProviderError::Protocol(format!("not an embeddings list: {e}")))?;
+        answer.data.sort_by_key(|i| i.index);
+        if answer.data.len() != inputs.len() {
+            return Err(ProviderError::Protocol(format!(
+                "asked for {} embeddings, got {}",
+                inputs.len(),
+                answer.data.len()
+            )));
+        }
+        Ok(answer.data.into_iter().map(|i| i.embedding).collect())
+    }
+
+    /// `POST /load_lora_adapter` (vLLM's runtime LoRA loading): serves the
+    /// adapter at `path` under the model name `name`.
+    pub async fn load_lora_adapter(&self, name: &str, path: &str) -> Result<(), ProviderError> {
+        let body = serde_json::json!({"lora_name": name, "lora_path": path});
+        let response = self
+            .post_to(&format!("{}/load_lora_adapter", self.base_url), body.to_string().into_bytes())
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout))?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        Ok(())
+    }
+}
+
+/// The request as sent upstream: a route with a LoRA adapter asks for the
+/// adapter by name (how vLLM serves adapters loaded at runtime).
+fn encode_for(request: &ChatCompletionRequest, route: &Route) -> Result<Vec<u8>, ProviderError> {
+    match &route.adapter {
+        Some(adapter) => {
+            let mut upstream = request.clone();
+            upstream.model.clone_from(adapter);
+            encode(&upstream)
+        }
+        None => encode(request),
     }
 }
 
@@ -49,10 +123,10 @@ impl Provider for OpenAiProvider {
     async fn complete(
         &self,
         request: &ChatCompletionRequest,
-        _route: &Route,
+        route: &Route,
     ) -> Result<ChatCompletionResponse, ProviderError> {
         let response = self
-            .post(encode(request)?)
+            .post(encode_for(request, route)?)
             .timeout(self.timeout)
             .send()
             .await
@@ -64,7 +138,7 @@ impl Provider for OpenAiProvider {
         serde_json::from_slice(&body).map_err(|e| ProviderError::Protocol(format!("not a chat.completion: {e}")))
     }
 
-    async fn stream(&self, request: &ChatCompletionRequest, _route: &Route) -> Result<ChunkStream, ProviderError> {
+    async fn stream(&self, request: &ChatCompletionRequest, route: &Route) -> Result<ChunkStream, ProviderError> {
         // Always ask for usage so the call can be priced; the gateway drops the
         // usage chunk again when the client did not ask for it.
         let mut upstream = request.clone();
@@ -75,7 +149,7 @@ impl Provider for OpenAiProvider {
         });
         options.include_usage = Some(true);
         let response = self
-            .post(encode(&upstream)?)
+            .post(encode_for(&upstream, route)?)
             .send()
             .await
             .map_err(|e| transport_error(e, self.timeout))?;

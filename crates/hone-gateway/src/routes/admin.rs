@@ -60,11 +60,12 @@ pub async fn deployments(State(state): State<Arc<AppState>>, headers: HeaderMap)
         .agents
         .values()
         .map(|agent| {
-            let canary_total: f64 = agent.canaries.iter().map(|(_, s)| s).sum();
+            let current = agent.split();
+            let canary_total: f64 = current.canaries.iter().map(|(_, s)| s).sum();
             let mut split =
-                vec![serde_json::json!({"version": agent.champion, "role": "champion", "share": 1.0 - canary_total})];
+                vec![serde_json::json!({"version": current.champion, "role": "champion", "share": 1.0 - canary_total})];
             split.extend(
-                agent
+                current
                     .canaries
                     .iter()
                     .map(|(v, s)| serde_json::json!({"version": v, "role": "canary", "share": s})),

@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
 use hone_types::stream::StreamAccumulator;
 use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
 use std::sync::Arc;
@@ -33,6 +33,8 @@ struct CallContext {
     version_id: VersionId,
     version: Arc<VersionSpec>,
     request: ChatCompletionRequest,
+    /// Few-shot examples from episodic memory (the version's `examples` policy).
+    examples: Vec<Message>,
     started_at: i64,
     received: Instant,
 }
@@ -94,7 +96,10 @@ impl CallContext {
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let received = Instant::now();
-    let result = accept(&state, &headers, body, received).await;
+    let mut result = accept(&state, &headers, body, received).await;
+    if let Ok(context) = &mut result {
+        context.examples = recall(&state, context).await;
+    }
     match result {
         Ok(context) if context.request.is_stream() => stream(state, context).await,
         Ok(context) => complete(state, context).await,
@@ -140,24 +145,32 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
     let (version_id, version) = match headers.get(&VERSION_HEADER) {
         Some(value) => {
             let text = value.to_str().unwrap_or_default();
-            let (id, spec) = agent.resolve(text).ok_or_else(|| {
+            let not_found = || {
                 ApiError::not_found(
                     "version_not_found",
                     format!("X-Hone-Version `{text}` is not a servable version of agent `{}` (give a label from the config or a version id)", agent.name),
                 )
-            })?;
-            (id.clone(), spec.clone())
+            };
+            match agent.resolve(text) {
+                Some(found) => found,
+                // A version created after start (a candidate under evaluation).
+                None => {
+                    let id = VersionId::parse(text).ok_or_else(not_found)?;
+                    let spec = lookup(state, agent, &id)?.ok_or_else(not_found)?;
+                    (id, spec)
+                }
+            }
         }
         None => {
             let id = agent.choose(&episode);
-            let spec = agent.versions.get(id).cloned().ok_or_else(|| {
+            let spec = lookup(state, agent, &id)?.ok_or_else(|| {
                 ApiError::new(
                     ErrorKind::Internal,
                     "version_missing",
                     format!("deployed version {id} has no spec"),
                 )
             })?;
-            (id.clone(), spec)
+            (id, spec)
         }
     };
     Ok(CallContext {
@@ -167,6 +180,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         version_id,
         version,
         request,
+        examples: Vec::new(),
         started_at,
         received,
     })
@@ -259,7 +273,13 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         let state = task_state;
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
-        let result = dispatch::complete(&state.providers, &context.version, &context.request, &mut attempts).await;
+        let result = dispatch::complete(
+            &state.providers,
+            &context.version,
+            &context.request,
+            &context.examples,
+            &mut attempts,
+        ).await;
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
         let retries = attempts.len();
         let (mut outcome, client_reply) = match result {
@@ -348,7 +368,13 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         let state = task_state;
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
-        let result = dispatch::stream(&state.providers, &context.version, &context.request, &mut attempts).await;
+        let result = dispatch::stream(
+            &state.providers,
+            &context.version,
+            &context.request,
+            &context.examples,
+            &mut attempts,
+        ).await;
         let Answered {
             route,
             value: mut upstream,
@@ -471,5 +497,48 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         }
         Ok(Err(error)) => with_headers(error.into_response(), headers),
         Err(_) => task_ended_without_answer(),
+    }
+}
+
+/// A version's spec, from memory or (once, on first use of a version created
+/// after start) from the store: one primary-key read.
+fn lookup(
+    state: &AppState,
+    agent: &crate::routing::AgentRoutes,
+    id: &VersionId,
+) -> Result<Option<Arc<VersionSpec>>, ApiError> {
+    state.servable(agent, id).map_err(ApiError::from)
+}
+
+/// The version's few-shot examples; a failed retrieval is logged and the
+/// call goes on without them (memory must never fail a user's call).
+async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
+    let Some(policy) = &context.version.examples else {
+        return Vec::new();
+    };
+    let Some(agent) = state.config.agents.get(&context.agent) else {
+        return Vec::new();
+    };
+    let query = crate::memory::task_of(&context.request.messages);
+    if query.is_empty() {
+        return Vec::new();
+    }
+    match state
+        .memory
+        .examples(
+            &state.cycles,
+            &state.providers,
+            &context.agent,
+            &agent.reward.version(),
+            policy,
+            &query,
+        )
+        .await
+    {
+        Ok(examples) => examples,
+        Err(e) => {
+            tracing::warn!(agent = %context.agent, version = %context.version_id, error = %e, "no examples retrieved");
+            Vec::new()
+        }
     }
 }

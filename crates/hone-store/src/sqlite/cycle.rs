@@ -2,7 +2,7 @@
 //! changes compare the stored revision inside it.
 
 use super::{lock, SqliteStore};
-use crate::{CandidateUpdate, CycleStore, StoreError, WindowEpisode};
+use crate::{CandidateUpdate, CycleStore, StoreError, Success, WindowEpisode};
 use hone_types::{
     Alert, Candidate, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
 };
@@ -354,6 +354,59 @@ impl CycleStore for SqliteStore {
             }
             Ok(out)
         })
+    }
+
+    fn successes(
+        &self,
+        agent: &str,
+        spec_version: &str,
+        min_reward: f64,
+        limit: usize,
+    ) -> Result<Vec<Success>, StoreError> {
+        let rows = self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT r.episode_id, r.value,
+                        (SELECT json_extract(c.record, '$.request.messages') FROM calls c
+                          WHERE c.episode_id = r.episode_id ORDER BY c.started_at LIMIT 1),
+                        (SELECT json_extract(c.record, '$.response.choices[0].message.content') FROM calls c
+                          WHERE c.episode_id = r.episode_id ORDER BY c.started_at DESC LIMIT 1)
+                 FROM rewards r
+                 WHERE r.agent = ?1 AND r.spec_version = ?2 AND r.value >= ?3 AND r.episode_id NOT LIKE 'eval.%'
+                 ORDER BY r.computed_at DESC, r.episode_id DESC
+                 LIMIT ?4",
+            )?;
+            let rows = stmt.query_map(params![agent, spec_version, min_reward, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, f64>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        let mut out = Vec::new();
+        for (id, reward, messages, answer) in rows {
+            let (Some(messages), Some(answer)) = (messages, answer) else {
+                continue;
+            };
+            let messages: Vec<Value> = serde_json::from_str(&messages)?;
+            let task = messages
+                .iter()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            if task.is_empty() || answer.trim().is_empty() {
+                continue;
+            }
+            out.push(Success {
+                episode_id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
+                task: task.to_owned(),
+                answer,
+                reward,
+            });
+        }
+        Ok(out)
     }
 
     fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError> {
