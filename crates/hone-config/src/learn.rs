@@ -239,8 +239,12 @@ pub const RATE_METRICS: [&str; 6] = [
     "tool_use",
 ];
 
-/// A rate's largest allowed rise over the champion's (absolute, in [0, 1]);
-/// `mean_length` is a relative change (0.5: ±50%).
+/// Measures that are means, not rates: `mean_length` (relative change either
+/// way), `reward` (absolute drop), `cost` and `latency` (relative rise).
+pub const MEAN_METRICS: [&str; 4] = ["mean_length", "reward", "cost", "latency"];
+
+/// A rate's largest allowed rise over the champion's (absolute, in [0, 1];
+/// `tool_use` either way), and the [`MEAN_METRICS`] bounds.
 pub type Bounds = BTreeMap<String, f64>;
 
 fn default_bounds() -> Bounds {
@@ -252,6 +256,9 @@ fn default_bounds() -> Bounds {
         ("error", 0.02),
         ("tool_use", 0.2),
         ("mean_length", 0.5),
+        ("reward", 0.1),
+        ("cost", 0.5),
+        ("latency", 1.0),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -261,10 +268,14 @@ fn default_bounds() -> Bounds {
 fn bounds(field: &str, raw: BTreeMap<String, f64>) -> Result<Bounds, ConfigError> {
     let mut out = default_bounds();
     for (name, value) in raw {
-        if !(RATE_METRICS.contains(&name.as_str()) || name == "mean_length") {
+        if !(RATE_METRICS.contains(&name.as_str()) || MEAN_METRICS.contains(&name.as_str())) {
             return Err(ConfigError::at(
                 format!("{field}.{name}"),
-                format!("unknown metric (known: {}, mean_length)", RATE_METRICS.join(", ")),
+                format!(
+                    "unknown metric (known: {}, {})",
+                    RATE_METRICS.join(", "),
+                    MEAN_METRICS.join(", ")
+                ),
             ));
         }
         if !(value.is_finite() && value >= 0.0) {

@@ -16,7 +16,7 @@ pub use env::expand_env;
 pub use load::{load_file, load_str, ConfigError};
 pub use learn::{
     Bounds, DeploymentPolicy, GateSpec, LearnBudget, LearnSpec, MonitorSpec, Objective, OptimiserSpec, TrainingSpec,
-    RATE_METRICS,
+    MEAN_METRICS, RATE_METRICS,
 };
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,

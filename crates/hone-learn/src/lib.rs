@@ -6,15 +6,28 @@
 //! - [`eval`]: a version run over a dataset through the gateway (replay or
 //!   the agent's endpoint), scored per instance; [`compare`]: two versions paired.
 //!
+//! - [`cycle`]: the learning cycle, a persisted state machine per agent:
+//!   [`optimiser`]s propose candidates, the [`gate`] proves them, the
+//!   [`front`] keeps the Pareto-optimal ones, [`deploy`] ships one as a
+//!   canary; [`watch`] runs the online [`monitor`]s, promotes or rolls back.
+//!
 //! Everything talks to models through the gateway ([`client`]), so judge and
 //! evaluation calls are recorded like production ones.
 
 pub mod client;
 pub mod compare;
 pub mod critics;
+pub mod cycle;
 pub mod dataset;
+pub mod deploy;
 pub mod episode;
 pub mod eval;
+pub mod front;
+pub mod gate;
 pub mod judge;
+pub mod monitor;
+pub mod optimiser;
 pub mod reward;
+pub mod schedule;
 pub mod stats;
+pub mod watch;

@@ -349,3 +349,49 @@ pub async fn recompute(
     report.mean = (report.episodes > 0).then(|| sum / report.episodes as f64);
     Ok(report)
 }
+
+/// Scores the agent's episodes started in `[since, until)` that have no
+/// reward under the current spec yet (evaluation episodes excluded), in
+/// batches of 200 (a relative judge groups within a batch). Returns how many
+/// were scored.
+pub async fn reward_pending(
+    store: &dyn LearnStore,
+    rewarder: &Rewarder,
+    since: Option<i64>,
+    until: Option<i64>,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let mut pending = Vec::new();
+    store.scan_episodes(
+        &hone_store::EpisodeFilter {
+            agent: rewarder.agent.clone(),
+            since,
+            until,
+            spec_version: Some(rewarder.spec_version.clone()),
+            ..hone_store::EpisodeFilter::default()
+        },
+        &mut |facts| {
+            if facts.reward.is_none() {
+                pending.push(facts.id);
+            }
+            Ok(())
+        },
+    )?;
+    let mut scored = 0;
+    for batch in pending.chunks(200) {
+        let mut episodes = Vec::with_capacity(batch.len());
+        for id in batch {
+            if let Some(e) = store.episode(id)? {
+                episodes.push(e);
+            }
+        }
+        let verdicts = rewarder.judge(&episodes).await;
+        let rewards: Vec<RewardRecord> = episodes
+            .iter()
+            .map(|e| rewarder.score(e, None, verdicts.get(&e.summary.id), now))
+            .collect();
+        store.put_rewards(&rewards)?;
+        scored += rewards.len() as u64;
+    }
+    Ok(scored)
+}

@@ -46,3 +46,74 @@ pub fn sign_test(wins: u64, losses: u64) -> f64 {
 fn ln_factorial(n: u64) -> f64 {
     (2..=n).map(|i| (i as f64).ln()).sum()
 }
+
+/// Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, |error| < 1.5e-7).
+pub fn normal_cdf(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erf = 1.0 - poly * (-x * x).exp();
+    if z >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
+    }
+}
+
+/// One-sided two-proportion z-test: the p-value that the rate of B
+/// (`hits_b / n_b`) exceeds that of A by chance alone (pooled variance).
+pub fn two_proportion_p(hits_a: u64, n_a: u64, hits_b: u64, n_b: u64) -> f64 {
+    if n_a == 0 || n_b == 0 {
+        return 1.0;
+    }
+    let (pa, pb) = (hits_a as f64 / n_a as f64, hits_b as f64 / n_b as f64);
+    let pooled = (hits_a + hits_b) as f64 / (n_a + n_b) as f64;
+    let se = (pooled * (1.0 - pooled) * (1.0 / n_a as f64 + 1.0 / n_b as f64)).sqrt();
+    if se == 0.0 {
+        return if pb > pa { 0.0 } else { 1.0 };
+    }
+    1.0 - normal_cdf((pb - pa) / se)
+}
+
+/// One-sided Welch z-test on means: the p-value that B's mean exceeds A's
+/// by chance alone.
+pub fn mean_greater_p(a: &[f64], b: &[f64]) -> f64 {
+    let (Some(ma), Some(mb)) = (mean(a), mean(b)) else {
+        return 1.0;
+    };
+    let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64;
+    let se = (var(a, ma) / a.len() as f64 + var(b, mb) / b.len() as f64).sqrt();
+    if se == 0.0 {
+        return if mb > ma { 0.0 } else { 1.0 };
+    }
+    1.0 - normal_cdf((mb - ma) / se)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normal_cdf_matches_tables() {
+        for (z, expected) in [(0.0, 0.5), (1.96, 0.975_002_1), (-1.645, 0.049_984_7), (3.0, 0.998_650_1)] {
+            assert!((normal_cdf(z) - expected).abs() < 1e-6, "Φ({z}) = {}", normal_cdf(z));
+        }
+    }
+
+    #[test]
+    fn two_proportion_test_by_hand() {
+        // 2/100 vs 12/100: pooled 0.07, se = sqrt(0.07·0.93·0.02) = 0.036083, z = 2.7714, p = 0.00279.
+        let p = two_proportion_p(2, 100, 12, 100);
+        assert!((p - 0.002_79).abs() < 2e-5, "{p}");
+        assert!(two_proportion_p(12, 100, 2, 100) > 0.99);
+        assert_eq!(two_proportion_p(0, 10, 0, 10), 1.0);
+    }
+
+    #[test]
+    fn mean_test_sees_a_shift() {
+        let a: Vec<f64> = (0..50).map(|i| f64::from(i % 5)).collect();
+        let b: Vec<f64> = a.iter().map(|x| x + 1.0).collect();
+        assert!(mean_greater_p(&a, &b) < 0.01);
+        assert!(mean_greater_p(&b, &a) > 0.99);
+    }
+}

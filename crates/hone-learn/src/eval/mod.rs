@@ -138,8 +138,14 @@ impl Evaluator {
             total,
             failed: 0,
         });
+        let todo: Vec<(usize, Instance)> = todo.into_iter().map(|(i, item)| (i, item.clone())).collect();
         let mut stream = futures::stream::iter(todo)
-            .map(|(index, instance)| self.run_instance(&id, index, instance, version, target, options))
+            // Owned items: a closure over borrowed ones is not provably `Send`
+            // for every lifetime, and an evaluation must run on spawned tasks.
+            .map(|(index, instance): (usize, Instance)| {
+                let id = &id;
+                async move { self.run_instance(id, index, &instance, version, target, options).await }
+            })
             .buffer_unordered(options.concurrency.max(1));
         while let Some(result) = stream.next().await {
             let result = result?;

@@ -1,0 +1,320 @@
+//! Deployment decisions (DESIGN.md "Deployment"): start a canary, promote
+//! it, roll it (or the champion) back. Every change is one compare-and-swap
+//! on the agent's stored deployment together with the candidate's new
+//! status and its history, so a decision is applied once or not at all.
+
+use hone_config::{AgentConfig, Config, ProviderKind};
+use hone_gateway::providers::OpenAiProvider;
+use hone_gateway::state::now_ms;
+use hone_store::{CandidateUpdate, CycleStore};
+use hone_types::{Alert, Candidate, CandidateStatus, Deployment, HistoryEvent, VersionId};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// The agent's deployment as stored, or as the config declares it (with no
+/// revision) until the learner first changes it.
+pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deployment, Option<u64>), String> {
+    if let Some(d) = store.deployment(&agent.name).map_err(|e| e.to_string())? {
+        let revision = d.revision;
+        return Ok((d, Some(revision)));
+    }
+    let champion = agent
+        .versions
+        .get(&agent.deployment.champion)
+        .map(|v| v.id.clone())
+        .ok_or_else(|| format!("agent `{}` has no champion version", agent.name))?;
+    Ok((
+        Deployment {
+            agent: agent.name.clone(),
+            champion,
+            canary: None,
+            canary_share: agent.deployment.canary_share,
+            canary_since: None,
+            previous: Vec::new(),
+            revision: 0,
+            source: "config".to_owned(),
+            updated_at: 0,
+        },
+        None,
+    ))
+}
+
+/// Where adapters named by versions live for `provider`.
+pub fn adapters_dir(config: &Config, provider: &str) -> PathBuf {
+    config
+        .providers
+        .get(provider)
+        .and_then(|p| p.local.as_ref())
+        .and_then(|l| l.adapters_dir.clone())
+        .unwrap_or_else(|| config.gateway.data_dir.join("adapters"))
+}
+
+/// Makes the candidate's adapters servable: the embedded engine hot-swaps an
+/// adapter found in its directory on first use; an OpenAI-compatible server
+/// (vLLM) is asked to load it with `/v1/load_lora_adapter`. Any failure
+/// refuses the deploy.
+pub async fn prepare_adapters(config: &Config, candidate: &hone_types::VersionSpec) -> Result<Vec<String>, String> {
+    let mut done = Vec::new();
+    for route in &candidate.routes {
+        let Some(adapter) = &route.adapter else { continue };
+        let provider = config
+            .providers
+            .get(&route.provider)
+            .ok_or_else(|| format!("provider `{}` is not configured", route.provider))?;
+        let path = adapters_dir(config, &route.provider).join(adapter);
+        match provider.kind {
+            ProviderKind::Local => {
+                if !path.join("adapter_config.json").exists() {
+                    return Err(format!("adapter `{adapter}` is not in {}", path.display()));
+                }
+                done.push(format!("adapter {adapter} ready for the embedded engine (hot-swapped on first use)"));
+            }
+            ProviderKind::OpenAi => {
+                let key = provider
+                    .api_key_env
+                    .as_ref()
+                    .and_then(|name| std::env::var(name).ok())
+                    .filter(|k| !k.is_empty());
+                let upstream = OpenAiProvider::new(provider, key)?;
+                let absolute = std::path::absolute(&path).unwrap_or(path);
+                upstream
+                    .load_lora_adapter(adapter, &absolute.display().to_string())
+                    .await
+                    .map_err(|e| format!("`{}` refused to load adapter `{adapter}`: {e}", route.provider))?;
+                done.push(format!("adapter {adapter} loaded by `{}`", route.provider));
+            }
+            ProviderKind::Anthropic => {
+                return Err(format!(
+                    "provider `{}` (Anthropic) cannot serve LoRA adapters",
+                    route.provider
+                ))
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// What a deployment change did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    Applied(String),
+    /// Already in the asked state (a resumed decision): nothing written.
+    AlreadyDone(String),
+    Refused(String),
+}
+
+/// Approves a candidate and makes it the canary on the configured share of
+/// new episodes.
+pub async fn start_canary(
+    config: &Config,
+    store: &dyn CycleStore,
+    agent: &AgentConfig,
+    candidate: &Candidate,
+    approved_by: &str,
+) -> Result<Change, String> {
+    let (deployment, revision) = current(store, agent)?;
+    if deployment.canary.as_ref() == Some(&candidate.version_id) {
+        return Ok(Change::AlreadyDone(format!("{} is already the canary", candidate.version_id)));
+    }
+    if deployment.champion == candidate.version_id {
+        return Ok(Change::AlreadyDone(format!("{} is already the champion", candidate.version_id)));
+    }
+    if let Some(canary) = &deployment.canary {
+        return Ok(Change::Refused(format!(
+            "canary {canary} is still running; promote or roll it back first"
+        )));
+    }
+    if !matches!(candidate.status, CandidateStatus::OnFront | CandidateStatus::Approved) {
+        return Ok(Change::Refused(format!(
+            "candidate {} is {}, not on the front",
+            candidate.version_id,
+            candidate.status.as_str()
+        )));
+    }
+    let record = store
+        .version(&candidate.version_id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("version {} is not stored", candidate.version_id))?;
+    let now = now_ms();
+    let prepared = match prepare_adapters(config, &record.spec).await {
+        Ok(p) => p,
+        Err(why) => {
+            let reason = format!("deploy refused: {why}");
+            store
+                .update_candidates(
+                    &[update(candidate, CandidateStatus::OnFront, &reason)],
+                    &[HistoryEvent::new(&agent.name, now, "deploy_refused", &reason)
+                        .version(&candidate.version_id)
+                        .cycle(&candidate.cycle_id)],
+                    now,
+                )
+                .map_err(|e| e.to_string())?;
+            return Ok(Change::Refused(reason));
+        }
+    };
+    let next = Deployment {
+        canary: Some(candidate.version_id.clone()),
+        canary_share: agent.deployment.canary_share,
+        canary_since: Some(now),
+        source: "learner".to_owned(),
+        ..deployment.clone()
+    };
+    let summary = format!(
+        "{} approved by {approved_by}; canary on {:.0}% of new episodes against champion {}",
+        candidate.version_id,
+        next.canary_share * 100.0,
+        deployment.champion
+    );
+    let events = [
+        HistoryEvent::new(&agent.name, now, "approve", format!("{} approved by {approved_by}", candidate.version_id))
+            .version(&candidate.version_id)
+            .cycle(&candidate.cycle_id),
+        HistoryEvent::new(&agent.name, now, "canary", &summary)
+            .version(&candidate.version_id)
+            .cycle(&candidate.cycle_id)
+            .evidence(json!({"scores": candidate.scores, "adapters": prepared, "champion": deployment.champion})),
+    ];
+    let applied = store
+        .change_deployment(
+            &next,
+            revision,
+            &[update(candidate, CandidateStatus::Canary, &summary)],
+            &events,
+            None,
+            now,
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(if applied {
+        Change::Applied(summary)
+    } else {
+        Change::Refused("the deployment changed meanwhile; try again".into())
+    })
+}
+
+fn update(candidate: &Candidate, status: CandidateStatus, reason: &str) -> CandidateUpdate {
+    CandidateUpdate {
+        cycle_id: candidate.cycle_id.clone(),
+        version_id: candidate.version_id.clone(),
+        status,
+        reason: Some(reason.to_owned()),
+        scores: None,
+    }
+}
+
+/// The newest candidate row of a version (its current fate).
+pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) -> Result<Option<Candidate>, String> {
+    Ok(store
+        .candidates(agent, None)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .rev()
+        .find(|c| &c.version_id == version))
+}
+
+/// Makes the canary the champion.
+pub fn promote(store: &dyn CycleStore, agent: &AgentConfig, evidence: serde_json::Value, why: &str) -> Result<Change, String> {
+    let (deployment, revision) = current(store, agent)?;
+    let Some(canary) = deployment.canary.clone() else {
+        return Ok(Change::AlreadyDone("no canary to promote".into()));
+    };
+    let now = now_ms();
+    let mut previous = deployment.previous.clone();
+    previous.push(deployment.champion.clone());
+    let next = Deployment {
+        champion: canary.clone(),
+        canary: None,
+        canary_since: None,
+        previous,
+        source: "learner".to_owned(),
+        ..deployment.clone()
+    };
+    let summary = format!("{canary} promoted to champion (was {}): {why}", deployment.champion);
+    let updates: Vec<CandidateUpdate> = candidate_of(store, &agent.name, &canary)?
+        .map(|c| update(&c, CandidateStatus::Champion, &summary))
+        .into_iter()
+        .collect();
+    let event = HistoryEvent::new(&agent.name, now, "promote", &summary)
+        .version(&canary)
+        .evidence(evidence);
+    let applied = store
+        .change_deployment(&next, revision, &updates, &[event], None, now)
+        .map_err(|e| e.to_string())?;
+    Ok(if applied {
+        Change::Applied(summary)
+    } else {
+        Change::Refused("the deployment changed meanwhile".into())
+    })
+}
+
+/// Rolls the canary back, or — with no canary — restores the previous
+/// champion. `alert` is stored with the change when a monitor caused it.
+pub fn rollback(
+    store: &dyn CycleStore,
+    agent: &AgentConfig,
+    why: &str,
+    alert: Option<&Alert>,
+) -> Result<Change, String> {
+    let (deployment, revision) = current(store, agent)?;
+    let now = now_ms();
+    let (next, removed, summary) = match (&deployment.canary, deployment.previous.last()) {
+        (Some(canary), _) => (
+            Deployment {
+                canary: None,
+                canary_since: None,
+                source: "learner".to_owned(),
+                ..deployment.clone()
+            },
+            canary.clone(),
+            format!("canary {canary} rolled back; champion {} keeps all traffic: {why}", deployment.champion),
+        ),
+        (None, Some(previous)) => {
+            let mut earlier = deployment.previous.clone();
+            earlier.pop();
+            (
+                Deployment {
+                    champion: previous.clone(),
+                    previous: earlier,
+                    source: "learner".to_owned(),
+                    ..deployment.clone()
+                },
+                deployment.champion.clone(),
+                format!("champion {} rolled back to {previous}: {why}", deployment.champion),
+            )
+        }
+        (None, None) => {
+            return Ok(Change::Refused(format!(
+                "agent `{}` has no canary and no earlier champion to roll back to",
+                agent.name
+            )))
+        }
+    };
+    let updates: Vec<CandidateUpdate> = candidate_of(store, &agent.name, &removed)?
+        .map(|c| update(&c, CandidateStatus::RolledBack, &summary))
+        .into_iter()
+        .collect();
+    let mut events = Vec::new();
+    if let Some(a) = alert {
+        events.push(
+            HistoryEvent::new(
+                &agent.name,
+                now,
+                "alert",
+                format!(
+                    "{} on {}: {:.3} vs champion {:.3} over {} / {} episodes (p = {:.4})",
+                    a.metric, a.version_id, a.canary_rate, a.champion_rate, a.canary_episodes, a.champion_episodes, a.p_value
+                ),
+            )
+            .version(&a.version_id)
+            .evidence(json!({"episodes": a.episodes})),
+        );
+    }
+    events.push(HistoryEvent::new(&agent.name, now, "rollback", &summary).version(&removed));
+    let applied = store
+        .change_deployment(&next, revision, &updates, &events, alert, now)
+        .map_err(|e| e.to_string())?;
+    Ok(if applied {
+        Change::Applied(summary)
+    } else {
+        Change::Refused("the deployment changed meanwhile".into())
+    })
+}

@@ -1,0 +1,155 @@
+//! The gate (DESIGN.md "Gate"): a candidate advances only if it beats the
+//! champion on the objective with confidence, regresses no previously
+//! passing case beyond the tolerance (flips confirmed by re-runs), and keeps
+//! its behaviour rates within bounds of the champion's. Pure: it reads
+//! evaluation results and decides, with every reason written down.
+
+use crate::compare::Comparison;
+use crate::eval::EvalSummary;
+use crate::stats::{bootstrap_ci, mean};
+use hone_config::{GateSpec, Objective};
+use hone_types::InstanceResult;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateDecision {
+    pub passed: bool,
+    /// Why it was pruned (empty when it passed).
+    pub reasons: Vec<String>,
+    /// What the gate saw, in one line.
+    pub evidence: String,
+}
+
+/// Paired reward differences (candidate − champion) on first runs; a failed
+/// run scores as the worst either side saw.
+pub fn paired_diffs(champion: &[InstanceResult], candidate: &[InstanceResult]) -> Vec<f64> {
+    let first = |rs: &[InstanceResult]| -> BTreeMap<String, Option<f64>> {
+        rs.iter()
+            .filter(|r| r.attempt == 0)
+            .map(|r| (r.instance_id.clone(), r.score))
+            .collect()
+    };
+    let (a, b) = (first(champion), first(candidate));
+    a.iter()
+        .filter_map(|(id, xa)| {
+            let xb = b.get(id)?;
+            match (xa, xb) {
+                (Some(x), Some(y)) => Some(y - x),
+                (Some(x), None) => Some(x.min(0.0) - 1.0 - x),
+                (None, Some(y)) => Some(y - (y.min(0.0) - 1.0)),
+                (None, None) => None,
+            }
+        })
+        .collect()
+}
+
+/// The behaviour rates the gate bounds, by metric name.
+pub fn rates(summary: &EvalSummary) -> BTreeMap<String, f64> {
+    let r = &summary.rates;
+    let errors = summary.errors as f64 / summary.instances.max(1) as f64;
+    [
+        ("invalid_tool_call", r.invalid_tool_call),
+        ("clarifying_question", r.clarifying_question),
+        ("refusal", r.refusal),
+        ("empty", r.empty),
+        ("error", errors),
+        ("tool_use", r.tool_use),
+        ("mean_length", r.mean_answer_chars),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+pub struct GateInput<'a> {
+    pub spec: &'a GateSpec,
+    pub objective: &'a [Objective],
+    pub champion: &'a EvalSummary,
+    pub candidate: &'a EvalSummary,
+    /// Paired differences on the target set.
+    pub diffs: &'a [f64],
+    /// Champion (A) vs candidate (B) on the target and regression sets.
+    pub comparisons: &'a [&'a Comparison],
+}
+
+pub fn decide(input: &GateInput<'_>) -> GateDecision {
+    let spec = input.spec;
+    let mut reasons = Vec::new();
+    let gain = mean(input.diffs).unwrap_or(0.0);
+    let ci = bootstrap_ci(input.diffs, spec.confidence, 17);
+    let (lo, hi) = ci.unwrap_or((0.0, 0.0));
+    let pct = (spec.confidence * 100.0).round();
+    let better_reward = lo > 0.0;
+    let not_worse = lo >= 0.0 || (input.diffs.iter().all(|d| *d >= 0.0) && !input.diffs.is_empty());
+    let cheaper = |a: f64, b: f64| a < b * 0.9;
+    let better_secondary: Vec<&str> = input
+        .objective
+        .iter()
+        .filter(|o| match o {
+            Objective::MinCost => cheaper(input.candidate.mean_cost_usd, input.champion.mean_cost_usd),
+            Objective::MinLatency => cheaper(input.candidate.mean_latency_ms, input.champion.mean_latency_ms),
+            Objective::MaxReward => false,
+        })
+        .map(|o| o.as_str())
+        .collect();
+    if input.diffs.is_empty() {
+        reasons.push("no instance could be compared".to_owned());
+    } else if !(better_reward || not_worse && !better_secondary.is_empty()) {
+        reasons.push(if not_worse {
+            format!("does not beat the champion: reward {gain:+.3} ({pct}% CI [{lo:.3}, {hi:.3}]) and no cheaper or faster by 10%")
+        } else {
+            format!("does not beat the champion with {pct}% confidence: reward {gain:+.3} ({pct}% CI [{lo:.3}, {hi:.3}])")
+        });
+    }
+    let mut regressed: Vec<String> = input
+        .comparisons
+        .iter()
+        .flat_map(|c| c.regressions.iter().filter(|f| f.confirmed))
+        .map(|f| format!("{} ({}/{} vs {}/{})", f.instance_id, f.b_passes, f.runs, f.a_passes, f.runs))
+        .collect();
+    regressed.sort();
+    regressed.dedup();
+    if regressed.len() > spec.tolerance {
+        reasons.push(format!(
+            "breaks {} previously passing case{} (tolerance {}): {}",
+            regressed.len(),
+            if regressed.len() == 1 { "" } else { "s" },
+            spec.tolerance,
+            regressed.join(", ")
+        ));
+    }
+    let (a, b) = (rates(input.champion), rates(input.candidate));
+    for (metric, bound) in &spec.bounds {
+        let (Some(x), Some(y)) = (a.get(metric), b.get(metric)) else {
+            continue;
+        };
+        let out = match metric.as_str() {
+            "mean_length" => *x > 0.0 && ((y / x) - 1.0).abs() > *bound,
+            "tool_use" => (y - x).abs() > *bound,
+            _ => y - x > *bound,
+        };
+        if out {
+            reasons.push(format!(
+                "{metric} {y:.3} vs champion {x:.3} is beyond its bound {bound}"
+            ));
+        }
+    }
+    let evidence = format!(
+        "reward {:.3} vs {:.3} ({gain:+.3}, {pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        input.candidate.mean_score.unwrap_or(0.0),
+        input.champion.mean_score.unwrap_or(0.0),
+        input.candidate.mean_cost_usd,
+        input.champion.mean_cost_usd,
+        regressed.len(),
+        if better_secondary.is_empty() {
+            String::new()
+        } else {
+            format!(", better on {}", better_secondary.join(", "))
+        }
+    );
+    GateDecision {
+        passed: reasons.is_empty(),
+        reasons,
+        evidence,
+    }
+}

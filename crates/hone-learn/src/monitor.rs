@@ -1,0 +1,97 @@
+//! Online monitors (DESIGN.md "Monitor"): a canary's reward, behaviour
+//! rates, error rate, cost and latency over a sliding window of its recent
+//! episodes, against the champion's over the same period. A rate that rose
+//! beyond its bound with significance (one-sided two-proportion z-test), or
+//! a mean that moved beyond its bound (Welch z-test), fires.
+
+use crate::stats::{mean, mean_greater_p, two_proportion_p};
+use hone_config::{MonitorSpec, RATE_METRICS};
+use hone_store::WindowEpisode;
+
+/// A monitor that fired.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Firing {
+    pub metric: String,
+    pub canary_rate: f64,
+    pub champion_rate: f64,
+    pub canary_episodes: u64,
+    pub champion_episodes: u64,
+    pub p_value: f64,
+    /// Canary episodes that show it (at most 10).
+    pub episodes: Vec<String>,
+}
+
+fn values(window: &[WindowEpisode], f: impl Fn(&WindowEpisode) -> Option<f64>) -> Vec<f64> {
+    window.iter().filter_map(f).collect()
+}
+
+/// Every monitor that fires for the canary against the champion.
+pub fn check(spec: &MonitorSpec, canary: &[WindowEpisode], champion: &[WindowEpisode]) -> Vec<Firing> {
+    let alpha = 1.0 - spec.confidence;
+    let mut out = Vec::new();
+    if canary.len() < spec.min_episodes || champion.is_empty() {
+        return out;
+    }
+    let (nc, nh) = (canary.len() as u64, champion.len() as u64);
+    for metric in RATE_METRICS {
+        let Some(bound) = spec.bounds.get(metric) else { continue };
+        let hits = |w: &[WindowEpisode]| w.iter().filter(|e| e.shows(metric) == Some(true)).count() as u64;
+        let (hc, hh) = (hits(canary), hits(champion));
+        let (rc, rh) = (hc as f64 / nc as f64, hh as f64 / nh as f64);
+        let (rise, p) = if metric == "tool_use" && rc < rh {
+            (rh - rc, two_proportion_p(nc - hc, nc, nh - hh, nh))
+        } else {
+            (rc - rh, two_proportion_p(hh, nh, hc, nc))
+        };
+        if rise > *bound && p < alpha {
+            out.push(Firing {
+                metric: metric.to_owned(),
+                canary_rate: rc,
+                champion_rate: rh,
+                canary_episodes: nc,
+                champion_episodes: nh,
+                p_value: p,
+                episodes: canary
+                    .iter()
+                    .filter(|e| e.shows(metric) == Some(true))
+                    .take(10)
+                    .map(|e| e.id.to_string())
+                    .collect(),
+            });
+        }
+    }
+    let means: [(&str, fn(&WindowEpisode) -> Option<f64>); 4] = [
+        ("reward", |e| e.reward),
+        ("cost", |e| Some(e.cost_usd)),
+        ("latency", |e| Some(e.latency_ms)),
+        ("mean_length", |e| Some(e.answer_chars)),
+    ];
+    for (metric, get) in means {
+        let Some(bound) = spec.bounds.get(metric) else { continue };
+        let (c, h) = (values(canary, get), values(champion, get));
+        let (Some(mc), Some(mh)) = (mean(&c), mean(&h)) else { continue };
+        if c.len() < spec.min_episodes {
+            continue;
+        }
+        let (beyond, p) = match metric {
+            // An absolute drop.
+            "reward" => (mh - mc > *bound, mean_greater_p(&c, &h)),
+            // A relative change either way.
+            "mean_length" if mc < mh => (mh > 0.0 && 1.0 - mc / mh > *bound, mean_greater_p(&c, &h)),
+            // A relative rise.
+            _ => (mc > mh * (1.0 + bound) && mc > 0.0, mean_greater_p(&h, &c)),
+        };
+        if beyond && p < alpha {
+            out.push(Firing {
+                metric: metric.to_owned(),
+                canary_rate: mc,
+                champion_rate: mh,
+                canary_episodes: c.len() as u64,
+                champion_episodes: h.len() as u64,
+                p_value: p,
+                episodes: canary.iter().take(10).map(|e| e.id.to_string()).collect(),
+            });
+        }
+    }
+    out
+}

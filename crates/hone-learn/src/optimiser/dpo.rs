@@ -1,0 +1,25 @@
+//! `dpo`: direct preference optimisation of a LoRA adapter on preference
+//! pairs from the agent's own episodes: for one prompt, the best-rewarded
+//! answer over the worst, or a demonstration signal over a failed answer.
+
+use super::training::{propose_adapter, Method};
+use super::{Optimiser, Proposal, ProposeContext};
+use futures::future::BoxFuture;
+use hone_config::TrainingSpec;
+
+pub struct Dpo {
+    pub spec: TrainingSpec,
+}
+
+impl Optimiser for Dpo {
+    fn name(&self) -> &'static str {
+        "dpo"
+    }
+
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+        Box::pin(async move {
+            let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
+            propose_adapter(ctx, Method::Dpo, &self.spec, items).await
+        })
+    }
+}

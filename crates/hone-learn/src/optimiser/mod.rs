@@ -1,0 +1,171 @@
+//! Optimisers propose candidate versions of an agent (DESIGN.md
+//! "Optimiser"). One trait, one file per optimiser; [`from_spec`] builds the
+//! ones an agent enables in `[agents.NAME.learn]`.
+//!
+//! Proposals must be deterministic for the same cycle (same inputs, same
+//! version ids), so a cycle resumed after a crash proposes the same
+//! candidates again and storing them is idempotent.
+
+mod dpo;
+mod examples;
+mod grpo;
+mod model;
+mod sft;
+pub mod training;
+
+use crate::eval::Evaluator;
+use futures::future::BoxFuture;
+use hone_config::{AgentConfig, Config, OptimiserSpec};
+use hone_store::CycleStore;
+use hone_types::{DatasetInfo, VersionId, VersionSpec};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A proposed version and what changed from its parent, for humans.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    pub spec: VersionSpec,
+    pub diff: String,
+}
+
+/// What an optimiser may look at.
+pub struct ProposeContext<'a> {
+    pub config: &'a Config,
+    pub agent: &'a AgentConfig,
+    pub cycle_id: &'a str,
+    pub champion_id: &'a VersionId,
+    pub champion: &'a VersionSpec,
+    /// The cycle's target dataset (a stratified sample of recent traffic).
+    pub target: &'a DatasetInfo,
+    pub store: Arc<dyn CycleStore>,
+    pub evaluator: &'a Evaluator,
+    /// Where trained adapters go (`<adapters_dir>/<name>`).
+    pub adapters_dir: PathBuf,
+    pub progress: &'a (dyn Fn(&str) + Sync),
+}
+
+pub trait Optimiser: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Candidates for this cycle; an empty list (with a logged reason) when
+    /// there is nothing worth trying.
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>>;
+}
+
+pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
+    match spec {
+        OptimiserSpec::Examples { .. } => Box::new(examples::Examples { spec: spec.clone() }),
+        OptimiserSpec::Model { .. } => Box::new(model::ModelSwap { spec: spec.clone() }),
+        OptimiserSpec::Grpo(t) => Box::new(grpo::Grpo { spec: t.clone() }),
+        OptimiserSpec::Dpo(t) => Box::new(dpo::Dpo { spec: t.clone() }),
+        OptimiserSpec::Sft(t) => Box::new(sft::Sft { spec: t.clone() }),
+    }
+}
+
+fn show<T: std::fmt::Debug>(v: &Option<T>) -> String {
+    match v {
+        Some(v) => format!("{v:?}").trim_matches('"').to_owned(),
+        None => "unset".to_owned(),
+    }
+}
+
+/// One line per changed field: `model: up/bad → up/good`.
+pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
+    let mut lines = Vec::new();
+    let route = |s: &VersionSpec| {
+        s.routes
+            .first()
+            .map(|r| match &r.adapter {
+                Some(a) => format!("{}/{} + adapter {a}", r.provider, r.model),
+                None => format!("{}/{}", r.provider, r.model),
+            })
+            .unwrap_or_else(|| "none".into())
+    };
+    if route(parent) != route(child) {
+        lines.push(format!("model: {} → {}", route(parent), route(child)));
+    }
+    if parent.routes.get(1..) != child.routes.get(1..) {
+        lines.push(format!(
+            "fallbacks: {} → {}",
+            parent.routes.len().saturating_sub(1),
+            child.routes.len().saturating_sub(1)
+        ));
+    }
+    if parent.system != child.system {
+        lines.push(format!(
+            "system prompt: {} chars → {} chars",
+            parent.system.as_deref().map_or(0, str::len),
+            child.system.as_deref().map_or(0, str::len)
+        ));
+    }
+    for (name, a, b) in [
+        ("temperature", show(&parent.temperature), show(&child.temperature)),
+        ("top_p", show(&parent.top_p), show(&child.top_p)),
+        ("max_tokens", show(&parent.max_tokens), show(&child.max_tokens)),
+        (
+            "reasoning_effort",
+            show(&parent.reasoning_effort),
+            show(&child.reasoning_effort),
+        ),
+    ] {
+        if a != b {
+            lines.push(format!("{name}: {a} → {b}"));
+        }
+    }
+    if parent.examples != child.examples {
+        let e = |s: &VersionSpec| match &s.examples {
+            None => "none".to_owned(),
+            Some(p) => format!(
+                "k={} min_reward={} by {}",
+                p.k,
+                p.min_reward.map_or("any".into(), |m| m.to_string()),
+                p.embeddings
+                    .as_ref()
+                    .map_or("bm25".into(), |r| format!("embeddings {}/{}", r.provider, r.model))
+            ),
+        };
+        lines.push(format!("examples: {} → {}", e(parent), e(child)));
+    }
+    if lines.is_empty() {
+        "no change".to_owned()
+    } else {
+        lines.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hone_types::{ExamplePolicy, Route};
+
+    #[test]
+    fn the_diff_names_every_changed_field() {
+        let parent = VersionSpec {
+            agent: "a".into(),
+            routes: vec![Route {
+                provider: "up".into(),
+                model: "bad".into(),
+                adapter: None,
+            }],
+            system: None,
+            temperature: Some(0.7),
+            top_p: None,
+            max_tokens: None,
+            reasoning_effort: None,
+            examples: None,
+        };
+        let mut child = parent.clone();
+        assert_eq!(describe_diff(&parent, &child), "no change");
+        child.routes[0].model = "good".into();
+        child.temperature = None;
+        child.examples = Some(ExamplePolicy {
+            k: 4,
+            min_reward: Some(0.5),
+            embeddings: None,
+        });
+        assert_eq!(
+            describe_diff(&parent, &child),
+            "model: up/bad → up/good; temperature: 0.7 → unset; examples: none → k=4 min_reward=0.5 by bm25"
+        );
+    }
+}

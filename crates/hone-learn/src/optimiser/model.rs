@@ -1,0 +1,62 @@
+//! `model`: the same harness on another model (a cheaper one), with another
+//! temperature, or a lower reasoning effort — the cost side of the front.
+
+use super::{describe_diff, Optimiser, Proposal, ProposeContext};
+use futures::future::BoxFuture;
+use hone_config::OptimiserSpec;
+
+pub struct ModelSwap {
+    pub spec: OptimiserSpec,
+}
+
+impl Optimiser for ModelSwap {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+        Box::pin(async move {
+            let OptimiserSpec::Model {
+                models,
+                temperatures,
+                reasoning_efforts,
+                max_candidates,
+            } = &self.spec
+            else {
+                return Err("model optimiser built from another spec".into());
+            };
+            let parent = ctx.champion;
+            let mut specs = Vec::new();
+            for route in models {
+                let mut spec = parent.clone();
+                match spec.routes.first_mut() {
+                    Some(first) => *first = route.clone(),
+                    None => spec.routes.push(route.clone()),
+                }
+                specs.push(spec);
+            }
+            for t in temperatures {
+                let mut spec = parent.clone();
+                spec.temperature = Some(*t);
+                specs.push(spec);
+            }
+            for effort in reasoning_efforts {
+                let mut spec = parent.clone();
+                spec.reasoning_effort = Some(effort.clone());
+                specs.push(spec);
+            }
+            let mut proposals: Vec<Proposal> = Vec::new();
+            for spec in specs {
+                if spec == *parent || proposals.iter().any(|p| p.spec == spec) {
+                    continue;
+                }
+                proposals.push(Proposal {
+                    diff: describe_diff(parent, &spec),
+                    spec,
+                });
+            }
+            proposals.truncate(*max_candidates);
+            Ok(proposals)
+        })
+    }
+}
