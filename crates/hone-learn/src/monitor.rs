@@ -25,8 +25,31 @@ fn values(window: &[WindowEpisode], f: impl Fn(&WindowEpisode) -> Option<f64>) -
     window.iter().filter_map(f).collect()
 }
 
+/// What evaluation led us to expect of the canary relative to the champion:
+/// a candidate approved at twice the cost should not alert for costing twice
+/// as much, only for costing more than that.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Expected {
+    pub cost_ratio: f64,
+    pub latency_ratio: f64,
+}
+
+impl Default for Expected {
+    fn default() -> Self {
+        Self {
+            cost_ratio: 1.0,
+            latency_ratio: 1.0,
+        }
+    }
+}
+
 /// Every monitor that fires for the canary against the champion.
-pub fn check(spec: &MonitorSpec, canary: &[WindowEpisode], champion: &[WindowEpisode]) -> Vec<Firing> {
+pub fn check(
+    spec: &MonitorSpec,
+    canary: &[WindowEpisode],
+    champion: &[WindowEpisode],
+    expected: Expected,
+) -> Vec<Firing> {
     let alpha = 1.0 - spec.confidence;
     let mut out = Vec::new();
     if canary.len() < spec.min_episodes || champion.is_empty() {
@@ -78,8 +101,16 @@ pub fn check(spec: &MonitorSpec, canary: &[WindowEpisode], champion: &[WindowEpi
             "reward" => (mh - mc > *bound, mean_greater_p(&c, &h)),
             // A relative change either way.
             "mean_length" if mc < mh => (mh > 0.0 && 1.0 - mc / mh > *bound, mean_greater_p(&c, &h)),
-            // A relative rise.
-            _ => (mc > mh * (1.0 + bound) && mc > 0.0, mean_greater_p(&h, &c)),
+            // A relative rise beyond what evaluation showed.
+            _ => {
+                let ratio = if metric == "cost" {
+                    expected.cost_ratio
+                } else {
+                    expected.latency_ratio
+                };
+                let h: Vec<f64> = h.iter().map(|x| x * ratio).collect();
+                (mc > mh * ratio * (1.0 + bound) && mc > 0.0, mean_greater_p(&h, &c))
+            }
         };
         if beyond && p < alpha {
             out.push(Firing {

@@ -4,7 +4,7 @@
 
 use crate::cycle::Learner;
 use crate::deploy::{self, Change};
-use crate::monitor::{check, Firing};
+use crate::monitor::{check, Expected, Firing};
 use crate::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p};
 use hone_config::AgentConfig;
@@ -63,7 +63,7 @@ impl Learner {
                 .map_err(|e| e.to_string())
         };
         let (c, h) = (window(&canary)?, window(&deployment.champion)?);
-        let firings = check(spec, &c, &h);
+        let firings = check(spec, &c, &h, self.expected(agent, &canary)?);
         if let Some(first) = firings.first() {
             let action = if spec.rollback { "rolled_back" } else { "alerted" };
             let alert = alert_of(&deployment, first, action).ok_or("no canary")?;
@@ -133,6 +133,27 @@ impl Learner {
             Change::Applied(s) if p_worse >= 1.0 - spec.confidence => Verdict::Promoted(s),
             Change::Applied(s) => Verdict::RolledBack(s),
             Change::AlreadyDone(s) | Change::Refused(s) => Verdict::Alerted(s),
+        })
+    }
+
+    /// The canary's offline cost and latency relative to the champion's in
+    /// the cycle that proposed it.
+    fn expected(&self, agent: &AgentConfig, canary: &hone_types::VersionId) -> Result<Expected, String> {
+        let Some(candidate) = deploy::candidate_of(self.store.as_ref(), &agent.name, canary)? else {
+            return Ok(Expected::default());
+        };
+        let champion: Option<hone_types::CandidateScores> = self
+            .store
+            .cycle(&candidate.cycle_id)
+            .map_err(|e| e.to_string())?
+            .and_then(|c| serde_json::from_value(c.detail["champion_scores"].clone()).ok());
+        let (Some(s), Some(h)) = (candidate.scores, champion) else {
+            return Ok(Expected::default());
+        };
+        let ratio = |a: f64, b: f64| if b > 0.0 && a > 0.0 { a / b } else { 1.0 };
+        Ok(Expected {
+            cost_ratio: ratio(s.mean_cost_usd, h.mean_cost_usd),
+            latency_ratio: ratio(s.mean_latency_ms, h.mean_latency_ms),
         })
     }
 

@@ -24,12 +24,20 @@ fn text_of(m: &Value) -> String {
     }
 }
 
-/// `What is A+B?` → A+B; the `bad` model gets sums of 7 wrong (a seeded regression).
+/// `What is A+B?` → A+B; the `bad` model gets sums of 7 wrong (a seeded
+/// regression), `weak` gets even sums wrong, `mixed` gets even sums right
+/// but sums ending in 3 wrong (better on average, yet it breaks passing cases).
 fn arithmetic(model: &str, text: &str) -> Option<String> {
     let rest = text.strip_prefix("What is ")?.strip_suffix('?')?;
     let (a, b) = rest.split_once('+')?;
     let sum: i64 = a.trim().parse::<i64>().ok()? + b.trim().parse::<i64>().ok()?;
-    let answer = if model == "bad" && sum == 7 { 0 } else { sum };
+    let wrong = match model {
+        "bad" => sum == 7,
+        "weak" => sum % 2 == 0,
+        "mixed" => sum % 10 == 3,
+        _ => false,
+    };
+    let answer = if wrong { 0 } else { sum };
     Some(format!("The answer is {answer}."))
 }
 
@@ -66,6 +74,10 @@ async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<
         message["content"] = json!(queued.unwrap_or_else(|| default_judge(&first_user)));
     } else if let Some(answer) = arithmetic(&model, &last_user) {
         message["content"] = json!(answer);
+    } else if model == "sloppy" && last_user.contains("weather") {
+        // Fine offline (on sums), broken online: calls a tool that does not exist.
+        message = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_wether", "arguments": "{}"}}]});
     } else if last_user.contains("weather") && !has_tool_result {
         message = json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]});
@@ -108,6 +120,19 @@ output_per_mtok = 2.0
 [providers.up.prices."bad"]
 input_per_mtok = 0.5
 output_per_mtok = 1.0
+
+[providers.up.prices."weak"]
+input_per_mtok = 0.5
+output_per_mtok = 1.0
+[providers.up.prices."mixed"]
+input_per_mtok = 0.5
+output_per_mtok = 1.0
+[providers.up.prices."pricey"]
+input_per_mtok = 5.0
+output_per_mtok = 10.0
+[providers.up.prices."sloppy"]
+input_per_mtok = 0.1
+output_per_mtok = 0.2
 
 [agents.calc.versions.v1]
 provider = "up"
@@ -161,6 +186,11 @@ pub struct World {
 
 impl World {
     pub async fn start() -> Self {
+        Self::start_with("").await
+    }
+
+    /// The world with `extra` TOML appended to the config (more agents).
+    pub async fn start_with(extra: &str) -> Self {
         let upstream = Arc::new(Upstream::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let up_url = format!("http://{}", listener.local_addr().unwrap());
@@ -170,7 +200,7 @@ impl World {
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let dir = tempfile::tempdir().unwrap();
-        let text = CONFIG
+        let text = format!("{CONFIG}\n{extra}")
             .replace("DATA", &dir.path().display().to_string())
             .replace("UPSTREAM", &up_url);
         let config = hone_config::load_str(&text, dir.path(), &|_| None).unwrap();

@@ -7,10 +7,12 @@
 //! - `rewards`: penalties never skipped, spec versions, recompute.
 //! - `datasets`: builders deterministic by seed, snapshots immutable, export/import.
 //! - `eval`: replay and the agent-endpoint protocol; `compare` finds a seeded regression.
+//! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 mod critics;
+mod cycle;
 mod datasets;
 mod eval;
 mod judge;

@@ -1,0 +1,347 @@
+//! Story tests of the learning cycle on the real store and gateway: a cycle
+//! that proposes, gates, keeps the front and deploys a canary that is then
+//! promoted; a candidate that wins on average but breaks passing cases is
+//! pruned; a dominated one is dropped; manual approval and auto rules; a
+//! canary whose invalid-tool-call rate jumps online is rolled back, alerted
+//! and posted to a webhook.
+
+use crate::support::{weather_tools, World};
+use axum::routing::post;
+use axum::{Json, Router};
+use hone_learn::cycle::Learner;
+use hone_learn::deploy::{self, Change};
+use hone_learn::watch::Verdict;
+use hone_store::CycleStore;
+use hone_types::{CandidateStatus, CycleState, VersionId};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const STORY: &str = r#"
+[agents.story.versions.v1]
+provider = "up"
+model = "weak"
+[agents.story.deployment]
+champion = "v1"
+policy = { type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }
+canary_share = 0.5
+canary_episodes = 10
+[agents.story.reward]
+reference_signal = "gold"
+[agents.story.reward.critics.answer]
+type = "numeric"
+[agents.story.learn]
+optimisers = ["model"]
+dataset_size = 40
+[agents.story.learn.model]
+models = [{ provider = "up", model = "good" }, { provider = "up", model = "mixed" }, { provider = "up", model = "pricey" }]
+[agents.story.learn.gate]
+reruns = 2
+[agents.story.learn.monitor]
+min_episodes = 10
+"#;
+
+fn learner(w: &World) -> (Learner, Arc<Mutex<Vec<String>>>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let learner = Learner {
+        config: Arc::new(w.config.clone()),
+        store: w.store.clone(),
+        gateway: w.client(),
+        recorder: Some(w.recorder.clone()),
+        progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
+        pause_at: None,
+    };
+    (learner, lines)
+}
+
+/// `n` single-call episodes `What is A+B?` with the gold answer as feedback.
+async fn sums(w: &World, agent: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let (a, b) = (10 + i, i % 5 + 1);
+        let id = format!("{prefix}-{i}");
+        w.ask(agent, &id, &format!("What is {a}+{b}?")).await;
+        w.feedback(&id, "gold", json!(a + b)).await;
+    }
+}
+
+fn version(w: &World, agent: &str, model: &str) -> VersionId {
+    let mut spec = w.config.agents[agent].versions["v1"].spec.clone();
+    spec.routes[0].model = model.to_owned();
+    spec.id()
+}
+
+/// Waits until the gateway routes new episodes with `canary` in the split (or without any canary).
+async fn wait_for_split(w: &World, agent: &str, canary: Option<&VersionId>) {
+    for _ in 0..50 {
+        let list: Value = w
+            .http
+            .get(format!("{}/admin/deployments", w.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let split = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["agent"] == agent)
+            .unwrap()["split"]
+            .clone();
+        let live = split
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["role"] == "canary")
+            .map(|s| s["version"].as_str().unwrap().to_owned());
+        if live.as_deref() == canary.map(VersionId::as_str) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the gateway never routed to canary {canary:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
+    let w = World::start_with(STORY).await;
+    sums(&w, "story", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("story", "manual").await.unwrap();
+    println!("{}", lines.lock().unwrap().join("\n"));
+    assert_eq!(cycle.state, CycleState::Done, "{:#?}", lines.lock().unwrap());
+
+    let (good, mixed, pricey) = (
+        version(&w, "story", "good"),
+        version(&w, "story", "mixed"),
+        version(&w, "story", "pricey"),
+    );
+    let candidates = w.store.candidates("story", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 3);
+    let find = |id: &VersionId| candidates.iter().find(|c| &c.version_id == id).unwrap();
+    let champion = w.config.agents["story"].versions["v1"].id.clone();
+    for c in &candidates {
+        assert_eq!(c.parent, champion);
+        assert_eq!(c.optimiser, "model");
+    }
+    assert_eq!(find(&good).diff, "model: up/weak → up/good");
+
+    // Better on average (it fixes every even sum) but it breaks sums ending in 3 that passed.
+    let m = find(&mixed);
+    assert_eq!(m.status, CandidateStatus::Pruned);
+    let reason = m.reason.as_deref().unwrap();
+    assert!(reason.contains("breaks") && reason.contains("previously passing"), "{reason}");
+    assert!(m.scores.as_ref().unwrap().target_mean.unwrap() > 0.6, "{:?}", m.scores);
+
+    // As good as `good` but dearer: dominated, dropped by the front.
+    let p = find(&pricey);
+    assert_eq!(p.status, CandidateStatus::Pruned);
+    assert!(p.reason.as_deref().unwrap().starts_with(&format!("dominated by {good}")), "{:?}", p.reason);
+
+    // The auto rule (gain ≥ 0.05, cost ≤ 3×) deployed `good` as the canary.
+    assert_eq!(find(&good).status, CandidateStatus::Canary);
+    let deployment = w.store.deployment("story").unwrap().unwrap();
+    assert_eq!(deployment.canary.as_ref(), Some(&good));
+    assert_eq!(deployment.champion, champion);
+    wait_for_split(&w, "story", Some(&good)).await;
+
+    // Online: half of new episodes go to the canary; after 10 rewarded canary episodes it is promoted.
+    assert_eq!(learner.watch(&w.config.agents["story"]).await.unwrap(), Verdict::Waiting(0));
+    sums(&w, "story", "online", 40).await;
+    let verdict = learner.watch(&w.config.agents["story"]).await.unwrap();
+    assert!(matches!(verdict, Verdict::Promoted(_)), "{verdict:?}");
+    let deployment = w.store.deployment("story").unwrap().unwrap();
+    assert_eq!(deployment.champion, good);
+    assert_eq!(deployment.previous, vec![champion.clone()]);
+    assert_eq!(deployment.canary, None);
+    wait_for_split(&w, "story", None).await;
+    let e = w.ask("story", "after-promotion", "What is 20+2?").await;
+    assert_eq!(e["content"], "The answer is 22.");
+
+    // History tells the whole story, in order.
+    let kinds: Vec<String> = w.store.history("story", 200).unwrap().into_iter().map(|e| e.kind).collect();
+    for kind in ["cycle", "candidate", "evaluation", "gate", "front", "approve", "canary", "promote"] {
+        assert!(kinds.contains(&kind.to_owned()), "no {kind} in {kinds:?}");
+    }
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+    assert!(at("candidate") < at("gate") && at("gate") < at("front") && at("front") < at("canary"));
+    assert!(at("canary") < at("promote"));
+
+    // `hone rollback` right after: the previous champion is back at once.
+    let change = deploy::rollback(w.store.as_ref(), &w.config.agents["story"], "operator", None).unwrap();
+    assert!(matches!(change, Change::Applied(_)), "{change:?}");
+    assert_eq!(w.store.deployment("story").unwrap().unwrap().champion, champion);
+    let status = w.store.candidates("story", None).unwrap();
+    assert_eq!(
+        status.iter().find(|c| c.version_id == good).unwrap().status,
+        CandidateStatus::RolledBack
+    );
+}
+
+const RULES: &str = r#"
+[agents.manual.versions.v1]
+provider = "up"
+model = "weak"
+[agents.manual.reward]
+reference_signal = "gold"
+[agents.manual.reward.critics.answer]
+type = "numeric"
+[agents.manual.learn]
+optimisers = ["model"]
+dataset_size = 30
+[agents.manual.learn.model]
+models = [{ provider = "up", model = "good" }]
+
+[agents.strict.versions.v1]
+provider = "up"
+model = "weak"
+[agents.strict.deployment]
+champion = "v1"
+policy = { type = "auto", min_gain = 0.05, max_cost_ratio = 1.5 }
+[agents.strict.reward]
+reference_signal = "gold"
+[agents.strict.reward.critics.answer]
+type = "numeric"
+[agents.strict.learn]
+optimisers = ["model"]
+dataset_size = 30
+[agents.strict.learn.model]
+models = [{ provider = "up", model = "good" }]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_approval_and_auto_rules_decide_deployment() {
+    let w = World::start_with(RULES).await;
+    sums(&w, "manual", "m", 30).await;
+    sums(&w, "strict", "t", 30).await;
+    let (learner, _) = learner(&w);
+
+    // Manual: the better candidate waits on the front; nothing is deployed until approved.
+    let cycle = learner.run_cycle("manual", "manual").await.unwrap();
+    let good = version(&w, "manual", "good");
+    let c = w.store.candidates("manual", Some(&cycle.id)).unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, CandidateStatus::OnFront);
+    assert!(w.store.deployment("manual").unwrap().is_none());
+    let history = w.store.history("manual", 100).unwrap();
+    assert!(history.iter().any(|e| e.summary == format!("{good} awaits approval: hone approve {good}")));
+    let change = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
+        .await
+        .unwrap();
+    assert!(matches!(change, Change::Applied(_)), "{change:?}");
+    assert_eq!(w.store.deployment("manual").unwrap().unwrap().canary, Some(good.clone()));
+    let approved = w.store.history("manual", 100).unwrap();
+    assert!(approved.iter().any(|e| e.kind == "approve" && e.summary.contains("approved by alice")));
+    // Approving again changes nothing.
+    let c = w.store.candidates("manual", Some(&cycle.id)).unwrap();
+    let again = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
+        .await
+        .unwrap();
+    assert!(matches!(again, Change::AlreadyDone(_)), "{again:?}");
+    assert_eq!(w.store.deployment("manual").unwrap().unwrap().revision, 1);
+
+    // Auto, but `good` costs 2× the champion and the rule allows 1.5×: not deployed, and why is recorded.
+    let cycle = learner.run_cycle("strict", "manual").await.unwrap();
+    assert_eq!(cycle.detail["decision"], "auto: no candidate met the rule");
+    assert!(w.store.deployment("strict").unwrap().is_none());
+    let history = w.store.history("strict", 100).unwrap();
+    let refused = history.iter().find(|e| e.summary.contains("not auto-deployed")).unwrap();
+    assert!(refused.summary.contains("cost ratio 2.00 (max 1.5)"), "{}", refused.summary);
+}
+
+const TOOLS: &str = r#"
+[agents.tools.versions.v1]
+provider = "up"
+model = "good"
+[agents.tools.deployment]
+champion = "v1"
+policy = { type = "auto", min_gain = 0.0 }
+canary_share = 0.5
+canary_episodes = 1000
+[agents.tools.reward]
+reference_signal = "gold"
+[agents.tools.reward.critics.answer]
+type = "numeric"
+[agents.tools.learn]
+optimisers = ["model"]
+dataset_size = 30
+[agents.tools.learn.model]
+models = [{ provider = "up", model = "sloppy" }]
+[agents.tools.learn.monitor]
+min_episodes = 10
+webhook = "WEBHOOK"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_whose_invalid_tool_calls_jump_is_rolled_back_and_alerted() {
+    let posted: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = posted.clone();
+    let hook = Router::new().route(
+        "/hook",
+        post(move |Json(body): Json<Value>| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, hook).await });
+
+    let w = World::start_with(&TOOLS.replace("WEBHOOK", &hook_url)).await;
+    sums(&w, "tools", "s", 30).await;
+    let (learner, lines) = learner(&w);
+    learner.run_cycle("tools", "manual").await.unwrap();
+    // Offline it is as right as the champion and 5× cheaper: it passes the gate and goes live.
+    let sloppy = version(&w, "tools", "sloppy");
+    let d = w.store.deployment("tools").unwrap().unwrap();
+    assert_eq!(d.canary.as_ref(), Some(&sloppy), "{:#?}", lines.lock().unwrap());
+    wait_for_split(&w, "tools", Some(&sloppy)).await;
+
+    // Online the traffic uses tools, and the canary calls one that does not exist.
+    for i in 0..60 {
+        w.call(
+            "tools",
+            &format!("w-{i}"),
+            json!([{"role": "user", "content": format!("What is the weather in city {i}?")}]),
+            Some(weather_tools()),
+        )
+        .await;
+    }
+    let verdict = learner.watch(&w.config.agents["tools"]).await.unwrap();
+    assert!(matches!(verdict, Verdict::RolledBack(_)), "{verdict:?}");
+    let d = w.store.deployment("tools").unwrap().unwrap();
+    assert_eq!(d.canary, None);
+    assert_eq!(d.champion, w.config.agents["tools"].versions["v1"].id);
+
+    let alerts = w.store.alerts(Some("tools"), 10).unwrap();
+    assert_eq!(alerts.len(), 1);
+    let a = &alerts[0];
+    assert_eq!(a.version_id, sloppy);
+    assert_eq!(a.metric, "invalid_tool_call");
+    assert_eq!(a.canary_rate, 1.0);
+    assert_eq!(a.champion_rate, 0.0);
+    assert!(a.canary_episodes >= 10 && a.champion_episodes >= 10, "{a:?}");
+    assert!(a.p_value < 0.001);
+    assert_eq!(a.action, "rolled_back");
+    assert!(!a.episodes.is_empty());
+    for e in &a.episodes {
+        let episode = w.episode(e).await;
+        assert!(episode.calls[0].flags.invalid_tool_call);
+        assert_eq!(episode.calls[0].version_id, sloppy);
+    }
+    let hooks = posted.lock().unwrap().clone();
+    assert_eq!(hooks.len(), 1);
+    assert_eq!(hooks[0]["alert"]["metric"], "invalid_tool_call");
+    assert_eq!(hooks[0]["alert"]["version_id"], sloppy.as_str());
+    let c = w.store.candidates("tools", None).unwrap();
+    assert_eq!(c[0].status, CandidateStatus::RolledBack);
+    let history = w.store.history("tools", 100).unwrap();
+    assert!(history.iter().any(|e| e.kind == "alert" && e.summary.contains("invalid_tool_call")));
+    assert!(history.iter().any(|e| e.kind == "rollback"));
+    wait_for_split(&w, "tools", None).await;
+}
