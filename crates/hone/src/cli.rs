@@ -1,6 +1,7 @@
 //! Subcommands: `serve`, `config check|default`, `key new`, `model init`,
 //! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
-//! `eval` (and `eval compare`), `bench engine|train`.
+//! `eval` (and `eval compare`), `learn` (and `learn status`), `front`,
+//! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset`.
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -77,6 +78,18 @@ enum Command {
     },
     /// Evaluate a version on a dataset, or compare two (`hone eval compare A B --dataset D`).
     Eval(crate::learn::EvalArgs),
+    /// Run the learning cycle: `hone learn [AGENT…] [--once]`, or `hone learn status`.
+    Learn(crate::cycle::LearnArgs),
+    /// An agent's Pareto front of candidates, as a table.
+    Front(crate::cycle::AgentArgs),
+    /// Approve a candidate on the front: it becomes the canary.
+    Approve(crate::cycle::ApproveArgs),
+    /// Roll back the canary, or restore the previous champion, at once.
+    Rollback(crate::cycle::AgentArgs),
+    /// Alerts raised by the online monitors.
+    Alerts(crate::cycle::ListArgs),
+    /// Everything that changed for an agent, why, and on what evidence.
+    History(crate::cycle::ListArgs),
     /// Measure hone's parts.
     Bench {
         #[command(subcommand)]
@@ -249,6 +262,12 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Rewards { command } => crate::learn::rewards(command),
         Command::Dataset { command } => crate::learn::dataset_command(command),
         Command::Eval(args) => crate::learn::eval(args),
+        Command::Learn(args) => crate::cycle::learn(args),
+        Command::Front(args) => crate::cycle::front(args),
+        Command::Approve(args) => crate::cycle::approve(args),
+        Command::Rollback(args) => crate::cycle::rollback(args),
+        Command::Alerts(args) => crate::cycle::alerts(args),
+        Command::History(args) => crate::cycle::history(args),
         Command::Bench {
             command:
                 BenchCommand::Train {

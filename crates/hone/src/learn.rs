@@ -26,10 +26,10 @@ use std::time::Duration;
 pub struct Common {
     /// Config file (TOML). Without one, the built-in default is used.
     #[arg(long, short, env = "HONE_CONFIG")]
-    config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
     /// Data directory (overrides gateway.data_dir).
     #[arg(long)]
-    data_dir: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
     /// A running gateway over the same data directory (`http://127.0.0.1:7070`)
     /// to send judge and evaluation calls through. Without it one is started
     /// in-process on a loopback port.
@@ -176,7 +176,7 @@ pub struct RunArgs {
     common: Common,
 }
 
-fn load_config(common: &Common) -> Result<Config> {
+pub(crate) fn load_config(common: &Common) -> Result<Config> {
     let mut config = crate::cli::load(common.config.as_ref())?;
     if let Some(dir) = &common.data_dir {
         config.set_data_dir(dir.clone());
@@ -184,7 +184,7 @@ fn load_config(common: &Common) -> Result<Config> {
     Ok(config)
 }
 
-fn open_store(config: &Config) -> Result<Arc<SqliteStore>> {
+pub(crate) fn open_store(config: &Config) -> Result<Arc<SqliteStore>> {
     let full = config.store.synchronous == hone_config::Synchronous::Full;
     Ok(Arc::new(SqliteStore::open(&config.store.path, full)?))
 }
@@ -193,14 +193,14 @@ fn out() -> std::io::Stdout {
     std::io::stdout()
 }
 
-fn note(message: std::fmt::Arguments) {
+pub(crate) fn note(message: std::fmt::Arguments) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
 /// A gateway to call models through: the given one, or one started here.
-struct GatewayHandle {
-    client: GatewayClient,
-    recorder: Option<Arc<Recorder>>,
+pub(crate) struct GatewayHandle {
+    pub(crate) client: GatewayClient,
+    pub(crate) recorder: Option<Arc<Recorder>>,
     stop: Option<(
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<std::io::Result<()>>,
@@ -209,7 +209,7 @@ struct GatewayHandle {
 }
 
 impl GatewayHandle {
-    async fn open(config: &Config, common: &Common, timeout: Duration) -> Result<Self> {
+    pub(crate) async fn open(config: &Config, common: &Common, timeout: Duration) -> Result<Self> {
         if let Some(url) = &common.gateway {
             return Ok(Self {
                 client: GatewayClient::new(url, common.api_key.clone(), timeout).map_err(anyhow::Error::msg)?,
@@ -246,7 +246,7 @@ impl GatewayHandle {
     }
 
     /// Stops an in-process gateway after its recorder has drained.
-    async fn close(self) -> Result<()> {
+    pub(crate) async fn close(self) -> Result<()> {
         if let Some((tx, task)) = self.stop {
             let _ = tx.send(());
             task.await??;
@@ -258,14 +258,14 @@ impl GatewayHandle {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?)
 }
 
-fn agent_config<'a>(config: &'a Config, agent: &str) -> Result<&'a hone_config::AgentConfig> {
+pub(crate) fn agent_config<'a>(config: &'a Config, agent: &str) -> Result<&'a hone_config::AgentConfig> {
     config.agents.get(agent).with_context(|| {
         format!(
             "agent `{agent}` is not in the config (configured: {})",

@@ -6,6 +6,7 @@ mod bench_engine;
 mod bench_support;
 mod bench_train;
 mod cli;
+mod cycle;
 mod learn;
 mod progress;
 mod train;
