@@ -95,18 +95,20 @@ impl Learner {
     }
 
     pub(crate) fn say(&self, agent: &str, message: &str) {
-        tracing::info!(agent, "{message}");
+        // The progress callback shows it; the log keeps it at debug level.
+        tracing::debug!(agent, "{message}");
         (self.progress)(agent, message);
     }
 
     /// Runs the agent's unfinished cycle to its end, or a new one.
     pub async fn run_cycle(&self, agent: &str, trigger: &str) -> Result<CycleInfo, String> {
         let agent_config = self.agent(agent)?;
+        let resuming = self.store.open_cycle(agent).map_err(|e| e.to_string())?.is_some();
         let mut cycle = self
             .store
             .start_cycle(agent, trigger, now_ms())
             .map_err(|e| e.to_string())?;
-        if cycle.trigger != trigger || cycle.state != CycleState::Collect {
+        if resuming {
             self.say(agent, &format!("resuming cycle {} at {}", cycle.id, cycle.state.as_str()));
         } else {
             self.say(agent, &format!("cycle {} started ({trigger})", cycle.id));

@@ -5,6 +5,7 @@
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
 //! - `python_sdk`: the official `openai` Python SDK drives the gateway
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
+//! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
@@ -13,6 +14,7 @@ mod bad_input;
 mod cli;
 mod crash;
 mod e2e;
+mod learn_crash;
 mod local;
 mod python_sdk;
 mod support;

@@ -1,0 +1,207 @@
+//! `kill -9` of `hone learn AGENT --once` in each step of the cycle, then a
+//! restart: every time exactly one consistent outcome — one finished cycle,
+//! each candidate stored once, one version per candidate, the canary
+//! deployed exactly once (one revision, one `canary` event).
+
+use crate::support::{client, Hone};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `What is A+B?`: `weak` gets even sums wrong, every other model is right.
+async fn chat(Json(body): Json<Value>) -> Json<Value> {
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let text = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let sum: i64 = text
+        .trim_start_matches("What is ")
+        .trim_end_matches('?')
+        .split('+')
+        .filter_map(|n| n.trim().parse::<i64>().ok())
+        .sum();
+    let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
+    Json(json!({
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("The answer is {answer}.")}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    }))
+}
+
+fn config(upstream: &str) -> String {
+    format!(
+        r#"
+[providers.up]
+type = "openai"
+base_url = "{upstream}/v1"
+max_retries = 0
+[providers.up.prices."weak"]
+input_per_mtok = 0.5
+output_per_mtok = 1.0
+[providers.up.prices."good"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+[providers.up.prices."pricey"]
+input_per_mtok = 5.0
+output_per_mtok = 10.0
+
+[agents.story.versions.v1]
+provider = "up"
+model = "weak"
+[agents.story.deployment]
+champion = "v1"
+policy = {{ type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }}
+[agents.story.reward]
+reference_signal = "gold"
+[agents.story.reward.critics.answer]
+type = "numeric"
+[agents.story.learn]
+optimisers = ["model"]
+dataset_size = 24
+[agents.story.learn.model]
+models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
+"#
+    )
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn learn(dir: &Path, pause_at: Option<&str>) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hone"));
+    command
+        .args(["learn", "story", "--once", "--config"])
+        .arg(dir.join("hone.toml"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("learn.log"))
+                .unwrap(),
+        );
+    if let Some(step) = pause_at {
+        command.env("HONE_LEARN_PAUSE_AT", step);
+    }
+    command.spawn().unwrap()
+}
+
+fn query(db: &Path, sql: &str) -> Vec<Vec<String>> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        Ok((0..n)
+            .map(|i| match r.get_ref(i).unwrap() {
+                rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                _ => String::new(),
+            })
+            .collect())
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
+
+    // Traffic recorded by a real `hone serve`, with gold answers as feedback.
+    let seed = tempfile::tempdir().unwrap();
+    let text = config(&upstream);
+    let mut hone = Hone::start_in(seed.path(), &text, &[]);
+    let http = client();
+    for i in 0..24 {
+        let (a, b) = (10 + i, i % 5 + 1);
+        let episode = format!("s-{i}");
+        let r = http
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", &episode)
+            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {a}+{b}?")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        let r = http
+            .post(hone.url("/v1/feedback"))
+            .json(&json!({"episode_id": episode, "name": "gold", "value": a + b}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+    hone.wait_caught_up();
+    assert!(hone.terminate().success());
+    drop(hone);
+
+    let mut outcomes = Vec::new();
+    for step in ["collect", "reward", "datasets", "propose", "evaluate", "gate", "front", "deploy"] {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&seed.path().join("data"), &dir.path().join("data"));
+        std::fs::write(dir.path().join("hone.toml"), &text).unwrap();
+        let db = dir.path().join("data").join("hone.db");
+
+        let mut paused = learn(dir.path(), Some(step));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let state = query(&db, "SELECT state FROM cycles WHERE agent = 'story'");
+            if state.first().is_some_and(|r| r[0] == step) {
+                break;
+            }
+            if let Ok(Some(status)) = paused.try_wait() {
+                panic!(
+                    "`hone learn` exited ({status}) before reaching {step}:\n{}",
+                    std::fs::read_to_string(dir.path().join("learn.log")).unwrap()
+                );
+            }
+            assert!(Instant::now() < deadline, "never reached {step}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        paused.kill().unwrap(); // SIGKILL
+        paused.wait().unwrap();
+
+        let status = learn(dir.path(), None).wait().unwrap();
+        let log = std::fs::read_to_string(dir.path().join("learn.log")).unwrap();
+        assert!(status.success(), "resume after a kill in {step} failed:\n{log}");
+        assert!(log.contains(&format!("resuming cycle story-1 at {step}")), "{log}");
+
+        let cycles = query(&db, "SELECT id, state FROM cycles");
+        assert_eq!(cycles, vec![vec!["story-1".to_owned(), "done".to_owned()]], "after {step}");
+        let candidates = query(&db, "SELECT version_id, status FROM candidates ORDER BY status");
+        assert_eq!(candidates.len(), 2, "after {step}: {candidates:?}");
+        let versions = query(&db, "SELECT COUNT(*) FROM versions WHERE agent = 'story'");
+        assert_eq!(versions[0][0], "3", "after {step}: the champion and one per candidate");
+        let deployments = query(&db, "SELECT revision, json_extract(record, '$.canary') FROM deployments");
+        assert_eq!(deployments.len(), 1, "after {step}");
+        assert_eq!(deployments[0][0], "1", "after {step}: deployed exactly once");
+        let canaries = query(&db, "SELECT COUNT(*) FROM history WHERE kind = 'canary'");
+        assert_eq!(canaries[0][0], "1", "after {step}");
+        let statuses: Vec<&str> = candidates.iter().map(|r| r[1].as_str()).collect();
+        assert_eq!(statuses, ["canary", "pruned"], "after {step}");
+        outcomes.push((deployments[0][1].clone(), candidates));
+    }
+    // The same outcome whichever step the crash hit.
+    assert!(outcomes.windows(2).all(|w| w[0] == w[1]), "{outcomes:#?}");
+}
