@@ -344,4 +344,8 @@ async fn a_canary_whose_invalid_tool_calls_jump_is_rolled_back_and_alerted() {
     assert!(history.iter().any(|e| e.kind == "alert" && e.summary.contains("invalid_tool_call")));
     assert!(history.iter().any(|e| e.kind == "rollback"));
     wait_for_split(&w, "tools", None).await;
+    let metrics = w.http.get(format!("{}/metrics", w.url)).send().await.unwrap().text().await.unwrap();
+    let line = format!("hone_alerts_total{{agent=\"tools\",version=\"{sloppy}\",metric=\"invalid_tool_call\"}} 1");
+    assert!(metrics.contains(&line), "{metrics}");
+    assert!(metrics.contains("hone_learn_cycle_step{agent=\"tools\",cycle=\"tools-1\",step=\"done\"} 1"));
 }

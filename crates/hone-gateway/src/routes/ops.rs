@@ -22,9 +22,47 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(state.recorder.stats()),
-    )
-        .into_response()
+    let mut text = state.metrics.render(state.recorder.stats());
+    let learn_state = state.clone();
+    match tokio::task::spawn_blocking(move || learning_metrics(&learn_state)).await {
+        Ok(Ok(more)) => text.push_str(&more),
+        Ok(Err(e)) => tracing::warn!(error = %e, "learning metrics unavailable"),
+        Err(e) => tracing::warn!(error = %e, "learning metrics task failed"),
+    }
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// What the learner stored, read at scrape time (the learner may be another
+/// process): each agent's latest cycle step, and alerts per version and metric.
+fn learning_metrics(state: &AppState) -> Result<String, hone_store::StoreError> {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# HELP hone_learn_cycle_step The step of each agent's latest learning cycle (1 for the current step).\n# TYPE hone_learn_cycle_step gauge\n",
+    );
+    let mut agents: Vec<&String> = state.agents.keys().collect();
+    agents.sort();
+    for agent in &agents {
+        if let Some(cycle) = state.cycles.cycles(Some(agent), 1)?.first() {
+            let _ = writeln!(
+                out,
+                "hone_learn_cycle_step{{agent=\"{agent}\",cycle=\"{}\",step=\"{}\"}} 1",
+                cycle.id,
+                cycle.state.as_str()
+            );
+        }
+    }
+    out.push_str("# HELP hone_alerts_total Alerts raised by the online monitors.\n# TYPE hone_alerts_total counter\n");
+    let mut counts: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
+    for alert in state.cycles.alerts(None, 10_000)? {
+        *counts
+            .entry((alert.agent, alert.version_id.to_string(), alert.metric))
+            .or_default() += 1;
+    }
+    for ((agent, version, metric), n) in counts {
+        let _ = writeln!(
+            out,
+            "hone_alerts_total{{agent=\"{agent}\",version=\"{version}\",metric=\"{metric}\"}} {n}"
+        );
+    }
+    Ok(out)
 }

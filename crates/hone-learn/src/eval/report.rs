@@ -48,7 +48,8 @@ pub fn summarise(run_id: &str, results: &[InstanceResult]) -> EvalSummary {
         mean_score: mean(&scores),
         ci95: bootstrap_ci(&scores, 0.95, 7),
         pass_rate: share(&|r| r.passed),
-        mean_cost_usd: first.iter().map(|r| r.cost_usd).sum::<f64>() / n,
+        // `+ 0.0`: an empty f64 sum is -0.0, which prints as "-0.000000".
+        mean_cost_usd: first.iter().map(|r| r.cost_usd).sum::<f64>() / n + 0.0,
         mean_latency_ms: first.iter().map(|r| r.latency_ms).sum::<f64>() / n,
         p95_latency_ms: latencies
             .get(((latencies.len() as f64 * 0.95).ceil() as usize).saturating_sub(1))

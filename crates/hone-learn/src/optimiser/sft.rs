@@ -1,6 +1,7 @@
-//! `sft`: supervised fine-tuning of a LoRA adapter on the agent's own
-//! successful episodes (reward at or above the pass threshold) from the
-//! cycle's target dataset.
+//! `sft`: supervised fine-tuning of a LoRA adapter on the agent's chosen
+//! episodes from the cycle's target dataset: the successful ones (reward at
+//! or above the pass threshold) and those a user corrected with a
+//! demonstration (trained on the demonstration).
 
 use super::training::{propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
@@ -22,7 +23,7 @@ impl Optimiser for Sft {
             let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
             let chosen = items
                 .into_iter()
-                .filter(|i| i.reward.is_some_and(|r| r >= threshold))
+                .filter(|i| i.reward.is_some_and(|r| r >= threshold) || i.reference.as_ref().is_some_and(|r| r.is_object() || r.is_string()))
                 .collect();
             propose_adapter(ctx, Method::Sft, &self.spec, chosen).await
         })
