@@ -214,7 +214,10 @@ impl DeploymentPolicy {
                     return Err(ConfigError::at(format!("{field}.min_gain"), "must be a number ≥ 0"));
                 }
                 if max_cost_ratio.is_nan() || max_cost_ratio <= 0.0 {
-                    return Err(ConfigError::at(format!("{field}.max_cost_ratio"), "must be a number > 0"));
+                    return Err(ConfigError::at(
+                        format!("{field}.max_cost_ratio"),
+                        "must be a number > 0",
+                    ));
                 }
                 Ok(Self::Auto {
                     min_gain,
@@ -422,7 +425,10 @@ fn confidence(field: &str, value: Option<f64>, default: f64) -> Result<f64, Conf
     match value {
         None => Ok(default),
         Some(c) if c > 0.5 && c < 1.0 => Ok(c),
-        Some(c) => Err(ConfigError::at(field, format!("must be between 0.5 and 1 (exclusive), got {c}"))),
+        Some(c) => Err(ConfigError::at(
+            field,
+            format!("must be between 0.5 and 1 (exclusive), got {c}"),
+        )),
     }
 }
 
@@ -477,7 +483,10 @@ impl LearnSpec {
                     let e = examples.take().unwrap_or_default();
                     let ks = e.k.unwrap_or_else(|| vec![2, 4]);
                     if ks.is_empty() || ks.contains(&0) {
-                        return Err(ConfigError::at(format!("{ofield}.k"), "list the k values to try, each ≥ 1"));
+                        return Err(ConfigError::at(
+                            format!("{ofield}.k"),
+                            "list the k values to try, each ≥ 1",
+                        ));
                     }
                     OptimiserSpec::Examples {
                         ks,
@@ -583,7 +592,10 @@ impl LearnSpec {
         let m = raw.monitor.unwrap_or_default();
         if let Some(url) = &m.webhook {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ConfigError::at(format!("{field}.monitor.webhook"), "must be an http(s) URL"));
+                return Err(ConfigError::at(
+                    format!("{field}.monitor.webhook"),
+                    "must be an http(s) URL",
+                ));
             }
         }
         let monitor = MonitorSpec {

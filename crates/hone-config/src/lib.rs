@@ -13,11 +13,11 @@ pub mod reward;
 mod typed;
 
 pub use env::expand_env;
-pub use load::{load_file, load_str, ConfigError};
 pub use learn::{
     Bounds, DeploymentPolicy, GateSpec, LearnBudget, LearnSpec, MonitorSpec, Objective, OptimiserSpec, TrainingSpec,
     MEAN_METRICS, RATE_METRICS,
 };
+pub use load::{load_file, load_str, ConfigError};
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
 };

@@ -2,10 +2,10 @@
 //! naming the key at fault (`agents.assistant.versions.v1.provider`).
 
 use crate::env::expand_env;
+use crate::learn::{DeploymentPolicy, LearnBudget, LearnSpec};
 use crate::raw::{
     RawConfig, RawHttpProvider, RawLocalProvider, RawPrice, RawProvider, RawProviderRef, RawStore, RawVersion,
 };
-use crate::learn::{DeploymentPolicy, LearnBudget, LearnSpec};
 use crate::reward::{RewardSpec, JUDGE_AGENT};
 use crate::typed::*;
 use hone_types::{Route, VersionSpec};

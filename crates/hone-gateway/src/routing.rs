@@ -88,7 +88,11 @@ impl AgentRoutes {
     }
 
     pub fn spec(&self, id: &VersionId) -> Option<Arc<VersionSpec>> {
-        self.versions.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+        self.versions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
     }
 
     pub fn add_version(&self, id: VersionId, spec: Arc<VersionSpec>) {

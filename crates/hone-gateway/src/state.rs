@@ -197,11 +197,7 @@ impl AppState {
             }
             let split = Split {
                 champion: stored.champion.clone(),
-                canaries: stored
-                    .canary
-                    .iter()
-                    .map(|c| (c.clone(), stored.canary_share))
-                    .collect(),
+                canaries: stored.canary.iter().map(|c| (c.clone(), stored.canary_share)).collect(),
                 revision: Some(stored.revision),
             };
             tracing::info!(agent = %stored.agent, champion = %split.champion, canary = ?stored.canary, revision = stored.revision, "deployment changed");
@@ -220,7 +216,13 @@ impl AppState {
         let Some(record) = self.store.version(id)? else {
             return Ok(None);
         };
-        if record.agent != routes.name || !record.spec.routes.iter().all(|r| self.providers.contains_key(&r.provider)) {
+        if record.agent != routes.name
+            || !record
+                .spec
+                .routes
+                .iter()
+                .all(|r| self.providers.contains_key(&r.provider))
+        {
             return Ok(None);
         }
         let spec = Arc::new(record.spec);

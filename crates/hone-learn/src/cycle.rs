@@ -21,7 +21,7 @@ use crate::optimiser::{self, ProposeContext};
 use crate::reward::{reward_pending, Rewarder};
 use hone_config::{AgentConfig, Config, DeploymentPolicy};
 use hone_gateway::state::now_ms;
-use hone_store::{CandidateUpdate, CycleStore, EpisodeFilter, Recorder};
+use hone_store::{CandidateUpdate, CycleStore, EpisodeFilter, Recorder, Step};
 use hone_types::{
     Candidate, CandidateScores, CandidateStatus, CycleInfo, CycleState, DatasetInfo, HistoryEvent, VersionId,
     VersionRecord,
@@ -109,13 +109,19 @@ impl Learner {
             .start_cycle(agent, trigger, now_ms())
             .map_err(|e| e.to_string())?;
         if resuming {
-            self.say(agent, &format!("resuming cycle {} at {}", cycle.id, cycle.state.as_str()));
+            self.say(
+                agent,
+                &format!("resuming cycle {} at {}", cycle.id, cycle.state.as_str()),
+            );
         } else {
             self.say(agent, &format!("cycle {} started ({trigger})", cycle.id));
         }
         while !cycle.state.is_finished() {
             if self.pause_at == Some(cycle.state) {
-                self.say(agent, &format!("paused at {} (HONE_LEARN_PAUSE_AT)", cycle.state.as_str()));
+                self.say(
+                    agent,
+                    &format!("paused at {} (HONE_LEARN_PAUSE_AT)", cycle.state.as_str()),
+                );
                 tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             }
             let from = cycle.state;
@@ -132,11 +138,19 @@ impl Learner {
                                 .evidence(s.detail.clone()),
                         );
                     }
-                    self.store
-                        .advance_cycle(&cycle.id, from, s.to, &s.detail, None, &events, now)
+                    let step = Step {
+                        from,
+                        to: s.to,
+                        detail: &s.detail,
+                        error: None,
+                    };
+                    self.store.advance_cycle(&cycle.id, &step, &events, now)
                 }
                 Err(error) => {
-                    self.say(agent, &format!("cycle {} failed at {}: {error}", cycle.id, from.as_str()));
+                    self.say(
+                        agent,
+                        &format!("cycle {} failed at {}: {error}", cycle.id, from.as_str()),
+                    );
                     let event = HistoryEvent::new(
                         agent,
                         now,
@@ -144,15 +158,13 @@ impl Learner {
                         format!("cycle {} failed at {}: {error}", cycle.id, from.as_str()),
                     )
                     .cycle(&cycle.id);
-                    self.store.advance_cycle(
-                        &cycle.id,
+                    let step = Step {
                         from,
-                        CycleState::Failed,
-                        &cycle.detail,
-                        Some(&error),
-                        &[event],
-                        now,
-                    )
+                        to: CycleState::Failed,
+                        detail: &cycle.detail,
+                        error: Some(&error),
+                    };
+                    self.store.advance_cycle(&cycle.id, &step, &[event], now)
                 }
             }
             .map_err(|e| e.to_string())?;
@@ -351,9 +363,14 @@ impl Learner {
                     created_at: now,
                 });
                 events.push(
-                    HistoryEvent::new(name, now, "candidate", format!("{} proposed {id}: {}", optimiser.name(), p.diff))
-                        .version(&id)
-                        .cycle(&cycle.id),
+                    HistoryEvent::new(
+                        name,
+                        now,
+                        "candidate",
+                        format!("{} proposed {id}: {}", optimiser.name(), p.diff),
+                    )
+                    .version(&id)
+                    .cycle(&cycle.id),
                 );
                 candidates.push(Candidate {
                     cycle_id: cycle.id.clone(),
@@ -375,7 +392,10 @@ impl Learner {
         self.store
             .add_candidates(&versions, &candidates, &events)
             .map_err(|e| e.to_string())?;
-        let stored = self.store.candidates(name, Some(&cycle.id)).map_err(|e| e.to_string())?;
+        let stored = self
+            .store
+            .candidates(name, Some(&cycle.id))
+            .map_err(|e| e.to_string())?;
         detail["candidates"] = json!(stored.len());
         if stored.is_empty() {
             detail["note"] = json!("no optimiser proposed a candidate");
@@ -432,11 +452,17 @@ impl Learner {
         };
         detail["champion_scores"] = json!(scores_of(&champ_target, champ_regression.as_ref()));
         let now = now_ms();
-        for c in self.store.candidates(name, Some(&cycle.id)).map_err(|e| e.to_string())? {
+        for c in self
+            .store
+            .candidates(name, Some(&cycle.id))
+            .map_err(|e| e.to_string())?
+        {
             if c.status != CandidateStatus::Proposed {
                 continue;
             }
-            let (t, _) = self.run_eval(&evaluator, &target, &c.version_id, "candidate", name).await?;
+            let (t, _) = self
+                .run_eval(&evaluator, &target, &c.version_id, "candidate", name)
+                .await?;
             let r = match &regression {
                 Some(r) => Some(self.run_eval(&evaluator, r, &c.version_id, "candidate", name).await?.0),
                 None => None,
@@ -488,7 +514,11 @@ impl Learner {
         let champion = VersionId::parse(get_str(&detail, "champion")?).ok_or("bad champion id")?;
         let spec = &agent.learn.gate;
         let (champ_summary, champ_results) = self.run_eval(&evaluator, &target, &champion, "champion", name).await?;
-        for c in self.store.candidates(name, Some(&cycle.id)).map_err(|e| e.to_string())? {
+        for c in self
+            .store
+            .candidates(name, Some(&cycle.id))
+            .map_err(|e| e.to_string())?
+        {
             if c.status != CandidateStatus::Evaluated {
                 continue;
             }
@@ -506,7 +536,9 @@ impl Learner {
                         .map_err(|e| e.to_string())?,
                 );
             }
-            let (cand_summary, cand_results) = self.run_eval(&evaluator, &target, &c.version_id, "candidate", name).await?;
+            let (cand_summary, cand_results) = self
+                .run_eval(&evaluator, &target, &c.version_id, "candidate", name)
+                .await?;
             let diffs = gate::paired_diffs(&champ_results, &cand_results);
             let refs: Vec<&Comparison> = comparisons.iter().collect();
             let decision = gate::decide(&GateInput {
@@ -518,7 +550,10 @@ impl Learner {
                 comparisons: &refs,
             });
             let (status, reason) = if decision.passed {
-                (CandidateStatus::Gated, format!("passed the gate: {}", decision.evidence))
+                (
+                    CandidateStatus::Gated,
+                    format!("passed the gate: {}", decision.evidence),
+                )
             } else {
                 (
                     CandidateStatus::Pruned,
@@ -589,7 +624,11 @@ impl Learner {
                     CandidateStatus::Pruned,
                     format!(
                         "dominated by {} (reward {:.3} vs {:.3}, cost ${:.6} vs ${:.6})",
-                        labels[j], points[j].reward, points[i + 1].reward, points[j].cost, points[i + 1].cost
+                        labels[j],
+                        points[j].reward,
+                        points[i + 1].reward,
+                        points[j].cost,
+                        points[i + 1].cost
                     ),
                 ),
                 None => (CandidateStatus::OnFront, "on the Pareto front".to_owned()),

@@ -67,7 +67,9 @@ pub async fn prepare_adapters(config: &Config, candidate: &hone_types::VersionSp
                 if !path.join("adapter_config.json").exists() {
                     return Err(format!("adapter `{adapter}` is not in {}", path.display()));
                 }
-                done.push(format!("adapter {adapter} ready for the embedded engine (hot-swapped on first use)"));
+                done.push(format!(
+                    "adapter {adapter} ready for the embedded engine (hot-swapped on first use)"
+                ));
             }
             ProviderKind::OpenAi => {
                 let key = provider
@@ -114,10 +116,16 @@ pub async fn start_canary(
 ) -> Result<Change, String> {
     let (deployment, revision) = current(store, agent)?;
     if deployment.canary.as_ref() == Some(&candidate.version_id) {
-        return Ok(Change::AlreadyDone(format!("{} is already the canary", candidate.version_id)));
+        return Ok(Change::AlreadyDone(format!(
+            "{} is already the canary",
+            candidate.version_id
+        )));
     }
     if deployment.champion == candidate.version_id {
-        return Ok(Change::AlreadyDone(format!("{} is already the champion", candidate.version_id)));
+        return Ok(Change::AlreadyDone(format!(
+            "{} is already the champion",
+            candidate.version_id
+        )));
     }
     if let Some(canary) = &deployment.canary {
         return Ok(Change::Refused(format!(
@@ -166,9 +174,14 @@ pub async fn start_canary(
         deployment.champion
     );
     let events = [
-        HistoryEvent::new(&agent.name, now, "approve", format!("{} approved by {approved_by}", candidate.version_id))
-            .version(&candidate.version_id)
-            .cycle(&candidate.cycle_id),
+        HistoryEvent::new(
+            &agent.name,
+            now,
+            "approve",
+            format!("{} approved by {approved_by}", candidate.version_id),
+        )
+        .version(&candidate.version_id)
+        .cycle(&candidate.cycle_id),
         HistoryEvent::new(&agent.name, now, "canary", &summary)
             .version(&candidate.version_id)
             .cycle(&candidate.cycle_id)
@@ -212,7 +225,12 @@ pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) ->
 }
 
 /// Makes the canary the champion.
-pub fn promote(store: &dyn CycleStore, agent: &AgentConfig, evidence: serde_json::Value, why: &str) -> Result<Change, String> {
+pub fn promote(
+    store: &dyn CycleStore,
+    agent: &AgentConfig,
+    evidence: serde_json::Value,
+    why: &str,
+) -> Result<Change, String> {
     let (deployment, revision) = current(store, agent)?;
     let Some(canary) = deployment.canary.clone() else {
         return Ok(Change::AlreadyDone("no canary to promote".into()));
@@ -265,7 +283,10 @@ pub fn rollback(
                 ..deployment.clone()
             },
             canary.clone(),
-            format!("canary {canary} rolled back; champion {} keeps all traffic: {why}", deployment.champion),
+            format!(
+                "canary {canary} rolled back; champion {} keeps all traffic: {why}",
+                deployment.champion
+            ),
         ),
         (None, Some(previous)) => {
             let mut earlier = deployment.previous.clone();
@@ -301,7 +322,13 @@ pub fn rollback(
                 "alert",
                 format!(
                     "{} on {}: {:.3} vs champion {:.3} over {} / {} episodes (p = {:.4})",
-                    a.metric, a.version_id, a.canary_rate, a.champion_rate, a.canary_episodes, a.champion_episodes, a.p_value
+                    a.metric,
+                    a.version_id,
+                    a.canary_rate,
+                    a.champion_rate,
+                    a.canary_episodes,
+                    a.champion_episodes,
+                    a.p_value
                 ),
             )
             .version(&a.version_id)

@@ -105,7 +105,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         .comparisons
         .iter()
         .flat_map(|c| c.regressions.iter().filter(|f| f.confirmed))
-        .map(|f| format!("{} ({}/{} vs {}/{})", f.instance_id, f.b_passes, f.runs, f.a_passes, f.runs))
+        .map(|f| {
+            format!(
+                "{} ({}/{} vs {}/{})",
+                f.instance_id, f.b_passes, f.runs, f.a_passes, f.runs
+            )
+        })
         .collect();
     regressed.sort();
     regressed.dedup();

@@ -21,6 +21,9 @@ pub struct Firing {
     pub episodes: Vec<String>,
 }
 
+/// Reads one mean-type measure off an episode.
+type Measure = fn(&WindowEpisode) -> Option<f64>;
+
 fn values(window: &[WindowEpisode], f: impl Fn(&WindowEpisode) -> Option<f64>) -> Vec<f64> {
     window.iter().filter_map(f).collect()
 }
@@ -83,7 +86,7 @@ pub fn check(
             });
         }
     }
-    let means: [(&str, fn(&WindowEpisode) -> Option<f64>); 4] = [
+    let means: [(&str, Measure); 4] = [
         ("reward", |e| e.reward),
         ("cost", |e| Some(e.cost_usd)),
         ("latency", |e| Some(e.latency_ms)),
@@ -92,7 +95,9 @@ pub fn check(
     for (metric, get) in means {
         let Some(bound) = spec.bounds.get(metric) else { continue };
         let (c, h) = (values(canary, get), values(champion, get));
-        let (Some(mc), Some(mh)) = (mean(&c), mean(&h)) else { continue };
+        let (Some(mc), Some(mh)) = (mean(&c), mean(&h)) else {
+            continue;
+        };
         if c.len() < spec.min_episodes {
             continue;
         }

@@ -80,7 +80,11 @@ impl Learner {
                         continue;
                     }
                 };
-                if !running.lock().unwrap_or_else(PoisonError::into_inner).insert(name.clone()) {
+                if !running
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.clone())
+                {
                     continue;
                 }
                 let Ok(permit) = budget.clone().try_acquire_owned() else {

@@ -132,13 +132,23 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
     let m = find(&mixed);
     assert_eq!(m.status, CandidateStatus::Pruned);
     let reason = m.reason.as_deref().unwrap();
-    assert!(reason.contains("breaks") && reason.contains("previously passing"), "{reason}");
+    assert!(
+        reason.contains("breaks") && reason.contains("previously passing"),
+        "{reason}"
+    );
     assert!(m.scores.as_ref().unwrap().target_mean.unwrap() > 0.6, "{:?}", m.scores);
 
     // As good as `good` but dearer: dominated, dropped by the front.
     let p = find(&pricey);
     assert_eq!(p.status, CandidateStatus::Pruned);
-    assert!(p.reason.as_deref().unwrap().starts_with(&format!("dominated by {good}")), "{:?}", p.reason);
+    assert!(
+        p.reason
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("dominated by {good}")),
+        "{:?}",
+        p.reason
+    );
 
     // The auto rule (gain ≥ 0.05, cost ≤ 3×) deployed `good` as the canary.
     assert_eq!(find(&good).status, CandidateStatus::Canary);
@@ -148,7 +158,10 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
     wait_for_split(&w, "story", Some(&good)).await;
 
     // Online: half of new episodes go to the canary; after 10 rewarded canary episodes it is promoted.
-    assert_eq!(learner.watch(&w.config.agents["story"]).await.unwrap(), Verdict::Waiting(0));
+    assert_eq!(
+        learner.watch(&w.config.agents["story"]).await.unwrap(),
+        Verdict::Waiting(0)
+    );
     sums(&w, "story", "online", 40).await;
     let verdict = learner.watch(&w.config.agents["story"]).await.unwrap();
     assert!(matches!(verdict, Verdict::Promoted(_)), "{verdict:?}");
@@ -161,8 +174,23 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
     assert_eq!(e["content"], "The answer is 22.");
 
     // History tells the whole story, in order.
-    let kinds: Vec<String> = w.store.history("story", 200).unwrap().into_iter().map(|e| e.kind).collect();
-    for kind in ["cycle", "candidate", "evaluation", "gate", "front", "approve", "canary", "promote"] {
+    let kinds: Vec<String> = w
+        .store
+        .history("story", 200)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    for kind in [
+        "cycle",
+        "candidate",
+        "evaluation",
+        "gate",
+        "front",
+        "approve",
+        "canary",
+        "promote",
+    ] {
         assert!(kinds.contains(&kind.to_owned()), "no {kind} in {kinds:?}");
     }
     let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
@@ -226,14 +254,21 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
     assert_eq!(c[0].status, CandidateStatus::OnFront);
     assert!(w.store.deployment("manual").unwrap().is_none());
     let history = w.store.history("manual", 100).unwrap();
-    assert!(history.iter().any(|e| e.summary == format!("{good} awaits approval: hone approve {good}")));
+    assert!(history
+        .iter()
+        .any(|e| e.summary == format!("{good} awaits approval: hone approve {good}")));
     let change = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
         .await
         .unwrap();
     assert!(matches!(change, Change::Applied(_)), "{change:?}");
-    assert_eq!(w.store.deployment("manual").unwrap().unwrap().canary, Some(good.clone()));
+    assert_eq!(
+        w.store.deployment("manual").unwrap().unwrap().canary,
+        Some(good.clone())
+    );
     let approved = w.store.history("manual", 100).unwrap();
-    assert!(approved.iter().any(|e| e.kind == "approve" && e.summary.contains("approved by alice")));
+    assert!(approved
+        .iter()
+        .any(|e| e.kind == "approve" && e.summary.contains("approved by alice")));
     // Approving again changes nothing.
     let c = w.store.candidates("manual", Some(&cycle.id)).unwrap();
     let again = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
@@ -247,8 +282,15 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
     assert_eq!(cycle.detail["decision"], "auto: no candidate met the rule");
     assert!(w.store.deployment("strict").unwrap().is_none());
     let history = w.store.history("strict", 100).unwrap();
-    let refused = history.iter().find(|e| e.summary.contains("not auto-deployed")).unwrap();
-    assert!(refused.summary.contains("cost ratio 2.00 (max 1.5)"), "{}", refused.summary);
+    let refused = history
+        .iter()
+        .find(|e| e.summary.contains("not auto-deployed"))
+        .unwrap();
+    assert!(
+        refused.summary.contains("cost ratio 2.00 (max 1.5)"),
+        "{}",
+        refused.summary
+    );
 }
 
 const TOOLS: &str = r#"
@@ -341,10 +383,20 @@ async fn a_canary_whose_invalid_tool_calls_jump_is_rolled_back_and_alerted() {
     let c = w.store.candidates("tools", None).unwrap();
     assert_eq!(c[0].status, CandidateStatus::RolledBack);
     let history = w.store.history("tools", 100).unwrap();
-    assert!(history.iter().any(|e| e.kind == "alert" && e.summary.contains("invalid_tool_call")));
+    assert!(history
+        .iter()
+        .any(|e| e.kind == "alert" && e.summary.contains("invalid_tool_call")));
     assert!(history.iter().any(|e| e.kind == "rollback"));
     wait_for_split(&w, "tools", None).await;
-    let metrics = w.http.get(format!("{}/metrics", w.url)).send().await.unwrap().text().await.unwrap();
+    let metrics = w
+        .http
+        .get(format!("{}/metrics", w.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let line = format!("hone_alerts_total{{agent=\"tools\",version=\"{sloppy}\",metric=\"invalid_tool_call\"}} 1");
     assert!(metrics.contains(&line), "{metrics}");
     assert!(metrics.contains("hone_learn_cycle_step{agent=\"tools\",cycle=\"tools-1\",step=\"done\"} 1"));

@@ -11,6 +11,16 @@ use hone_types::{
 };
 use serde_json::Value;
 
+/// A cycle's move from one step to the next, with the new detail (and an
+/// error for `Failed`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step<'a> {
+    pub from: CycleState,
+    pub to: CycleState,
+    pub detail: &'a Value,
+    pub error: Option<&'a str>,
+}
+
 /// A change of a candidate's status (and what was found).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CandidateUpdate {
@@ -74,19 +84,9 @@ pub trait CycleStore: LearnStore {
     /// Starts a cycle in `Collect`, or returns the agent's unfinished one.
     fn start_cycle(&self, agent: &str, trigger: &str, now: i64) -> Result<CycleInfo, StoreError>;
 
-    /// Moves a cycle from `from` to `to` with its new detail (and an error
-    /// for `Failed`), writing `events`, if it is still in `from`. Returns
-    /// false (writing nothing) when it is not.
-    fn advance_cycle(
-        &self,
-        id: &str,
-        from: CycleState,
-        to: CycleState,
-        detail: &Value,
-        error: Option<&str>,
-        events: &[HistoryEvent],
-        now: i64,
-    ) -> Result<bool, StoreError>;
+    /// Moves a cycle along `step`, writing `events`, if it is still in
+    /// `step.from`. Returns false (writing nothing) when it is not.
+    fn advance_cycle(&self, id: &str, step: &Step<'_>, events: &[HistoryEvent], now: i64) -> Result<bool, StoreError>;
 
     fn cycle(&self, id: &str) -> Result<Option<CycleInfo>, StoreError>;
 

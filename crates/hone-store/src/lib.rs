@@ -16,7 +16,7 @@ mod recorder;
 mod sqlite;
 mod store;
 
-pub use cycle_store::{CandidateUpdate, CycleStore, Success, WindowEpisode};
+pub use cycle_store::{CandidateUpdate, CycleStore, Step, Success, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
 pub use recorder::{Recorder, RecorderError, RecorderOptions, RecorderStats};

@@ -304,7 +304,18 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             .join(", ")
     ))?;
     table(
-        &["VERSION", "STATUS", "OPTIMISER", "REWARD", "PASS", "REGRESSION", "COST $", "LATENCY ms", "CYCLE", "CHANGE"],
+        &[
+            "VERSION",
+            "STATUS",
+            "OPTIMISER",
+            "REWARD",
+            "PASS",
+            "REGRESSION",
+            "COST $",
+            "LATENCY ms",
+            "CYCLE",
+            "CHANGE",
+        ],
         &rows,
     )?;
     Ok(ExitCode::SUCCESS)
@@ -326,7 +337,11 @@ fn find_candidate(store: &SqliteStore, config: &hone_config::Config, prefix: &st
         _ => bail!(
             "`{prefix}` matches {} candidates ({}); give more of the id",
             found.len(),
-            found.iter().map(|c| c.version_id.as_str()).collect::<Vec<_>>().join(", ")
+            found
+                .iter()
+                .map(|c| c.version_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -338,7 +353,13 @@ pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
     let candidate = find_candidate(&store, &config, &args.candidate)?;
     let agent = agent_config(&config, &candidate.agent)?;
     let change = runtime()?
-        .block_on(deploy::start_canary(&config, store.as_ref(), agent, &candidate, &args.by))
+        .block_on(deploy::start_canary(
+            &config,
+            store.as_ref(),
+            agent,
+            &candidate,
+            &args.by,
+        ))
         .map_err(anyhow::Error::msg)?;
     report(change)
 }
@@ -396,7 +417,9 @@ pub fn alerts(args: ListArgs) -> Result<ExitCode> {
         })
         .collect();
     table(
-        &["AT", "AGENT", "VERSION", "METRIC", "CANARY", "CHAMPION", "P", "ACTION", "EPISODES"],
+        &[
+            "AT", "AGENT", "VERSION", "METRIC", "CANARY", "CHAMPION", "P", "ACTION", "EPISODES",
+        ],
         &rows,
     )?;
     Ok(ExitCode::SUCCESS)

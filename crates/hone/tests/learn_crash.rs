@@ -157,7 +157,9 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
     drop(hone);
 
     let mut outcomes = Vec::new();
-    for step in ["collect", "reward", "datasets", "propose", "evaluate", "gate", "front", "deploy"] {
+    for step in [
+        "collect", "reward", "datasets", "propose", "evaluate", "gate", "front", "deploy",
+    ] {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(&seed.path().join("data"), &dir.path().join("data"));
         std::fs::write(dir.path().join("hone.toml"), &text).unwrap();
@@ -188,12 +190,19 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
         assert!(log.contains(&format!("resuming cycle story-1 at {step}")), "{log}");
 
         let cycles = query(&db, "SELECT id, state FROM cycles");
-        assert_eq!(cycles, vec![vec!["story-1".to_owned(), "done".to_owned()]], "after {step}");
+        assert_eq!(
+            cycles,
+            vec![vec!["story-1".to_owned(), "done".to_owned()]],
+            "after {step}"
+        );
         let candidates = query(&db, "SELECT version_id, status FROM candidates ORDER BY status");
         assert_eq!(candidates.len(), 2, "after {step}: {candidates:?}");
         let versions = query(&db, "SELECT COUNT(*) FROM versions WHERE agent = 'story'");
         assert_eq!(versions[0][0], "3", "after {step}: the champion and one per candidate");
-        let deployments = query(&db, "SELECT revision, json_extract(record, '$.canary') FROM deployments");
+        let deployments = query(
+            &db,
+            "SELECT revision, json_extract(record, '$.canary') FROM deployments",
+        );
         assert_eq!(deployments.len(), 1, "after {step}");
         assert_eq!(deployments[0][0], "1", "after {step}: deployed exactly once");
         let canaries = query(&db, "SELECT COUNT(*) FROM history WHERE kind = 'canary'");

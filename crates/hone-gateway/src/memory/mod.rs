@@ -68,7 +68,10 @@ impl EpisodicMemory {
         policy: &ExamplePolicy,
         query: &str,
     ) -> Result<Vec<Message>, String> {
-        let key = format!("{agent}\n{spec_version}\n{}", serde_json::to_string(policy).unwrap_or_default());
+        let key = format!(
+            "{agent}\n{spec_version}\n{}",
+            serde_json::to_string(policy).unwrap_or_default()
+        );
         let cached = self
             .indexes
             .lock()

@@ -90,7 +90,10 @@ impl OpenAiProvider {
     pub async fn load_lora_adapter(&self, name: &str, path: &str) -> Result<(), ProviderError> {
         let body = serde_json::json!({"lora_name": name, "lora_path": path});
         let response = self
-            .post_to(&format!("{}/load_lora_adapter", self.base_url), body.to_string().into_bytes())
+            .post_to(
+                &format!("{}/load_lora_adapter", self.base_url),
+                body.to_string().into_bytes(),
+            )
             .timeout(self.timeout)
             .send()
             .await

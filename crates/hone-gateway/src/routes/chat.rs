@@ -279,7 +279,8 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
             &context.request,
             &context.examples,
             &mut attempts,
-        ).await;
+        )
+        .await;
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
         let retries = attempts.len();
         let (mut outcome, client_reply) = match result {
@@ -374,7 +375,8 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
             &context.request,
             &context.examples,
             &mut attempts,
-        ).await;
+        )
+        .await;
         let Answered {
             route,
             value: mut upstream,

@@ -23,7 +23,10 @@ impl Optimiser for Sft {
             let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
             let chosen = items
                 .into_iter()
-                .filter(|i| i.reward.is_some_and(|r| r >= threshold) || i.reference.as_ref().is_some_and(|r| r.is_object() || r.is_string()))
+                .filter(|i| {
+                    i.reward.is_some_and(|r| r >= threshold)
+                        || i.reference.as_ref().is_some_and(|r| r.is_object() || r.is_string())
+                })
                 .collect();
             propose_adapter(ctx, Method::Sft, &self.spec, chosen).await
         })

@@ -97,7 +97,15 @@ pub async fn propose_adapter(
         );
         let name2 = name.clone();
         tokio::task::spawn_blocking(move || {
-            train(method, &spec, &base, parent_dir.as_deref(), &rows, &adapters_dir, &name2)
+            train(
+                method,
+                &spec,
+                &base,
+                parent_dir.as_deref(),
+                &rows,
+                &adapters_dir,
+                &name2,
+            )
         })
         .await
         .map_err(|e| e.to_string())??

@@ -2,7 +2,7 @@
 //! changes compare the stored revision inside it.
 
 use super::{lock, SqliteStore};
-use crate::{CandidateUpdate, CycleStore, StoreError, Success, WindowEpisode};
+use crate::{CandidateUpdate, CycleStore, Step, StoreError, Success, WindowEpisode};
 use hone_types::{
     Alert, Candidate, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
 };
@@ -43,7 +43,12 @@ fn apply_updates(tx: &Transaction<'_>, updates: &[CandidateUpdate], now: i64) ->
         c.updated_at = now;
         tx.execute(
             "UPDATE candidates SET status = ?3, record = ?4 WHERE cycle_id = ?1 AND version_id = ?2",
-            params![u.cycle_id, u.version_id.as_str(), c.status.as_str(), serde_json::to_string(&c)?],
+            params![
+                u.cycle_id,
+                u.version_id.as_str(),
+                c.status.as_str(),
+                serde_json::to_string(&c)?
+            ],
         )?;
     }
     Ok(())
@@ -104,26 +109,28 @@ impl CycleStore for SqliteStore {
         };
         tx.execute(
             "INSERT INTO cycles (id, agent, seq, state, record, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![cycle.id, agent, seq, cycle.state.as_str(), serde_json::to_string(&cycle)?, now],
+            params![
+                cycle.id,
+                agent,
+                seq,
+                cycle.state.as_str(),
+                serde_json::to_string(&cycle)?,
+                now
+            ],
         )?;
         insert_events(
             &tx,
-            &[HistoryEvent::new(agent, now, "cycle", format!("cycle {} started ({trigger})", cycle.id)).cycle(&cycle.id)],
+            &[
+                HistoryEvent::new(agent, now, "cycle", format!("cycle {} started ({trigger})", cycle.id))
+                    .cycle(&cycle.id),
+            ],
         )?;
         tx.commit()?;
         Ok(cycle)
     }
 
-    fn advance_cycle(
-        &self,
-        id: &str,
-        from: CycleState,
-        to: CycleState,
-        detail: &Value,
-        error: Option<&str>,
-        events: &[HistoryEvent],
-        now: i64,
-    ) -> Result<bool, StoreError> {
+    fn advance_cycle(&self, id: &str, step: &Step<'_>, events: &[HistoryEvent], now: i64) -> Result<bool, StoreError> {
+        let (from, to) = (step.from, step.to);
         let mut conn = lock(&self.writer);
         let tx = conn.transaction()?;
         let record: Option<String> = tx
@@ -138,8 +145,8 @@ impl CycleStore for SqliteStore {
         };
         let mut cycle: CycleInfo = serde_json::from_str(&record)?;
         cycle.state = to;
-        cycle.detail = detail.clone();
-        cycle.error = error.map(str::to_owned);
+        cycle.detail = step.detail.clone();
+        cycle.error = step.error.map(str::to_owned);
         cycle.updated_at = now;
         tx.execute(
             "UPDATE cycles SET state = ?2, record = ?3, updated_at = ?4 WHERE id = ?1",
@@ -420,4 +427,3 @@ impl CycleStore for SqliteStore {
         })
     }
 }
-
