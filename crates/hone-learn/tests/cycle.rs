@@ -401,3 +401,138 @@ async fn a_canary_whose_invalid_tool_calls_jump_is_rolled_back_and_alerted() {
     assert!(metrics.contains(&line), "{metrics}");
     assert!(metrics.contains("hone_learn_cycle_step{agent=\"tools\",cycle=\"tools-1\",step=\"done\"} 1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_examples_version_shows_the_most_similar_successful_episodes() {
+    let w = World::start_with(STORY).await;
+    for (i, q) in ["What is 10+4?", "What is 50+7?", "What is 11+4?", "What is 90+9?"]
+        .iter()
+        .enumerate()
+    {
+        let id = format!("m-{i}");
+        w.ask("story", &id, q).await;
+        let (a, b) = q[8..q.len() - 1].split_once('+').unwrap();
+        w.feedback(
+            &id,
+            "gold",
+            json!(a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap()),
+        )
+        .await;
+    }
+    let (learner, _) = learner(&w);
+    let agent = &w.config.agents["story"];
+    let rewarder = learner.rewarder(agent).unwrap();
+    w.recorder.flush(Duration::from_secs(5)).await.unwrap();
+    hone_learn::reward::reward_pending(w.store.as_ref(), &rewarder, None, None, 1)
+        .await
+        .unwrap();
+    // `weak` gets even sums wrong (10+4): only passing episodes become examples.
+    let mut spec = agent.versions["v1"].spec.clone();
+    spec.examples = Some(hone_types::ExamplePolicy {
+        k: 1,
+        min_reward: Some(0.5),
+        embeddings: None,
+    });
+    let id = spec.id();
+    hone_store::Store::upsert_versions(
+        w.store.as_ref(),
+        &[hone_types::VersionRecord {
+            id: id.clone(),
+            agent: "story".into(),
+            label: None,
+            spec,
+            parent: None,
+            created_by: "examples".into(),
+            created_at: 1,
+        }],
+    )
+    .unwrap();
+    let r = w
+        .http
+        .post(format!("{}/v1/chat/completions", w.url))
+        .header("x-hone-version", id.as_str())
+        .json(&json!({"model": "story", "messages": [{"role": "user", "content": "What is 50+1?"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let sent = w.upstream.requests.lock().unwrap().last().unwrap().clone();
+    let texts: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    // 50+7 (passed, shares "50") is the nearest success; 10+4 failed, 11+4 and 90+9 share nothing rare.
+    assert_eq!(texts, ["What is 50+7?", "The answer is 57.", "What is 50+1?"]);
+    // The recorded request is the client's, without the examples.
+    w.recorder.flush(Duration::from_secs(5)).await.unwrap();
+    let calls = w.store.version_window("story", &id, 0, "", 10).unwrap();
+    let episode = w.episode(calls[0].id.as_str()).await;
+    assert_eq!(episode.calls[0].request.messages.len(), 1);
+}
+
+#[tokio::test]
+async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() {
+    let w = World::start_with(STORY).await;
+    let agent = &w.config.agents["story"];
+    let mut ok = agent.versions["v1"].spec.clone();
+    ok.routes[0].adapter = Some("story-7-sft".into());
+    let done = deploy::prepare_adapters(&w.config, &ok).await.unwrap();
+    assert_eq!(done, ["adapter story-7-sft loaded by `up`"]);
+    let loads = w.upstream.lora_loads.lock().unwrap().clone();
+    assert_eq!(loads[0]["lora_name"], "story-7-sft");
+    assert!(loads[0]["lora_path"]
+        .as_str()
+        .unwrap()
+        .ends_with("/adapters/story-7-sft"));
+
+    let mut broken = ok.clone();
+    broken.routes[0].adapter = Some("broken-1".into());
+    let e = deploy::prepare_adapters(&w.config, &broken).await.unwrap_err();
+    assert!(
+        e.contains("refused to load adapter `broken-1`") && e.contains("adapter not found"),
+        "{e}"
+    );
+
+    // A candidate naming that adapter is not deployed, and the reason is kept.
+    let id = broken.id();
+    let now = 5;
+    w.store
+        .start_cycle("story", "manual", now)
+        .map(|c| assert_eq!(c.id, "story-1"))
+        .unwrap();
+    let candidate = hone_types::Candidate {
+        cycle_id: "story-1".into(),
+        agent: "story".into(),
+        version_id: id.clone(),
+        parent: agent.versions["v1"].id.clone(),
+        optimiser: "sft".into(),
+        diff: "adapter".into(),
+        status: CandidateStatus::OnFront,
+        reason: None,
+        scores: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let record = hone_types::VersionRecord {
+        id: id.clone(),
+        agent: "story".into(),
+        label: None,
+        spec: broken,
+        parent: None,
+        created_by: "sft".into(),
+        created_at: now,
+    };
+    w.store.add_candidates(&[record], &[candidate.clone()], &[]).unwrap();
+    let change = deploy::start_canary(&w.config, w.store.as_ref(), agent, &candidate, "alice")
+        .await
+        .unwrap();
+    assert!(
+        matches!(&change, Change::Refused(s) if s.starts_with("deploy refused")),
+        "{change:?}"
+    );
+    assert!(w.store.deployment("story").unwrap().is_none());
+    let c = &w.store.candidates("story", None).unwrap()[0];
+    assert!(c.reason.as_deref().unwrap().contains("adapter not found"));
+}

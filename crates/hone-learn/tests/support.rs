@@ -15,6 +15,23 @@ use std::sync::{Arc, Mutex};
 pub struct Upstream {
     pub judge_answers: Mutex<VecDeque<String>>,
     pub judge_prompts: Mutex<Vec<String>>,
+    /// Every chat request body, in order.
+    pub requests: Mutex<Vec<Value>>,
+    /// `POST /v1/load_lora_adapter` bodies; adapters named `broken…` are refused.
+    pub lora_loads: Mutex<Vec<Value>>,
+}
+
+async fn load_lora(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    up.lora_loads.lock().unwrap().push(body.clone());
+    if body["lora_name"].as_str().unwrap_or("").starts_with("broken") {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": "adapter not found", "type": "invalid_request_error"}})),
+        )
+            .into_response();
+    }
+    "Success: LoRA adapter loaded".into_response()
 }
 
 fn text_of(m: &Value) -> String {
@@ -53,6 +70,7 @@ fn default_judge(prompt: &str) -> String {
 }
 
 async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<Value> {
+    up.requests.lock().unwrap().push(body.clone());
     let model = body["model"].as_str().unwrap_or("").to_owned();
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last_user = messages
@@ -196,6 +214,7 @@ impl World {
         let up_url = format!("http://{}", listener.local_addr().unwrap());
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/load_lora_adapter", post(load_lora))
             .with_state(upstream.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
 

@@ -80,7 +80,7 @@ mod tests {
         // Hand check of one term: idf(weather) with n=3, df=1 → ln(2.5/1.5 + 1).
         let one = index.scores("weather")[0];
         let len = 6.0;
-        let mean = (6.0 + 4.0 + 6.0) / 3.0;
+        let mean = (6.0 + 4.0 + 7.0) / 3.0; // "what is 2 3", "book a table in paris for two"
         let expected = (2.5f64 / 1.5 + 1.0).ln() * 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * len / mean));
         assert!((one - expected).abs() < 1e-12, "{one} vs {expected}");
     }

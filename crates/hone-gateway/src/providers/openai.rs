@@ -50,11 +50,10 @@ impl OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    /// `POST /embeddings`: one vector per input, in input order.
-    pub async fn embed(&self, model: &str, inputs: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
-        let body = serde_json::json!({"model": model, "input": inputs});
+    /// POSTs JSON to `{base_url}{path}`; the body of a successful answer.
+    async fn post_json(&self, path: &str, body: serde_json::Value) -> Result<bytes::Bytes, ProviderError> {
         let response = self
-            .post_to(&format!("{}/embeddings", self.base_url), body.to_string().into_bytes())
+            .post_to(&format!("{}{path}", self.base_url), body.to_string().into_bytes())
             .timeout(self.timeout)
             .send()
             .await
@@ -62,6 +61,11 @@ impl OpenAiProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
+        response.bytes().await.map_err(|e| transport_error(e, self.timeout))
+    }
+
+    /// `POST /embeddings`: one vector per input, in input order.
+    pub async fn embed(&self, model: &str, inputs: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
         #[derive(serde::Deserialize)]
         struct Item {
             index: usize,
@@ -71,7 +75,9 @@ impl OpenAiProvider {
         struct Answer {
             data: Vec<Item>,
         }
-        let body = response.bytes().await.map_err(|e| transport_error(e, self.timeout))?;
+        let body = self
+            .post_json("/embeddings", serde_json::json!({"model": model, "input": inputs}))
+            .await?;
         let mut answer: Answer = serde_json::from_slice(&body)
             .map_err(|e| ProviderError::Protocol(format!("not an embeddings list: {e}")))?;
         answer.data.sort_by_key(|i| i.index);
@@ -88,20 +94,12 @@ impl OpenAiProvider {
     /// `POST /load_lora_adapter` (vLLM's runtime LoRA loading): serves the
     /// adapter at `path` under the model name `name`.
     pub async fn load_lora_adapter(&self, name: &str, path: &str) -> Result<(), ProviderError> {
-        let body = serde_json::json!({"lora_name": name, "lora_path": path});
-        let response = self
-            .post_to(
-                &format!("{}/load_lora_adapter", self.base_url),
-                body.to_string().into_bytes(),
-            )
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| transport_error(e, self.timeout))?;
-        if !response.status().is_success() {
-            return Err(status_error(response).await);
-        }
-        Ok(())
+        self.post_json(
+            "/load_lora_adapter",
+            serde_json::json!({"lora_name": name, "lora_path": path}),
+        )
+        .await
+        .map(|_| ())
     }
 }
 
