@@ -524,7 +524,9 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
         created_by: "sft".into(),
         created_at: now,
     };
-    w.store.add_candidates(&[record], &[candidate.clone()], &[]).unwrap();
+    w.store
+        .add_candidates(&[record], std::slice::from_ref(&candidate), &[])
+        .unwrap();
     let change = deploy::start_canary(&w.config, w.store.as_ref(), agent, &candidate, "alice")
         .await
         .unwrap();
