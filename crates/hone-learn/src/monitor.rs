@@ -108,10 +108,10 @@ pub fn check(
             "mean_length" if mc < mh => (mh > 0.0 && 1.0 - mc / mh > *bound, mean_greater_p(&c, &h)),
             // A relative rise beyond what evaluation showed.
             _ => {
-                let ratio = if metric == "cost" {
-                    expected.cost_ratio
-                } else {
-                    expected.latency_ratio
+                let ratio = match metric {
+                    "cost" => expected.cost_ratio,
+                    "latency" => expected.latency_ratio,
+                    _ => 1.0,
                 };
                 let h: Vec<f64> = h.iter().map(|x| x * ratio).collect();
                 (mc > mh * ratio * (1.0 + bound) && mc > 0.0, mean_greater_p(&h, &c))
