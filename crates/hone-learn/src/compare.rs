@@ -94,6 +94,28 @@ pub async fn compare(
     Ok(judge_pairs(dataset, a, b, &all_a, &all_b, &regressed))
 }
 
+/// First runs of the same instance under A and B with their scores; a run
+/// that failed scores as the worst either side saw (both failed: left out).
+pub fn paired<'a>(
+    results_a: &'a [InstanceResult],
+    results_b: &'a [InstanceResult],
+) -> Vec<(&'a InstanceResult, &'a InstanceResult, f64, f64)> {
+    let (first_a, first_b) = (first_runs(results_a), first_runs(results_b));
+    first_a
+        .into_iter()
+        .filter_map(|(id, ra)| {
+            let rb = *first_b.get(&id)?;
+            let (xa, xb) = match (ra.score, rb.score) {
+                (Some(x), Some(y)) => (x, y),
+                (Some(x), None) => (x, x.min(0.0) - 1.0),
+                (None, Some(y)) => (y.min(0.0) - 1.0, y),
+                (None, None) => return None,
+            };
+            Some((ra, rb, xa, xb))
+        })
+        .collect()
+}
+
 /// The comparison from stored results (no running).
 pub fn judge_pairs(
     dataset: &DatasetInfo,
@@ -103,20 +125,12 @@ pub fn judge_pairs(
     results_b: &[InstanceResult],
     regressed: &HashSet<String>,
 ) -> Comparison {
-    let (first_a, first_b) = (first_runs(results_a), first_runs(results_b));
     let mut diffs = Vec::new();
     let (mut wins, mut losses, mut ties) = (0, 0, 0);
     let (mut sa, mut sb) = (Vec::new(), Vec::new());
     let mut improvements = Vec::new();
-    for (id, ra) in &first_a {
-        let Some(rb) = first_b.get(id) else { continue };
-        // A run that failed scores as the worst either side saw.
-        let (xa, xb) = match (ra.score, rb.score) {
-            (Some(x), Some(y)) => (x, y),
-            (Some(x), None) => (x, x.min(0.0) - 1.0),
-            (None, Some(y)) => (y.min(0.0) - 1.0, y),
-            (None, None) => continue,
-        };
+    for (ra, rb, xa, xb) in paired(results_a, results_b) {
+        let id = &ra.instance_id;
         sa.push(xa);
         sb.push(xb);
         diffs.push(xb - xa);

@@ -244,7 +244,7 @@ impl Learner {
                         spec_version: Some(agent.reward.version()),
                         ..EpisodeFilter::default()
                     },
-                    size: self.learn_size(agent),
+                    size: agent.learn.dataset_size,
                     seed,
                     dedup: true,
                     champion: Some(champion.clone()),
@@ -286,10 +286,6 @@ impl Learner {
             CycleState::Deploy => self.deploy(agent, cycle, detail).await,
             CycleState::Done | CycleState::Failed => Err("the cycle has finished".into()),
         }
-    }
-
-    fn learn_size(&self, agent: &AgentConfig) -> usize {
-        agent.learn.dataset_size
     }
 
     fn dataset(&self, id: &str) -> Result<DatasetInfo, String> {
@@ -439,6 +435,17 @@ impl Learner {
         Ok((summary, results))
     }
 
+    /// The results the evaluate step stored for a version on a dataset.
+    fn stored(
+        &self,
+        dataset: &DatasetInfo,
+        version: &VersionId,
+    ) -> Result<(EvalSummary, Vec<hone_types::InstanceResult>), String> {
+        let run = crate::eval::run_id(&dataset.id, version, &Target::Replay);
+        let results = self.store.eval_results(&run).map_err(|e| e.to_string())?;
+        Ok((summarise(&run, &results), results))
+    }
+
     async fn evaluate(&self, agent: &AgentConfig, cycle: &CycleInfo, mut detail: Value) -> Result<Stepped, String> {
         let name = agent.name.as_str();
         let evaluator = self.evaluator(agent)?;
@@ -536,9 +543,7 @@ impl Learner {
                         .map_err(|e| e.to_string())?,
                 );
             }
-            let (cand_summary, cand_results) = self
-                .run_eval(&evaluator, &target, &c.version_id, "candidate", name)
-                .await?;
+            let (cand_summary, cand_results) = self.stored(&target, &c.version_id)?;
             let diffs = gate::paired_diffs(&champ_results, &cand_results);
             let refs: Vec<&Comparison> = comparisons.iter().collect();
             let decision = gate::decide(&GateInput {

@@ -20,26 +20,12 @@ pub struct GateDecision {
     pub evidence: String,
 }
 
-/// Paired reward differences (candidate − champion) on first runs; a failed
-/// run scores as the worst either side saw.
+/// Paired reward differences (candidate − champion) on first runs, scored
+/// as [`crate::compare`] pairs them.
 pub fn paired_diffs(champion: &[InstanceResult], candidate: &[InstanceResult]) -> Vec<f64> {
-    let first = |rs: &[InstanceResult]| -> BTreeMap<String, Option<f64>> {
-        rs.iter()
-            .filter(|r| r.attempt == 0)
-            .map(|r| (r.instance_id.clone(), r.score))
-            .collect()
-    };
-    let (a, b) = (first(champion), first(candidate));
-    a.iter()
-        .filter_map(|(id, xa)| {
-            let xb = b.get(id)?;
-            match (xa, xb) {
-                (Some(x), Some(y)) => Some(y - x),
-                (Some(x), None) => Some(x.min(0.0) - 1.0 - x),
-                (None, Some(y)) => Some(y - (y.min(0.0) - 1.0)),
-                (None, None) => None,
-            }
-        })
+    crate::compare::paired(champion, candidate)
+        .into_iter()
+        .map(|(_, _, xa, xb)| xb - xa)
         .collect()
 }
 
