@@ -7,6 +7,13 @@
 //! every call in them is committed; whatever is left at start-up (or after the
 //! database was unavailable) is read back and inserted again, which is safe
 //! because inserts are idempotent.
+//!
+//! A failed or short write (a full disk, a file-size limit) may leave part of
+//! a line in the file. Before anything else is appended that fragment is cut
+//! off again (`ftruncate` to the last good length); if even that fails, the
+//! segment is abandoned and the next append starts a new one. Either way every
+//! acknowledged line starts on a line boundary, and the reader resynchronises
+//! past a fragment left by an older version or a crash mid-append.
 
 use hone_types::CallRecord;
 use std::fs::{self, File, OpenOptions};
@@ -16,19 +23,27 @@ use std::path::{Path, PathBuf};
 /// A segment is closed and a new one started once it holds this many bytes.
 const SEGMENT_BYTES: u64 = 8 << 20;
 
+/// How every serialised call begins (`id` is `CallRecord`'s first field): the
+/// reader looks for it to find a record behind a torn fragment.
+const RECORD_START: &[u8] = b"{\"id\":";
+
 pub(crate) struct Journal {
     dir: PathBuf,
     full_sync: bool,
     file: File,
     segment: u64,
+    /// Bytes of whole, acknowledged lines in the current segment.
     segment_bytes: u64,
+    /// A failed append left bytes that could not be cut off: the next append
+    /// goes to a new segment.
+    abandoned: bool,
 }
 
 impl Journal {
     /// Opens the journal in `dir`, starting a new segment after any left by an
     /// earlier run (those are only ever read, never appended to).
     pub(crate) fn open(dir: PathBuf, full_sync: bool) -> std::io::Result<Self> {
-        fs::create_dir_all(&dir)?;
+        crate::files::create_private_dir(&dir)?;
         let segment = segments(&dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
         let file = create_segment(&dir, segment)?;
         Ok(Self {
@@ -37,6 +52,7 @@ impl Journal {
             file,
             segment,
             segment_bytes: 0,
+            abandoned: false,
         })
     }
 
@@ -49,29 +65,47 @@ impl Journal {
         self.segment
     }
 
-    /// Appends one serialised call (a JSON line ending in `\n`) and returns
-    /// the segment it went to. On return the line is in the kernel (and on
-    /// the disk with `full_sync`).
-    pub(crate) fn append(&mut self, line: &[u8]) -> std::io::Result<u64> {
-        if self.segment_bytes >= SEGMENT_BYTES {
+    /// Appends serialised calls (JSON lines, each ending in `\n`) with one
+    /// write and returns the segment they went to. On `Ok` the lines are in
+    /// the kernel (and on the disk with `full_sync`); on `Err` none of them
+    /// is, and the file ends on a line boundary again.
+    pub(crate) fn append(&mut self, lines: &[u8]) -> std::io::Result<u64> {
+        if self.abandoned || self.segment_bytes >= SEGMENT_BYTES {
             self.file = create_segment(&self.dir, self.segment + 1)?;
             self.segment += 1;
             self.segment_bytes = 0;
+            self.abandoned = false;
         }
-        self.file.write_all(line)?;
-        if self.full_sync {
-            self.file.sync_data()?;
+        let written = self.file.write_all(lines).and_then(|()| {
+            if self.full_sync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => {
+                self.segment_bytes += lines.len() as u64;
+                Ok(self.segment)
+            }
+            Err(error) => {
+                // Part of the lines may have reached the file: cut it off so
+                // that the next acknowledged line does not extend a fragment.
+                if let Err(truncate) = self.file.set_len(self.segment_bytes) {
+                    tracing::error!(error = %truncate, segment = self.segment, "cannot cut a failed append off the journal; starting a new segment");
+                    self.abandoned = true;
+                }
+                Err(error)
+            }
         }
-        self.segment_bytes += line.len() as u64;
-        Ok(self.segment)
     }
 }
 
 fn create_segment(dir: &Path, segment: u64) -> std::io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(segment_path(dir, segment))?;
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    crate::files::private(&mut options);
+    let file = options.open(segment_path(dir, segment))?;
     // Make the new file's directory entry durable too, where that is asked for.
     if let Ok(dir) = File::open(dir) {
         let _ = dir.sync_all();
@@ -114,35 +148,63 @@ pub(crate) fn remove_before(dir: &Path, segment: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One segment's calls, and the numbers of lines that could not be read.
-pub(crate) struct Segment {
+/// What a segment holds.
+#[derive(Debug, Default)]
+pub struct Segment {
+    /// Every call that could be read, in journal order.
     pub calls: Vec<CallRecord>,
+    /// Lines (1-based) that hold no readable call at all.
     pub bad_lines: Vec<usize>,
+    /// Torn fragments skipped: a crashed or failed append that was never
+    /// acknowledged, at the end of the file or in front of a whole record.
+    pub torn: usize,
 }
 
-/// Reads one segment. A last line without its newline (a crash, or an append
-/// still in progress, so never acknowledged yet) is skipped; any other bad
-/// line is reported so the caller can keep the file for a human to look at.
-pub(crate) fn read_segment(path: &Path) -> std::io::Result<Segment> {
+/// Reads one segment file; see [`parse_segment`].
+pub fn read_segment(path: &Path) -> std::io::Result<Segment> {
     let bytes = fs::read(path)?;
-    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |end| end + 1);
-    if complete < bytes.len() {
-        tracing::debug!(file = %path.display(), "skipping a torn last line in the journal (it was never acknowledged)");
+    let segment = parse_segment(&bytes);
+    if segment.torn > 0 {
+        tracing::info!(file = %path.display(), fragments = segment.torn, "skipped torn fragments in the journal (appends that were never acknowledged)");
     }
+    Ok(segment)
+}
+
+/// Parses a segment's bytes. A last line without its newline (a crash, or an
+/// append still in progress, so never acknowledged) is skipped; a line that
+/// holds a fragment followed by a whole record yields the record; any other
+/// unreadable line is reported so the caller can keep the file for a human.
+pub fn parse_segment(bytes: &[u8]) -> Segment {
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |end| end + 1);
     let mut segment = Segment {
-        calls: Vec::new(),
-        bad_lines: Vec::new(),
+        torn: usize::from(complete < bytes.len()),
+        ..Segment::default()
     };
     for (i, line) in bytes[..complete].split(|b| *b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice(line) {
-            Ok(call) => segment.calls.push(call),
-            Err(_) => segment.bad_lines.push(i + 1),
+        if let Ok(call) = serde_json::from_slice(line) {
+            segment.calls.push(call);
+            continue;
+        }
+        match resynchronise(line) {
+            Some(call) => {
+                segment.torn += 1;
+                segment.calls.push(call);
+            }
+            None => segment.bad_lines.push(i + 1),
         }
     }
-    Ok(segment)
+    segment
+}
+
+/// The whole record behind a torn fragment: the first place after the start
+/// where a record begins and parses to the end of the line.
+fn resynchronise(line: &[u8]) -> Option<CallRecord> {
+    (1..line.len().saturating_sub(RECORD_START.len()))
+        .filter(|&at| line[at..].starts_with(RECORD_START))
+        .find_map(|at| serde_json::from_slice(&line[at..]).ok())
 }
 
 /// Moves a damaged segment aside (`NAME.jsonl.corrupt`): it is not read

@@ -10,7 +10,8 @@
 
 mod cycle_store;
 mod error;
-mod journal;
+pub mod files;
+pub mod journal;
 mod learn_store;
 mod recorder;
 mod sqlite;
@@ -19,6 +20,6 @@ mod store;
 pub use cycle_store::{CandidateUpdate, CycleStore, Step, Success, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
-pub use recorder::{Recorder, RecorderError, RecorderOptions, RecorderStats};
+pub use recorder::{JournalState, Recorder, RecorderError, RecorderOptions, RecorderStats};
 pub use sqlite::SqliteStore;
 pub use store::Store;

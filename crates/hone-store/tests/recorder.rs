@@ -42,7 +42,7 @@ async fn concurrent_calls_are_batched_and_survive_reopen() {
     for i in 0..200 {
         let recorder = recorder.clone();
         let call = call(&episode, i);
-        tasks.push(tokio::spawn(async move { recorder.record(call) }));
+        tasks.push(tokio::spawn(async move { recorder.record(call).await }));
     }
     for task in tasks {
         assert_eq!(task.await.unwrap(), Ok(()));
@@ -64,7 +64,7 @@ async fn concurrent_calls_are_batched_and_survive_reopen() {
         journal_files(dir.path()).is_empty(),
         "a clean shutdown leaves no journal"
     );
-    assert_eq!(recorder.record(call(&episode, 999)), Err(RecorderError::Closed));
+    assert_eq!(recorder.record(call(&episode, 999)).await, Err(RecorderError::Closed));
     drop(store);
     let reopened = SqliteStore::open(&path, false).unwrap();
     assert_eq!(reopened.call_count().unwrap(), 200);
@@ -78,7 +78,7 @@ async fn a_locked_database_keeps_calls_in_the_journal_until_it_returns() {
     let store = Arc::new(SqliteStore::open(&path, false).unwrap());
     let recorder = Recorder::start(store.clone(), options(dir.path())).unwrap();
     let episode = EpisodeId::new_v7();
-    recorder.record(call(&episode, 1)).unwrap();
+    recorder.record(call(&episode, 1)).await.unwrap();
     recorder.flush(FLUSH).await.unwrap();
     assert_eq!(store.call_count().unwrap(), 1);
 
@@ -87,7 +87,7 @@ async fn a_locked_database_keeps_calls_in_the_journal_until_it_returns() {
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     for i in 2..12 {
         assert_eq!(
-            recorder.record(call(&episode, i)),
+            recorder.record(call(&episode, i)).await,
             Ok(()),
             "calls are acknowledged from the journal"
         );
@@ -111,7 +111,7 @@ async fn a_locked_database_keeps_calls_in_the_journal_until_it_returns() {
     assert_eq!(stats.store_unavailable.load(Ordering::Relaxed), 0);
     assert_eq!(stats.spool_bytes(), 0);
     assert_eq!(stats.queue_depth(), 0);
-    recorder.record(call(&episode, 12)).unwrap();
+    recorder.record(call(&episode, 12)).await.unwrap();
     recorder.shutdown().await;
     assert_eq!(store.call_count().unwrap(), 12);
     assert_eq!(store.episode(&episode).unwrap().unwrap().summary.call_count, 12);
@@ -136,7 +136,7 @@ async fn a_journal_left_by_a_crash_is_copied_at_start_and_a_torn_line_skipped() 
         let blocker = rusqlite::Connection::open(&path).unwrap();
         blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
         for i in 0..5 {
-            recorder.record(call(&episode, i)).unwrap();
+            recorder.record(call(&episode, i)).await.unwrap();
         }
         // Wait until the writer has given up on the store.
         while recorder.stats().store_unavailable.load(Ordering::Relaxed) == 0 {
@@ -176,7 +176,7 @@ async fn a_corrupt_journal_line_is_kept_aside_and_does_not_block_recording() {
 
     let store = Arc::new(SqliteStore::open(&path, false).unwrap());
     let recorder = Recorder::start(store.clone(), options(dir.path())).unwrap();
-    recorder.record(call(&episode, 3)).unwrap();
+    recorder.record(call(&episode, 3)).await.unwrap();
     recorder.flush(FLUSH).await.unwrap();
     assert_eq!(
         store.call_count().unwrap(),

@@ -2,10 +2,12 @@
 //! - `story`: a scripted story over the Store trait (SQLite file on disk).
 //! - `recorder`: group commit, durability across reopen, spool and replay
 //!   while another connection holds the database locked.
+//! - `journal`: property tests of the journal reader over torn and corrupt lines.
 
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
 mod common;
+mod journal;
 mod recorder;
 mod story;

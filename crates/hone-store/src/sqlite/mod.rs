@@ -64,8 +64,9 @@ impl SqliteStore {
             message: e.to_string(),
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| open_err(&e))?;
+            crate::files::create_private_dir(parent).map_err(|e| open_err(&e))?;
         }
+        crate::files::create_private_file(path).map_err(|e| open_err(&e))?;
         let mut writer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
         Self::migrate(&mut writer).map_err(|e| open_err(&e))?;
         // Checkpoints move the WAL into the database file. Run inside a
@@ -144,9 +145,11 @@ impl SqliteStore {
         result
     }
 
-    fn read_calls(conn: &Connection, episode: &str) -> Result<Vec<CallRecord>, StoreError> {
-        let mut stmt = conn.prepare_cached("SELECT record FROM calls WHERE episode_id = ?1 ORDER BY started_at, id")?;
-        let rows = stmt.query_map([episode], |r| r.get::<_, String>(0))?;
+    /// An episode's calls: only those of the agent the episode belongs to.
+    fn read_calls(conn: &Connection, episode: &str, agent: &str) -> Result<Vec<CallRecord>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached("SELECT record FROM calls WHERE episode_id = ?1 AND agent = ?2 ORDER BY started_at, id")?;
+        let rows = stmt.query_map([episode, agent], |r| r.get::<_, String>(0))?;
         rows.map(|row| Ok(serde_json::from_str(&row?)?)).collect()
     }
 
@@ -186,7 +189,7 @@ impl SqliteStore {
     }
 
     fn detail(conn: &Connection, summary: EpisodeSummary) -> Result<EpisodeDetail, StoreError> {
-        let calls = Self::read_calls(conn, summary.id.as_str())?;
+        let calls = Self::read_calls(conn, summary.id.as_str(), &summary.agent)?;
         let signals = Self::read_signals(conn, summary.id.as_str())?;
         Ok(EpisodeDetail {
             summary,
@@ -229,7 +232,8 @@ impl Store for SqliteStore {
                  ON CONFLICT (id) DO UPDATE SET
                     started_at = MIN(started_at, excluded.started_at),
                     last_call_at = MAX(last_call_at, excluded.last_call_at),
-                    call_count = call_count + 1",
+                    call_count = call_count + 1
+                 WHERE agent = excluded.agent",
             )?;
             for call in calls {
                 let record = serde_json::to_string(call)?;
@@ -257,6 +261,8 @@ impl Store for SqliteStore {
                     call.flags.truncated,
                     record,
                 ])?;
+                // A call naming another agent's episode (the gateway refuses
+                // those) is kept, but never joins that episode.
                 if inserted == 1 {
                     episode.execute(params![call.episode_id.as_str(), call.agent, call.started_at])?;
                     written += 1;
