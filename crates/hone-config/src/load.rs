@@ -110,6 +110,20 @@ impl Loader<'_> {
             Some(n) => usize::try_from(n).map_err(|_| err("gateway.max_body_bytes", "is too large"))?,
             None => DEFAULT_MAX_BODY_BYTES,
         };
+        let max_connections = match raw.gateway.max_connections {
+            Some(0) => return Err(err("gateway.max_connections", "must be at least 1")),
+            n => n,
+        };
+        let positive_ms = |key: &str, value: Option<u64>, default: u64| match value {
+            Some(0) => Err(err(key, "must be greater than 0")),
+            n => Ok(Duration::from_millis(n.unwrap_or(default))),
+        };
+        let header_read_timeout = positive_ms(
+            "gateway.header_read_timeout_ms",
+            raw.gateway.header_read_timeout_ms,
+            15_000,
+        )?;
+        let shutdown_grace = positive_ms("gateway.shutdown_grace_ms", raw.gateway.shutdown_grace_ms, 30_000)?;
         let threads = match raw.gateway.threads {
             Some(0) => return Err(err("gateway.threads", "must be at least 1")),
             Some(n) => n,
@@ -330,6 +344,10 @@ impl Loader<'_> {
                 data_dir,
                 max_body_bytes,
                 threads,
+                max_connections,
+                header_read_timeout,
+                shutdown_grace,
+                insecure_open_admin: raw.gateway.insecure_open_admin.unwrap_or(false),
                 admin_token_env: raw.gateway.admin_token_env,
                 api_keys,
             },

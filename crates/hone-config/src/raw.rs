@@ -31,6 +31,16 @@ pub struct RawGateway {
     pub data_dir: Option<String>,
     pub max_body_bytes: Option<u64>,
     pub threads: Option<usize>,
+    /// Most client connections open at once (default: half the file
+    /// descriptors the process may open).
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers (also how long
+    /// an idle keep-alive connection stays open).
+    pub header_read_timeout_ms: Option<u64>,
+    /// How long shutdown waits for in-flight calls before giving up on them.
+    pub shutdown_grace_ms: Option<u64>,
+    /// Allow serving beyond loopback with `/admin/*` open (no admin token).
+    pub insecure_open_admin: Option<bool>,
     /// Name of the environment variable holding the admin token.
     pub admin_token_env: Option<String>,
     #[serde(default)]

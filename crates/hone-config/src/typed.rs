@@ -42,6 +42,16 @@ pub struct GatewayConfig {
     /// calls over a work-stealing pool. The recorder, the store and blocking
     /// work have their own threads either way.
     pub threads: usize,
+    /// Most client connections open at once; `None`: half the file
+    /// descriptors the process may open (the rest serve upstreams and files).
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers, and how long
+    /// an idle keep-alive connection is kept.
+    pub header_read_timeout: Duration,
+    /// How long shutdown waits for in-flight calls and the recorder.
+    pub shutdown_grace: Duration,
+    /// Serve beyond loopback with `/admin/*` open (no admin token configured).
+    pub insecure_open_admin: bool,
     pub admin_token_env: Option<String>,
     pub api_keys: Vec<ApiKeyConfig>,
 }

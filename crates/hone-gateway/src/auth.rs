@@ -93,6 +93,18 @@ impl Auth {
         self.keys.is_empty()
     }
 
+    /// Refuses to expose an open `/admin/*` (no API keys, no admin token)
+    /// beyond loopback unless that is explicitly allowed: anyone reaching
+    /// the address could load adapters and read every episode.
+    pub fn check_exposure(&self, address: std::net::SocketAddr, allow_open_admin: bool) -> Result<(), String> {
+        if address.ip().is_loopback() || allow_open_admin || self.admin_token_hash.is_some() || !self.is_open() {
+            return Ok(());
+        }
+        Err(format!(
+            "refusing to serve on {address}: with no API keys and no admin token, anyone who can reach it could call the agents, read every episode and use /admin/*. Configure [[gateway.api_keys]] and gateway.admin_token_env, listen on 127.0.0.1, or pass --insecure-open-admin (gateway.insecure_open_admin = true) on a network you trust"
+        ))
+    }
+
     /// Data-plane access: a configured key, or anything when none is configured.
     /// The admin token is accepted too.
     pub fn data_plane(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {

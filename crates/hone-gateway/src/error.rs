@@ -18,6 +18,8 @@ pub enum ErrorKind {
     NotFound,
     /// 405
     MethodNotAllowed,
+    /// 409: the request names something another agent owns.
+    Conflict,
     /// 413
     PayloadTooLarge,
     /// 429, passed on from an upstream that kept rate limiting.
@@ -76,6 +78,7 @@ impl ApiError {
             ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
@@ -90,6 +93,7 @@ impl ApiError {
             ErrorKind::InvalidRequest
             | ErrorKind::NotFound
             | ErrorKind::MethodNotAllowed
+            | ErrorKind::Conflict
             | ErrorKind::PayloadTooLarge => "invalid_request_error",
             ErrorKind::Unauthorized => "authentication_error",
             ErrorKind::Forbidden => "permission_error",

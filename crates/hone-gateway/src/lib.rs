@@ -13,13 +13,14 @@ pub mod error;
 pub mod harness;
 pub mod memory;
 pub mod metrics;
+pub mod owners;
 pub mod providers;
 pub mod routes;
 pub mod routing;
+pub mod server;
 pub mod sse;
 pub mod state;
 
-use axum::serve::ListenerExt;
 use hone_config::Config;
 use state::{AppState, StartError};
 use std::future::Future;
@@ -43,30 +44,50 @@ impl Gateway {
     }
 
     /// Serves on `listener` until `shutdown` resolves, then stops accepting,
-    /// lets in-flight requests finish, waits for background call tasks and
-    /// drains the recorder.
+    /// lets in-flight requests and background call tasks finish and drains
+    /// the recorder — all within `gateway.shutdown_grace`. Whatever is still
+    /// running then was never acknowledged; what was acknowledged is in the
+    /// journal and reaches the store at the next start.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        // TCP_NODELAY: without it a response written in two pieces waits for
-        // the client's delayed ACK (~40 ms).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
+        let gateway = &self.state.config.gateway;
+        self.state
+            .auth
+            .check_exposure(listener.local_addr()?, gateway.insecure_open_admin)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+        let limits = server::ServeLimits::from_config(gateway);
+        tracing::info!(
+            max_connections = limits.max_connections,
+            header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
+            "serving"
+        );
         let app = routes::router(self.state.clone());
         let refresher = tokio::spawn(follow_deployments(self.state.clone()));
-        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        let connections = tokio_util::task::TaskTracker::new();
+        server::serve(listener, app, limits, connections.clone(), shutdown).await;
         refresher.abort();
         tracing::info!("no longer accepting; finishing in-flight calls");
-        self.state.tasks.close();
-        self.state.tasks.wait().await;
-        self.state.recorder.shutdown().await;
-        tracing::info!("recorder drained; bye");
-        served
+        let state = self.state.clone();
+        let drained = tokio::time::timeout(gateway.shutdown_grace, async move {
+            connections.close();
+            connections.wait().await;
+            state.tasks.close();
+            state.tasks.wait().await;
+            state.recorder.shutdown().await;
+        })
+        .await;
+        match drained {
+            Ok(()) => tracing::info!("recorder drained; bye"),
+            Err(_) => tracing::error!(
+                grace_ms = gateway.shutdown_grace.as_millis() as u64,
+                calls = self.state.tasks.len(),
+                "shutdown grace over: calls still in flight are abandoned (none was acknowledged); the journal keeps every acknowledged call for the next start"
+            ),
+        }
+        Ok(())
     }
 }
 

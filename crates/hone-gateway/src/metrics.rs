@@ -100,7 +100,7 @@ impl Metrics {
             }
         }
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let lines: [(&str, &str, u64); 13] = [
+        let lines: [(&str, &str, u64); 16] = [
             (
                 "hone_upstream_errors_total",
                 "Chat calls that failed on every provider.",
@@ -145,6 +145,21 @@ impl Metrics {
                 "hone_recorder_refused_total",
                 "Calls that could not be journaled (their requests failed).",
                 load(&recorder.lost_and_refused),
+            ),
+            (
+                "hone_recorder_append_failures_total",
+                "Journal appends that failed (each cut back to the last whole line).",
+                load(&recorder.append_failures),
+            ),
+            (
+                "hone_recorder_ack_timeouts_total",
+                "Calls refused because the journal did not take them in time (a stalled disk).",
+                load(&recorder.ack_timeouts),
+            ),
+            (
+                "hone_recorder_torn_fragments_total",
+                "Torn journal fragments (never acknowledged) skipped when reading the journal back.",
+                load(&recorder.torn_fragments),
             ),
             (
                 "hone_recorder_corrupt_lines_total",

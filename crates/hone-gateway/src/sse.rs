@@ -11,10 +11,16 @@ pub struct SseEvent {
     pub data: Bytes,
 }
 
+/// Largest event (bytes up to its blank line) a stream may send.
+pub const MAX_EVENT_BYTES: usize = 4 << 20;
+
 /// Incremental parser: push bytes as they arrive, pop complete events.
+/// Each byte is scanned once, however the stream is cut into chunks.
 #[derive(Debug, Default)]
 pub struct SseParser {
     buffer: BytesMut,
+    /// Bytes at the front of `buffer` known to hold no blank line.
+    scanned: usize,
 }
 
 impl SseParser {
@@ -22,10 +28,23 @@ impl SseParser {
         self.buffer.extend_from_slice(bytes);
     }
 
+    /// Whether the event still arriving is already larger than
+    /// [`MAX_EVENT_BYTES`] (the caller gives up on the stream).
+    pub fn overflowing(&self) -> bool {
+        self.buffer.len() > MAX_EVENT_BYTES
+    }
+
     /// The next complete event, if one has fully arrived.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
-            let (end, separator) = find_blank_line(&self.buffer)?;
+            // A separator may straddle the scanned edge: back up by two bytes.
+            let from = self.scanned.saturating_sub(2);
+            let Some((at, separator)) = find_blank_line(&self.buffer[from..]) else {
+                self.scanned = self.buffer.len();
+                return None;
+            };
+            let end = from + at;
+            self.scanned = 0;
             let block = self.buffer.split_to(end + separator).freeze();
             let block = &block[..end];
             let mut event = None;

@@ -25,6 +25,8 @@ pub enum StartError {
     Recorder { path: String, source: std::io::Error },
     #[error("{0}")]
     Provider(String),
+    #[error("cannot start a thread: {0}")]
+    Thread(std::io::Error),
 }
 
 pub struct AppState {
@@ -43,6 +45,8 @@ pub struct AppState {
     pub cycles: Arc<dyn CycleStore>,
     /// Successful episodes retrieved as few-shot examples.
     pub memory: crate::memory::EpisodicMemory,
+    /// Which agent owns each episode id.
+    pub owners: crate::owners::EpisodeOwners,
 }
 
 pub fn now_ms() -> i64 {
@@ -76,7 +80,22 @@ impl AppState {
                 created_at: now,
             })
             .collect();
-        store.upsert_versions(&declared)?;
+        if let Err(e) = store.upsert_versions(&declared) {
+            // A locked database: serve anyway (calls spool to the journal, as
+            // at run time) and store the declared versions once it is free.
+            tracing::warn!(error = %e, "cannot store the configured versions yet; retrying in the background");
+            let store = store.clone();
+            std::thread::Builder::new()
+                .name("hone-versions".into())
+                .spawn(move || loop {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    if store.upsert_versions(&declared).is_ok() {
+                        tracing::info!("configured versions stored");
+                        break;
+                    }
+                })
+                .map_err(StartError::Thread)?;
+        }
 
         let mut providers = Providers::new();
         for (name, provider) in &config.providers {
@@ -172,6 +191,7 @@ impl AppState {
             started_at: now / 1000,
             cycles,
             memory: crate::memory::EpisodicMemory::default(),
+            owners: crate::owners::EpisodeOwners::default(),
         };
         state.refresh_deployments()?;
         Ok(Arc::new(state))

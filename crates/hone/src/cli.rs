@@ -43,6 +43,10 @@ enum Command {
         /// Threads serving HTTP (overrides gateway.threads; default 1).
         #[arg(long)]
         threads: Option<usize>,
+        /// Serve beyond loopback although no API keys and no admin token are
+        /// configured (anyone reaching the address may use /admin/*).
+        #[arg(long)]
+        insecure_open_admin: bool,
     },
     /// Work with config files.
     Config {
@@ -239,7 +243,8 @@ fn run(command: Command) -> Result<ExitCode> {
             listen,
             data_dir,
             threads,
-        } => serve(config, listen, data_dir, threads),
+            insecure_open_admin,
+        } => serve(config, listen, data_dir, threads, insecure_open_admin),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => Ok(check(&file)),
@@ -362,8 +367,10 @@ fn serve(
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     threads: Option<usize>,
+    insecure_open_admin: bool,
 ) -> Result<ExitCode> {
     let mut config = load(config.as_ref())?;
+    config.gateway.insecure_open_admin |= insecure_open_admin;
     if let Some(listen) = listen {
         config.gateway.listen = listen;
     }

@@ -3,7 +3,8 @@
 //! are rewritten back into OpenAI responses and chunks.
 
 use super::{
-    http_client, sse_events, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent,
+    http_client, read_answer, send_stream, sse_events, status_error, transport_error, ChunkStream, Provider,
+    ProviderError, StreamEvent,
 };
 use futures::StreamExt;
 use hone_config::ProviderConfig;
@@ -69,20 +70,14 @@ impl Provider for AnthropicProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
-        let body = response.bytes().await.map_err(|e| transport_error(e, self.timeout))?;
+        let body = read_answer(response, self.timeout).await?;
         Ok(from_anthropic(parse("message", &body)?, unix_now()))
     }
 
     async fn stream(&self, request: &ChatCompletionRequest, _route: &Route) -> Result<ChunkStream, ProviderError> {
-        let timeout = self.timeout;
-        let response = tokio::time::timeout(timeout, self.post(&to_anthropic(request, true)?).send())
-            .await
-            .map_err(|_| ProviderError::Timeout(timeout))?
-            .map_err(|e| transport_error(e, timeout))?;
-        if !response.status().is_success() {
-            return Err(status_error(response).await);
-        }
-        let events = sse_events(response, timeout);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = send_stream(self.post(&to_anthropic(request, true)?), deadline, self.timeout).await?;
+        let events = sse_events(response, deadline, self.timeout);
         let stream = async_stream::stream! {
             futures::pin_mut!(events);
             let mut converter = StreamConverter::new(unix_now());

@@ -54,6 +54,12 @@ impl LocalProvider {
         })
     }
 
+    /// Where adapters named by versions are found; `/admin/adapters` loads
+    /// only from here (and the data directory).
+    pub fn adapters_dir(&self) -> &Path {
+        &self.adapters_dir
+    }
+
     /// The engine serving `model`, loaded on first use (blocking: call it
     /// off the event loop).
     pub fn engine(&self, model: &str) -> Result<Arc<Engine>, String> {

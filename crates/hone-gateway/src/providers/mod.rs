@@ -38,7 +38,16 @@ pub enum ProviderError {
     /// The upstream answered something that is not the expected wire format.
     #[error("the upstream's answer could not be read: {0}")]
     Protocol(String),
+    /// The upstream's answer (or one stream event) is larger than hone takes.
+    #[error("the upstream's {what} is larger than {limit} bytes")]
+    TooLarge { what: &'static str, limit: usize },
 }
+
+/// Largest upstream answer read (a chat completion is far smaller; this only
+/// stops a broken or hostile upstream from filling memory).
+pub const MAX_ANSWER_BYTES: usize = 32 << 20;
+/// How much of an upstream's error body is kept for its message.
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 impl ProviderError {
     /// Worth another try at the same provider: rate limits, server errors,
@@ -47,7 +56,7 @@ impl ProviderError {
         match self {
             ProviderError::Status { status, .. } => *status == 429 || *status >= 500,
             ProviderError::Connect(_) | ProviderError::Timeout(_) => true,
-            ProviderError::Protocol(_) => false,
+            ProviderError::Protocol(_) | ProviderError::TooLarge { .. } => false,
         }
     }
 
@@ -143,8 +152,8 @@ impl AnyProvider {
     }
 }
 
-/// A reqwest client with the provider's time-outs. `timeout` bounds a whole
-/// non-streamed answer; streams are bounded per chunk by the caller instead.
+/// A reqwest client with the provider's connect time-out. The provider's
+/// `timeout` bounds a whole answer, streamed or not (see [`sse_events`]).
 pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .connect_timeout(config.connect_timeout)
@@ -154,12 +163,15 @@ pub(crate) fn http_client(config: &ProviderConfig) -> Result<reqwest::Client, St
         .map_err(|e| format!("provider `{}`: cannot build the HTTP client: {e}", config.name))
 }
 
-/// The SSE events of a streamed upstream response. Each read waits at most
-/// `timeout`; a transport error, a time-out, or the body ending (a complete
-/// stream is ended by its consumer at its own end marker first) is yielded as
-/// an error, after which the stream stops.
+/// The SSE events of a streamed upstream response, until `deadline` (the
+/// whole answer's, counted from the request: keep-alive comments do not
+/// extend it). A transport error, the deadline, an event larger than
+/// [`crate::sse::MAX_EVENT_BYTES`], or the body ending (a complete stream is
+/// ended by its consumer at its own end marker first) is yielded as an
+/// error, after which the stream stops.
 pub(crate) fn sse_events(
     response: reqwest::Response,
+    deadline: tokio::time::Instant,
     timeout: Duration,
 ) -> impl futures::Stream<Item = Result<crate::sse::SseEvent, ProviderError>> + Send {
     use futures::StreamExt;
@@ -170,7 +182,11 @@ pub(crate) fn sse_events(
             while let Some(event) = parser.next_event() {
                 yield Ok(event);
             }
-            match tokio::time::timeout(timeout, body.next()).await {
+            if parser.overflowing() {
+                yield Err(ProviderError::TooLarge { what: "stream event", limit: crate::sse::MAX_EVENT_BYTES });
+                return;
+            }
+            match tokio::time::timeout_at(deadline, body.next()).await {
                 Ok(Some(Ok(bytes))) => parser.push(&bytes),
                 Ok(Some(Err(e))) => {
                     yield Err(transport_error(e, timeout));
@@ -189,15 +205,78 @@ pub(crate) fn sse_events(
     }
 }
 
+/// Sends a streaming request, waiting for the response head until `deadline`.
+pub(crate) async fn send_stream(
+    request: reqwest::RequestBuilder,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> Result<reqwest::Response, ProviderError> {
+    let response = tokio::time::timeout_at(deadline, request.send())
+        .await
+        .map_err(|_| ProviderError::Timeout(timeout))?
+        .map_err(|e| transport_error(e, timeout))?;
+    if !response.status().is_success() {
+        return Err(status_error(response).await);
+    }
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if content_type.starts_with("application/json") {
+        let message = error_message(response).await;
+        return Err(ProviderError::Protocol(format!(
+            "a stream was asked for but the upstream answered with one JSON document (does it support `stream: true`?): {message}"
+        )));
+    }
+    Ok(response)
+}
+
+/// Reads a whole (non-streamed) answer, refusing one larger than
+/// [`MAX_ANSWER_BYTES`] without buffering it.
+pub(crate) async fn read_answer(mut response: reqwest::Response, timeout: Duration) -> Result<Bytes, ProviderError> {
+    let too_large = ProviderError::TooLarge {
+        what: "answer",
+        limit: MAX_ANSWER_BYTES,
+    };
+    if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
+        return Err(too_large);
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(e, timeout))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(too_large);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
 /// Maps a reqwest failure to a provider error.
 pub(crate) fn transport_error(e: reqwest::Error, timeout: Duration) -> ProviderError {
     if e.is_timeout() {
         ProviderError::Timeout(timeout)
+    } else if is_garbled(&e) {
+        // It answered, but not in HTTP: reachable, yet speaking nonsense.
+        ProviderError::Protocol(error_chain(&e))
     } else if e.is_connect() || e.is_request() {
         ProviderError::Connect(error_chain(&e))
     } else {
         ProviderError::Protocol(error_chain(&e))
     }
+}
+
+/// Whether the upstream's reply could not be parsed as HTTP.
+fn is_garbled(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(hyper) = s.downcast_ref::<hyper::Error>() {
+            return hyper.is_parse() || hyper.is_parse_status() || hyper.is_parse_too_large();
+        }
+        source = s.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -222,8 +301,24 @@ pub(crate) async fn status_error(response: reqwest::Response) -> ProviderError {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let body = response.bytes().await.unwrap_or_default();
-    let message = serde_json::from_slice::<serde_json::Value>(&body)
+    ProviderError::Status {
+        status,
+        message: error_message(response).await,
+        retry_after,
+    }
+}
+
+/// The message of an error body (its `error.message` when it has one),
+/// reading at most `MAX_ERROR_BYTES` of it.
+async fn error_message(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk[..chunk.len().min(MAX_ERROR_BYTES - body.len())]);
+        if body.len() >= MAX_ERROR_BYTES {
+            break;
+        }
+    }
+    serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| {
             v.pointer("/error/message")
@@ -231,10 +326,5 @@ pub(crate) async fn status_error(response: reqwest::Response) -> ProviderError {
                 .and_then(|m| m.as_str())
                 .map(str::to_owned)
         })
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
-    ProviderError::Status {
-        status,
-        message,
-        retry_after,
-    }
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned())
 }

@@ -5,7 +5,8 @@
 //! embeddings (episodic memory) and vLLM's runtime adapter loading.
 
 use super::{
-    http_client, sse_events, status_error, transport_error, ChunkStream, Provider, ProviderError, StreamEvent,
+    http_client, read_answer, send_stream, sse_events, status_error, transport_error, ChunkStream, Provider,
+    ProviderError, StreamEvent,
 };
 use futures::StreamExt;
 use hone_config::ProviderConfig;
@@ -61,7 +62,7 @@ impl OpenAiProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
-        response.bytes().await.map_err(|e| transport_error(e, self.timeout))
+        read_answer(response, self.timeout).await
     }
 
     /// `POST /embeddings`: one vector per input, in input order.
@@ -135,7 +136,7 @@ impl Provider for OpenAiProvider {
         if !response.status().is_success() {
             return Err(status_error(response).await);
         }
-        let body = response.bytes().await.map_err(|e| transport_error(e, self.timeout))?;
+        let body = read_answer(response, self.timeout).await?;
         serde_json::from_slice(&body).map_err(|e| ProviderError::Protocol(format!("not a chat.completion: {e}")))
     }
 
@@ -149,15 +150,9 @@ impl Provider for OpenAiProvider {
             extra: Default::default(),
         });
         options.include_usage = Some(true);
-        let response = self
-            .post(encode_for(&upstream, route)?)
-            .send()
-            .await
-            .map_err(|e| transport_error(e, self.timeout))?;
-        if !response.status().is_success() {
-            return Err(status_error(response).await);
-        }
-        let events = sse_events(response, self.timeout);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = send_stream(self.post(encode_for(&upstream, route)?), deadline, self.timeout).await?;
+        let events = sse_events(response, deadline, self.timeout);
         let stream = async_stream::stream! {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {

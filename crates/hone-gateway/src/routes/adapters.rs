@@ -7,7 +7,10 @@
 //! - `DELETE /admin/adapters/{name}?provider=&model=`
 //!
 //! `provider` and `model` may be left out when only one local provider
-//! (or one loaded model) could be meant.
+//! (or one loaded model) could be meant. `path` must lie inside the
+//! provider's adapter directory or the data directory (a relative path is
+//! taken inside the adapter directory), also after following symlinks; any
+//! other path is refused with one message, whether or not it exists.
 
 use super::{json_response, parse_json, read_body};
 use crate::error::{ApiError, ErrorKind};
@@ -58,8 +61,63 @@ fn local_providers<'a>(state: &'a AppState, name: Option<&str>) -> Result<Vec<&'
     Ok(found)
 }
 
-/// The engine one request means.
-fn engine_for(state: &AppState, provider: Option<&str>, model: Option<&str>) -> Result<Arc<Engine>, ApiError> {
+/// The files an adapter directory holds; each must resolve inside the roots too.
+const ADAPTER_FILES: [&str; 2] = ["adapter_config.json", "adapter_model.safetensors"];
+
+/// The adapter directory `raw` names, if it lies inside one of `roots`.
+fn confine(raw: &str, roots: &[&std::path::Path]) -> Result<std::path::PathBuf, ApiError> {
+    let listed: Vec<String> = roots.iter().map(|r| format!("`{}`", r.display())).collect();
+    let outside = || {
+        ApiError::invalid(
+            "adapter_path_not_allowed",
+            format!(
+                "`path` must name a directory inside the adapter directories ({})",
+                listed.join(", ")
+            ),
+        )
+        .with_param(Some("path".into()))
+    };
+    let path = std::path::Path::new(raw);
+    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(outside());
+    }
+    let candidate = match roots.first() {
+        Some(root) if path.is_relative() => root.join(path),
+        _ => path.to_owned(),
+    };
+    let canonical_roots: Vec<_> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    let inside = |p: &std::path::Path| {
+        p.canonicalize()
+            .ok()
+            .filter(|c| canonical_roots.iter().any(|root| c.starts_with(root)))
+    };
+    if !roots.iter().any(|root| candidate.starts_with(root)) && inside(&candidate).is_none() {
+        return Err(outside());
+    }
+    let Some(dir) = inside(&candidate) else {
+        // Lexically inside a root: saying it is missing reveals nothing outside.
+        return Err(if candidate.exists() {
+            outside()
+        } else {
+            ApiError::invalid("adapter_not_found", format!("no adapter directory at `{raw}`"))
+                .with_param(Some("path".into()))
+        });
+    };
+    for file in ADAPTER_FILES {
+        let file = dir.join(file);
+        if file.exists() && inside(&file).is_none() {
+            return Err(outside());
+        }
+    }
+    Ok(dir)
+}
+
+/// The engine one request means, with its provider.
+fn engine_for<'a>(
+    state: &'a AppState,
+    provider: Option<&str>,
+    model: Option<&str>,
+) -> Result<(&'a LocalProvider, Arc<Engine>), ApiError> {
     let providers = local_providers(state, provider)?;
     let [local] = providers.as_slice() else {
         return Err(ApiError::invalid(
@@ -67,7 +125,8 @@ fn engine_for(state: &AppState, provider: Option<&str>, model: Option<&str>) -> 
             "several local providers are configured; name one with `provider`",
         ));
     };
-    match model {
+    let local = *local;
+    let engine = match model {
         Some(model) => local
             .engine(model)
             .map_err(|e| ApiError::invalid("model_unavailable", e).with_param(Some("model".into()))),
@@ -88,7 +147,8 @@ fn engine_for(state: &AppState, provider: Option<&str>, model: Option<&str>) -> 
                 )),
             }
         }
-    }
+    }?;
+    Ok((local, engine))
 }
 
 pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
@@ -116,9 +176,13 @@ pub async fn load(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     let task_state = state.clone();
     // Loading reads files (and may load the model): off the event loop.
     let loaded = tokio::task::spawn_blocking(move || {
-        let engine = engine_for(&task_state, request.provider.as_deref(), request.model.as_deref())?;
+        let (local, engine) = engine_for(&task_state, request.provider.as_deref(), request.model.as_deref())?;
+        let dir = confine(
+            &request.path,
+            &[local.adapters_dir(), task_state.config.gateway.data_dir.as_path()],
+        )?;
         engine
-            .load_adapter(&request.name, std::path::Path::new(&request.path))
+            .load_adapter(&request.name, &dir)
             .map_err(|e| ApiError::invalid("adapter_unloadable", e.to_string()))
     })
     .await
@@ -129,9 +193,11 @@ pub async fn load(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
 pub async fn unload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(name): Path<String>,
-    Query(scope): Query<Scope>,
+    name: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    scope: Result<Query<Scope>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let name = super::path_param(name)?;
+    let Query(scope) = scope.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
     state.auth.admin(&headers)?;
     let mut removed = Vec::new();
     for local in local_providers(&state, scope.provider.as_deref())? {

@@ -36,8 +36,9 @@ pub async fn versions(
 pub async fn version(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, ApiError> {
+    let id = super::path_param(id)?;
     state.auth.admin(&headers)?;
     let version_id = VersionId::parse(&id).ok_or_else(|| {
         ApiError::invalid(

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
+use hone_store::JournalState;
 use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
 use hone_types::stream::StreamAccumulator;
 use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
@@ -132,6 +133,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         .with_param(Some("model".into()))
     })?;
     principal.check_agent(&agent.name)?;
+    let given_episode = headers.get(&EPISODE_HEADER).is_some();
     let episode = match headers.get(&EPISODE_HEADER) {
         Some(value) => {
             let text = value
@@ -173,6 +175,11 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
             (id, spec)
         }
     };
+    state
+        .owners
+        .claim(&state.store, &state.recorder, &episode, &agent.name, !given_episode)
+        .await?;
+    recordable(state)?;
     Ok(CallContext {
         id: CallId::new_v7(),
         episode,
@@ -184,6 +191,21 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         started_at,
         received,
     })
+}
+
+/// Refuses a call the journal could not record now, before an upstream is
+/// paid for an answer that would be withheld.
+fn recordable(state: &AppState) -> Result<(), ApiError> {
+    let why = match state.recorder.journal_state() {
+        JournalState::Writable => return Ok(()),
+        JournalState::Failing { error } => format!("the journal cannot be written ({error})"),
+        JournalState::Stalled { for_ms } => format!("a journal write has been stuck for {for_ms} ms"),
+    };
+    Err(ApiError::new(
+        ErrorKind::Unavailable,
+        "recorder_unavailable",
+        format!("calls cannot be recorded right now, so none is sent upstream: {why}"),
+    ))
 }
 
 /// The client-facing error for a failed upstream.
@@ -225,6 +247,9 @@ fn upstream_error(error: &ProviderError) -> ApiError {
         ),
         ProviderError::Protocol(message) => {
             ApiError::new(ErrorKind::Upstream, "upstream_protocol_error", message.clone())
+        }
+        ProviderError::TooLarge { .. } => {
+            ApiError::new(ErrorKind::Upstream, "upstream_response_too_large", error.to_string())
         }
     }
 }
@@ -320,7 +345,7 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let record = context.record(&state, outcome);
-        let durable = state.recorder.record(record);
+        let durable = state.recorder.record(record).await;
         observe(&state, &context, upstream_ms, retries);
         let _ = reply.send(durable.map_err(recorder_error).and(client_reply));
     });
@@ -390,7 +415,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
                 let retries = attempts.len();
                 let (outcome, api) = failed(&error, attempts, upstream_ms);
-                let durable = state.recorder.record(context.record(&state, outcome));
+                let durable = state.recorder.record(context.record(&state, outcome)).await;
                 observe(&state, &context, upstream_ms, retries);
                 let _ = started.send(Err(durable.err().map(recorder_error).unwrap_or(api)));
                 return;
@@ -470,7 +495,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 ttft_ms,
             },
         );
-        let durable = state.recorder.record(record);
+        let durable = state.recorder.record(record).await;
         observe(&state, &context, upstream_ms, retries);
         if outcome == CallOutcome::Ok {
             let last = match durable {

@@ -110,8 +110,9 @@ pub async fn list(
 pub async fn show(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, ApiError> {
+    let id = super::path_param(id)?;
     let principal = state.auth.data_plane(&headers)?;
     let episode_id =
         EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
@@ -121,7 +122,8 @@ pub async fn show(
     let episode = tokio::task::spawn_blocking(move || store.episode(&lookup))
         .await
         .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "episodes_task_failed", e.to_string()))??
+        // Another agent's episode answers exactly like one that does not exist.
+        .filter(|episode| principal.may_use_agent(&episode.summary.agent))
         .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`")))?;
-    principal.check_agent(&episode.summary.agent)?;
     Ok(json_response(&episode))
 }

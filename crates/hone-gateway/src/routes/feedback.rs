@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 /// Longest free-text comment kept with a signal.
 const MAX_COMMENT: usize = 16 * 1024;
+/// Largest `value` (as JSON) kept with a signal.
+const MAX_VALUE: usize = 256 * 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +51,13 @@ pub async fn post_feedback(
             format!("`comment` is longer than {MAX_COMMENT} bytes"),
         )
         .with_param(Some("comment".into())));
+    }
+    if serde_json::to_vec(&request.value).map_or(true, |v| v.len() > MAX_VALUE) {
+        return Err(ApiError::invalid(
+            "value_too_large",
+            format!("`value` is larger than {MAX_VALUE} bytes; keep large artefacts elsewhere and send a reference"),
+        )
+        .with_param(Some("value".into())));
     }
     let metric = state.config.metrics.get(&name);
     let value = SignalValue::from_json(&request.value, metric.map(|m| m.kind)).map_err(|m| {
@@ -104,8 +113,10 @@ pub async fn post_feedback(
         // Resolve the target: a call names its episode; an episode must exist.
         let (episode_id, agent) = match (call_id, episode_id) {
             (Some(call_id), claimed) => {
+                // Another agent's call answers exactly like one that does not exist.
                 let call = store
                     .call(call_id)?
+                    .filter(|call| principal.may_use_agent(&call.agent))
                     .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
                 if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
                     return Err(ApiError::invalid(
@@ -116,14 +127,17 @@ pub async fn post_feedback(
                 (call.episode_id, call.agent)
             }
             (None, Some(episode_id)) => {
-                let agent = store.episode_agent(&episode_id)?.ok_or_else(|| {
-                    ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
-                })?;
+                let agent = store
+                    .episode_agent(&episode_id)?
+                    .filter(|agent| principal.may_use_agent(agent))
+                    .ok_or_else(|| {
+                        ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
+                    })?;
                 (episode_id, agent)
             }
             (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),
         };
-        principal.check_agent(&agent)?;
+        debug_assert!(principal.may_use_agent(&agent));
         let signal = Signal {
             id: uuid::Uuid::now_v7(),
             episode_id,

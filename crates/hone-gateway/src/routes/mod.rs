@@ -81,6 +81,9 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
     response
 }
 
+/// How long a client may take to send a request body.
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Reads a request body up to `limit` bytes; larger bodies are a 413 that
 /// names the limit. A `Content-Length` over the limit is refused unread.
 pub(crate) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
@@ -98,13 +101,39 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> 
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            let mut e = ApiError::invalid(
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            );
+            e.status = Some(axum::http::StatusCode::REQUEST_TIMEOUT);
+            e
+        })?;
+    read.map_err(|e| {
         let inner = e.into_inner();
         if inner.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
             too_large()
         } else {
             ApiError::invalid("body_unreadable", format!("cannot read the request body: {inner}"))
         }
+    })
+}
+
+/// A path segment (`/v1/episodes/{id}`), refused in the API's own format
+/// when it is not valid percent-encoded UTF-8.
+pub(crate) fn path_param(
+    param: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<String, ApiError> {
+    param.map(|axum::extract::Path(value)| value).map_err(|e| {
+        ApiError::invalid(
+            "invalid_path",
+            format!("the request path cannot be read: {}", e.body_text()),
+        )
     })
 }
 

@@ -4,21 +4,36 @@
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use hone_store::JournalState;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// `ok` (200) while calls can be recorded, spooling included; `degraded`
+/// (503) while the journal cannot be written, when every call is refused.
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let stats = state.recorder.stats();
     let unavailable = stats.store_unavailable.load(Ordering::Relaxed) == 1;
-    super::json_response(&serde_json::json!({
-        "status": "ok",
+    let now = state.recorder.journal_state();
+    let writable = now.is_writable();
+    let journal = match now {
+        JournalState::Writable => serde_json::json!({"state": "writable"}),
+        JournalState::Failing { error } => serde_json::json!({"state": "failing", "error": error}),
+        JournalState::Stalled { for_ms } => serde_json::json!({"state": "stalled", "append_ms": for_ms}),
+    };
+    let mut response = super::json_response(&serde_json::json!({
+        "status": if writable { "ok" } else { "degraded" },
+        "journal": journal,
         "recorder": {
             "mode": if unavailable { "spooling" } else { "store" },
             "caught_up": state.recorder.is_caught_up(),
             "queue_depth": stats.queue_depth(),
             "spool_bytes": stats.spool_bytes(),
         },
-    }))
+    }));
+    if !writable {
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {

@@ -110,7 +110,9 @@ impl Appender {
 
     /// Appends with the stall clock running; records whether it worked.
     fn write(&mut self, lines: &[u8]) -> std::io::Result<u64> {
-        self.shared.append_started_ms.store(self.shared.now_ms(), Ordering::Relaxed);
+        self.shared
+            .append_started_ms
+            .store(self.shared.now_ms(), Ordering::Relaxed);
         if let Some(stall) = &self.stall_while {
             while stall.exists() {
                 std::thread::sleep(Duration::from_millis(20));

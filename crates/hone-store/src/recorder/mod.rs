@@ -51,9 +51,13 @@ pub enum RecorderError {
 pub enum JournalState {
     Writable,
     /// The last append (or probe) failed; the appender probes every second.
-    Failing { error: String },
+    Failing {
+        error: String,
+    },
     /// An append has been in progress for this long.
-    Stalled { for_ms: u64 },
+    Stalled {
+        for_ms: u64,
+    },
 }
 
 impl JournalState {
