@@ -21,6 +21,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::task::TaskTracker;
 
+/// Largest request head (request line and headers) read.
+const MAX_HEAD_BYTES: usize = 128 << 10;
+/// Connections over the cap being answered at once (beyond this they are
+/// closed without an answer).
+const MAX_REFUSING: usize = 256;
+/// How long a refused connection is drained so that closing it sends the
+/// answer, not a reset.
+const REFUSE_LINGER: Duration = Duration::from_millis(200);
+
 /// Limits of the server loop.
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
@@ -83,7 +92,9 @@ pub async fn serve(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -102,7 +113,7 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(tcp, limits.max_connections);
+            refuse(tcp, limits.max_connections, &refusing);
             continue;
         };
         if let Err(e) = tcp.set_nodelay(true) {
@@ -134,13 +145,17 @@ pub async fn serve(
     let _ = stop.send(true);
 }
 
-/// Answers a connection over the cap with a 503 (if the socket takes it at
-/// once) and closes it, so it holds no file descriptor.
-fn refuse(tcp: TcpStream, cap: usize) {
+/// Answers a connection over the cap with a 503 and closes it, so it holds
+/// no file descriptor for long (what the client sent is drained briefly, or
+/// closing would reset the connection before the answer is read).
+fn refuse(tcp: TcpStream, cap: usize, refusing: &Arc<Semaphore>) {
     tracing::warn!(
         cap,
         "connection refused: too many open connections (gateway.max_connections)"
     );
+    let Ok(permit) = refusing.clone().try_acquire_owned() else {
+        return;
+    };
     let body = error_body(
         "service_unavailable",
         "too_many_connections",
@@ -150,7 +165,19 @@ fn refuse(tcp: TcpStream, cap: usize) {
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
         body.len()
     );
-    let _ = tcp.try_write(response.as_bytes());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _permit = permit;
+        let mut tcp = tcp;
+        let _ = tokio::time::timeout(REFUSE_LINGER, async {
+            tcp.write_all(response.as_bytes()).await?;
+            tcp.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await? > 0 {}
+            Ok::<_, io::Error>(())
+        })
+        .await;
+    });
 }
 
 fn error_body(kind: &str, code: &str, message: &str) -> String {

@@ -218,7 +218,13 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
         let response = client().post(admin("/admin/adapters")).body(body).send().await.unwrap();
         (response.status().as_u16(), response.json::<Value>().await.unwrap())
     };
-    let load = json!({"name": "extra", "path": repo().join("tests/reference/adapters/qwen2")});
+    // Adapters load from the adapter directory (a relative path is taken there).
+    let extra = hone.dir.join("data/adapters/extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(repo().join("tests/reference/adapters/qwen2").join(file), extra.join(file)).unwrap();
+    }
+    let load = json!({"name": "extra", "path": "extra"});
     let (status, loaded) = load_adapter(load.to_string()).await;
     assert_eq!(status, 200, "{loaded}");
     assert_eq!(loaded["name"], "extra");
@@ -232,19 +238,58 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
     let body: Value = again.json().await.unwrap();
     assert_eq!(body["error"]["code"], "adapter_not_found");
 
-    let bad_path = json!({"name": "x", "path": "/nonexistent/adapter"});
-    let (status, body) = load_adapter(bad_path.to_string()).await;
+    let missing = json!({"name": "x", "path": "nonexistent"});
+    let (status, body) = load_adapter(missing.to_string()).await;
     assert_eq!(status, 400);
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("/nonexistent/adapter"),
-        "{body}"
-    );
+    assert_eq!(body["error"]["code"], "adapter_not_found", "{body}");
     let (status, body) = load_adapter("{not json".into()).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], "invalid_json");
     let list: Value = get_json(&admin("/admin/adapters")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "failed loads change nothing");
+}
+
+#[tokio::test]
+async fn finding_8_adapter_paths_are_confined_and_errors_never_echo_files() {
+    let hone = start();
+    let load = |path: String| {
+        let url = hone.url("/admin/adapters");
+        async move {
+            let response = client()
+                .post(url)
+                .json(&json!({"name": "probe", "path": path}))
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    // A secret outside the adapter directories, and an adapter directory
+    // inside them whose config is a symlink to it.
+    let secret = hone.dir.join("secret.json");
+    std::fs::write(&secret, r#"{"r": "TOP-SECRET-VALUE"}"#).unwrap();
+    let sneaky = hone.dir.join("data/adapters/sneaky");
+    std::fs::create_dir_all(&sneaky).unwrap();
+    std::os::unix::fs::symlink(&secret, sneaky.join("adapter_config.json")).unwrap();
+    let reference = repo().join("tests/reference/adapters/qwen2");
+    let (_, outside_existing) = load(reference.display().to_string()).await;
+    let (_, outside_missing) = load("/nonexistent/adapter".into()).await;
+    assert_eq!(
+        outside_existing, outside_missing,
+        "the answer tells whether a path outside exists"
+    );
+    for path in [
+        reference.display().to_string(),
+        "/etc".into(),
+        "../../secret.json".into(),
+        hone.dir.display().to_string(),
+        "sneaky".into(),
+    ] {
+        let (status, body) = load(path.clone()).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains("adapter_path_not_allowed"), "{path}: {body}");
+        assert!(!body.contains("TOP-SECRET"), "{path}: {body}");
+    }
+    let list: Value = get_json(&hone.url("/admin/adapters")).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 1, "nothing was loaded");
 }

@@ -2,6 +2,7 @@
 //! - `e2e`: chat (JSON, SSE, tools), retries, fallback, Anthropic, episodes, feedback, metrics
 //! - `bad_input`: every kind of bad request gets a clear OpenAI-style error and writes nothing
 //! - `local`: the embedded engine behind the gateway (`examples/local.toml`), adapters via the admin API
+//! - `hardening`: one regression test per finding of the hostile review (issue 14)
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
 //! - `python_sdk`: the official `openai` Python SDK drives the gateway
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
@@ -14,6 +15,7 @@ mod bad_input;
 mod cli;
 mod crash;
 mod e2e;
+mod hardening;
 mod learn_crash;
 mod local;
 mod python_sdk;

@@ -9,6 +9,9 @@
 //! - `SLOW:<ms>`: waits before answering (streams wait between chunks)
 //! - `CUT`: a stream that stops after two chunks without `[DONE]`
 //! - `ASK`: answers with a clarifying question
+//! - `HUGE:<MiB>`: a 200 answer of that many MiB (sent in chunks, no length)
+//! - `BIGEVENT:<MiB>`: a stream whose first event never ends (no blank line)
+//! - `JSONSTREAM`: answers a stream request with one JSON document
 //! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
 //!
 //! Every request body it receives is kept for assertions.
@@ -141,6 +144,35 @@ fn script(seen: &Mutex<Seen>, text: &str) -> Script {
     Script::Text(format!("Echo: {text}"))
 }
 
+/// `HUGE:<MiB>` and `BIGEVENT:<MiB>`: answers far larger than any real one,
+/// produced a chunk at a time (the fake holds only one chunk in memory).
+fn oversized(text: &str) -> Option<Response> {
+    let mib = |prefix: &str| -> Option<usize> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(prefix))
+            .and_then(|n| n.parse().ok())
+    };
+    let (mib, head, content_type) = if let Some(mib) = mib("HUGE:") {
+        (mib, &b"{\"id\":\"x\",\"pad\":\""[..], "application/json")
+    } else if let Some(mib) = mib("BIGEVENT:") {
+        (mib, &b"data: {\"pad\":\""[..], "text/event-stream")
+    } else {
+        return None;
+    };
+    let stream = async_stream::stream! {
+        yield Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(head));
+        let chunk = bytes::Bytes::from(vec![b'x'; 64 << 10]);
+        for _ in 0..mib * 16 {
+            yield Ok(chunk.clone());
+        }
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    response
+        .headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
+    Some(response)
+}
+
 fn slow_ms(text: &str) -> u64 {
     text.split_whitespace()
         .find_map(|w| w.strip_prefix("SLOW:"))
@@ -190,9 +222,15 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
     let stream = body["stream"] == true;
     let want_logprobs = body["logprobs"] == true;
     let n = body["n"].as_u64().unwrap_or(1);
+    if let Some(response) = oversized(&text) {
+        return response;
+    }
     let script = script(&seen, &text);
     if let Script::Fail(status, retry_after) = script {
         return fail(status, retry_after);
+    }
+    if stream && text.contains("JSONSTREAM") {
+        return Json(json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": model, "choices": []})).into_response();
     }
     if !stream && !delay.is_zero() {
         tokio::time::sleep(delay).await;

@@ -16,6 +16,9 @@ pub struct Hone {
     pub dir: PathBuf,
     config: PathBuf,
     env: Vec<(String, String)>,
+    /// `RLIMIT_FSIZE` (bytes) for the process: its writes beyond that size
+    /// fail short, then with `EFBIG` (a full disk, per file).
+    pub file_size_limit: Option<u64>,
 }
 
 fn free_port() -> u16 {
@@ -92,6 +95,11 @@ impl Hone {
     }
 
     pub fn start_in(dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_limited(dir, config_text, env, None)
+    }
+
+    /// Starts hone with every file it writes limited to `file_size_limit` bytes.
+    pub fn start_limited(dir: &Path, config_text: &str, env: &[(&str, &str)], file_size_limit: Option<u64>) -> Self {
         let config = dir.join("hone.toml");
         std::fs::write(&config, config_text).unwrap();
         let mut hone = Self {
@@ -100,6 +108,7 @@ impl Hone {
             dir: dir.to_owned(),
             config,
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            file_size_limit,
         };
         hone.spawn();
         hone
@@ -112,7 +121,20 @@ impl Hone {
             .append(true)
             .open(self.dir.join("hone.log"))
             .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hone"));
+        let mut command = match self.file_size_limit {
+            None => Command::new(env!("CARGO_BIN_EXE_hone")),
+            Some(bytes) => {
+                // SIGXFSZ ignored: an over-size write fails with EFBIG instead
+                // of killing the process, as a full disk fails with ENOSPC.
+                let mut sh = Command::new("sh");
+                sh.args([
+                    "-c",
+                    &format!("trap '' XFSZ; exec prlimit --fsize={bytes} \"$0\" \"$@\""),
+                ])
+                .arg(env!("CARGO_BIN_EXE_hone"));
+                sh
+            }
+        };
         command
             .args(["serve", "--config"])
             .arg(&self.config)
