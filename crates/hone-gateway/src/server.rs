@@ -63,7 +63,7 @@ fn raise_fd_limit() -> usize {
                     current: Some(max),
                     maximum: Some(max),
                 };
-                if setrlimit(Resource::Nofile, raised.clone()).is_ok() {
+                if setrlimit(Resource::Nofile, raised).is_ok() {
                     limit = raised;
                 }
             }

@@ -76,10 +76,10 @@ impl Journal {
             self.segment_bytes = 0;
             self.abandoned = false;
         }
-        let written =
-            self.file
-                .write_all(lines)
-                .and_then(|()| if self.full_sync { self.file.sync_data() } else { Ok(()) });
+        let written = self
+            .file
+            .write_all(lines)
+            .and_then(|()| if self.full_sync { self.file.sync_data() } else { Ok(()) });
         match written {
             Ok(()) => {
                 self.segment_bytes += lines.len() as u64;

@@ -50,7 +50,11 @@ async fn send(request: reqwest::RequestBuilder) -> (u16, reqwest::header::Header
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let text = response.text().await.unwrap();
-    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 /// The same error, with the id it names taken out.
@@ -78,7 +82,10 @@ async fn finding_1_one_agents_key_never_reads_or_extends_another_agents_episode(
     let (status, _, body) = send(post(KEY_ALPHA, "alpha", "alpha wants in")).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "episode_belongs_to_another_agent");
-    assert!(!body.to_string().contains("beta"), "the refusal names the owner: {body}");
+    assert!(
+        !body.to_string().contains("beta"),
+        "the refusal names the owner: {body}"
+    );
     assert_eq!(upstream.bodies("/v1/chat/completions").len(), upstream_calls);
 
     // Alpha's reads: beta's episode answers exactly like an unknown one.
@@ -198,8 +205,18 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         acknowledged.push(response.headers()["x-hone-call"].to_str().unwrap().to_owned());
         after_torn += 1;
     }
-    let metrics = client().get(hone.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(&format!("hone_recorder_append_failures_total {torn}")), "{metrics}");
+    let metrics = client()
+        .get(hone.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!("hone_recorder_append_failures_total {torn}")),
+        "{metrics}"
+    );
 
     // Crash and start again: every acknowledged call is there.
     hone.kill9();
@@ -224,7 +241,14 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         assert!(stored.contains(&call.as_str()), "acknowledged call {call} is lost");
     }
     assert_eq!(stored.len(), acknowledged.len(), "a refused call was stored");
-    let metrics = client().get(hone.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = client()
+        .get(hone.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("hone_recorder_corrupt_lines_total 0"), "{metrics}");
     eprintln!(
         "full disk: {torn} torn writes refused, {after_torn} calls acknowledged right after one, all {} acknowledged calls found after kill -9 and restart",
@@ -361,7 +385,9 @@ async fn finding_4_slow_connections_are_capped_and_timed_out_while_health_answer
     // Once the refused ones are closed, the process holds no more
     // descriptors than the cap allows (plus its own files).
     std::thread::sleep(Duration::from_millis(500));
-    let fds = std::fs::read_dir(format!("/proc/{}/fd", hone.child.id())).unwrap().count();
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", hone.child.id()))
+        .unwrap()
+        .count();
     assert!(fds < 64 + 64, "{fds} descriptors open");
     // Within the header timeout the slow ones are closed and /health answers.
     let deadline = Instant::now() + Duration::from_secs(8);
@@ -398,7 +424,12 @@ async fn finding_5_a_stalled_journal_leaves_health_and_models_answering_and_refu
     let stuck = tokio::spawn({
         let url = hone.url("/v1/chat/completions");
         async move {
-            let response = client().post(url).json(&chat("assistant", "stuck")).send().await.unwrap();
+            let response = client()
+                .post(url)
+                .json(&chat("assistant", "stuck"))
+                .send()
+                .await
+                .unwrap();
             (response.status().as_u16(), response.text().await.unwrap())
         }
     });
@@ -411,7 +442,10 @@ async fn finding_5_a_stalled_journal_leaves_health_and_models_answering_and_refu
     assert_eq!(health["journal"]["state"], "stalled");
     let models = client().get(hone.url("/v1/models")).send().await.unwrap();
     assert_eq!(models.status(), 200);
-    assert!(started.elapsed() < Duration::from_secs(1), "the event loop waited on the disk");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the event loop waited on the disk"
+    );
     // A new call is refused before any upstream is paid for it.
     let before = upstream.bodies("/v1/chat/completions").len();
     let refused = client()
@@ -491,7 +525,14 @@ async fn finding_7_starts_on_a_locked_database_and_spools_until_it_is_free() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let health: Value = client().get(hone.url("/health")).send().await.unwrap().json().await.unwrap();
+    let health: Value = client()
+        .get(hone.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["status"], "ok");
     assert_eq!(health["recorder"]["caught_up"], false);
     blocker.execute_batch("COMMIT").unwrap();
@@ -544,7 +585,10 @@ async fn finding_7_every_refusal_has_an_openai_style_body_and_upstream_faults_ar
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&config(&upstream));
     let long_uri = format!("GET /v1/models?{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
-    let huge_header = format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(500_000));
+    let huge_header = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(500_000)
+    );
     let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
         (
             "bad path encoding",
@@ -553,7 +597,12 @@ async fn finding_7_every_refusal_has_an_openai_style_body_and_upstream_faults_ar
             "invalid_path",
         ),
         ("URI too long", long_uri.into_bytes(), "414", "uri_too_long"),
-        ("headers too large", huge_header.into_bytes(), "431", "headers_too_large"),
+        (
+            "headers too large",
+            huge_header.into_bytes(),
+            "431",
+            "headers_too_large",
+        ),
         (
             "bare CR in a header",
             b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n".to_vec(),
@@ -564,7 +613,10 @@ async fn finding_7_every_refusal_has_an_openai_style_body_and_upstream_faults_ar
     for (what, request, status, code) in cases {
         let reply = raw(&hone.addr, &request);
         assert!(reply.starts_with(&format!("HTTP/1.1 {status}")), "{what}: {reply}");
-        assert!(reply.to_ascii_lowercase().contains("content-type: application/json"), "{what}: {reply}");
+        assert!(
+            reply.to_ascii_lowercase().contains("content-type: application/json"),
+            "{what}: {reply}"
+        );
         let body = &reply[reply.find("\r\n\r\n").unwrap() + 4..];
         let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {reply}"));
         assert_eq!(body["error"]["code"], code, "{what}");
@@ -608,7 +660,11 @@ async fn finding_8_an_open_admin_is_not_served_beyond_loopback_unless_allowed() 
     let upstream = FakeUpstream::start().await;
     let dir = tempfile::tempdir().unwrap().keep();
     std::fs::write(dir.join("hone.toml"), config(&upstream)).unwrap();
-    let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let hone = |extra: &[&str]| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hone"));
         command
@@ -630,7 +686,10 @@ async fn finding_8_an_open_admin_is_not_served_beyond_loopback_unless_allowed() 
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "not serving with --insecure-open-admin");
-        assert!(allowed.try_wait().unwrap().is_none(), "exited with --insecure-open-admin");
+        assert!(
+            allowed.try_wait().unwrap().is_none(),
+            "exited with --insecure-open-admin"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = allowed.kill();

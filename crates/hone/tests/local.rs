@@ -222,7 +222,11 @@ async fn adapters_are_served_listed_loaded_and_unloaded_at_run_time() {
     let extra = hone.dir.join("data/adapters/extra");
     std::fs::create_dir_all(&extra).unwrap();
     for file in ["adapter_config.json", "adapter_model.safetensors"] {
-        std::fs::copy(repo().join("tests/reference/adapters/qwen2").join(file), extra.join(file)).unwrap();
+        std::fs::copy(
+            repo().join("tests/reference/adapters/qwen2").join(file),
+            extra.join(file),
+        )
+        .unwrap();
     }
     let load = json!({"name": "extra", "path": "extra"});
     let (status, loaded) = load_adapter(load.to_string()).await;

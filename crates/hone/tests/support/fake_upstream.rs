@@ -230,7 +230,10 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
         return fail(status, retry_after);
     }
     if stream && text.contains("JSONSTREAM") {
-        return Json(json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": model, "choices": []})).into_response();
+        return Json(
+            json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": model, "choices": []}),
+        )
+        .into_response();
     }
     if !stream && !delay.is_zero() {
         tokio::time::sleep(delay).await;
