@@ -57,6 +57,26 @@ async fn send(request: reqwest::RequestBuilder) -> (u16, reqwest::header::Header
     )
 }
 
+/// POSTs a chat request, in `episode` when given.
+async fn post_chat(hone: &Hone, episode: Option<&str>, request: &Value) -> reqwest::Response {
+    let mut builder = client().post(hone.url("/v1/chat/completions")).json(request);
+    if let Some(episode) = episode {
+        builder = builder.header("x-hone-episode", episode);
+    }
+    builder.send().await.unwrap()
+}
+
+async fn metrics_text(hone: &Hone) -> String {
+    client()
+        .get(hone.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The same error, with the id it names taken out.
 fn without(body: &Value, id: &str) -> String {
     body.to_string().replace(id, "ID")
@@ -205,14 +225,7 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         acknowledged.push(response.headers()["x-hone-call"].to_str().unwrap().to_owned());
         after_torn += 1;
     }
-    let metrics = client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&hone).await;
     assert!(
         metrics.contains(&format!("hone_recorder_append_failures_total {torn}")),
         "{metrics}"
@@ -241,14 +254,7 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         assert!(stored.contains(&call.as_str()), "acknowledged call {call} is lost");
     }
     assert_eq!(stored.len(), acknowledged.len(), "a refused call was stored");
-    let metrics = client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&hone).await;
     assert!(metrics.contains("hone_recorder_corrupt_lines_total 0"), "{metrics}");
     eprintln!(
         "full disk: {torn} torn writes refused, {after_torn} calls acknowledged right after one, all {} acknowledged calls found after kill -9 and restart",
@@ -332,13 +338,7 @@ async fn finding_3_a_stream_upstream_that_hangs_or_only_keeps_alive_ends_at_its_
         let mut request = chat("assistant", "hello");
         request["stream"] = json!(true);
         let started = Instant::now();
-        let response = client()
-            .post(hone.url("/v1/chat/completions"))
-            .header("x-hone-episode", episode)
-            .json(&request)
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&hone, Some(episode), &request).await;
         let status = response.status().as_u16();
         let body = response.text().await.unwrap();
         let took = started.elapsed();
@@ -448,12 +448,7 @@ async fn finding_5_a_stalled_journal_leaves_health_and_models_answering_and_refu
     );
     // A new call is refused before any upstream is paid for it.
     let before = upstream.bodies("/v1/chat/completions").len();
-    let refused = client()
-        .post(hone.url("/v1/chat/completions"))
-        .json(&chat("assistant", "refused"))
-        .send()
-        .await
-        .unwrap();
+    let refused = post_chat(&hone, None, &chat("assistant", "refused")).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.text().await.unwrap().contains("recorder_unavailable"));
     assert_eq!(upstream.bodies("/v1/chat/completions").len(), before);
@@ -466,12 +461,7 @@ async fn finding_5_a_stalled_journal_leaves_health_and_models_answering_and_refu
         assert!(Instant::now() < deadline, "the journal did not recover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let ok = client()
-        .post(hone.url("/v1/chat/completions"))
-        .json(&chat("assistant", "after"))
-        .send()
-        .await
-        .unwrap();
+    let ok = post_chat(&hone, None, &chat("assistant", "after")).await;
     assert_eq!(ok.status(), 200);
 }
 
@@ -491,13 +481,7 @@ async fn finding_6_oversized_upstream_answers_and_events_get_502_are_recorded_an
     for (stream, text, episode) in [(false, "HUGE:200", "huge-answer"), (true, "BIGEVENT:64", "huge-event")] {
         let mut request = chat("assistant", text);
         request["stream"] = json!(stream);
-        let response = client()
-            .post(hone.url("/v1/chat/completions"))
-            .header("x-hone-episode", episode)
-            .json(&request)
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(&hone, Some(episode), &request).await;
         let status = response.status().as_u16();
         let body = response.text().await.unwrap();
         assert_eq!(status, if stream { 200 } else { 502 }, "{body}");
@@ -517,13 +501,7 @@ async fn finding_7_starts_on_a_locked_database_and_spools_until_it_is_free() {
     let blocker = rusqlite::Connection::open(&db).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     hone.restart();
-    let response = client()
-        .post(hone.url("/v1/chat/completions"))
-        .header("x-hone-episode", "while-locked")
-        .json(&chat("assistant", "spooled"))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&hone, Some("while-locked"), &chat("assistant", "spooled")).await;
     assert_eq!(response.status(), 200);
     let health: Value = client()
         .get(hone.url("/health"))
@@ -546,12 +524,7 @@ async fn finding_7_data_files_are_private_to_their_owner() {
     use std::os::unix::fs::PermissionsExt;
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&config(&upstream));
-    let response = client()
-        .post(hone.url("/v1/chat/completions"))
-        .json(&chat("assistant", "private"))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&hone, None, &chat("assistant", "private")).await;
     assert_eq!(response.status(), 200);
     let data = hone.dir.join("data");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -623,12 +596,7 @@ async fn finding_7_every_refusal_has_an_openai_style_body_and_upstream_faults_ar
     }
 
     // A 300 KiB feedback value is refused, and stored nowhere.
-    let call = client()
-        .post(hone.url("/v1/chat/completions"))
-        .json(&chat("assistant", "rate me"))
-        .send()
-        .await
-        .unwrap();
+    let call = post_chat(&hone, None, &chat("assistant", "rate me")).await;
     let call_id = call.headers()["x-hone-call"].to_str().unwrap().to_owned();
     let huge = json!({"call_id": call_id, "name": "note", "value": "v".repeat(300 << 10)});
     let (status, _, body) = send(client().post(hone.url("/v1/feedback")).json(&huge)).await;
