@@ -196,9 +196,9 @@ pub async fn unload(
     name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     scope: Result<Query<Scope>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let name = super::path_param(name)?;
-    let Query(scope) = scope.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
     state.auth.admin(&headers)?;
+    let name = super::path_param(name)?;
+    let scope = super::query_params(scope)?;
     let mut removed = Vec::new();
     for local in local_providers(&state, scope.provider.as_deref())? {
         for (model, engine) in local.engines() {

@@ -38,8 +38,8 @@ pub async fn version(
     headers: HeaderMap,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = super::path_param(id)?;
     state.auth.admin(&headers)?;
+    let id = super::path_param(id)?;
     let version_id = VersionId::parse(&id).ok_or_else(|| {
         ApiError::invalid(
             "invalid_version_id",

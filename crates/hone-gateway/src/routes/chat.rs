@@ -18,7 +18,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use hone_store::JournalState;
 use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
 use hone_types::stream::StreamAccumulator;
 use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
@@ -196,15 +195,14 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
 /// Refuses a call the journal could not record now, before an upstream is
 /// paid for an answer that would be withheld.
 fn recordable(state: &AppState) -> Result<(), ApiError> {
-    let why = match state.recorder.journal_state() {
-        JournalState::Writable => return Ok(()),
-        JournalState::Failing { error } => format!("the journal cannot be written ({error})"),
-        JournalState::Stalled { for_ms } => format!("a journal write has been stuck for {for_ms} ms"),
-    };
+    let journal = state.recorder.journal_state();
+    if journal.is_writable() {
+        return Ok(());
+    }
     Err(ApiError::new(
         ErrorKind::Unavailable,
         "recorder_unavailable",
-        format!("calls cannot be recorded right now, so none is sent upstream: {why}"),
+        format!("calls cannot be recorded right now, so none is sent upstream: {journal}"),
     ))
 }
 

@@ -45,7 +45,7 @@ pub async fn list(
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let principal = state.auth.data_plane(&headers)?;
-    let Query(params) = params.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
+    let params = super::query_params(params)?;
     let limit = match params.limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(raw) => match raw.parse::<u32>() {
@@ -112,8 +112,8 @@ pub async fn show(
     headers: HeaderMap,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = super::path_param(id)?;
     let principal = state.auth.data_plane(&headers)?;
+    let id = super::path_param(id)?;
     let episode_id =
         EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
     state.caught_up(false).await?;

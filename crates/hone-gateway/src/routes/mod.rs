@@ -137,6 +137,15 @@ pub(crate) fn path_param(
     })
 }
 
+/// A query string, refused in the API's own format when it does not parse.
+pub(crate) fn query_params<T>(
+    query: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    query
+        .map(|axum::extract::Query(value)| value)
+        .map_err(|e| ApiError::invalid("invalid_query", e.body_text()))
+}
+
 /// Parses a JSON body into `T`, naming the field at fault.
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {

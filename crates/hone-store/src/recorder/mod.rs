@@ -66,6 +66,16 @@ impl JournalState {
     }
 }
 
+impl std::fmt::Display for JournalState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Writable => write!(f, "the journal is writable"),
+            Self::Failing { error } => write!(f, "the journal cannot be written ({error})"),
+            Self::Stalled { for_ms } => write!(f, "a journal write has been stuck for {for_ms} ms"),
+        }
+    }
+}
+
 /// Live counters, read by `/metrics` and `/health`.
 #[derive(Debug, Default)]
 pub struct RecorderStats {
