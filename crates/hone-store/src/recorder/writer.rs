@@ -132,9 +132,9 @@ impl Writer {
             let written = self.store.write_calls(&calls)?;
             stats.rows_written.fetch_add(written as u64, Ordering::Relaxed);
             stats.batches.fetch_add(1, Ordering::Relaxed);
-            self.committed(last.0, last.1);
             // Calls are queued in journal order: older segments are done.
             self.remove_segments_before(last.2);
+            self.committed(last.0, last.1);
         }
         Ok(())
     }
@@ -178,9 +178,10 @@ impl Writer {
                 let stats = &self.shared.stats;
                 stats.rows_replayed.fetch_add(replayed, Ordering::Relaxed);
                 stats.rows_written.fetch_add(replayed, Ordering::Relaxed);
-                self.committed(upto, bytes);
+                // Waiters on `committed` see the recorder as it now is.
                 self.remove_segments_before(current);
                 self.set_available(true);
+                self.committed(upto, bytes);
                 true
             }
             Err(e) => {
