@@ -141,7 +141,7 @@ impl Loader<'_> {
         let mut providers = raw
             .providers
             .into_iter()
-            .map(|(name, p)| Ok((name.clone(), self.provider(&name, p)?)))
+            .map(|(name, p)| Ok((name.clone(), self.provider(&name, p, &data_dir)?)))
             .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
 
         let mut agents = BTreeMap::new();
@@ -166,7 +166,7 @@ impl Loader<'_> {
                 if !is_name(&label) {
                     return Err(err(&vfield, "version labels use letters, digits and `-_.`"));
                 }
-                let spec = self.version(&vfield, &name, version, &mut providers)?;
+                let spec = self.version(&vfield, &name, version, &mut providers, &data_dir)?;
                 versions.insert(
                     label.clone(),
                     DeclaredVersion {
@@ -360,7 +360,7 @@ impl Loader<'_> {
         })
     }
 
-    fn provider(&self, name: &str, raw: RawProvider) -> Result<ProviderConfig, ConfigError> {
+    fn provider(&self, name: &str, raw: RawProvider, data_dir: &Path) -> Result<ProviderConfig, ConfigError> {
         let field = format!("providers.{name}");
         if !is_name(name) {
             return Err(err(&field, "provider names use letters, digits and `-_.`"));
@@ -368,7 +368,7 @@ impl Loader<'_> {
         let (kind, p, default_url): (_, RawHttpProvider, _) = match raw {
             RawProvider::OpenAi(p) => (ProviderKind::OpenAi, p, None),
             RawProvider::Anthropic(p) => (ProviderKind::Anthropic, p, Some("https://api.anthropic.com")),
-            RawProvider::Local(p) => return self.local_provider(name, p),
+            RawProvider::Local(p) => return self.local_provider(name, p, data_dir),
         };
         let base_url = match (&p.base_url, default_url) {
             (Some(url), _) => self.expand(&format!("{field}.base_url"), url)?,
@@ -416,7 +416,7 @@ impl Loader<'_> {
         })
     }
 
-    fn local_provider(&self, name: &str, p: RawLocalProvider) -> Result<ProviderConfig, ConfigError> {
+    fn local_provider(&self, name: &str, p: RawLocalProvider, data_dir: &Path) -> Result<ProviderConfig, ConfigError> {
         let field = format!("providers.{name}");
         let dtype = match p.dtype.as_deref() {
             None | Some("f32") | Some("float32") => LocalDType::F32,
@@ -440,8 +440,8 @@ impl Loader<'_> {
             return Err(err(format!("{field}.max_batch"), "must be at least 1"));
         }
         let adapters_dir = match &p.adapters_dir {
-            Some(d) => Some(PathBuf::from(self.expand(&format!("{field}.adapters_dir"), d)?)),
-            None => None,
+            Some(d) => PathBuf::from(self.expand(&format!("{field}.adapters_dir"), d)?),
+            None => default_adapters_dir(data_dir),
         };
         let prices = prices(&field, p.prices)?;
         Ok(ProviderConfig {
@@ -471,6 +471,7 @@ impl Loader<'_> {
         agent: &str,
         raw: RawVersion,
         providers: &mut BTreeMap<String, ProviderConfig>,
+        data_dir: &Path,
     ) -> Result<VersionSpec, ConfigError> {
         let primary = match raw.provider {
             RawProviderRef::Name(name) => {
@@ -503,7 +504,7 @@ impl Loader<'_> {
                 // created with default settings unless declared.
                 let local = providers
                     .entry("local".to_owned())
-                    .or_insert_with(|| default_local_provider("local"));
+                    .or_insert_with(|| default_local_provider("local", data_dir));
                 if local.kind != ProviderKind::Local {
                     return Err(err(
                         format!("{field}.provider"),
@@ -677,7 +678,7 @@ fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<Strin
 }
 
 /// A `local` provider with default settings.
-fn default_local_provider(name: &str) -> ProviderConfig {
+fn default_local_provider(name: &str, data_dir: &Path) -> ProviderConfig {
     ProviderConfig {
         name: name.to_owned(),
         kind: ProviderKind::Local,
@@ -693,7 +694,7 @@ fn default_local_provider(name: &str) -> ProviderConfig {
             dtype: LocalDType::F32,
             device: "cpu".to_owned(),
             max_batch: 16,
-            adapters_dir: None,
+            adapters_dir: default_adapters_dir(data_dir),
         }),
     }
 }
@@ -804,6 +805,33 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
         assert_eq!(remote.field.as_deref(), Some("agents.a.versions.v1.provider.type"));
         let clash = format!("[providers.local]\ntype = \"openai\"\nbase_url = \"http://x\"\n{text}");
         assert!(load(&clash).unwrap_err().message.contains("another type"));
+    }
+
+    #[test]
+    fn the_adapters_dir_is_resolved_at_load_and_follows_a_moved_data_dir() {
+        let text = "[gateway]\ndata_dir = \"/d\"\n[providers.gpu]\ntype = \"local\"\n[providers.pinned]\ntype = \"local\"\nadapters_dir = \"/pinned\"\n";
+        let mut c = load(&format!("{text}{BASE}")).unwrap();
+        assert_eq!(
+            c.providers["gpu"].local.as_ref().unwrap().adapters_dir,
+            PathBuf::from("/d/adapters")
+        );
+        assert_eq!(c.adapters_dir("gpu"), PathBuf::from("/d/adapters"));
+        assert_eq!(c.adapters_dir("pinned"), PathBuf::from("/pinned"));
+        // A remote server (vLLM) loads adapters the trainer wrote under the data dir.
+        assert_eq!(c.adapters_dir("up"), PathBuf::from("/d/adapters"));
+        assert_eq!(c.adapters_dir("unknown"), PathBuf::from("/d/adapters"));
+
+        c.set_data_dir(PathBuf::from("/e"));
+        assert_eq!(c.adapters_dir("gpu"), PathBuf::from("/e/adapters"));
+        assert_eq!(c.adapters_dir("pinned"), PathBuf::from("/pinned"));
+        assert_eq!(c.adapters_dir("up"), PathBuf::from("/e/adapters"));
+        assert_eq!(c.store.path, PathBuf::from("/e/hone.db"));
+
+        let inline = load(
+            "[gateway]\ndata_dir = \"/d\"\n[agents.a.versions.v1]\nprovider = { type = \"local\", model = \"/m\" }\n",
+        )
+        .unwrap();
+        assert_eq!(inline.adapters_dir("local"), PathBuf::from("/d/adapters"));
     }
 
     #[test]

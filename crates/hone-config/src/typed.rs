@@ -4,7 +4,7 @@
 use hone_types::{MetricLevel, MetricType, VersionId, VersionSpec};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -20,13 +20,36 @@ pub struct Config {
 
 impl Config {
     /// Points the data directory somewhere else (`--data-dir`), carrying the
-    /// store path along when it was relative to the old one.
+    /// store path along when it was relative to the old one, and a local
+    /// provider's adapters directory when it was the default one.
     pub fn set_data_dir(&mut self, dir: PathBuf) {
         if let Ok(relative) = self.store.path.strip_prefix(&self.gateway.data_dir) {
             self.store.path = dir.join(relative);
         }
+        let old_default = default_adapters_dir(&self.gateway.data_dir);
+        for local in self.providers.values_mut().filter_map(|p| p.local.as_mut()) {
+            if local.adapters_dir == old_default {
+                local.adapters_dir = default_adapters_dir(&dir);
+            }
+        }
         self.gateway.data_dir = dir;
     }
+
+    /// Where adapters named by versions of `provider` live: a local
+    /// provider's resolved `adapters_dir`; for any other (or unknown)
+    /// provider `<data_dir>/adapters`, where the trainer writes adapters for
+    /// a remote OpenAI-compatible server (vLLM) to load.
+    pub fn adapters_dir(&self, provider: &str) -> PathBuf {
+        match self.providers.get(provider).and_then(|p| p.local.as_ref()) {
+            Some(local) => local.adapters_dir.clone(),
+            None => default_adapters_dir(&self.gateway.data_dir),
+        }
+    }
+}
+
+/// The adapters directory when none is configured: `<data_dir>/adapters`.
+pub(crate) fn default_adapters_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("adapters")
 }
 
 /// Default request-body limit: 32 MiB, room for a few images as data URLs.
@@ -110,8 +133,9 @@ pub struct LocalOptions {
     /// `cpu` or `cuda`.
     pub device: String,
     pub max_batch: usize,
-    /// `None`: `<data_dir>/adapters`.
-    pub adapters_dir: Option<PathBuf>,
+    /// Where adapters named by versions are found: the configured
+    /// `adapters_dir`, or `<data_dir>/adapters` (resolved at load).
+    pub adapters_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

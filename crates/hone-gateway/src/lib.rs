@@ -7,7 +7,6 @@
 //! the recorder so that nothing accepted is lost.
 
 pub mod auth;
-pub mod behaviour;
 pub mod dispatch;
 pub mod error;
 pub mod harness;

@@ -49,13 +49,6 @@ pub struct AppState {
     pub owners: crate::owners::EpisodeOwners,
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 impl AppState {
     /// Opens the store, records the declared versions, and starts the recorder.
     pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
@@ -65,7 +58,7 @@ impl AppState {
         )?);
         let store: Arc<dyn Store> = sqlite.clone();
         let cycles: Arc<dyn CycleStore> = sqlite;
-        let now = now_ms();
+        let now = hone_types::time::now_ms();
         let declared: Vec<VersionRecord> = config
             .agents
             .values()
@@ -100,7 +93,7 @@ impl AppState {
         let mut providers = Providers::new();
         for (name, provider) in &config.providers {
             let entry = ProviderEntry {
-                provider: AnyProvider::from_config(provider, &config.gateway.data_dir).map_err(StartError::Provider)?,
+                provider: AnyProvider::from_config(provider).map_err(StartError::Provider)?,
                 config: provider.clone(),
             };
             providers.insert(name.clone(), Arc::new(entry));

@@ -1,9 +1,12 @@
 //! How learning talks to models: through the gateway's OpenAI-compatible
 //! API, so that every call it makes (judges, evaluation replays) is recorded
-//! like any other, pinned to a version with `X-Hone-Version`.
+//! like any other, pinned to a version with `X-Hone-Version` — and through
+//! its admin API for what only the serving side can do (loading an adapter
+//! into an upstream model server).
 
+use crate::error::{LearnError, Result};
 use futures::future::BoxFuture;
-use hone_types::openai::ChatCompletionResponse;
+use hone_types::openai::{ChatCompletionResponse, ErrorBody};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -15,7 +18,7 @@ pub trait ChatClient: Send + Sync {
         request: &'a Value,
         episode: &'a str,
         version: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<ChatCompletionResponse, String>>;
+    ) -> BoxFuture<'a, Result<ChatCompletionResponse>>;
 }
 
 /// A gateway reached over HTTP (`http://127.0.0.1:7070`).
@@ -23,20 +26,54 @@ pub trait ChatClient: Send + Sync {
 pub struct GatewayClient {
     pub base_url: String,
     pub api_key: Option<String>,
+    /// The gateway's admin token, for `/admin/*` (none on an open laptop gateway).
+    pub admin_token: Option<String>,
     http: reqwest::Client,
 }
 
 impl GatewayClient {
-    pub fn new(base_url: impl Into<String>, api_key: Option<String>, timeout: Duration) -> Result<Self, String> {
+    pub fn new(base_url: impl Into<String>, api_key: Option<String>, timeout: Duration) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+            .map_err(|e| LearnError::gateway(format!("cannot build an HTTP client: {e}")))?;
         Ok(Self {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             api_key,
+            admin_token: None,
             http,
         })
+    }
+
+    /// The same client, sending `token` to the admin API.
+    pub fn with_admin_token(mut self, token: Option<String>) -> Self {
+        self.admin_token = token;
+        self
+    }
+
+    /// Asks the gateway to load adapter `name` from `path` into `provider`
+    /// (`POST /admin/adapters`); the gateway's error message when it cannot.
+    pub async fn load_adapter(&self, provider: &str, name: &str, path: &str) -> Result<()> {
+        let mut post = self
+            .http
+            .post(format!("{}/admin/adapters", self.base_url))
+            .json(&serde_json::json!({"name": name, "path": path, "provider": provider}));
+        if let Some(token) = &self.admin_token {
+            post = post.bearer_auth(token);
+        }
+        let response = post
+            .send()
+            .await
+            .map_err(|e| LearnError::gateway(format!("gateway unreachable: {e}")))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let message = match response.json::<ErrorBody>().await {
+            Ok(body) => body.error.message,
+            Err(_) => format!("the gateway answered {status}"),
+        };
+        Err(LearnError::gateway(message))
     }
 
     pub fn http(&self) -> &reqwest::Client {
@@ -50,7 +87,7 @@ impl ChatClient for GatewayClient {
         request: &'a Value,
         episode: &'a str,
         version: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<ChatCompletionResponse, String>> {
+    ) -> BoxFuture<'a, Result<ChatCompletionResponse>> {
         Box::pin(async move {
             let mut post = self
                 .http
@@ -63,14 +100,24 @@ impl ChatClient for GatewayClient {
             if let Some(key) = &self.api_key {
                 post = post.bearer_auth(key);
             }
-            let response = post.send().await.map_err(|e| format!("gateway unreachable: {e}"))?;
+            let response = post
+                .send()
+                .await
+                .map_err(|e| LearnError::gateway(format!("gateway unreachable: {e}")))?;
             let status = response.status();
-            let body = response.bytes().await.map_err(|e| format!("gateway: {e}"))?;
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| LearnError::gateway(format!("gateway: {e}")))?;
             if !status.is_success() {
-                return Err(format!("gateway answered {status}: {}", String::from_utf8_lossy(&body)));
+                return Err(LearnError::gateway(format!(
+                    "gateway answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
             }
-            serde_json::from_slice(&body)
-                .map_err(|e| format!("gateway answered something that is not a chat completion: {e}"))
+            serde_json::from_slice(&body).map_err(|e| {
+                LearnError::gateway(format!("gateway answered something that is not a chat completion: {e}"))
+            })
         })
     }
 }

@@ -3,18 +3,18 @@
 //! on the agent's stored deployment together with the candidate's new
 //! status and its history, so a decision is applied once or not at all.
 
+use crate::client::GatewayClient;
+use crate::error::{LearnError, Result};
 use hone_config::{AgentConfig, Config, ProviderKind};
-use hone_gateway::providers::OpenAiProvider;
-use hone_gateway::state::now_ms;
 use hone_store::{CandidateUpdate, CycleStore};
+use hone_types::time::now_ms;
 use hone_types::{Alert, Candidate, CandidateStatus, Deployment, HistoryEvent, VersionId};
 use serde_json::json;
-use std::path::PathBuf;
 
 /// The agent's deployment as stored, or as the config declares it (with no
 /// revision) until the learner first changes it.
-pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deployment, Option<u64>), String> {
-    if let Some(d) = store.deployment(&agent.name).map_err(|e| e.to_string())? {
+pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deployment, Option<u64>)> {
+    if let Some(d) = store.deployment(&agent.name)? {
         let revision = d.revision;
         return Ok((d, Some(revision)));
     }
@@ -22,7 +22,7 @@ pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deploymen
         .versions
         .get(&agent.deployment.champion)
         .map(|v| v.id.clone())
-        .ok_or_else(|| format!("agent `{}` has no champion version", agent.name))?;
+        .ok_or_else(|| LearnError::config(format!("agent `{}` has no champion version", agent.name)))?;
     Ok((
         Deployment {
             agent: agent.name.clone(),
@@ -39,57 +39,51 @@ pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deploymen
     ))
 }
 
-/// Where adapters named by versions live for `provider`.
-pub fn adapters_dir(config: &Config, provider: &str) -> PathBuf {
-    config
-        .providers
-        .get(provider)
-        .and_then(|p| p.local.as_ref())
-        .and_then(|l| l.adapters_dir.clone())
-        .unwrap_or_else(|| config.gateway.data_dir.join("adapters"))
-}
-
 /// Makes the candidate's adapters servable: the embedded engine hot-swaps an
 /// adapter found in its directory on first use; an OpenAI-compatible server
-/// (vLLM) is asked to load it with `/v1/load_lora_adapter`. Any failure
-/// refuses the deploy.
-pub async fn prepare_adapters(config: &Config, candidate: &hone_types::VersionSpec) -> Result<Vec<String>, String> {
+/// (vLLM) is asked to load it by the gateway (`POST /admin/adapters`, which
+/// calls the server's `/v1/load_lora_adapter`). Any failure refuses the
+/// deploy.
+pub async fn prepare_adapters(
+    config: &Config,
+    gateway: &GatewayClient,
+    candidate: &hone_types::VersionSpec,
+) -> Result<Vec<String>> {
     let mut done = Vec::new();
     for route in &candidate.routes {
         let Some(adapter) = &route.adapter else { continue };
         let provider = config
             .providers
             .get(&route.provider)
-            .ok_or_else(|| format!("provider `{}` is not configured", route.provider))?;
-        let path = adapters_dir(config, &route.provider).join(adapter);
+            .ok_or_else(|| LearnError::config(format!("provider `{}` is not configured", route.provider)))?;
+        let path = config.adapters_dir(&route.provider).join(adapter);
         match provider.kind {
             ProviderKind::Local => {
                 if !path.join("adapter_config.json").exists() {
-                    return Err(format!("adapter `{adapter}` is not in {}", path.display()));
+                    return Err(LearnError::state(format!(
+                        "adapter `{adapter}` is not in {}",
+                        path.display()
+                    )));
                 }
                 done.push(format!(
                     "adapter {adapter} ready for the embedded engine (hot-swapped on first use)"
                 ));
             }
             ProviderKind::OpenAi => {
-                let key = provider
-                    .api_key_env
-                    .as_ref()
-                    .and_then(|name| std::env::var(name).ok())
-                    .filter(|k| !k.is_empty());
-                let upstream = OpenAiProvider::new(provider, key)?;
                 let absolute = std::path::absolute(&path).unwrap_or(path);
-                upstream
-                    .load_lora_adapter(adapter, &absolute.display().to_string())
+                gateway
+                    .load_adapter(&route.provider, adapter, &absolute.display().to_string())
                     .await
-                    .map_err(|e| format!("`{}` refused to load adapter `{adapter}`: {e}", route.provider))?;
+                    .map_err(|e| {
+                        LearnError::gateway(format!("`{}` refused to load adapter `{adapter}`: {e}", route.provider))
+                    })?;
                 done.push(format!("adapter {adapter} loaded by `{}`", route.provider));
             }
             ProviderKind::Anthropic => {
-                return Err(format!(
+                return Err(LearnError::config(format!(
                     "provider `{}` (Anthropic) cannot serve LoRA adapters",
                     route.provider
-                ))
+                )))
             }
         }
     }
@@ -109,11 +103,12 @@ pub enum Change {
 /// new episodes.
 pub async fn start_canary(
     config: &Config,
+    gateway: &GatewayClient,
     store: &dyn CycleStore,
     agent: &AgentConfig,
     candidate: &Candidate,
     approved_by: &str,
-) -> Result<Change, String> {
+) -> Result<Change> {
     let (deployment, revision) = current(store, agent)?;
     if deployment.canary.as_ref() == Some(&candidate.version_id) {
         return Ok(Change::AlreadyDone(format!(
@@ -140,23 +135,20 @@ pub async fn start_canary(
         )));
     }
     let record = store
-        .version(&candidate.version_id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("version {} is not stored", candidate.version_id))?;
+        .version(&candidate.version_id)?
+        .ok_or_else(|| LearnError::state(format!("version {} is not stored", candidate.version_id)))?;
     let now = now_ms();
-    let prepared = match prepare_adapters(config, &record.spec).await {
+    let prepared = match prepare_adapters(config, gateway, &record.spec).await {
         Ok(p) => p,
         Err(why) => {
             let reason = format!("deploy refused: {why}");
-            store
-                .update_candidates(
-                    &[update(candidate, CandidateStatus::OnFront, &reason)],
-                    &[HistoryEvent::new(&agent.name, now, "deploy_refused", &reason)
-                        .version(&candidate.version_id)
-                        .cycle(&candidate.cycle_id)],
-                    now,
-                )
-                .map_err(|e| e.to_string())?;
+            store.update_candidates(
+                &[update(candidate, CandidateStatus::OnFront, &reason)],
+                &[HistoryEvent::new(&agent.name, now, "deploy_refused", &reason)
+                    .version(&candidate.version_id)
+                    .cycle(&candidate.cycle_id)],
+                now,
+            )?;
             return Ok(Change::Refused(reason));
         }
     };
@@ -187,16 +179,14 @@ pub async fn start_canary(
             .cycle(&candidate.cycle_id)
             .evidence(json!({"scores": candidate.scores, "adapters": prepared, "champion": deployment.champion})),
     ];
-    let applied = store
-        .change_deployment(
-            &next,
-            revision,
-            &[update(candidate, CandidateStatus::Canary, &summary)],
-            &events,
-            None,
-            now,
-        )
-        .map_err(|e| e.to_string())?;
+    let applied = store.change_deployment(
+        &next,
+        revision,
+        &[update(candidate, CandidateStatus::Canary, &summary)],
+        &events,
+        None,
+        now,
+    )?;
     Ok(if applied {
         Change::Applied(summary)
     } else {
@@ -215,22 +205,16 @@ fn update(candidate: &Candidate, status: CandidateStatus, reason: &str) -> Candi
 }
 
 /// The newest candidate row of a version (its current fate).
-pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) -> Result<Option<Candidate>, String> {
+pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) -> Result<Option<Candidate>> {
     Ok(store
-        .candidates(agent, None)
-        .map_err(|e| e.to_string())?
+        .candidates(agent, None)?
         .into_iter()
         .rev()
         .find(|c| &c.version_id == version))
 }
 
 /// Makes the canary the champion.
-pub fn promote(
-    store: &dyn CycleStore,
-    agent: &AgentConfig,
-    evidence: serde_json::Value,
-    why: &str,
-) -> Result<Change, String> {
+pub fn promote(store: &dyn CycleStore, agent: &AgentConfig, evidence: serde_json::Value, why: &str) -> Result<Change> {
     let (deployment, revision) = current(store, agent)?;
     let Some(canary) = deployment.canary.clone() else {
         return Ok(Change::AlreadyDone("no canary to promote".into()));
@@ -254,9 +238,7 @@ pub fn promote(
     let event = HistoryEvent::new(&agent.name, now, "promote", &summary)
         .version(&canary)
         .evidence(evidence);
-    let applied = store
-        .change_deployment(&next, revision, &updates, &[event], None, now)
-        .map_err(|e| e.to_string())?;
+    let applied = store.change_deployment(&next, revision, &updates, &[event], None, now)?;
     Ok(if applied {
         Change::Applied(summary)
     } else {
@@ -266,12 +248,7 @@ pub fn promote(
 
 /// Rolls the canary back, or — with no canary — restores the previous
 /// champion. `alert` is stored with the change when a monitor caused it.
-pub fn rollback(
-    store: &dyn CycleStore,
-    agent: &AgentConfig,
-    why: &str,
-    alert: Option<&Alert>,
-) -> Result<Change, String> {
+pub fn rollback(store: &dyn CycleStore, agent: &AgentConfig, why: &str, alert: Option<&Alert>) -> Result<Change> {
     let (deployment, revision) = current(store, agent)?;
     let now = now_ms();
     let (next, removed, summary) = match (&deployment.canary, deployment.previous.last()) {
@@ -336,9 +313,7 @@ pub fn rollback(
         );
     }
     events.push(HistoryEvent::new(&agent.name, now, "rollback", &summary).version(&removed));
-    let applied = store
-        .change_deployment(&next, revision, &updates, &events, alert, now)
-        .map_err(|e| e.to_string())?;
+    let applied = store.change_deployment(&next, revision, &updates, &events, alert, now)?;
     Ok(if applied {
         Change::Applied(summary)
     } else {

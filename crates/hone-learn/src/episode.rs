@@ -1,5 +1,6 @@
 //! Reading an episode the way learning needs it: its final answer, its first
-//! request, and the reference answer (a demonstration or label) to compare with.
+//! request, and the reference answer (a demonstration or label) to compare
+//! with. Its task is [`hone_types::openai::task_of`] of the first request.
 
 use hone_types::openai::{ChatCompletionRequest, Message};
 use hone_types::{CallRecord, EpisodeDetail, SignalValue};
@@ -27,16 +28,6 @@ pub fn final_text(episode: &EpisodeDetail) -> String {
 
 pub fn first_request(episode: &EpisodeDetail) -> Option<&ChatCompletionRequest> {
     episode.calls.first().map(|c| &c.request)
-}
-
-/// The text of the first user message of a request: the task, as an agent endpoint would receive it.
-pub fn task_text(request: &ChatCompletionRequest) -> String {
-    request
-        .messages
-        .iter()
-        .find(|m| matches!(m.role, hone_types::openai::Role::User))
-        .map(Message::text)
-        .unwrap_or_default()
 }
 
 /// The reference the episode carries: the newest signal named `signal`

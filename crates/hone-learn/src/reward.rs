@@ -8,10 +8,12 @@
 //! listed in `failures` and left out, never counted as a score.
 
 use crate::critics::{self, Critic, CriticInput};
-use crate::episode::{reference_from_signals, task_text};
+use crate::episode::reference_from_signals;
+use crate::error::LearnError;
 use crate::judge::{Judge, JudgeScore};
 use hone_config::{Aggregate, JudgeMode, RewardSpec};
 use hone_store::{LearnStore, StoreError};
+use hone_types::openai::task_of;
 use hone_types::{
     CallCredit, CallId, CallOutcome, ComponentKind, EpisodeDetail, EpisodeId, EpisodeQuery, RewardComponent,
     RewardRecord, SignalValue,
@@ -57,12 +59,12 @@ impl Rewarder {
         agent: &str,
         spec: &RewardSpec,
         client: Option<Arc<dyn crate::client::ChatClient>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LearnError> {
         let critics = spec
             .critics
             .iter()
-            .map(|c| Ok((c.weight, critics::from_spec(c)?)))
-            .collect::<Result<Vec<_>, String>>()?;
+            .map(|c| Ok((c.weight, critics::from_spec(c).map_err(LearnError::Config)?)))
+            .collect::<Result<Vec<_>, LearnError>>()?;
         let judge = match (&spec.judge, client) {
             (None, _) => None,
             (Some(j), Some(client)) => Some(Judge {
@@ -71,9 +73,9 @@ impl Rewarder {
                 client,
             }),
             (Some(_), None) => {
-                return Err(format!(
+                return Err(LearnError::config(format!(
                     "agent `{agent}`'s reward has a judge and no gateway to call it through"
-                ))
+                )))
             }
         };
         Ok(Self {
@@ -108,7 +110,7 @@ impl Rewarder {
                 let mut groups: BTreeMap<String, Vec<&EpisodeDetail>> = BTreeMap::new();
                 for e in episodes {
                     if let Some(c) = e.calls.first() {
-                        groups.entry(task_text(&c.request)).or_default().push(e);
+                        groups.entry(task_of(&c.request.messages)).or_default().push(e);
                     }
                 }
                 for group in groups.values().filter(|g| g.len() > 1) {
@@ -326,7 +328,7 @@ pub async fn recompute(
         let episodes: Vec<EpisodeDetail> = page
             .episodes
             .into_iter()
-            .filter(|e| !e.summary.id.as_str().starts_with("eval."))
+            .filter(|e| !e.summary.id.is_evaluation())
             .collect();
         let verdicts = rewarder.judge(&episodes).await;
         let rewards: Vec<RewardRecord> = episodes

@@ -257,9 +257,16 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
     assert!(history
         .iter()
         .any(|e| e.summary == format!("{good} awaits approval: hone approve {good}")));
-    let change = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
-        .await
-        .unwrap();
+    let change = deploy::start_canary(
+        &w.config,
+        &w.client(),
+        w.store.as_ref(),
+        &w.config.agents["manual"],
+        &c[0],
+        "alice",
+    )
+    .await
+    .unwrap();
     assert!(matches!(change, Change::Applied(_)), "{change:?}");
     assert_eq!(
         w.store.deployment("manual").unwrap().unwrap().canary,
@@ -271,15 +278,25 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
         .any(|e| e.kind == "approve" && e.summary.contains("approved by alice")));
     // Approving again changes nothing.
     let c = w.store.candidates("manual", Some(&cycle.id)).unwrap();
-    let again = deploy::start_canary(&w.config, w.store.as_ref(), &w.config.agents["manual"], &c[0], "alice")
-        .await
-        .unwrap();
+    let again = deploy::start_canary(
+        &w.config,
+        &w.client(),
+        w.store.as_ref(),
+        &w.config.agents["manual"],
+        &c[0],
+        "alice",
+    )
+    .await
+    .unwrap();
     assert!(matches!(again, Change::AlreadyDone(_)), "{again:?}");
     assert_eq!(w.store.deployment("manual").unwrap().unwrap().revision, 1);
 
     // Auto, but `good` costs 2× the champion and the rule allows 1.5×: not deployed, and why is recorded.
     let cycle = learner.run_cycle("strict", "manual").await.unwrap();
-    assert_eq!(cycle.detail["decision"], "auto: no candidate met the rule");
+    assert_eq!(
+        cycle.detail.decision.as_deref(),
+        Some("auto: no candidate met the rule")
+    );
     assert!(w.store.deployment("strict").unwrap().is_none());
     let history = w.store.history("strict", 100).unwrap();
     let refused = history
@@ -478,7 +495,7 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
     let agent = &w.config.agents["story"];
     let mut ok = agent.versions["v1"].spec.clone();
     ok.routes[0].adapter = Some("story-7-sft".into());
-    let done = deploy::prepare_adapters(&w.config, &ok).await.unwrap();
+    let done = deploy::prepare_adapters(&w.config, &w.client(), &ok).await.unwrap();
     assert_eq!(done, ["adapter story-7-sft loaded by `up`"]);
     let loads = w.upstream.lora_loads.lock().unwrap().clone();
     assert_eq!(loads[0]["lora_name"], "story-7-sft");
@@ -489,7 +506,9 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
 
     let mut broken = ok.clone();
     broken.routes[0].adapter = Some("broken-1".into());
-    let e = deploy::prepare_adapters(&w.config, &broken).await.unwrap_err();
+    let e = deploy::prepare_adapters(&w.config, &w.client(), &broken)
+        .await
+        .unwrap_err();
     assert!(
         e.contains("refused to load adapter `broken-1`") && e.contains("adapter not found"),
         "{e}"
@@ -527,7 +546,7 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
     w.store
         .add_candidates(&[record], std::slice::from_ref(&candidate), &[])
         .unwrap();
-    let change = deploy::start_canary(&w.config, w.store.as_ref(), agent, &candidate, "alice")
+    let change = deploy::start_canary(&w.config, &w.client(), w.store.as_ref(), agent, &candidate, "alice")
         .await
         .unwrap();
     assert!(

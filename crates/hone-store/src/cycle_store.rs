@@ -6,10 +6,9 @@
 
 use crate::{LearnStore, StoreError};
 use hone_types::{
-    Alert, Candidate, CandidateScores, CandidateStatus, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent,
-    VersionId, VersionRecord,
+    Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, EpisodeId,
+    HistoryEvent, VersionId, VersionRecord,
 };
-use serde_json::Value;
 
 /// A cycle's move from one step to the next, with the new detail (and an
 /// error for `Failed`).
@@ -17,7 +16,7 @@ use serde_json::Value;
 pub struct Step<'a> {
     pub from: CycleState,
     pub to: CycleState,
-    pub detail: &'a Value,
+    pub detail: &'a CycleDetail,
     pub error: Option<&'a str>,
 }
 

@@ -88,10 +88,48 @@ pub struct CycleInfo {
     pub trigger: String,
     /// What earlier steps decided (watermark, dataset ids, champion), so a
     /// resumed step sees exactly what the crashed one saw.
-    pub detail: Value,
+    pub detail: CycleDetail,
     pub error: Option<String>,
     pub started_at: i64,
     pub updated_at: i64,
+}
+
+/// What the steps of a cycle decided, each field written by one step and
+/// read by later ones (stored as a JSON object inside the cycle's record).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CycleDetail {
+    /// collect: episodes started from `since` to `until` (unix ms) are this
+    /// cycle's traffic; the next cycle starts at `until`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+    /// collect: the champion when the cycle began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub champion: Option<VersionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_episodes: Option<u64>,
+    /// reward: episodes scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewarded: Option<u64>,
+    /// datasets: the target dataset's id, and the regression set's when it
+    /// has instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression: Option<String>,
+    /// propose: candidates stored for this cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<u64>,
+    /// evaluate: the champion's scores on the same datasets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub champion_scores: Option<CandidateScores>,
+    /// deploy: what was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Why the cycle ended early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Where a candidate is in its life (DESIGN.md "Candidate").
@@ -279,5 +317,27 @@ mod tests {
         }
         assert_eq!(seen.len(), 9);
         assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_detail_stored_as_untyped_json_reads_back_and_writes_the_same_keys() {
+        let stored = serde_json::json!({"since": 0, "until": 1_700_000_000_000_i64,
+            "champion": "0123456789abcdef", "new_episodes": 40, "rewarded": 40,
+            "target": "support.traffic-1", "regression": null, "candidates": 2,
+            "champion_scores": {"target_mean": 0.5, "target_pass_rate": 0.5, "regression_pass_rate": 1.0,
+                "mean_cost_usd": 0.0, "mean_latency_ms": 3.0, "errors": 0, "rates": {}},
+            "decision": "manual: 1 candidate(s) await approval"});
+        let detail: CycleDetail = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(
+            detail.champion.as_ref().map(VersionId::as_str),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(detail.regression, None);
+        assert_eq!(detail.champion_scores.as_ref().and_then(|s| s.target_mean), Some(0.5));
+        let mut expected = stored;
+        expected.as_object_mut().unwrap().remove("regression");
+        assert_eq!(serde_json::to_value(&detail).unwrap(), expected);
+        let empty: CycleDetail = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(empty, CycleDetail::default());
     }
 }

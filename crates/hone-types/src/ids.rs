@@ -15,6 +15,9 @@ pub enum IdError {
     BadCharacter(char),
 }
 
+/// How the ids of evaluation episodes begin (see [`EpisodeId::is_evaluation`]).
+pub const EVALUATION_PREFIX: &str = "eval.";
+
 /// The longest episode id a client may choose.
 pub const MAX_EPISODE_ID_LEN: usize = 128;
 
@@ -49,6 +52,17 @@ impl EpisodeId {
     /// A fresh, time-ordered id.
     pub fn new_v7() -> Self {
         Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    /// The id of one attempt at one instance of an evaluation run.
+    pub fn evaluation(run: &str, instance: usize, attempt: &str) -> Result<Self, IdError> {
+        Self::parse(&format!("{EVALUATION_PREFIX}{run}.{instance}.{attempt}"))
+    }
+
+    /// Whether the episode is an evaluation replay rather than production
+    /// traffic (rewards, monitors and datasets of traffic leave these out).
+    pub fn is_evaluation(&self) -> bool {
+        self.0.starts_with(EVALUATION_PREFIX)
     }
 
     pub fn as_str(&self) -> &str {

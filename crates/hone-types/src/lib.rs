@@ -1,9 +1,12 @@
 //! Domain and wire types shared by every hone crate.
 //!
 //! This crate owns the names of DESIGN.md (episode, call, signal, version) and
-//! the OpenAI chat-completions wire format that the gateway speaks. It is serde
-//! only: no IO, no async, no clocks — callers pass timestamps in.
+//! the OpenAI chat-completions wire format that the gateway speaks, and the
+//! domain rules every crate applies to them (behaviour flags, what counts as
+//! an evaluation episode, the task of a request). No IO and no async; the one
+//! clock every crate reads is [`time::now_ms`].
 
+pub mod behaviour;
 pub mod call;
 pub mod cycle;
 pub mod episode;
@@ -16,7 +19,9 @@ pub mod time;
 pub mod version;
 
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord};
-pub use cycle::{Alert, Candidate, CandidateScores, CandidateStatus, CycleInfo, CycleState, Deployment, HistoryEvent};
+pub use cycle::{
+    Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
+};
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
 pub use learn::{

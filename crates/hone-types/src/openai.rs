@@ -70,6 +70,16 @@ impl RequestError {
     }
 }
 
+/// The task of a conversation: its first user message, the text an agent's
+/// endpoint receives and the one episodes are matched and grouped on.
+pub fn task_of(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
 /// Most choices one request may ask for.
 pub const MAX_N: u32 = 128;
 /// Most `top_logprobs` one request may ask for (OpenAI's own limit).

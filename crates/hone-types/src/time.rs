@@ -1,6 +1,14 @@
 //! Timestamps as unix milliseconds, with RFC 3339 rendering and parsing for
 //! query parameters. hone keeps time as integers so that every store and every
 //! wire format agrees; this small civil-date conversion avoids a date crate.
+//! [`now_ms`] is the one place hone reads the wall clock.
+
+/// The wall clock as unix milliseconds (0 if the clock is before 1970).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's
 /// `days_from_civil`).

@@ -1,34 +1,38 @@
+//! The command line: the clap definitions of `hone` and its sub-commands,
+//! and the dispatch that hands each command to its function in `commands/`.
 //! Subcommands: `serve`, `config check|default`, `key new`, `model init`,
 //! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
 //! `eval` (and `eval compare`), `learn` (and `learn status`), `front`,
 //! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset`.
+//! Arguments that one command family alone takes are defined beside it in
+//! `commands/` (and `Common` in `context.rs`), so that imports point from
+//! here to the commands and never back. No command logic goes here.
 
-use anyhow::{Context, Result};
+use crate::commands::{bench, config, dataset, deploy, eval, keys, learn, model, rewards, serve, train};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use hone_config::Config;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
 #[command(name = "hone", version, about = "hone makes LLM agents learn in production.")]
-struct Cli {
+pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    pub log_format: LogFormat,
     #[command(subcommand)]
-    command: Command,
+    pub command: Command,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
+pub enum LogFormat {
     Text,
     Json,
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {
+pub enum Command {
     /// Run the gateway: an OpenAI-compatible proxy that records every call.
     Serve {
         /// Config file (TOML). Without one, the built-in default is used.
@@ -66,34 +70,34 @@ enum Command {
     /// Train a LoRA adapter with GRPO, DPO or SFT on a JSONL file.
     Train {
         #[arg(value_enum)]
-        algorithm: crate::train::Algorithm,
+        algorithm: train::Algorithm,
         #[command(flatten)]
-        args: Box<crate::train::TrainArgs>,
+        args: Box<train::TrainArgs>,
     },
     /// Rewards of recorded episodes.
     Rewards {
         #[command(subcommand)]
-        command: crate::learn::RewardsCommand,
+        command: rewards::RewardsCommand,
     },
     /// Datasets built from recorded traffic: build, list, show, export, import.
     Dataset {
         #[command(subcommand)]
-        command: crate::learn::DatasetCommand,
+        command: dataset::DatasetCommand,
     },
     /// Evaluate a version on a dataset, or compare two (`hone eval compare A B --dataset D`).
-    Eval(crate::learn::EvalArgs),
+    Eval(eval::EvalArgs),
     /// Run the learning cycle: `hone learn [AGENT…] [--once]`, or `hone learn status`.
-    Learn(crate::cycle::LearnArgs),
+    Learn(learn::LearnArgs),
     /// An agent's Pareto front of candidates, as a table.
-    Front(crate::cycle::AgentArgs),
+    Front(deploy::AgentArgs),
     /// Approve a candidate on the front: it becomes the canary.
-    Approve(crate::cycle::ApproveArgs),
+    Approve(deploy::ApproveArgs),
     /// Roll back the canary, or restore the previous champion, at once.
-    Rollback(crate::cycle::AgentArgs),
+    Rollback(deploy::AgentArgs),
     /// Alerts raised by the online monitors.
-    Alerts(crate::cycle::ListArgs),
+    Alerts(deploy::ListArgs),
     /// Everything that changed for an agent, why, and on what evidence.
-    History(crate::cycle::ListArgs),
+    History(deploy::ListArgs),
     /// Measure hone's parts.
     Bench {
         #[command(subcommand)]
@@ -102,7 +106,7 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-enum BenchCommand {
+pub enum BenchCommand {
     /// Build a `traffic` dataset from a large store of recorded calls and
     /// export it as JSONL: time and peak memory.
     Dataset {
@@ -166,7 +170,7 @@ enum BenchCommand {
 }
 
 #[derive(Debug, Subcommand)]
-enum ModelCommand {
+pub enum ModelCommand {
     /// Write a randomly initialised checkpoint in the Hugging Face layout
     /// (config, safetensors, tokenizer, chat template with tools).
     Init {
@@ -186,13 +190,13 @@ enum ModelCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum ModelArch {
+pub enum ModelArch {
     Llama,
     Qwen2,
 }
 
 #[derive(Debug, Subcommand)]
-enum ConfigCommand {
+pub enum ConfigCommand {
     /// Validate a config file; exits non-zero naming the bad field.
     Check { file: PathBuf },
     /// Print the built-in default config.
@@ -200,7 +204,7 @@ enum ConfigCommand {
 }
 
 #[derive(Debug, Subcommand)]
-enum KeyCommand {
+pub enum KeyCommand {
     /// Generate a key; prints it once and the config entry holding its hash.
     New {
         /// A name for the key (shown in errors and logs).
@@ -212,31 +216,17 @@ enum KeyCommand {
     },
 }
 
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.log_format);
-    match run(cli.command) {
-        Ok(code) => code,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
-            ExitCode::FAILURE
+impl From<ModelArch> for hone_engine::Arch {
+    fn from(arch: ModelArch) -> Self {
+        match arch {
+            ModelArch::Llama => hone_engine::Arch::Llama,
+            ModelArch::Qwen2 => hone_engine::Arch::Qwen2,
         }
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-fn run(command: Command) -> Result<ExitCode> {
+/// Runs one command; its exit code, or the error `main` prints.
+pub fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve {
             config,
@@ -244,16 +234,16 @@ fn run(command: Command) -> Result<ExitCode> {
             data_dir,
             threads,
             insecure_open_admin,
-        } => serve(config, listen, data_dir, threads, insecure_open_admin),
+        } => serve::run(config, listen, data_dir, threads, insecure_open_admin),
         Command::Config {
             command: ConfigCommand::Check { file },
-        } => Ok(check(&file)),
+        } => Ok(config::check(&file)),
         Command::Config {
             command: ConfigCommand::Default,
-        } => {
-            std::io::stdout().write_all(hone_config::DEFAULT_CONFIG.as_bytes())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => config::print_default(),
+        Command::Key {
+            command: KeyCommand::New { name, agents },
+        } => keys::new(&name, &agents),
         Command::Model {
             command:
                 ModelCommand::Init {
@@ -262,17 +252,17 @@ fn run(command: Command) -> Result<ExitCode> {
                     out,
                     seed,
                 },
-        } => model_init(arch, &preset, &out, seed),
-        Command::Train { algorithm, args } => crate::train::run(algorithm, *args),
-        Command::Rewards { command } => crate::learn::rewards(command),
-        Command::Dataset { command } => crate::learn::dataset_command(command),
-        Command::Eval(args) => crate::learn::eval(args),
-        Command::Learn(args) => crate::cycle::learn(args),
-        Command::Front(args) => crate::cycle::front(args),
-        Command::Approve(args) => crate::cycle::approve(args),
-        Command::Rollback(args) => crate::cycle::rollback(args),
-        Command::Alerts(args) => crate::cycle::alerts(args),
-        Command::History(args) => crate::cycle::history(args),
+        } => model::init(arch.into(), &preset, &out, seed),
+        Command::Train { algorithm, args } => train::run(algorithm, *args),
+        Command::Rewards { command } => rewards::run(command),
+        Command::Dataset { command } => dataset::run(command),
+        Command::Eval(args) => eval::run(args),
+        Command::Learn(args) => learn::run(args),
+        Command::Front(args) => deploy::front(args),
+        Command::Approve(args) => deploy::approve(args),
+        Command::Rollback(args) => deploy::rollback(args),
+        Command::Alerts(args) => deploy::alerts(args),
+        Command::History(args) => deploy::history(args),
         Command::Bench {
             command:
                 BenchCommand::Train {
@@ -285,7 +275,7 @@ fn run(command: Command) -> Result<ExitCode> {
                     device,
                     python,
                 },
-        } => crate::bench_train::run(crate::bench_train::Options {
+        } => bench::train::run(bench::train::Options {
             presets,
             group,
             prompt,
@@ -297,7 +287,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }),
         Command::Bench {
             command: BenchCommand::Dataset { calls, size, dir },
-        } => crate::bench_dataset::run(crate::bench_dataset::Options { calls, size, dir }),
+        } => bench::dataset::run(bench::dataset::Options { calls, size, dir }),
         Command::Bench {
             command:
                 BenchCommand::Engine {
@@ -307,140 +297,12 @@ fn run(command: Command) -> Result<ExitCode> {
                     reps,
                     python,
                 },
-        } => crate::bench_engine::run(crate::bench_engine::Options {
+        } => bench::engine::run(bench::engine::Options {
             presets,
             prompt,
             new_tokens,
             reps,
             python,
         }),
-        Command::Key {
-            command: KeyCommand::New { name, agents },
-        } => {
-            let key = format!("hone-{}", hex::encode(rand::random::<[u8; 24]>()));
-            let hash = hone_gateway::auth::sha256_hex(&key);
-            let agents = agents.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-            let mut out = std::io::stdout();
-            writeln!(
-                out,
-                "key (shown once; give it to the client as its API key):\n  {key}\n"
-            )?;
-            writeln!(out, "add to the config (only the hash is stored):\n[[gateway.api_keys]]\nname = {name:?}\nsha256 = \"{hash}\"\nagents = [{agents}]")?;
-            Ok(ExitCode::SUCCESS)
-        }
     }
-}
-
-pub fn load(config: Option<&PathBuf>) -> Result<Config> {
-    match config {
-        Some(path) => hone_config::load_file(path).map_err(|e| anyhow::anyhow!("{e}")),
-        None => hone_config::load_str(hone_config::DEFAULT_CONFIG, std::path::Path::new("."), &|n| {
-            std::env::var(n).ok()
-        })
-        .map_err(|e| anyhow::anyhow!("built-in config: {e}")),
-    }
-}
-
-fn check(file: &std::path::Path) -> ExitCode {
-    match hone_config::load_file(file) {
-        Ok(config) => {
-            let versions: usize = config.agents.values().map(|a| a.versions.len()).sum();
-            let _ = writeln!(
-                std::io::stdout(),
-                "{}: ok ({} providers, {} agents, {} versions)",
-                file.display(),
-                config.providers.len(),
-                config.agents.len(),
-                versions
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn serve(
-    config: Option<PathBuf>,
-    listen: Option<SocketAddr>,
-    data_dir: Option<PathBuf>,
-    threads: Option<usize>,
-    insecure_open_admin: bool,
-) -> Result<ExitCode> {
-    let mut config = load(config.as_ref())?;
-    config.gateway.insecure_open_admin |= insecure_open_admin;
-    if let Some(listen) = listen {
-        config.gateway.listen = listen;
-    }
-    if let Some(dir) = data_dir {
-        config.set_data_dir(dir);
-    }
-    if let Some(threads) = threads {
-        anyhow::ensure!(threads > 0, "--threads must be at least 1");
-        config.gateway.threads = threads;
-    }
-    // One event-loop thread is the cheapest way to serve a proxy (no
-    // cross-thread wake-ups per call); more threads are there for hosts
-    // where one core is not enough.
-    let runtime = match config.gateway.threads {
-        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build()?,
-    };
-    runtime.block_on(async move {
-        let address = config.gateway.listen;
-        if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {
-            tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
-        }
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on {address}"))?;
-        let bound = listener.local_addr()?;
-        let agents: Vec<_> = config.agents.keys().cloned().collect();
-        let data_dir = config.gateway.data_dir.clone();
-        let gateway = hone_gateway::Gateway::start(config).context("cannot start the gateway")?;
-        tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1");
-        gateway.serve(listener, shutdown_signal()).await?;
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => tracing::info!("interrupt received; shutting down"),
-        () = terminate => tracing::info!("terminate received; shutting down"),
-    }
-}
-
-fn model_init(arch: ModelArch, preset: &str, out: &std::path::Path, seed: u64) -> Result<ExitCode> {
-    let arch = match arch {
-        ModelArch::Llama => hone_engine::Arch::Llama,
-        ModelArch::Qwen2 => hone_engine::Arch::Qwen2,
-    };
-    let preset = hone_engine::init::Preset::parse(preset)
-        .with_context(|| format!("unknown preset `{preset}` ({})", hone_engine::init::Preset::NAMES))?;
-    hone_engine::init::write_checkpoint(arch, preset, seed, out)
-        .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
-    writeln!(
-        std::io::stdout(),
-        "wrote a random {arch:?} checkpoint to {}",
-        out.display()
-    )?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,16 +1,38 @@
-//! The `hone` command line: parses arguments and calls into the library
-//! crates. Nothing else lives here.
+//! The `hone` binary: parses the command line, sets up logging, runs the
+//! command and turns its result into the exit code. The only place that
+//! decides how the process ends; commands return an `ExitCode` or an error.
+//!
+//! Imports point one way: `main` → `cli` → `commands/*` → `context`/`output`.
 
-mod bench_dataset;
-mod bench_engine;
-mod bench_support;
-mod bench_train;
 mod cli;
-mod cycle;
-mod learn;
-mod progress;
-mod train;
+mod commands;
+mod context;
+mod output;
 
-fn main() -> std::process::ExitCode {
-    cli::main()
+use clap::Parser;
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging(cli.log_format);
+    match cli::run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: cli::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        cli::LogFormat::Text => builder.init(),
+        cli::LogFormat::Json => builder.json().init(),
+    }
 }

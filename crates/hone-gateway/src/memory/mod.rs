@@ -47,15 +47,6 @@ impl std::fmt::Debug for EpisodicMemory {
     }
 }
 
-/// The text a request is matched on: its first user message.
-pub fn task_of(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .find(|m| m.role == Role::User)
-        .map(Message::text)
-        .unwrap_or_default()
-}
-
 impl EpisodicMemory {
     /// The `k` most similar successful episodes as alternating user and
     /// assistant messages (most similar last, nearest the request).

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const DEFAULT_VERSION: &str = "2023-06-01";
 /// Anthropic requires `max_tokens`; used when the client set no limit.
@@ -104,9 +104,7 @@ impl Provider for AnthropicProvider {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+    hone_types::time::now_ms() / 1000
 }
 
 /// A request Anthropic cannot serve; 400 so that it is neither retried nor

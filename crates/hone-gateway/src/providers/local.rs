@@ -37,15 +37,13 @@ pub struct LocalProvider {
 }
 
 impl LocalProvider {
-    pub fn new(config: &ProviderConfig, data_dir: &Path) -> Result<Self, String> {
+    pub fn new(config: &ProviderConfig) -> Result<Self, String> {
         let options = config
             .local
             .clone()
             .ok_or_else(|| format!("provider `{}` has no local settings", config.name))?;
-        let adapters_dir = options
-            .adapters_dir
-            .clone()
-            .unwrap_or_else(|| data_dir.join("adapters"));
+        // Resolved by hone-config (default `<data_dir>/adapters`).
+        let adapters_dir = options.adapters_dir.clone();
         Ok(Self {
             name: config.name.clone(),
             options,
@@ -265,7 +263,7 @@ fn completion_id() -> String {
 }
 
 fn now_s() -> i64 {
-    crate::state::now_ms() / 1000
+    hone_types::time::now_ms() / 1000
 }
 
 /// The OpenAI `logprobs` object for generated tokens.

@@ -115,8 +115,7 @@ pub enum AnyProvider {
 }
 
 impl AnyProvider {
-    /// `data_dir` is where a local provider's adapters live by default.
-    pub fn from_config(config: &ProviderConfig, data_dir: &std::path::Path) -> Result<Self, String> {
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
         let api_key = config.api_key_env.as_ref().and_then(|name| match std::env::var(name) {
             Ok(key) if !key.is_empty() => Some(key),
             _ => {
@@ -127,7 +126,7 @@ impl AnyProvider {
         Ok(match config.kind {
             ProviderKind::OpenAi => AnyProvider::OpenAi(OpenAiProvider::new(config, api_key)?),
             ProviderKind::Anthropic => AnyProvider::Anthropic(AnthropicProvider::new(config, api_key)?),
-            ProviderKind::Local => AnyProvider::Local(LocalProvider::new(config, data_dir)?),
+            ProviderKind::Local => AnyProvider::Local(LocalProvider::new(config)?),
         })
     }
 

@@ -1,6 +1,8 @@
 //! LoRA adapters of the local engines (admin token): list, load, unload —
 //! at run time, without a restart; requests already running keep the
-//! adapter they started with.
+//! adapter they started with. Loading into an OpenAI-compatible upstream
+//! (vLLM's runtime LoRA loading) goes through here too, so the learner
+//! reaches model servers only through the gateway.
 //!
 //! - `GET /admin/adapters`
 //! - `POST /admin/adapters` `{"name", "path", "provider"?, "model"?}`
@@ -11,6 +13,9 @@
 //! provider's adapter directory or the data directory (a relative path is
 //! taken inside the adapter directory), also after following symlinks; any
 //! other path is refused with one message, whether or not it exists.
+//! For an OpenAI-compatible `provider` the path is the upstream's to read
+//! (it may run elsewhere): it must lie lexically inside that provider's
+//! adapter directory, and the upstream's refusal is answered as a 400.
 
 use super::{json_response, parse_json, read_body};
 use crate::error::{ApiError, ErrorKind};
@@ -112,6 +117,32 @@ fn confine(raw: &str, roots: &[&std::path::Path]) -> Result<std::path::PathBuf, 
     Ok(dir)
 }
 
+/// `raw` (relative to `root`, or absolute) as an absolute path that stays
+/// inside `root` without reading the file system: for a path an upstream
+/// on another machine reads.
+fn confine_lexically(raw: &str, root: &std::path::Path) -> Result<std::path::PathBuf, ApiError> {
+    let path = std::path::Path::new(raw);
+    let joined = if path.is_relative() {
+        root.join(path)
+    } else {
+        path.to_owned()
+    };
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let (joined, root) = (absolute(&joined), absolute(root));
+    let escapes = path.components().any(|c| matches!(c, std::path::Component::ParentDir));
+    if escapes || !joined.starts_with(&root) {
+        return Err(ApiError::invalid(
+            "adapter_path_not_allowed",
+            format!(
+                "`path` must name a directory inside the adapter directory (`{}`)",
+                root.display()
+            ),
+        )
+        .with_param(Some("path".into())));
+    }
+    Ok(joined)
+}
+
 /// The engine one request means, with its provider.
 fn engine_for<'a>(
     state: &'a AppState,
@@ -173,6 +204,24 @@ pub async fn load(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     state.auth.admin(&headers)?;
     let bytes = read_body(body, &headers, state.config.gateway.max_body_bytes).await?;
     let request: LoadAdapter = parse_json(&bytes)?;
+    let entry = request
+        .provider
+        .as_deref()
+        .and_then(|name| state.providers.get(name))
+        .cloned();
+    if let (Some(provider), Some(AnyProvider::OpenAi(openai))) =
+        (&request.provider, entry.as_ref().map(|e| &e.provider))
+    {
+        let root = state.config.adapters_dir(provider);
+        let path = confine_lexically(&request.path, &root)?;
+        openai
+            .load_lora_adapter(&request.name, &path.display().to_string())
+            .await
+            .map_err(|e| ApiError::invalid("adapter_unloadable", e.to_string()))?;
+        return Ok(json_response(
+            &json!({"name": request.name, "provider": provider, "path": path.display().to_string(), "loaded": true}),
+        ));
+    }
     let task_state = state.clone();
     // Loading reads files (and may load the model): off the event loop.
     let loaded = tokio::task::spawn_blocking(move || {

@@ -7,19 +7,20 @@
 //! durable.
 
 use super::{header_value, read_body, CALL_HEADER, EPISODE_HEADER, VERSION_HEADER};
-use crate::behaviour;
 use crate::dispatch::{self, Answered};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::ProviderError;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
+use hone_types::behaviour;
 use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
 use hone_types::stream::StreamAccumulator;
+use hone_types::time::now_ms;
 use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
 use std::sync::Arc;
 use std::time::Instant;
@@ -544,7 +545,7 @@ async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
     let Some(agent) = state.config.agents.get(&context.agent) else {
         return Vec::new();
     };
-    let query = crate::memory::task_of(&context.request.messages);
+    let query = hone_types::openai::task_of(&context.request.messages);
     if query.is_empty() {
         return Vec::new();
     }

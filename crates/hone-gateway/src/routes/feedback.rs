@@ -4,11 +4,12 @@
 
 use super::{json_response, parse_json, read_body};
 use crate::error::ApiError;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use hone_types::time::now_ms;
 use hone_types::{CallId, EpisodeId, MetricLevel, Signal, SignalSource, SignalValue};
 use serde::Deserialize;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! arguments parse as JSON and match that tool's schema. Scored per call.
 
 use super::{Critic, CriticFailure, CriticInput, CriticScore};
-use hone_gateway::behaviour::tool_call_error;
+use hone_types::behaviour::tool_call_error;
 
 pub struct ToolCallsCritic {
     pub name: String,

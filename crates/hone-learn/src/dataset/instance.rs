@@ -1,8 +1,9 @@
 //! An episode as a dataset instance: the task, the first request (for
 //! replay), the reference, and the recorded conversation after the request.
 
-use crate::episode::{first_request, reference_from_signals, task_text};
+use crate::episode::{first_request, reference_from_signals};
 use crate::judge::conversation;
+use hone_types::openai::task_of;
 use hone_types::{EpisodeDetail, Instance, SignalValue};
 use serde_json::Value;
 
@@ -22,7 +23,7 @@ pub fn instance_from_episode(episode: &EpisodeDetail, reference_signal: Option<&
         agent: episode.summary.agent.clone(),
         episode_id: Some(episode.summary.id.clone()),
         version_id: episode.calls.first().map(|c| c.version_id.clone()),
-        input: Value::String(request.map(task_text).unwrap_or_default()),
+        input: Value::String(request.map(|r| task_of(&r.messages)).unwrap_or_default()),
         request: request.and_then(|r| {
             let mut v = serde_json::to_value(r).ok()?;
             if let Some(o) = v.as_object_mut() {

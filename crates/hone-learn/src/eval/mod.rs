@@ -17,10 +17,11 @@ pub use report::{summarise, EvalSummary, Rates};
 
 use crate::client::{ChatClient, GatewayClient};
 use crate::episode::final_text;
+use crate::error::LearnError;
 use crate::reward::Rewarder;
 use futures::StreamExt;
-use hone_gateway::state::now_ms;
 use hone_store::{LearnStore, Recorder, StoreError};
+use hone_types::time::now_ms;
 use hone_types::{
     BehaviourFlags, DatasetInfo, EpisodeDetail, EpisodeId, EvalRunInfo, Instance, InstanceResult, VersionId,
 };
@@ -177,15 +178,16 @@ impl Evaluator {
         let mut episode_id = None;
         let mut elapsed = 0.0;
         for attempt_try in 0..=options.retries {
-            let raw = format!("eval.{run}.{index}.{}-{attempt_try}", options.attempt);
-            let id = EpisodeId::parse(&raw).map_err(|e| StoreError::Corrupt(format!("episode id {raw}: {e}")))?;
+            let attempt = format!("{}-{attempt_try}", options.attempt);
+            let id = EpisodeId::evaluation(run, index, &attempt)
+                .map_err(|e| StoreError::Corrupt(format!("evaluation episode id for run {run}: {e}")))?;
             let started = Instant::now();
             let outcome = tokio::time::timeout(options.timeout, self.send(instance, &id, version, target)).await;
             elapsed = started.elapsed().as_secs_f64() * 1000.0;
             episode_id = Some(id.clone());
             match outcome {
                 Err(_) => last_error = format!("timed out after {} s", options.timeout.as_secs_f64()),
-                Ok(Err(e)) => last_error = e,
+                Ok(Err(e)) => last_error = e.to_string(),
                 Ok(Ok(())) => match self.read_back(&id).await? {
                     Some(episode) => return Ok(self.score(instance, &episode, options.attempt, elapsed).await),
                     None => last_error = "the run made no call through the gateway".to_owned(),
@@ -216,13 +218,12 @@ impl Evaluator {
         episode: &EpisodeId,
         version: &VersionId,
         target: &Target,
-    ) -> Result<(), String> {
+    ) -> Result<(), LearnError> {
         match target {
             Target::Replay => {
-                let mut request = instance
-                    .request
-                    .clone()
-                    .ok_or_else(|| format!("instance `{}` has no recorded request to replay", instance.id))?;
+                let mut request = instance.request.clone().ok_or_else(|| {
+                    LearnError::state(format!("instance `{}` has no recorded request to replay", instance.id))
+                })?;
                 request["model"] = json!(instance.agent);
                 self.gateway
                     .chat(&request, episode.as_str(), Some(version.as_str()))
@@ -239,16 +240,15 @@ impl Evaluator {
                     .json(&json!({"input": instance.input}))
                     .send()
                     .await
-                    .map_err(|e| format!("agent endpoint {url} unreachable: {e}"))?;
+                    .map_err(|e| LearnError::gateway(format!("agent endpoint {url} unreachable: {e}")))?;
                 let status = response.status();
                 if !status.is_success() {
                     let body = response.text().await.unwrap_or_default();
-                    return Err(format!("agent endpoint answered {status}: {body}"));
+                    return Err(LearnError::gateway(format!("agent endpoint answered {status}: {body}")));
                 }
-                let _: Value = response
-                    .json()
-                    .await
-                    .map_err(|e| format!("agent endpoint answered something that is not JSON: {e}"))?;
+                let _: Value = response.json().await.map_err(|e| {
+                    LearnError::gateway(format!("agent endpoint answered something that is not JSON: {e}"))
+                })?;
                 Ok(())
             }
         }

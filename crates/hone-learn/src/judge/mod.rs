@@ -98,7 +98,7 @@ with exactly one entry for each of the {} trajectories.",
             let answer = match self.client.chat(&request, &episode, Some(&self.agent)).await {
                 Ok(r) => answer_text(&r),
                 Err(e) => {
-                    last_error = e;
+                    last_error = e.to_string();
                     continue;
                 }
             };

@@ -4,6 +4,7 @@
 
 use super::training::{propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
+use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::TrainingSpec;
 
@@ -16,9 +17,9 @@ impl Optimiser for Dpo {
         "dpo"
     }
 
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
+            let items = ctx.store.dataset_items(&ctx.target.id)?;
             propose_adapter(ctx, Method::Dpo, &self.spec, items).await
         })
     }

@@ -3,6 +3,7 @@
 //! the gateway's harness does the retrieval at request time.
 
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
+use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::OptimiserSpec;
 use hone_types::ExamplePolicy;
@@ -16,7 +17,7 @@ impl Optimiser for Examples {
         "examples"
     }
 
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let OptimiserSpec::Examples {
                 ks,
@@ -25,15 +26,13 @@ impl Optimiser for Examples {
                 max_candidates,
             } = &self.spec
             else {
-                return Err("examples optimiser built from another spec".into());
+                return Err(LearnError::config("examples optimiser built from another spec"));
             };
             let min_reward = min_reward.unwrap_or(ctx.agent.reward.pass_threshold);
             let store = ctx.store.clone();
             let (agent, spec_version) = (ctx.agent.name.clone(), ctx.agent.reward.version());
-            let pool = tokio::task::spawn_blocking(move || store.successes(&agent, &spec_version, min_reward, 2))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            let pool =
+                tokio::task::spawn_blocking(move || store.successes(&agent, &spec_version, min_reward, 2)).await??;
             if pool.len() < 2 {
                 (ctx.progress)("examples: fewer than 2 successful episodes to retrieve from; nothing proposed");
                 return Ok(Vec::new());

@@ -7,6 +7,7 @@
 use super::training::{local_base, propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::dataset::instance_from_episode;
+use crate::error::LearnError;
 use crate::eval::{EvalOptions, Target};
 use futures::future::BoxFuture;
 use hone_config::TrainingSpec;
@@ -20,13 +21,13 @@ impl Optimiser for Grpo {
         "grpo"
     }
 
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             if let Err(why) = local_base(ctx) {
                 (ctx.progress)(&format!("grpo: {why}; nothing proposed"));
                 return Ok(Vec::new());
             }
-            let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
+            let items = ctx.store.dataset_items(&ctx.target.id)?;
             let quiet = |_: crate::eval::Progress| {};
             let mut results = Vec::new();
             for attempt in 0..self.spec.group_size as u32 {
@@ -43,8 +44,7 @@ impl Optimiser for Grpo {
                 results = ctx
                     .evaluator
                     .run(ctx.target, ctx.champion_id, &Target::Replay, &options, &quiet)
-                    .await
-                    .map_err(|e| e.to_string())?
+                    .await?
                     .1;
             }
             let mut samples = Vec::new();
@@ -55,7 +55,7 @@ impl Optimiser for Grpo {
                 let Some(item) = find(&items, &r.instance_id) else {
                     continue;
                 };
-                let Some(episode) = ctx.store.episode(&r.episode_id).map_err(|e| e.to_string())? else {
+                let Some(episode) = ctx.store.episode(&r.episode_id)? else {
                     continue;
                 };
                 // The rollout's answer under the task's original prompt, so

@@ -13,6 +13,7 @@ mod model;
 mod sft;
 pub mod training;
 
+use crate::error::LearnError;
 use crate::eval::Evaluator;
 use futures::future::BoxFuture;
 use hone_config::{AgentConfig, Config, OptimiserSpec};
@@ -49,7 +50,7 @@ pub trait Optimiser: Send + Sync {
 
     /// Candidates for this cycle; an empty list (with a logged reason) when
     /// there is nothing worth trying.
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>>;
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>>;
 }
 
 pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {

@@ -2,6 +2,7 @@
 //! temperature, or a lower reasoning effort — the cost side of the front.
 
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
+use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::OptimiserSpec;
 
@@ -14,7 +15,7 @@ impl Optimiser for ModelSwap {
         "model"
     }
 
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let OptimiserSpec::Model {
                 models,
@@ -23,7 +24,7 @@ impl Optimiser for ModelSwap {
                 max_candidates,
             } = &self.spec
             else {
-                return Err("model optimiser built from another spec".into());
+                return Err(LearnError::config("model optimiser built from another spec"));
             };
             let parent = ctx.champion;
             let mut specs = Vec::new();

@@ -5,6 +5,7 @@
 
 use super::training::{propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
+use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::TrainingSpec;
 
@@ -17,10 +18,10 @@ impl Optimiser for Sft {
         "sft"
     }
 
-    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, String>> {
+    fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let threshold = ctx.agent.reward.pass_threshold;
-            let items = ctx.store.dataset_items(&ctx.target.id).map_err(|e| e.to_string())?;
+            let items = ctx.store.dataset_items(&ctx.target.id)?;
             let chosen = items
                 .into_iter()
                 .filter(|i| {

@@ -10,6 +10,7 @@
 
 use super::{describe_diff, Proposal, ProposeContext};
 use crate::dataset::{export, ExportFormat};
+use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainingSpec};
 use hone_train::data::{self, Renderer};
 use hone_train::{Data, LoraSpec, TrainConfig, Trainer};
@@ -61,7 +62,7 @@ pub async fn propose_adapter(
     method: Method,
     spec: &TrainingSpec,
     instances: Vec<Instance>,
-) -> Result<Vec<Proposal>, String> {
+) -> Result<Vec<Proposal>, LearnError> {
     let (base, parent_adapter) = match local_base(ctx) {
         Ok(found) => found,
         Err(why) => {
@@ -76,7 +77,7 @@ pub async fn propose_adapter(
         "trained earlier in this cycle".to_owned()
     } else {
         let mut rows = Vec::new();
-        let lines = export(&instances, method.format(), &mut rows).map_err(|e| e.to_string())?;
+        let lines = export(&instances, method.format(), &mut rows).map_err(|e| LearnError::training(e.to_string()))?;
         if (lines as usize) < spec.min_examples {
             (ctx.progress)(&format!(
                 "{}: {lines} training examples, fewer than min_examples {}; nothing proposed",
@@ -107,8 +108,7 @@ pub async fn propose_adapter(
                 &name2,
             )
         })
-        .await
-        .map_err(|e| e.to_string())??
+        .await??
     };
     let mut child = ctx.champion.clone();
     if let Some(first) = child.routes.first_mut() {
@@ -128,20 +128,21 @@ fn train(
     rows: &[u8],
     adapters_dir: &Path,
     name: &str,
-) -> Result<String, String> {
+) -> Result<String, LearnError> {
+    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let partial = adapters_dir.join(format!("{name}.partial"));
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
+    std::fs::create_dir_all(&partial).map_err(|e| failed(&format!("{}: {e}", partial.display())))?;
     let data_path = partial.join("data.jsonl");
-    std::fs::write(&data_path, rows).map_err(|e| format!("{}: {e}", data_path.display()))?;
-    let tokenizer = hone_engine::Tokenizer::load(base).map_err(|e| e.to_string())?;
+    std::fs::write(&data_path, rows).map_err(|e| failed(&format!("{}: {e}", data_path.display())))?;
+    let tokenizer = hone_engine::Tokenizer::load(base).map_err(|e| failed(&e))?;
     let renderer = Renderer {
         tokenizer: Some(&tokenizer),
     };
     let data = match method {
-        Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(|e| e.to_string())?),
-        Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(|e| e.to_string())?),
-        Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(|e| e.to_string())?),
+        Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(|e| failed(&e))?),
+        Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(|e| failed(&e))?),
+        Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(|e| failed(&e))?),
     };
     let mut config = TrainConfig {
         lora: LoraSpec {
@@ -155,15 +156,15 @@ fn train(
     };
     config.optim.lr = spec.lr;
     let mut trainer = Trainer::new(base, &candle_core::Device::Cpu, config, data, Vec::new(), parent)
-        .map_err(|e| format!("cannot start training: {e}"))?;
+        .map_err(|e| failed(&format!("cannot start training: {e}")))?;
     let mut last = None;
     trainer
         .run(&partial, &mut |report| last = Some((report.step, report.loss)))
-        .map_err(|e| format!("training failed: {e}"))?;
+        .map_err(|e| failed(&format!("training failed: {e}")))?;
     let _ = std::fs::remove_file(&data_path);
     let _ = std::fs::remove_dir_all(partial.join("checkpoints"));
     let done = adapters_dir.join(name);
-    std::fs::rename(&partial, &done).map_err(|e| format!("{}: {e}", done.display()))?;
+    std::fs::rename(&partial, &done).map_err(|e| failed(&format!("{}: {e}", done.display())))?;
     Ok(match last {
         Some((steps, loss)) => format!("{steps} steps, final loss {loss:.4}"),
         None => "0 steps".to_owned(),

@@ -1,13 +1,13 @@
 //! [`CycleStore`] on SQLite. Each method is one transaction; deployment
 //! changes compare the stored revision inside it.
 
-use super::{lock, SqliteStore};
+use super::{lock, traffic_only, SqliteStore};
 use crate::{CandidateUpdate, CycleStore, Step, StoreError, Success, WindowEpisode};
+use hone_types::openai::{task_of, Message};
 use hone_types::{
-    Alert, Candidate, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
+    Alert, Candidate, CycleDetail, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
 };
 use rusqlite::{params, OptionalExtension, Transaction};
-use serde_json::Value;
 
 fn insert_events(tx: &Transaction<'_>, events: &[HistoryEvent]) -> Result<(), StoreError> {
     let mut stmt = tx.prepare_cached("INSERT INTO history (agent, at, kind, record) VALUES (?1, ?2, ?3, ?4)")?;
@@ -102,7 +102,7 @@ impl CycleStore for SqliteStore {
             agent: agent.to_owned(),
             state: CycleState::Collect,
             trigger: trigger.to_owned(),
-            detail: Value::Object(Default::default()),
+            detail: CycleDetail::default(),
             error: None,
             started_at: now,
             updated_at: now,
@@ -324,7 +324,7 @@ impl CycleStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<WindowEpisode>, StoreError> {
         self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT c.episode_id, MIN(c.started_at), COUNT(*),
                         MAX(c.outcome != 'ok'), MAX(c.invalid_tool_call), MAX(c.clarifying_question),
                         MAX(c.refusal), MAX(c.empty),
@@ -334,11 +334,12 @@ impl CycleStore for SqliteStore {
                         (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4)
                  FROM calls c
                  WHERE c.agent = ?1 AND c.version_id = ?2 AND c.started_at >= ?3
-                   AND c.episode_id NOT LIKE 'eval.%'
+                   AND {traffic}
                  GROUP BY c.episode_id
                  ORDER BY MIN(c.started_at) DESC, c.episode_id DESC
                  LIMIT ?5",
-            )?;
+                traffic = traffic_only("c.episode_id")
+            ))?;
             let mut rows = stmt.query(params![agent, version.as_str(), since, spec_version, limit as i64])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
@@ -371,17 +372,18 @@ impl CycleStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Success>, StoreError> {
         let rows = self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT r.episode_id, r.value,
                         (SELECT json_extract(c.record, '$.request.messages') FROM calls c
                           WHERE c.episode_id = r.episode_id ORDER BY c.started_at LIMIT 1),
                         (SELECT json_extract(c.record, '$.response.choices[0].message.content') FROM calls c
                           WHERE c.episode_id = r.episode_id ORDER BY c.started_at DESC LIMIT 1)
                  FROM rewards r
-                 WHERE r.agent = ?1 AND r.spec_version = ?2 AND r.value >= ?3 AND r.episode_id NOT LIKE 'eval.%'
+                 WHERE r.agent = ?1 AND r.spec_version = ?2 AND r.value >= ?3 AND {traffic}
                  ORDER BY r.computed_at DESC, r.episode_id DESC
                  LIMIT ?4",
-            )?;
+                traffic = traffic_only("r.episode_id")
+            ))?;
             let rows = stmt.query_map(params![agent, spec_version, min_reward, limit as i64], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
@@ -397,18 +399,14 @@ impl CycleStore for SqliteStore {
             let (Some(messages), Some(answer)) = (messages, answer) else {
                 continue;
             };
-            let messages: Vec<Value> = serde_json::from_str(&messages)?;
-            let task = messages
-                .iter()
-                .find(|m| m["role"] == "user")
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
+            let messages: Vec<Message> = serde_json::from_str(&messages)?;
+            let task = task_of(&messages);
             if task.is_empty() || answer.trim().is_empty() {
                 continue;
             }
             out.push(Success {
                 episode_id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
-                task: task.to_owned(),
+                task,
                 answer,
                 reward,
             });
@@ -419,7 +417,10 @@ impl CycleStore for SqliteStore {
     fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError> {
         self.with_reader(|conn| {
             let n: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM episodes WHERE agent = ?1 AND started_at >= ?2 AND id NOT LIKE 'eval.%'",
+                &format!(
+                    "SELECT COUNT(*) FROM episodes WHERE agent = ?1 AND started_at >= ?2 AND {}",
+                    traffic_only("id")
+                ),
                 params![agent, since],
                 |r| r.get(0),
             )?;

@@ -1,7 +1,7 @@
 //! [`LearnStore`] on SQLite: rewards, dataset snapshots (made immutable by
 //! triggers in the schema), evaluation runs and results.
 
-use super::{lock, SqliteStore};
+use super::{lock, traffic_only, SqliteStore};
 use crate::{EpisodeFacts, EpisodeFilter, LearnStore, StoreError};
 use hone_types::{DatasetInfo, EpisodeId, EvalRunInfo, Instance, InstanceResult, RewardRecord, VersionId};
 use rusqlite::{params, OptionalExtension};
@@ -134,7 +134,7 @@ impl LearnStore for SqliteStore {
         visit: &mut dyn FnMut(EpisodeFacts) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT c.episode_id, MIN(c.version_id), MIN(c.started_at), COUNT(*),
                         MAX(c.outcome != 'ok'),
                         MAX(c.invalid_tool_call OR c.clarifying_question OR c.refusal OR c.empty OR c.truncated),
@@ -143,14 +143,15 @@ impl LearnStore for SqliteStore {
                         (SELECT r.passed FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?6)
                  FROM calls c
                  WHERE c.agent = ?1
-                   AND c.episode_id NOT LIKE 'eval.%'
+                   AND {traffic}
                    AND (?2 IS NULL OR c.version_id = ?2)
                    AND (?3 IS NULL OR c.started_at >= ?3)
                    AND (?4 IS NULL OR c.started_at < ?4)
                    AND (?5 IS NULL OR c.episode_id IN (SELECT episode_id FROM signals WHERE name = ?5))
                  GROUP BY c.episode_id
                  ORDER BY MIN(c.started_at), c.episode_id",
-            )?;
+                traffic = traffic_only("c.episode_id")
+            ))?;
             let mut rows = stmt.query(params![
                 filter.agent,
                 filter.version.as_ref().map(VersionId::as_str),

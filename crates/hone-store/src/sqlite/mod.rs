@@ -48,6 +48,12 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// SQL that is true when `column` names a traffic episode rather than an
+/// evaluation run: the store's form of [`EpisodeId::is_evaluation`].
+fn traffic_only(column: &str) -> String {
+    format!("{column} NOT LIKE '{}%'", hone_types::ids::EVALUATION_PREFIX)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding a connection cannot leave it half-used in a way
     // SQLite would not roll back, so a poisoned lock is safe to take over.

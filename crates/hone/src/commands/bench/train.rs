@@ -5,7 +5,7 @@
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
 //! library. Prints a table with the ratios; not a test.
 
-use crate::bench_support::{progress, random_checkpoint, run_json};
+use super::support::{progress, random_checkpoint, run_json};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use hone_engine::ModelConfig;
@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-const TRL_SCRIPT: &str = include_str!("../../../bench/train_trl.py");
+const TRL_SCRIPT: &str = include_str!("../../../../../bench/train_trl.py");
 
 pub struct Options {
     pub presets: Vec<String>,

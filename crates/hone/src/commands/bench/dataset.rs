@@ -4,7 +4,7 @@
 //! peak is reset after the store is filled, so it shows what the build
 //! itself needs). Run it at two store sizes to see memory stay flat.
 
-use crate::bench_support::progress;
+use super::support::progress;
 use anyhow::{Context, Result};
 use hone_learn::dataset::{self, BuildOptions, Builder, ExportFormat};
 use hone_store::{EpisodeFilter, LearnStore, SqliteStore, Store};

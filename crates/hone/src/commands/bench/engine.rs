@@ -4,7 +4,7 @@
 //! the same weights and the same settings (`bench/engine_hf.py`, run with
 //! `--python`). Prints a table with the ratios; not a test.
 
-use crate::bench_support::{progress, random_checkpoint, run_json};
+use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::{DType, Device};
 use hone_engine::bench::{measure, BenchSettings, Figures};
@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-const HF_SCRIPT: &str = include_str!("../../../bench/engine_hf.py");
+const HF_SCRIPT: &str = include_str!("../../../../../bench/engine_hf.py");
 
 pub struct Options {
     pub presets: Vec<String>,

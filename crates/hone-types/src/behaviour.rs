@@ -2,8 +2,8 @@
 //! invalid tool call, clarifying question, refusal, empty, truncated. They
 //! judge the first choice, the one an agent acts on.
 
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
-use hone_types::BehaviourFlags;
+use crate::openai::{ChatCompletionRequest, ChatCompletionResponse};
+use crate::BehaviourFlags;
 
 /// Openings that mark an answer as a refusal when the upstream does not say
 /// so itself (lower case, compared after trimming).
@@ -53,7 +53,7 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
 /// A tool call the model tried but got wrong: the local engine lists the
 /// `<tool_call>` blocks it could not read, and any provider that leaves such
 /// a block in the text (no tool parser upstream) shows it there.
-fn has_malformed_tool_call(request: &ChatCompletionRequest, choice: &hone_types::openai::Choice, text: &str) -> bool {
+fn has_malformed_tool_call(request: &ChatCompletionRequest, choice: &crate::openai::Choice, text: &str) -> bool {
     let listed = choice
         .extra
         .get("malformed_tool_calls")

@@ -1,0 +1,108 @@
+//! The learning cycle of each agent, as a persisted state machine
+//! (DESIGN.md "The loop"): collect → reward → datasets → propose → evaluate
+//! → gate → front → deploy → done.
+//!
+//! - [`Learner`] (here): what the cycle works with — config, store, the
+//!   gateway it reaches models through — and its one `impl`.
+//! - `run.rs`: the loop that runs one cycle step by step and persists each
+//!   move; `steps/`: one file per step.
+//! - [`schedule`]: when cycles run (`hone learn`); [`watch`]: a look at the
+//!   canary (monitors, promote, roll back).
+//!
+//! Each step reads what earlier steps stored (the typed
+//! [`CycleDetail`](hone_types::CycleDetail), the candidates, evaluation
+//! runs), does its work idempotently, and then moves the cycle on in one
+//! transaction, so a process killed at any point resumes where it was.
+
+mod run;
+pub mod schedule;
+mod steps;
+pub mod watch;
+
+use crate::client::{ChatClient, GatewayClient};
+use crate::error::{LearnError, Result};
+use crate::eval::Evaluator;
+use crate::reward::Rewarder;
+use hone_config::{AgentConfig, Config};
+use hone_store::{CycleStore, Recorder};
+use hone_types::{CycleInfo, CycleState};
+use std::sync::Arc;
+use watch::Verdict;
+
+/// Reports progress: (agent, message).
+pub type Progress = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Runs cycles and watches canaries for every agent of a config.
+pub struct Learner {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn CycleStore>,
+    pub gateway: GatewayClient,
+    /// The recorder of an in-process gateway (flushed before reading back).
+    pub recorder: Option<Arc<Recorder>>,
+    pub progress: Progress,
+    /// Fault injection for crash tests (`HONE_LEARN_PAUSE_AT`): on entering
+    /// this step (after it is persisted) the cycle waits for an hour.
+    pub pause_at: Option<CycleState>,
+}
+
+impl Learner {
+    pub fn agent(&self, name: &str) -> Result<&AgentConfig> {
+        self.config.agents.get(name).ok_or_else(|| {
+            LearnError::config(format!(
+                "no agent `{name}` in the config (agents: {})",
+                self.config.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })
+    }
+
+    /// The agent's reward spec, judging through the gateway.
+    pub fn rewarder(&self, agent: &AgentConfig) -> Result<Arc<Rewarder>> {
+        let client: Arc<dyn ChatClient> = Arc::new(self.gateway.clone());
+        Ok(Arc::new(Rewarder::new(&agent.name, &agent.reward, Some(client))?))
+    }
+
+    pub fn evaluator(&self, agent: &AgentConfig) -> Result<Evaluator> {
+        Ok(Evaluator {
+            store: self.store.clone(),
+            gateway: self.gateway.clone(),
+            rewarder: self.rewarder(agent)?,
+            recorder: self.recorder.clone(),
+        })
+    }
+
+    /// Tells the operator (the progress callback) and the debug log.
+    pub(crate) fn say(&self, agent: &str, message: &str) {
+        tracing::debug!(agent, "{message}");
+        (self.progress)(agent, message);
+    }
+
+    /// Makes the in-process gateway's accepted calls readable, if there is one.
+    pub(crate) async fn flush_recorder(&self) {
+        if let Some(recorder) = &self.recorder {
+            let _ = recorder.flush(std::time::Duration::from_secs(5)).await;
+        }
+    }
+
+    /// Runs the agent's unfinished cycle to its end, or a new one.
+    pub async fn run_cycle(&self, agent: &str, trigger: &str) -> Result<CycleInfo> {
+        run::run_cycle(self, agent, trigger).await
+    }
+
+    /// One cycle (resuming an unfinished one), then a look at the canary.
+    pub async fn run_once(&self, agent: &str) -> Result<(CycleInfo, Verdict)> {
+        let cycle = self.run_cycle(agent, "manual").await?;
+        let verdict = self.watch(self.agent(agent)?).await?;
+        Ok((cycle, verdict))
+    }
+
+    /// Runs until `stop` resolves: every poll, watches canaries and starts
+    /// due cycles within the concurrency budget.
+    pub async fn run_forever(self: Arc<Self>, agents: Vec<String>, stop: impl std::future::Future<Output = ()>) {
+        schedule::run_forever(self, agents, stop).await;
+    }
+
+    /// Looks at the agent's canary: monitors, then promote, roll back or wait.
+    pub async fn watch(&self, agent: &AgentConfig) -> Result<Verdict> {
+        watch::watch(self, agent).await
+    }
+}

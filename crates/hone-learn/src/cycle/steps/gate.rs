@@ -1,0 +1,91 @@
+//! gate: each evaluated candidate compared pairwise with the champion on
+//! the target and regression sets (with re-runs of disagreeing instances);
+//! it passes only when the gate's rules hold, or is pruned with the reasons.
+
+use super::{evaluate_on, stored_results, Learner, Stepped};
+use crate::compare::{compare, Comparison};
+use crate::error::Result;
+use crate::eval::{EvalOptions, Target};
+use crate::gate::{self, GateInput};
+use hone_config::AgentConfig;
+use hone_store::CandidateUpdate;
+use hone_types::time::now_ms;
+use hone_types::{CandidateStatus, CycleDetail, CycleInfo, HistoryEvent};
+use serde_json::json;
+
+pub(super) async fn run(
+    learner: &Learner,
+    agent: &AgentConfig,
+    cycle: &CycleInfo,
+    detail: CycleDetail,
+) -> Result<Stepped> {
+    let name = agent.name.as_str();
+    let evaluator = learner.evaluator(agent)?;
+    let target = super::target(learner, &detail)?;
+    let regression = super::regression(learner, &detail)?;
+    let champion = super::champion(&detail)?.clone();
+    let spec = &agent.learn.gate;
+    let (champ_summary, champ_results) = evaluate_on(learner, &evaluator, &target, &champion, "champion").await?;
+    for c in learner.store.candidates(name, Some(&cycle.id))? {
+        if c.status != CandidateStatus::Evaluated {
+            continue;
+        }
+        let noop = |_: &str, _| {};
+        let options = EvalOptions::default();
+        let pair = (&champion, &c.version_id);
+        let mut comparisons: Vec<Comparison> =
+            vec![compare(&evaluator, &target, pair, &Target::Replay, &options, spec.reruns, &noop).await?];
+        if let Some(r) = &regression {
+            comparisons.push(compare(&evaluator, r, pair, &Target::Replay, &options, spec.reruns, &noop).await?);
+        }
+        let (cand_summary, cand_results) = stored_results(learner, &target, &c.version_id)?;
+        let diffs = gate::paired_diffs(&champ_results, &cand_results);
+        let refs: Vec<&Comparison> = comparisons.iter().collect();
+        let decision = gate::decide(&GateInput {
+            spec,
+            objective: &agent.learn.objective,
+            champion: &champ_summary,
+            candidate: &cand_summary,
+            diffs: &diffs,
+            comparisons: &refs,
+        });
+        let (status, reason) = if decision.passed {
+            (
+                CandidateStatus::Gated,
+                format!("passed the gate: {}", decision.evidence),
+            )
+        } else {
+            (
+                CandidateStatus::Pruned,
+                format!("pruned by the gate: {}", decision.reasons.join("; ")),
+            )
+        };
+        learner.say(name, &format!("{}: {reason}", c.version_id));
+        let verdicts: Vec<_> = comparisons
+            .iter()
+            .map(|c| {
+                let confirmed: Vec<_> = c
+                    .regressions
+                    .iter()
+                    .filter(|f| f.confirmed)
+                    .map(|f| &f.instance_id)
+                    .collect();
+                json!({"dataset": c.dataset, "verdict": c.verdict, "regressions": confirmed})
+            })
+            .collect();
+        let now = now_ms();
+        let event = HistoryEvent::new(name, now, "gate", format!("{}: {reason}", c.version_id))
+            .version(&c.version_id)
+            .cycle(&cycle.id)
+            .evidence(json!({"evidence": decision.evidence, "reasons": decision.reasons, "verdicts": verdicts}));
+        let update = CandidateUpdate {
+            cycle_id: cycle.id.clone(),
+            version_id: c.version_id.clone(),
+            status,
+            reason: Some(reason),
+            scores: None,
+        };
+        learner.store.update_candidates(&[update], &[event], now)?;
+    }
+    Ok(Stepped::next(cycle, detail))
+}

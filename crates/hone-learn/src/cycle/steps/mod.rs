@@ -1,0 +1,133 @@
+//! The steps of a cycle, one file each, and what several of them share.
+//! A step gets the cycle as stored (its state and typed detail) and returns
+//! [`Stepped`]: the state to move to, the detail it leaves for later steps,
+//! and the history to record with the move. Steps may write candidates and
+//! evaluation runs on the way; each does so idempotently, so a step that is
+//! run again after a crash writes nothing twice.
+
+mod collect;
+mod datasets;
+mod deploy;
+mod evaluate;
+mod front;
+mod gate;
+mod propose;
+mod reward;
+
+use super::Learner;
+use crate::error::{LearnError, Result};
+use crate::eval::{run_id, summarise, EvalOptions, EvalSummary, Evaluator, Target};
+use hone_config::AgentConfig;
+use hone_types::{
+    CandidateScores, CycleDetail, CycleInfo, CycleState, DatasetInfo, HistoryEvent, InstanceResult, VersionId,
+};
+
+/// What a step decided: the next state, the new detail, what to record.
+pub(super) struct Stepped {
+    pub to: CycleState,
+    pub detail: CycleDetail,
+    pub events: Vec<HistoryEvent>,
+}
+
+impl Stepped {
+    /// On to the step after `cycle`'s.
+    fn next(cycle: &CycleInfo, detail: CycleDetail) -> Self {
+        Self::to(cycle.state.next(), detail)
+    }
+
+    fn to(to: CycleState, detail: CycleDetail) -> Self {
+        Self {
+            to,
+            detail,
+            events: Vec::new(),
+        }
+    }
+
+    fn with_events(mut self, events: Vec<HistoryEvent>) -> Self {
+        self.events = events;
+        self
+    }
+}
+
+/// Runs the step `cycle` is in.
+pub(super) async fn run(learner: &Learner, agent: &AgentConfig, cycle: &CycleInfo) -> Result<Stepped> {
+    let detail = cycle.detail.clone();
+    match cycle.state {
+        CycleState::Collect => collect::run(learner, agent, cycle, detail).await,
+        CycleState::Reward => reward::run(learner, agent, cycle, detail).await,
+        CycleState::Datasets => datasets::run(learner, agent, cycle, detail).await,
+        CycleState::Propose => propose::run(learner, agent, cycle, detail).await,
+        CycleState::Evaluate => evaluate::run(learner, agent, cycle, detail).await,
+        CycleState::Gate => gate::run(learner, agent, cycle, detail).await,
+        CycleState::Front => front::run(learner, agent, cycle, detail),
+        CycleState::Deploy => deploy::run(learner, agent, cycle, detail).await,
+        CycleState::Done | CycleState::Failed => Err(LearnError::state("the cycle has finished")),
+    }
+}
+
+/// A field an earlier step must have written.
+fn written<'a, T>(field: &'a Option<T>, name: &str) -> Result<&'a T> {
+    field
+        .as_ref()
+        .ok_or_else(|| LearnError::state(format!("cycle detail lacks `{name}` (written by an earlier step)")))
+}
+
+fn champion(detail: &CycleDetail) -> Result<&VersionId> {
+    written(&detail.champion, "champion")
+}
+
+fn champion_scores(detail: &CycleDetail) -> Result<&CandidateScores> {
+    written(&detail.champion_scores, "champion_scores")
+}
+
+fn dataset(learner: &Learner, id: &str) -> Result<DatasetInfo> {
+    learner
+        .store
+        .dataset(id)?
+        .ok_or_else(|| LearnError::state(format!("dataset {id} is gone")))
+}
+
+fn target(learner: &Learner, detail: &CycleDetail) -> Result<DatasetInfo> {
+    dataset(learner, written(&detail.target, "target")?)
+}
+
+fn regression(learner: &Learner, detail: &CycleDetail) -> Result<Option<DatasetInfo>> {
+    detail.regression.as_deref().map(|id| dataset(learner, id)).transpose()
+}
+
+/// A version evaluated on a dataset by replay (resumed by run id), reported.
+async fn evaluate_on(
+    learner: &Learner,
+    evaluator: &Evaluator,
+    dataset: &DatasetInfo,
+    version: &VersionId,
+    label: &str,
+) -> Result<(EvalSummary, Vec<InstanceResult>)> {
+    let quiet = |_: crate::eval::Progress| {};
+    let (run, results) = evaluator
+        .run(dataset, version, &Target::Replay, &EvalOptions::default(), &quiet)
+        .await?;
+    let summary = summarise(&run.id, &results);
+    learner.say(
+        &dataset.agent,
+        &format!(
+            "evaluated {label} {version} on {}: mean {} pass {:.0}% cost ${:.6}",
+            dataset.id,
+            summary.mean_score.map_or("-".into(), |m| format!("{m:.3}")),
+            summary.pass_rate * 100.0,
+            summary.mean_cost_usd
+        ),
+    );
+    Ok((summary, results))
+}
+
+/// The results the evaluate step stored for a version on a dataset.
+fn stored_results(
+    learner: &Learner,
+    dataset: &DatasetInfo,
+    version: &VersionId,
+) -> Result<(EvalSummary, Vec<InstanceResult>)> {
+    let run = run_id(&dataset.id, version, &Target::Replay);
+    let results = learner.store.eval_results(&run)?;
+    Ok((summarise(&run, &results), results))
+}

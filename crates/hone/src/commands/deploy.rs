@@ -1,0 +1,243 @@
+//! What happens to candidates after a cycle: `hone front AGENT` (the Pareto
+//! front), `hone approve CANDIDATE` (start the canary), `hone rollback AGENT`,
+//! `hone alerts [AGENT]` (raised by the online monitors) and `hone history
+//! AGENT` (what changed, why, on what evidence). Everything is read from and
+//! written to the store, so these work beside a running `hone serve` (whose
+//! gateways follow the deployments within half a second).
+
+use crate::context::{agent_config, load_config, open_store, runtime, Common, GatewayHandle};
+use crate::output::{note, print_line, print_table, short_time};
+use anyhow::{bail, Result};
+use clap::Args;
+use hone_learn::deploy::{self, Change};
+use hone_store::{CycleStore, SqliteStore};
+use hone_types::{Candidate, CandidateStatus};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    pub agent: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The candidate's version id (a unique prefix will do).
+    pub candidate: String,
+    /// Who approves (recorded in the history).
+    #[arg(long, default_value = "operator")]
+    pub by: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    pub agent: Option<String>,
+    /// Most entries shown.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `hone front AGENT`: the agent's Pareto front (and the champion), with scores.
+pub fn front(args: AgentArgs) -> Result<ExitCode> {
+    let config = load_config(&args.common)?;
+    let agent = agent_config(&config, &args.agent)?;
+    let store = open_store(&config)?;
+    let (deployment, _) = deploy::current(store.as_ref(), agent).map_err(anyhow::Error::msg)?;
+    let all = store.candidates(&agent.name, None)?;
+    let live = [
+        CandidateStatus::OnFront,
+        CandidateStatus::Approved,
+        CandidateStatus::Canary,
+        CandidateStatus::Champion,
+    ];
+    let mut rows = Vec::new();
+    for c in all.iter().filter(|c| live.contains(&c.status)) {
+        let s = c.scores.clone().unwrap_or_default();
+        let role = if c.version_id == deployment.champion {
+            "champion".to_owned()
+        } else if deployment.canary.as_ref() == Some(&c.version_id) {
+            "canary".to_owned()
+        } else {
+            c.status.as_str().to_owned()
+        };
+        rows.push(vec![
+            c.version_id.to_string(),
+            role,
+            c.optimiser.clone(),
+            s.target_mean.map_or("-".into(), |m| format!("{m:.3}")),
+            format!("{:.0}%", s.target_pass_rate * 100.0),
+            format!("{:.0}%", s.regression_pass_rate * 100.0),
+            format!("{:.6}", s.mean_cost_usd),
+            format!("{:.0}", s.mean_latency_ms),
+            c.cycle_id.clone(),
+            c.diff.clone(),
+        ]);
+    }
+    if rows.is_empty() {
+        note(format_args!(
+            "agent `{}` has no candidate on its front (champion {}); `hone learn {} --once` runs a cycle",
+            agent.name, deployment.champion, agent.name
+        ));
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_line(&format!(
+        "front of `{}` over {}",
+        agent.name,
+        agent
+            .learn
+            .objective
+            .iter()
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    print_table(
+        &[
+            "VERSION",
+            "STATUS",
+            "OPTIMISER",
+            "REWARD",
+            "PASS",
+            "REGRESSION",
+            "COST $",
+            "LATENCY ms",
+            "CYCLE",
+            "CHANGE",
+        ],
+        &rows,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn find_candidate(store: &SqliteStore, config: &hone_config::Config, prefix: &str) -> Result<Candidate> {
+    let mut found: Vec<Candidate> = Vec::new();
+    for agent in config.agents.keys() {
+        for c in store.candidates(agent, None)? {
+            if c.version_id.as_str().starts_with(prefix) {
+                found.retain(|f| f.version_id != c.version_id);
+                found.push(c);
+            }
+        }
+    }
+    match found.len() {
+        0 => bail!("no candidate `{prefix}` (see `hone front AGENT` or `hone history AGENT`)"),
+        1 => Ok(found.remove(0)),
+        _ => bail!(
+            "`{prefix}` matches {} candidates ({}); give more of the id",
+            found.len(),
+            found
+                .iter()
+                .map(|c| c.version_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `hone approve CANDIDATE`: starts the canary.
+pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
+    let config = load_config(&args.common)?;
+    let store = open_store(&config)?;
+    let candidate = find_candidate(&store, &config, &args.candidate)?;
+    let agent = agent_config(&config, &candidate.agent)?;
+    let change = runtime()?.block_on(async {
+        // A candidate with an adapter on vLLM is loaded through a gateway.
+        let gateway = GatewayHandle::open(&config, &args.common, Duration::from_secs(60)).await?;
+        let change = deploy::start_canary(&config, &gateway.client, store.as_ref(), agent, &candidate, &args.by).await;
+        gateway.close().await?;
+        anyhow::Ok(change?)
+    })?;
+    print_change(change)
+}
+
+/// `hone rollback AGENT`: the canary goes, or the previous champion returns, at once.
+pub fn rollback(args: AgentArgs) -> Result<ExitCode> {
+    let config = load_config(&args.common)?;
+    let store = open_store(&config)?;
+    let agent = agent_config(&config, &args.agent)?;
+    let change = deploy::rollback(store.as_ref(), agent, "hone rollback", None).map_err(anyhow::Error::msg)?;
+    print_change(change)
+}
+
+fn print_change(change: Change) -> Result<ExitCode> {
+    match change {
+        Change::Applied(s) | Change::AlreadyDone(s) => {
+            print_line(&s)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Change::Refused(s) => {
+            note(format_args!("refused: {s}"));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `hone alerts [AGENT]`.
+pub fn alerts(args: ListArgs) -> Result<ExitCode> {
+    let config = load_config(&args.common)?;
+    let store = open_store(&config)?;
+    if let Some(a) = &args.agent {
+        agent_config(&config, a)?;
+    }
+    let alerts = store.alerts(args.agent.as_deref(), args.limit)?;
+    if args.json {
+        for a in &alerts {
+            print_line(&serde_json::to_string(a)?)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = alerts
+        .iter()
+        .map(|a| {
+            vec![
+                short_time(a.at),
+                a.agent.clone(),
+                a.version_id.to_string(),
+                a.metric.clone(),
+                format!("{:.3} ({} ep)", a.canary_rate, a.canary_episodes),
+                format!("{:.3} ({} ep)", a.champion_rate, a.champion_episodes),
+                format!("{:.4}", a.p_value),
+                a.action.clone(),
+                a.episodes.iter().take(3).cloned().collect::<Vec<_>>().join(" "),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "AT", "AGENT", "VERSION", "METRIC", "CANARY", "CHAMPION", "P", "ACTION", "EPISODES",
+        ],
+        &rows,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hone history AGENT`: what changed, why, on what evidence.
+pub fn history(args: ListArgs) -> Result<ExitCode> {
+    let config = load_config(&args.common)?;
+    let store = open_store(&config)?;
+    let Some(agent) = &args.agent else {
+        bail!("name the agent: hone history AGENT");
+    };
+    agent_config(&config, agent)?;
+    let events = store.history(agent, args.limit)?;
+    for e in &events {
+        if args.json {
+            print_line(&serde_json::to_string(e)?)?;
+        } else {
+            print_line(&format!("{}  {:<14} {}", short_time(e.at), e.kind, e.summary))?;
+        }
+    }
+    if events.is_empty() && !args.json {
+        note(format_args!("no history for `{agent}` yet"));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,15 @@
+//! One module per command family. Each exposes the functions `cli.rs` calls
+//! (and the clap arguments of its own sub-commands); what several families
+//! need lives in `context.rs` or `output.rs`, never in a sibling here.
+
+pub mod bench;
+pub mod config;
+pub mod dataset;
+pub mod deploy;
+pub mod eval;
+pub mod keys;
+pub mod learn;
+pub mod model;
+pub mod rewards;
+pub mod serve;
+pub mod train;
