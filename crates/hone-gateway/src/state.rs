@@ -172,6 +172,7 @@ impl AppState {
             source,
         })?;
 
+        let memory = crate::memory::EpisodicMemory::new(&config);
         let state = Self {
             auth: Auth::from_config(&config),
             config: Arc::new(config),
@@ -183,7 +184,7 @@ impl AppState {
             tasks: TaskTracker::new(),
             started_at: now / 1000,
             cycles,
-            memory: crate::memory::EpisodicMemory::default(),
+            memory,
             owners: crate::owners::EpisodeOwners::default(),
         };
         state.refresh_deployments()?;

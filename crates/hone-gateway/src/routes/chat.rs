@@ -1,6 +1,11 @@
 //! `POST /v1/chat/completions`: choose the version, call its providers,
 //! record the call, and only then hand the answer to the client.
 //!
+//! A call goes through four parts: [`accept`] (everything that can refuse
+//! it before an upstream is paid), [`recall`] (few-shot examples from
+//! episodic memory), then [`complete`] or [`stream`]; both end in
+//! [`finish_call`] (flags, cost, the durable record, timings).
+//!
 //! The upstream work runs in a tracked task, not in the handler, so a client
 //! that goes away still gets its call recorded (as `client_disconnected`) and
 //! shutdown waits for it. Streams end with `[DONE]` only once the call is
@@ -253,7 +258,11 @@ fn upstream_error(error: &ProviderError) -> ApiError {
     }
 }
 
-fn failed(error: &ProviderError, attempts: Vec<Attempt>, upstream_ms: f64) -> (Outcome, ApiError) {
+fn failed(state: &AppState, error: &ProviderError, attempts: Vec<Attempt>, upstream_ms: f64) -> (Outcome, ApiError) {
+    state
+        .metrics
+        .upstream_errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let api = upstream_error(error);
     let outcome = Outcome {
         outcome: CallOutcome::UpstreamError,
@@ -276,6 +285,22 @@ fn recorder_error(e: hone_store::RecorderError) -> ApiError {
         "recorder_unavailable",
         format!("the call could not be recorded, so its answer is withheld: {e}"),
     )
+}
+
+/// The tail of every call, streamed or not: a departed client counted, the
+/// record built (behaviour flags, cost) and made durable, timings observed.
+/// Only after this may the client see the end of its answer.
+async fn finish_call(state: &AppState, context: &CallContext, outcome: Outcome) -> Result<(), ApiError> {
+    if outcome.outcome == CallOutcome::ClientDisconnected {
+        state
+            .metrics
+            .client_disconnects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let (upstream_ms, retries) = (outcome.upstream_ms, outcome.attempts.len());
+    let durable = state.recorder.record(context.record(state, outcome)).await;
+    observe(state, context, upstream_ms, retries);
+    durable.map(|_| ()).map_err(recorder_error)
 }
 
 fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {
@@ -306,7 +331,6 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         )
         .await;
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-        let retries = attempts.len();
         let (mut outcome, client_reply) = match result {
             Ok(Answered { route, value }) => {
                 let body = serde_json::to_vec(&value).map(Bytes::from).map_err(|e| {
@@ -328,25 +352,15 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 (outcome, body)
             }
             Err(error) => {
-                state
-                    .metrics
-                    .upstream_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (outcome, api) = failed(&error, attempts, upstream_ms);
+                let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
                 (outcome, Err(api))
             }
         };
         if reply.is_closed() {
             outcome.outcome = CallOutcome::ClientDisconnected;
-            state
-                .metrics
-                .client_disconnects
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let record = context.record(&state, outcome);
-        let durable = state.recorder.record(record).await;
-        observe(&state, &context, upstream_ms, retries);
-        let _ = reply.send(durable.map_err(recorder_error).and(client_reply));
+        let durable = finish_call(&state, &context, outcome).await;
+        let _ = reply.send(durable.and(client_reply));
     });
     match answer.await {
         Ok(Ok(body)) => with_headers(
@@ -407,16 +421,10 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         } = match result {
             Ok(answered) => answered,
             Err(error) => {
-                state
-                    .metrics
-                    .upstream_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-                let retries = attempts.len();
-                let (outcome, api) = failed(&error, attempts, upstream_ms);
-                let durable = state.recorder.record(context.record(&state, outcome)).await;
-                observe(&state, &context, upstream_ms, retries);
-                let _ = started.send(Err(durable.err().map(recorder_error).unwrap_or(api)));
+                let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
+                let durable = finish_call(&state, &context, outcome).await;
+                let _ = started.send(Err(durable.err().unwrap_or(api)));
                 return;
             }
         };
@@ -475,31 +483,20 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         }
         drop(upstream);
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-        if outcome == CallOutcome::ClientDisconnected {
-            state
-                .metrics
-                .client_disconnects
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        let retries = attempts.len();
-        let record = context.record(
-            &state,
-            Outcome {
-                outcome,
-                response: (accumulator.chunks() > 0).then(|| accumulator.response()),
-                error,
-                route: Some(route),
-                attempts,
-                upstream_ms,
-                ttft_ms,
-            },
-        );
-        let durable = state.recorder.record(record).await;
-        observe(&state, &context, upstream_ms, retries);
+        let finished = Outcome {
+            outcome,
+            response: (accumulator.chunks() > 0).then(|| accumulator.response()),
+            error,
+            route: Some(route),
+            attempts,
+            upstream_ms,
+            ttft_ms,
+        };
+        let durable = finish_call(&state, &context, finished).await;
         if outcome == CallOutcome::Ok {
             let last = match durable {
-                Ok(_) => Bytes::from_static(b"data: [DONE]\n\n"),
-                Err(e) => sse_error(&recorder_error(e)),
+                Ok(()) => Bytes::from_static(b"data: [DONE]\n\n"),
+                Err(e) => sse_error(&e),
             };
             let _ = frames.send(last).await;
         }
@@ -542,9 +539,6 @@ async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
     let Some(policy) = &context.version.examples else {
         return Vec::new();
     };
-    let Some(agent) = state.config.agents.get(&context.agent) else {
-        return Vec::new();
-    };
     let query = hone_types::openai::task_of(&context.request.messages);
     if query.is_empty() {
         return Vec::new();
@@ -554,8 +548,8 @@ async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
         .examples(
             &state.cycles,
             &state.providers,
+            &state.tasks,
             &context.agent,
-            &agent.reward.version(),
             policy,
             &query,
         )
