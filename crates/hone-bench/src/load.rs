@@ -81,10 +81,10 @@ pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Repo
     let total = (rate * seconds) as u64;
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now() + Duration::from_millis(50);
-    let mut workers = Vec::new();
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..CONNECTIONS {
         let (request, next) = (request.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
+        workers.spawn(async move {
             let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
             stream.set_nodelay(true)?;
             let mut buffer = Vec::with_capacity(4096);
@@ -108,7 +108,7 @@ pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Repo
                 }
             }
             Ok::<_, anyhow::Error>((latencies, errors))
-        }));
+        });
     }
     let mut report = Report {
         latencies_ms: Vec::new(),
@@ -116,8 +116,8 @@ pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Repo
         errors: 0,
         elapsed: Duration::ZERO,
     };
-    for worker in workers {
-        let (latencies, errors) = worker.await??;
+    while let Some(worker) = workers.join_next().await {
+        let (latencies, errors) = worker??;
         report.ok += latencies.len() as u64;
         report.latencies_ms.extend(latencies);
         report.errors += errors;

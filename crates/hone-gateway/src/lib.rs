@@ -64,6 +64,7 @@ impl Gateway {
             "serving"
         );
         let app = routes::router(self.state.clone());
+        #[allow(clippy::disallowed_methods, reason = "aborted below when serving stops")]
         let refresher = tokio::spawn(follow_deployments(self.state.clone()));
         let connections = tokio_util::task::TaskTracker::new();
         server::serve(listener, app, limits, connections.clone(), shutdown).await;

@@ -165,6 +165,10 @@ fn refuse(tcp: TcpStream, cap: usize, refusing: &Arc<Semaphore>) {
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
         body.len()
     );
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a refusal holds no call and ends within REFUSE_LINGER; it need not delay shutdown"
+    )]
     tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let _permit = permit;

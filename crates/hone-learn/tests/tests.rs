@@ -9,6 +9,9 @@
 //! - `eval`: replay and the agent-endpoint protocol; `compare` finds a seeded regression.
 //! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
 
+// Test servers and load run detached for the life of a test; the test ends them.
+#![allow(clippy::disallowed_methods)]
+
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 mod critics;

@@ -4,6 +4,9 @@
 //!   while another connection holds the database locked.
 //! - `journal`: property tests of the journal reader over torn and corrupt lines.
 
+// Test servers and load run detached for the life of a test; the test ends them.
+#![allow(clippy::disallowed_methods)]
+
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 

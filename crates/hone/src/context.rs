@@ -111,6 +111,7 @@ impl GatewayHandle {
         let url = format!("http://{}", listener.local_addr()?);
         let (tx, rx) = tokio::sync::oneshot::channel();
         // Awaited in `close`, which is what lets the recorder drain.
+        #[allow(clippy::disallowed_methods, reason = "the handle is kept and awaited in `close`")]
         let task = tokio::spawn(gateway.serve(listener, async move {
             let _ = rx.await;
         }));

@@ -8,6 +8,9 @@
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
+// Test servers and load run detached for the life of a test; the test ends them.
+#![allow(clippy::disallowed_methods)]
+
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 

@@ -615,6 +615,7 @@ impl StreamConverter {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the fake upstream lives as long as the test")]
 mod tests {
     use super::*;
     use crate::sse::SseParser;
