@@ -11,7 +11,6 @@
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
-
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 mod critics;

@@ -10,7 +10,6 @@
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
-
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
