@@ -322,21 +322,29 @@ pub struct TrainingSpec {
     pub group_size: usize,
 }
 
-/// One enabled optimiser with its settings.
+/// `examples`: few-shot retrieval policies to try, one candidate per `k`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExamplesSpec {
+    pub ks: Vec<u32>,
+    pub min_reward: Option<f64>,
+    pub embeddings: Option<Route>,
+    pub max_candidates: usize,
+}
+
+/// `model`: other models, temperatures or reasoning efforts to try.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub models: Vec<Route>,
+    pub temperatures: Vec<f64>,
+    pub reasoning_efforts: Vec<String>,
+    pub max_candidates: usize,
+}
+
+/// One enabled optimiser with its settings; each optimiser gets only its own.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OptimiserSpec {
-    Examples {
-        ks: Vec<u32>,
-        min_reward: Option<f64>,
-        embeddings: Option<Route>,
-        max_candidates: usize,
-    },
-    Model {
-        models: Vec<Route>,
-        temperatures: Vec<f64>,
-        reasoning_efforts: Vec<String>,
-        max_candidates: usize,
-    },
+    Examples(ExamplesSpec),
+    Model(ModelSpec),
     Grpo(TrainingSpec),
     Dpo(TrainingSpec),
     Sft(TrainingSpec),
@@ -347,8 +355,8 @@ impl OptimiserSpec {
 
     pub fn name(&self) -> &'static str {
         match self {
-            OptimiserSpec::Examples { .. } => "examples",
-            OptimiserSpec::Model { .. } => "model",
+            OptimiserSpec::Examples(_) => "examples",
+            OptimiserSpec::Model(_) => "model",
             OptimiserSpec::Grpo(_) => "grpo",
             OptimiserSpec::Dpo(_) => "dpo",
             OptimiserSpec::Sft(_) => "sft",
@@ -488,7 +496,7 @@ impl LearnSpec {
                             "list the k values to try, each ≥ 1",
                         ));
                     }
-                    OptimiserSpec::Examples {
+                    OptimiserSpec::Examples(ExamplesSpec {
                         ks,
                         min_reward: e.min_reward,
                         embeddings: e
@@ -496,7 +504,7 @@ impl LearnSpec {
                             .map(|r| route(&format!("{ofield}.embeddings"), r, providers))
                             .transpose()?,
                         max_candidates: e.max_candidates.unwrap_or(4),
-                    }
+                    })
                 }
                 "model" => {
                     let m = model.take().unwrap_or_default();
@@ -512,7 +520,7 @@ impl LearnSpec {
                             format!("{t} is not a temperature"),
                         ));
                     }
-                    OptimiserSpec::Model {
+                    OptimiserSpec::Model(ModelSpec {
                         models: m
                             .models
                             .into_iter()
@@ -522,7 +530,7 @@ impl LearnSpec {
                         temperatures: m.temperatures,
                         reasoning_efforts: m.reasoning_efforts,
                         max_candidates: m.max_candidates.unwrap_or(4),
-                    }
+                    })
                 }
                 "grpo" => OptimiserSpec::Grpo(training(&ofield, grpo.take())?),
                 "dpo" => OptimiserSpec::Dpo(training(&ofield, dpo.take())?),

@@ -14,8 +14,8 @@ mod typed;
 
 pub use env::expand_env;
 pub use learn::{
-    Bounds, DeploymentPolicy, GateSpec, LearnBudget, LearnSpec, MonitorSpec, Objective, OptimiserSpec, TrainingSpec,
-    MEAN_METRICS, RATE_METRICS,
+    Bounds, DeploymentPolicy, ExamplesSpec, GateSpec, LearnBudget, LearnSpec, ModelSpec, MonitorSpec, Objective,
+    OptimiserSpec, TrainingSpec, MEAN_METRICS, RATE_METRICS,
 };
 pub use load::{load_file, load_str, ConfigError};
 pub use reward::{

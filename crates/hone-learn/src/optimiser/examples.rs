@@ -5,11 +5,11 @@
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
-use hone_config::OptimiserSpec;
+use hone_config::ExamplesSpec;
 use hone_types::ExamplePolicy;
 
 pub struct Examples {
-    pub spec: OptimiserSpec,
+    pub spec: ExamplesSpec,
 }
 
 impl Optimiser for Examples {
@@ -19,15 +19,12 @@ impl Optimiser for Examples {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let OptimiserSpec::Examples {
+            let ExamplesSpec {
                 ks,
                 min_reward,
                 embeddings,
                 max_candidates,
-            } = &self.spec
-            else {
-                return Err(LearnError::config("examples optimiser built from another spec"));
-            };
+            } = &self.spec;
             let min_reward = min_reward.unwrap_or(ctx.agent.reward.pass_threshold);
             let store = ctx.store.clone();
             let (agent, spec_version) = (ctx.agent.name.clone(), ctx.agent.reward.version());

@@ -55,8 +55,8 @@ pub trait Optimiser: Send + Sync {
 
 pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
     match spec {
-        OptimiserSpec::Examples { .. } => Box::new(examples::Examples { spec: spec.clone() }),
-        OptimiserSpec::Model { .. } => Box::new(model::ModelSwap { spec: spec.clone() }),
+        OptimiserSpec::Examples(e) => Box::new(examples::Examples { spec: e.clone() }),
+        OptimiserSpec::Model(m) => Box::new(model::ModelSwap { spec: m.clone() }),
         OptimiserSpec::Grpo(t) => Box::new(grpo::Grpo { spec: t.clone() }),
         OptimiserSpec::Dpo(t) => Box::new(dpo::Dpo { spec: t.clone() }),
         OptimiserSpec::Sft(t) => Box::new(sft::Sft { spec: t.clone() }),

@@ -4,10 +4,10 @@
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
-use hone_config::OptimiserSpec;
+use hone_config::ModelSpec;
 
 pub struct ModelSwap {
-    pub spec: OptimiserSpec,
+    pub spec: ModelSpec,
 }
 
 impl Optimiser for ModelSwap {
@@ -17,15 +17,12 @@ impl Optimiser for ModelSwap {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let OptimiserSpec::Model {
+            let ModelSpec {
                 models,
                 temperatures,
                 reasoning_efforts,
                 max_candidates,
-            } = &self.spec
-            else {
-                return Err(LearnError::config("model optimiser built from another spec"));
-            };
+            } = &self.spec;
             let parent = ctx.champion;
             let mut specs = Vec::new();
             for route in models {
