@@ -1,4 +1,32 @@
-//! `${VAR}` and `${VAR:-default}` references in config strings.
+//! `${VAR}` and `${VAR:-default}` references in config strings, and [`Env`],
+//! what the sections need from outside the file while they convert: variable
+//! values and the directory relative paths start from.
+
+use crate::error::ConfigError;
+use std::path::Path;
+
+/// What loading needs from outside the config text.
+pub(crate) struct Env<'a> {
+    /// The config file's directory (anchors `system_file` paths).
+    pub(crate) base_dir: &'a Path,
+    /// Resolves `${VAR}` references.
+    pub(crate) lookup: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Env<'_> {
+    /// `value` with its `${VAR}` references expanded; a failure is blamed on `field`.
+    pub(crate) fn expand(&self, field: &str, value: &str) -> Result<String, ConfigError> {
+        expand_env(value, self.lookup).map_err(|m| ConfigError::at(field, m))
+    }
+}
+
+/// Whether `s` can be the name of an environment variable (and so is not,
+/// say, a secret pasted where its variable's name belongs).
+pub(crate) fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
 
 /// Replaces every `${VAR}` / `${VAR:-default}` in `raw` using `lookup`.
 /// `$$` stands for a literal `$`. Errors say which variable is missing.

@@ -30,7 +30,7 @@
 //! webhook = "https://hooks.example.com/hone"
 //! ```
 
-use crate::load::ConfigError;
+use crate::error::ConfigError;
 use hone_types::Route;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -473,131 +473,200 @@ fn training(field: &str, raw: Option<RawTraining>) -> Result<TrainingSpec, Confi
 }
 
 impl LearnSpec {
+    /// Validates the raw table; `field` is `agents.NAME.learn`, `providers`
+    /// the declared provider names (optimisers' routes must name one).
     pub fn from_raw(field: &str, raw: RawLearn, providers: &[&str]) -> Result<Self, ConfigError> {
         let d = Self::default();
-        let every = raw.every.unwrap_or_default();
+        let RawLearn {
+            every,
+            optimisers,
+            objective,
+            dataset_size,
+            examples,
+            model,
+            grpo,
+            dpo,
+            sft,
+            gate,
+            monitor,
+        } = raw;
+        let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
             if v == Some(0) {
                 return Err(ConfigError::at(format!("{field}.every.{name}"), "must be at least 1"));
             }
         }
-        let mut optimisers = Vec::new();
-        let (mut examples, mut model) = (raw.examples, raw.model);
-        let (mut grpo, mut dpo, mut sft) = (raw.grpo, raw.dpo, raw.sft);
-        for (i, name) in raw.optimisers.iter().enumerate() {
-            let ofield = format!("{field}.{name}");
-            let spec = match name.as_str() {
-                "examples" => {
-                    let e = examples.take().unwrap_or_default();
-                    let ks = e.k.unwrap_or_else(|| vec![2, 4]);
-                    if ks.is_empty() || ks.contains(&0) {
-                        return Err(ConfigError::at(
-                            format!("{ofield}.k"),
-                            "list the k values to try, each ≥ 1",
-                        ));
-                    }
-                    OptimiserSpec::Examples(ExamplesSpec {
-                        ks,
-                        min_reward: e.min_reward,
-                        embeddings: e
-                            .embeddings
-                            .map(|r| route(&format!("{ofield}.embeddings"), r, providers))
-                            .transpose()?,
-                        max_candidates: e.max_candidates.unwrap_or(4),
-                    })
-                }
-                "model" => {
-                    let m = model.take().unwrap_or_default();
-                    if m.models.is_empty() && m.temperatures.is_empty() && m.reasoning_efforts.is_empty() {
-                        return Err(ConfigError::at(
-                            &ofield,
-                            "the model optimiser needs `models`, `temperatures` or `reasoning_efforts` to try",
-                        ));
-                    }
-                    if let Some(t) = m.temperatures.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
-                        return Err(ConfigError::at(
-                            format!("{ofield}.temperatures"),
-                            format!("{t} is not a temperature"),
-                        ));
-                    }
-                    OptimiserSpec::Model(ModelSpec {
-                        models: m
-                            .models
-                            .into_iter()
-                            .enumerate()
-                            .map(|(j, r)| route(&format!("{ofield}.models[{j}]"), r, providers))
-                            .collect::<Result<_, _>>()?,
-                        temperatures: m.temperatures,
-                        reasoning_efforts: m.reasoning_efforts,
-                        max_candidates: m.max_candidates.unwrap_or(4),
-                    })
-                }
-                "grpo" => OptimiserSpec::Grpo(training(&ofield, grpo.take())?),
-                "dpo" => OptimiserSpec::Dpo(training(&ofield, dpo.take())?),
-                "sft" => OptimiserSpec::Sft(training(&ofield, sft.take())?),
-                other => {
-                    return Err(ConfigError::at(
-                        format!("{field}.optimisers[{i}]"),
-                        format!("unknown optimiser `{other}` ({})", OptimiserSpec::NAMES.join(", ")),
-                    ))
-                }
-            };
-            if optimisers.iter().any(|o: &OptimiserSpec| o.name() == spec.name()) {
-                return Err(ConfigError::at(
-                    format!("{field}.optimisers[{i}]"),
-                    format!("`{name}` is listed twice"),
-                ));
-            }
-            optimisers.push(spec);
-        }
-        for (name, left) in [
-            ("examples", examples.is_some()),
-            ("model", model.is_some()),
-            ("grpo", grpo.is_some()),
-            ("dpo", dpo.is_some()),
-            ("sft", sft.is_some()),
-        ] {
-            if left {
-                return Err(ConfigError::at(
-                    format!("{field}.{name}"),
-                    format!("configures `{name}`, which is not in `optimisers`"),
-                ));
-            }
-        }
-        let objective = if raw.objective.is_empty() {
-            d.objective
-        } else {
-            raw.objective
-                .iter()
-                .enumerate()
-                .map(|(i, o)| {
-                    Objective::parse(o).ok_or_else(|| {
-                        ConfigError::at(
-                            format!("{field}.objective[{i}]"),
-                            format!("unknown objective `{o}` (max reward, min cost, min latency)"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?
+        let tables = OptimiserTables {
+            examples,
+            model,
+            grpo,
+            dpo,
+            sft,
         };
-        if objective.first() != Some(&Objective::MaxReward) {
-            return Err(ConfigError::at(
-                format!("{field}.objective"),
-                "the first objective must be `max reward`",
-            ));
-        }
-        let dataset_size = raw.dataset_size.unwrap_or(d.dataset_size);
+        let optimisers = optimisers_from_raw(field, &optimisers, tables, providers)?;
+        let objective = objective_from_raw(field, &objective, d.objective)?;
+        let dataset_size = dataset_size.unwrap_or(d.dataset_size);
         if dataset_size < 2 {
             return Err(ConfigError::at(format!("{field}.dataset_size"), "must be at least 2"));
         }
-        let g = raw.gate.unwrap_or_default();
-        let gate = GateSpec {
-            confidence: confidence(&format!("{field}.gate.confidence"), g.confidence, d.gate.confidence)?,
-            tolerance: g.tolerance.unwrap_or(d.gate.tolerance),
-            reruns: g.reruns.unwrap_or(d.gate.reruns),
-            bounds: bounds(&format!("{field}.gate.bounds"), g.bounds)?,
+        Ok(Self {
+            every_episodes: every.episodes,
+            every_minutes: every.minutes,
+            optimisers,
+            objective,
+            dataset_size,
+            gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
+            monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
+        })
+    }
+}
+
+/// The optimisers' own tables (`[agents.NAME.learn.sft]`, …), each taken
+/// when `optimisers` names it; one left over is configured but not enabled.
+struct OptimiserTables {
+    examples: Option<RawExamples>,
+    model: Option<RawModelOptimiser>,
+    grpo: Option<RawTraining>,
+    dpo: Option<RawTraining>,
+    sft: Option<RawTraining>,
+}
+
+/// The optimisers `names` enables, in that order, each with its table.
+fn optimisers_from_raw(
+    field: &str,
+    names: &[String],
+    mut tables: OptimiserTables,
+    providers: &[&str],
+) -> Result<Vec<OptimiserSpec>, ConfigError> {
+    let mut optimisers: Vec<OptimiserSpec> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let ofield = format!("{field}.{name}");
+        let spec = match name.as_str() {
+            "examples" => examples(&ofield, tables.examples.take().unwrap_or_default(), providers)?,
+            "model" => model(&ofield, tables.model.take().unwrap_or_default(), providers)?,
+            "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take())?),
+            "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take())?),
+            "sft" => OptimiserSpec::Sft(training(&ofield, tables.sft.take())?),
+            other => {
+                return Err(ConfigError::at(
+                    format!("{field}.optimisers[{i}]"),
+                    format!("unknown optimiser `{other}` ({})", OptimiserSpec::NAMES.join(", ")),
+                ))
+            }
         };
-        let m = raw.monitor.unwrap_or_default();
+        if optimisers.iter().any(|o| o.name() == spec.name()) {
+            return Err(ConfigError::at(
+                format!("{field}.optimisers[{i}]"),
+                format!("`{name}` is listed twice"),
+            ));
+        }
+        optimisers.push(spec);
+    }
+    for (name, left) in [
+        ("examples", tables.examples.is_some()),
+        ("model", tables.model.is_some()),
+        ("grpo", tables.grpo.is_some()),
+        ("dpo", tables.dpo.is_some()),
+        ("sft", tables.sft.is_some()),
+    ] {
+        if left {
+            return Err(ConfigError::at(
+                format!("{field}.{name}"),
+                format!("configures `{name}`, which is not in `optimisers`"),
+            ));
+        }
+    }
+    Ok(optimisers)
+}
+
+/// The `examples` optimiser; `ofield` is `agents.NAME.learn.examples`.
+fn examples(ofield: &str, e: RawExamples, providers: &[&str]) -> Result<OptimiserSpec, ConfigError> {
+    let ks = e.k.unwrap_or_else(|| vec![2, 4]);
+    if ks.is_empty() || ks.contains(&0) {
+        return Err(ConfigError::at(
+            format!("{ofield}.k"),
+            "list the k values to try, each ≥ 1",
+        ));
+    }
+    Ok(OptimiserSpec::Examples(ExamplesSpec {
+        ks,
+        min_reward: e.min_reward,
+        embeddings: e
+            .embeddings
+            .map(|r| route(&format!("{ofield}.embeddings"), r, providers))
+            .transpose()?,
+        max_candidates: e.max_candidates.unwrap_or(4),
+    }))
+}
+
+/// The `model` optimiser; `ofield` is `agents.NAME.learn.model`.
+fn model(ofield: &str, m: RawModelOptimiser, providers: &[&str]) -> Result<OptimiserSpec, ConfigError> {
+    if m.models.is_empty() && m.temperatures.is_empty() && m.reasoning_efforts.is_empty() {
+        return Err(ConfigError::at(
+            ofield,
+            "the model optimiser needs `models`, `temperatures` or `reasoning_efforts` to try",
+        ));
+    }
+    if let Some(t) = m.temperatures.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+        return Err(ConfigError::at(
+            format!("{ofield}.temperatures"),
+            format!("{t} is not a temperature"),
+        ));
+    }
+    Ok(OptimiserSpec::Model(ModelSpec {
+        models: m
+            .models
+            .into_iter()
+            .enumerate()
+            .map(|(j, r)| route(&format!("{ofield}.models[{j}]"), r, providers))
+            .collect::<Result<_, _>>()?,
+        temperatures: m.temperatures,
+        reasoning_efforts: m.reasoning_efforts,
+        max_candidates: m.max_candidates.unwrap_or(4),
+    }))
+}
+
+/// The objectives, `default` when none are listed; `max reward` comes first.
+fn objective_from_raw(field: &str, raw: &[String], default: Vec<Objective>) -> Result<Vec<Objective>, ConfigError> {
+    let objective = if raw.is_empty() {
+        default
+    } else {
+        raw.iter()
+            .enumerate()
+            .map(|(i, o)| {
+                Objective::parse(o).ok_or_else(|| {
+                    ConfigError::at(
+                        format!("{field}.objective[{i}]"),
+                        format!("unknown objective `{o}` (max reward, min cost, min latency)"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if objective.first() != Some(&Objective::MaxReward) {
+        return Err(ConfigError::at(
+            format!("{field}.objective"),
+            "the first objective must be `max reward`",
+        ));
+    }
+    Ok(objective)
+}
+
+impl GateSpec {
+    /// `[agents.NAME.learn.gate]`; `field` is `agents.NAME.learn`, `d` the defaults.
+    fn from_raw(field: &str, g: RawGate, d: &GateSpec) -> Result<Self, ConfigError> {
+        Ok(GateSpec {
+            confidence: confidence(&format!("{field}.gate.confidence"), g.confidence, d.confidence)?,
+            tolerance: g.tolerance.unwrap_or(d.tolerance),
+            reruns: g.reruns.unwrap_or(d.reruns),
+            bounds: bounds(&format!("{field}.gate.bounds"), g.bounds)?,
+        })
+    }
+}
+
+impl MonitorSpec {
+    /// `[agents.NAME.learn.monitor]`; `field` is `agents.NAME.learn`, `d` the defaults.
+    fn from_raw(field: &str, m: RawMonitor, d: &MonitorSpec) -> Result<Self, ConfigError> {
         if let Some(url) = &m.webhook {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(ConfigError::at(
@@ -606,26 +675,13 @@ impl LearnSpec {
                 ));
             }
         }
-        let monitor = MonitorSpec {
-            window: m.window.unwrap_or(d.monitor.window).max(1),
-            min_episodes: m.min_episodes.unwrap_or(d.monitor.min_episodes).max(1),
-            confidence: confidence(
-                &format!("{field}.monitor.confidence"),
-                m.confidence,
-                d.monitor.confidence,
-            )?,
+        Ok(MonitorSpec {
+            window: m.window.unwrap_or(d.window).max(1),
+            min_episodes: m.min_episodes.unwrap_or(d.min_episodes).max(1),
+            confidence: confidence(&format!("{field}.monitor.confidence"), m.confidence, d.confidence)?,
             rollback: m.rollback.unwrap_or(true),
             webhook: m.webhook,
             bounds: bounds(&format!("{field}.monitor.bounds"), m.bounds)?,
-        };
-        Ok(Self {
-            every_episodes: every.episodes,
-            every_minutes: every.minutes,
-            optimisers,
-            objective,
-            dataset_size,
-            gate,
-            monitor,
         })
     }
 }

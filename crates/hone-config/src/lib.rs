@@ -1,27 +1,58 @@
-//! hone's TOML config, loaded in two phases: [`raw`] structs that mirror the
-//! file (`deny_unknown_fields`, so a typo is an error that names the key), then
-//! [`load`] which expands `${ENV}` references, reads prompt files, checks the
-//! rules across fields and produces the typed [`Config`].
+//! hone's TOML config. Each section of the file has its own module holding
+//! the section as written (`Raw*` structs with `deny_unknown_fields`, so a
+//! typo is an error that names the key), its validated typed form, and the
+//! conversion from one to the other: [`gateway`](GatewayConfig), [`store`](StoreConfig),
+//! [`recorder`](RecorderConfig), [`providers`](ProviderConfig), [`agents`](AgentConfig)
+//! with their [`reward`] and [`learn`] tables, [`metrics`](MetricConfig) and the
+//! `[learn]` budget. [`load_str`] parses the file, expands `${ENV}` references
+//! and converts the sections in turn into a [`Config`]; every error is a
+//! [`ConfigError`] naming the key at fault.
 //!
 //! The binary runs with no config at all on [`DEFAULT_CONFIG`].
 
+mod agents;
+mod config;
 mod env;
+mod error;
+mod gateway;
 pub mod learn;
 mod load;
-pub mod raw;
+mod metrics;
+mod providers;
+mod recorder;
 pub mod reward;
-mod typed;
+mod store;
 
+pub use agents::{AgentConfig, DeclaredVersion, DeploymentConfig};
+pub use config::Config;
 pub use env::expand_env;
+pub use error::ConfigError;
+pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
     Bounds, DeploymentPolicy, ExamplesSpec, GateSpec, LearnBudget, LearnSpec, ModelSpec, MonitorSpec, Objective,
     OptimiserSpec, TrainingSpec, MEAN_METRICS, RATE_METRICS,
 };
-pub use load::{load_file, load_str, ConfigError};
+pub use load::{load_file, load_str};
+pub use metrics::MetricConfig;
+pub use providers::{LocalDType, LocalOptions, Price, ProviderConfig, ProviderKind};
+pub use recorder::RecorderConfig;
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
 };
-pub use typed::*;
+pub use store::{StoreConfig, Synchronous};
+
+/// The config file as written, every section's raw form in one place (the
+/// `[agents.NAME.reward]` and `[agents.NAME.learn]` tables' are in [`reward`]
+/// and [`learn`]).
+pub mod raw {
+    pub use crate::agents::{RawAgent, RawDeployment, RawInlineProvider, RawProviderRef, RawRoute, RawVersion};
+    pub use crate::config::RawConfig;
+    pub use crate::gateway::{RawApiKey, RawGateway};
+    pub use crate::metrics::RawMetric;
+    pub use crate::providers::{RawHttpProvider, RawLocalProvider, RawPrice, RawProvider};
+    pub use crate::recorder::RawRecorder;
+    pub use crate::store::{RawSqlite, RawStore};
+}
 
 /// The config `hone serve` uses when given none: an agent `assistant` proxied
 /// to an OpenAI-compatible upstream (`OPENAI_BASE_URL`, default OpenAI).

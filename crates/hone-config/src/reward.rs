@@ -19,7 +19,7 @@
 //! rubric = "Did the agent resolve the customer's problem?"
 //! ```
 
-use crate::load::ConfigError;
+use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -229,55 +229,13 @@ impl RewardSpec {
     /// the declared provider names (a judge must name one).
     pub fn from_raw(field: &str, raw: RawReward, providers: &[&str]) -> Result<Self, ConfigError> {
         let d = Self::default();
-        let aggregate = match raw.aggregate.as_deref() {
-            None | Some("mean") => Aggregate::Mean,
-            Some("min") => Aggregate::Min,
-            Some("max") => Aggregate::Max,
-            Some("sum") => Aggregate::Sum,
-            Some("last") => Aggregate::Last,
-            Some(other) => {
-                return Err(ConfigError::at(
-                    format!("{field}.aggregate"),
-                    format!("`{other}` is not one of `mean`, `min`, `max`, `sum`, `last`"),
-                ))
-            }
-        };
+        let aggregate = aggregate(field, raw.aggregate.as_deref())?;
         let pass_threshold = finite(
             &format!("{field}.pass_threshold"),
             raw.pass_threshold.unwrap_or(d.pass_threshold),
         )?;
-        let mut signals = Vec::new();
-        for (name, w) in raw.signals {
-            let sfield = format!("{field}.signals.{name}");
-            let (weight, default) = match w {
-                RawSignalWeight::Weight(w) => (w, 0.0),
-                RawSignalWeight::Full(f) => (f.weight, f.default.unwrap_or(0.0)),
-            };
-            signals.push(SignalWeight {
-                name,
-                weight: finite(&sfield, weight)?,
-                default: finite(&sfield, default)?,
-            });
-        }
-        let p = raw.penalties;
-        let pfield = format!("{field}.penalties");
-        let penalties = Penalties {
-            invalid_tool_call: penalty(
-                &format!("{pfield}.invalid_tool_call"),
-                p.invalid_tool_call,
-                d.penalties.invalid_tool_call,
-            )?,
-            empty: penalty(&format!("{pfield}.empty"), p.empty, d.penalties.empty)?,
-            refusal: penalty(&format!("{pfield}.refusal"), p.refusal, d.penalties.refusal)?,
-            clarifying_question: penalty(
-                &format!("{pfield}.clarifying_question"),
-                p.clarifying_question,
-                d.penalties.clarifying_question,
-            )?,
-            clarifying_question_only_with_tools: p.clarifying_question_only_with_tools.unwrap_or(true),
-            error: penalty(&format!("{pfield}.error"), p.error, d.penalties.error)?,
-            truncated: penalty(&format!("{pfield}.truncated"), p.truncated, d.penalties.truncated)?,
-        };
+        let signals = signals(field, raw.signals)?;
+        let penalties = penalties(&format!("{field}.penalties"), raw.penalties, &d.penalties)?;
         let mut critics = Vec::new();
         for (name, c) in raw.critics {
             let cfield = format!("{field}.critics.{name}");
@@ -289,33 +247,7 @@ impl RewardSpec {
         }
         let judge = raw
             .judge
-            .map(|j| {
-                let jfield = format!("{field}.judge");
-                let mode = match j.mode.as_str() {
-                    "absolute" => JudgeMode::Absolute,
-                    "relative" => JudgeMode::Relative,
-                    other => {
-                        return Err(ConfigError::at(
-                            format!("{jfield}.mode"),
-                            format!("`{other}` is not one of `absolute`, `relative`"),
-                        ))
-                    }
-                };
-                if !providers.contains(&j.provider.as_str()) {
-                    return Err(ConfigError::at(
-                        format!("{jfield}.provider"),
-                        format!("no provider named `{}` is declared under [providers]", j.provider),
-                    ));
-                }
-                Ok(JudgeSpec {
-                    mode,
-                    provider: j.provider,
-                    model: j.model,
-                    rubric: j.rubric.unwrap_or_else(|| DEFAULT_RUBRIC.to_owned()),
-                    weight: finite(&format!("{jfield}.weight"), j.weight.unwrap_or(1.0))?,
-                    retries: j.retries.unwrap_or(2),
-                })
-            })
+            .map(|j| judge(&format!("{field}.judge"), j, providers))
             .transpose()?;
         Ok(Self {
             aggregate,
@@ -335,6 +267,88 @@ impl RewardSpec {
         let json = serde_json::to_string(self).unwrap_or_default();
         hex::encode(sha2::Sha256::digest(json.as_bytes()))[..12].to_owned()
     }
+}
+
+fn aggregate(field: &str, raw: Option<&str>) -> Result<Aggregate, ConfigError> {
+    Ok(match raw {
+        None | Some("mean") => Aggregate::Mean,
+        Some("min") => Aggregate::Min,
+        Some("max") => Aggregate::Max,
+        Some("sum") => Aggregate::Sum,
+        Some("last") => Aggregate::Last,
+        Some(other) => {
+            return Err(ConfigError::at(
+                format!("{field}.aggregate"),
+                format!("`{other}` is not one of `mean`, `min`, `max`, `sum`, `last`"),
+            ))
+        }
+    })
+}
+
+fn signals(field: &str, raw: BTreeMap<String, RawSignalWeight>) -> Result<Vec<SignalWeight>, ConfigError> {
+    let mut signals = Vec::new();
+    for (name, w) in raw {
+        let sfield = format!("{field}.signals.{name}");
+        let (weight, default) = match w {
+            RawSignalWeight::Weight(w) => (w, 0.0),
+            RawSignalWeight::Full(f) => (f.weight, f.default.unwrap_or(0.0)),
+        };
+        signals.push(SignalWeight {
+            name,
+            weight: finite(&sfield, weight)?,
+            default: finite(&sfield, default)?,
+        });
+    }
+    Ok(signals)
+}
+
+/// `pfield` is `agents.NAME.reward.penalties`; `d` the defaults.
+fn penalties(pfield: &str, p: RawPenalties, d: &Penalties) -> Result<Penalties, ConfigError> {
+    Ok(Penalties {
+        invalid_tool_call: penalty(
+            &format!("{pfield}.invalid_tool_call"),
+            p.invalid_tool_call,
+            d.invalid_tool_call,
+        )?,
+        empty: penalty(&format!("{pfield}.empty"), p.empty, d.empty)?,
+        refusal: penalty(&format!("{pfield}.refusal"), p.refusal, d.refusal)?,
+        clarifying_question: penalty(
+            &format!("{pfield}.clarifying_question"),
+            p.clarifying_question,
+            d.clarifying_question,
+        )?,
+        clarifying_question_only_with_tools: p.clarifying_question_only_with_tools.unwrap_or(true),
+        error: penalty(&format!("{pfield}.error"), p.error, d.error)?,
+        truncated: penalty(&format!("{pfield}.truncated"), p.truncated, d.truncated)?,
+    })
+}
+
+/// `jfield` is `agents.NAME.reward.judge`.
+fn judge(jfield: &str, j: RawJudge, providers: &[&str]) -> Result<JudgeSpec, ConfigError> {
+    let mode = match j.mode.as_str() {
+        "absolute" => JudgeMode::Absolute,
+        "relative" => JudgeMode::Relative,
+        other => {
+            return Err(ConfigError::at(
+                format!("{jfield}.mode"),
+                format!("`{other}` is not one of `absolute`, `relative`"),
+            ))
+        }
+    };
+    if !providers.contains(&j.provider.as_str()) {
+        return Err(ConfigError::at(
+            format!("{jfield}.provider"),
+            format!("no provider named `{}` is declared under [providers]", j.provider),
+        ));
+    }
+    Ok(JudgeSpec {
+        mode,
+        provider: j.provider,
+        model: j.model,
+        rubric: j.rubric.unwrap_or_else(|| DEFAULT_RUBRIC.to_owned()),
+        weight: finite(&format!("{jfield}.weight"), j.weight.unwrap_or(1.0))?,
+        retries: j.retries.unwrap_or(2),
+    })
 }
 
 fn critic_kind(field: &str, c: RawCritic) -> Result<CriticKind, ConfigError> {

@@ -1,0 +1,575 @@
+//! The `[agents.NAME]` tables: an agent's versions (`[agents.NAME.versions.LABEL]`,
+//! each a route to a provider plus prompt and sampling settings) and its
+//! traffic split (`[agents.NAME.deployment]`). Its `reward` and `learn`
+//! tables are [`crate::reward`] and [`crate::learn`]; this module also adds
+//! the agent the judges' own calls are recorded under.
+//!
+//! ```toml
+//! [agents.assistant.versions.v1]
+//! provider = "openai"              # or { type = "local", model = "PATH", adapter = "NAME" }
+//! model = "gpt-4o-mini"
+//! fallbacks = [{ provider = "backup", model = "gpt-4o-mini" }]
+//! system_file = "prompts/assistant.md"
+//! temperature = 0.2
+//! [agents.assistant.deployment]
+//! champion = "v1"
+//! canaries = { v2 = 0.1 }
+//! ```
+
+use crate::env::Env;
+use crate::error::{is_name, ConfigError};
+use crate::learn::{DeploymentPolicy, LearnSpec, RawLearn, RawPolicy};
+use crate::providers::{default_local_provider, ProviderConfig, ProviderKind};
+use crate::reward::{RawReward, RewardSpec, JUDGE_AGENT};
+use hone_types::{Route, VersionId, VersionSpec};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    pub description: Option<String>,
+    #[serde(default)]
+    pub versions: BTreeMap<String, RawVersion>,
+    pub deployment: Option<RawDeployment>,
+    pub reward: Option<RawReward>,
+    pub learn: Option<RawLearn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVersion {
+    pub provider: RawProviderRef,
+    /// Required with a provider name; inline providers carry their own.
+    pub model: Option<String>,
+    /// A LoRA adapter (local providers).
+    pub adapter: Option<String>,
+    #[serde(default)]
+    pub fallbacks: Vec<RawRoute>,
+    /// System prompt, prepended to the client's messages.
+    pub system: Option<String>,
+    /// Path of a file holding the system prompt (relative to the config file).
+    pub system_file: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub reasoning_effort: Option<String>,
+}
+
+/// A version's provider: a declared provider's name, or an inline local
+/// one, `{ type = "local", model = "PATH", adapter = "NAME" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawProviderRef {
+    Name(String),
+    Inline(RawInlineProvider),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInlineProvider {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub model: String,
+    pub adapter: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeployment {
+    pub champion: String,
+    /// Canary version label → share of new episodes (0 < share < 1).
+    #[serde(default)]
+    pub canaries: BTreeMap<String, f64>,
+    /// `"manual"` (default) or `{ type = "auto", min_gain, max_cost_ratio }`.
+    pub policy: Option<RawPolicy>,
+    /// Share of new episodes a learner's canary gets (default 0.1).
+    pub canary_share: Option<f64>,
+    /// Canary episodes (with rewards) before promotion is decided (default 50).
+    pub canary_episodes: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub name: String,
+    pub description: Option<String>,
+    /// Label → version, for every version declared under the agent.
+    pub versions: BTreeMap<String, DeclaredVersion>,
+    pub deployment: DeploymentConfig,
+    /// How episodes are scored (defaults when the config has no `reward` table).
+    pub reward: RewardSpec,
+    /// The learning cycle (no optimisers: the agent is only monitored).
+    pub learn: LearnSpec,
+}
+
+impl AgentConfig {
+    /// Resolves a label (`v1`) or an id to a declared version.
+    pub fn version(&self, label_or_id: &str) -> Option<&DeclaredVersion> {
+        self.versions
+            .get(label_or_id)
+            .or_else(|| self.versions.values().find(|v| v.id.as_str() == label_or_id))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeclaredVersion {
+    pub label: String,
+    pub id: VersionId,
+    pub spec: VersionSpec,
+}
+
+/// Traffic split: canaries get their shares of new episodes, the champion the rest.
+#[derive(Debug, Clone)]
+pub struct DeploymentConfig {
+    pub champion: String,
+    pub canaries: Vec<(String, f64)>,
+    pub policy: DeploymentPolicy,
+    /// Share of new episodes a learner's canary gets.
+    pub canary_share: f64,
+    /// Canary episodes with rewards before promotion is decided.
+    pub canary_episodes: usize,
+}
+
+impl DeploymentConfig {
+    pub fn new(champion: String) -> Self {
+        Self {
+            champion,
+            canaries: Vec::new(),
+            policy: DeploymentPolicy::Manual,
+            canary_share: 0.1,
+            canary_episodes: 50,
+        }
+    }
+}
+
+/// Where a version's routes are checked against: the providers declared so
+/// far (an inline local provider adds `local`), and the data directory a
+/// default `local` provider keeps its adapters under.
+struct Providers<'a> {
+    declared: &'a mut BTreeMap<String, ProviderConfig>,
+    data_dir: &'a Path,
+}
+
+/// Validates every `[agents.NAME]`, then adds the judge's agent
+/// ([`JUDGE_AGENT`]) when any agent has a judge. Inline local providers are
+/// added to `providers` as `local`.
+pub(crate) fn from_raw(
+    raw: BTreeMap<String, RawAgent>,
+    providers: &mut BTreeMap<String, ProviderConfig>,
+    data_dir: &Path,
+    env: &Env,
+) -> Result<BTreeMap<String, AgentConfig>, ConfigError> {
+    // Judges and optimisers may name the declared providers (not an inline `local`).
+    let provider_names: Vec<String> = providers.keys().cloned().collect();
+    let names: Vec<&str> = provider_names.iter().map(String::as_str).collect();
+    let mut providers = Providers {
+        declared: providers,
+        data_dir,
+    };
+    let mut agents = BTreeMap::new();
+    for (name, agent) in raw {
+        let agent = AgentConfig::from_raw(name.clone(), agent, &mut providers, &names, env)?;
+        agents.insert(name, agent);
+    }
+    if let Some(judge) = judge_agent(&agents) {
+        agents.insert(JUDGE_AGENT.to_owned(), judge);
+    }
+    Ok(agents)
+}
+
+impl AgentConfig {
+    /// Validates `[agents.NAME]`; `names` are the declared providers'.
+    fn from_raw(
+        name: String,
+        raw: RawAgent,
+        providers: &mut Providers,
+        names: &[&str],
+        env: &Env,
+    ) -> Result<Self, ConfigError> {
+        let field = format!("agents.{name}");
+        if name == JUDGE_AGENT {
+            return Err(ConfigError::at(
+                &field,
+                format!("`{JUDGE_AGENT}` is reserved: the judge's own calls are recorded under it"),
+            ));
+        }
+        if !is_name(&name) {
+            return Err(ConfigError::at(
+                &field,
+                "agent names use letters, digits and `-_.` (at most 64)",
+            ));
+        }
+        if raw.versions.is_empty() {
+            return Err(ConfigError::at(
+                format!("{field}.versions"),
+                "an agent needs at least one version",
+            ));
+        }
+        let mut versions = BTreeMap::new();
+        for (label, version) in raw.versions {
+            let vfield = format!("{field}.versions.{label}");
+            if !is_name(&label) {
+                return Err(ConfigError::at(&vfield, "version labels use letters, digits and `-_.`"));
+            }
+            let spec = version_spec(&vfield, &name, version, providers, env)?;
+            let id = spec.id();
+            versions.insert(label.clone(), DeclaredVersion { label, id, spec });
+        }
+        let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions)?;
+        let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
+        let learn = LearnSpec::from_raw(&format!("{field}.learn"), raw.learn.unwrap_or_default(), names)?;
+        Ok(AgentConfig {
+            name,
+            description: raw.description,
+            versions,
+            deployment,
+            reward,
+            learn,
+        })
+    }
+}
+
+/// Validates `[agents.NAME.versions.LABEL]` (at `field`) into the spec it serves.
+fn version_spec(
+    field: &str,
+    agent: &str,
+    raw: RawVersion,
+    providers: &mut Providers,
+    env: &Env,
+) -> Result<VersionSpec, ConfigError> {
+    let primary = primary_route(field, raw.provider, raw.model, raw.adapter, providers, env)?;
+    let mut routes = vec![primary];
+    for (i, fallback) in raw.fallbacks.into_iter().enumerate() {
+        routes.push(Route {
+            provider: fallback.provider,
+            model: env.expand(&format!("{field}.fallbacks[{i}].model"), &fallback.model)?,
+            adapter: None,
+        });
+    }
+    check_routes(field, &routes, providers.declared)?;
+    let system = system_prompt(field, raw.system, raw.system_file, env)?;
+    check_sampling(field, raw.temperature, raw.top_p, raw.max_tokens)?;
+    Ok(VersionSpec {
+        agent: agent.to_owned(),
+        routes,
+        system,
+        temperature: raw.temperature,
+        top_p: raw.top_p,
+        max_tokens: raw.max_tokens,
+        reasoning_effort: raw.reasoning_effort,
+        examples: None,
+    })
+}
+
+/// The version's own route: a declared provider by name with `model` (and
+/// `adapter`), or an inline local provider carrying both.
+fn primary_route(
+    field: &str,
+    provider: RawProviderRef,
+    model: Option<String>,
+    adapter: Option<String>,
+    providers: &mut Providers,
+    env: &Env,
+) -> Result<Route, ConfigError> {
+    let inline = match provider {
+        RawProviderRef::Name(name) => {
+            let model = model.ok_or_else(|| {
+                ConfigError::at(format!("{field}.model"), "is required (the upstream model to ask for)")
+            })?;
+            return Ok(Route {
+                provider: name,
+                model: env.expand(&format!("{field}.model"), &model)?,
+                adapter,
+            });
+        }
+        RawProviderRef::Inline(inline) => inline,
+    };
+    if inline.kind != "local" {
+        return Err(ConfigError::at(
+            format!("{field}.provider.type"),
+            format!(
+                "inline providers are `type = \"local\"`; declare `{}` providers under [providers.NAME]",
+                inline.kind
+            ),
+        ));
+    }
+    if model.is_some() || adapter.is_some() {
+        return Err(ConfigError::at(
+            format!("{field}.model"),
+            "an inline provider carries its own `model` and `adapter`",
+        ));
+    }
+    // Inline local providers share the provider named `local`, created with
+    // default settings unless declared.
+    let data_dir = providers.data_dir;
+    let local = providers
+        .declared
+        .entry("local".to_owned())
+        .or_insert_with(|| default_local_provider("local", data_dir));
+    if local.kind != ProviderKind::Local {
+        return Err(ConfigError::at(
+            format!("{field}.provider"),
+            "an inline local provider uses the provider named `local`, which is declared with another type",
+        ));
+    }
+    Ok(Route {
+        provider: "local".to_owned(),
+        model: env.expand(&format!("{field}.provider.model"), &inline.model)?,
+        adapter: inline.adapter,
+    })
+}
+
+/// Every route names a declared provider and a model; adapters only on local providers.
+fn check_routes(
+    field: &str,
+    routes: &[Route],
+    providers: &BTreeMap<String, ProviderConfig>,
+) -> Result<(), ConfigError> {
+    for (i, route) in routes.iter().enumerate() {
+        let rfield = if i == 0 {
+            format!("{field}.provider")
+        } else {
+            format!("{field}.fallbacks[{}].provider", i - 1)
+        };
+        let Some(provider) = providers.get(&route.provider) else {
+            return Err(ConfigError::at(
+                rfield,
+                format!(
+                    "unknown provider `{}`; declared providers: {}",
+                    route.provider,
+                    list(providers.keys())
+                ),
+            ));
+        };
+        if route.model.trim().is_empty() {
+            return Err(ConfigError::at(
+                format!("{field}.model"),
+                "must name the upstream model",
+            ));
+        }
+        if let Some(adapter) = &route.adapter {
+            if provider.kind != ProviderKind::Local {
+                return Err(ConfigError::at(
+                    format!("{field}.adapter"),
+                    format!(
+                        "adapters are served by `local` providers; `{}` is not one",
+                        route.provider
+                    ),
+                ));
+            }
+            if !is_name(adapter) {
+                return Err(ConfigError::at(
+                    format!("{field}.adapter"),
+                    "adapter names use letters, digits and `-_.`",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `system`, expanded, or the contents of `system_file` (relative to the config file).
+fn system_prompt(
+    field: &str,
+    system: Option<String>,
+    system_file: Option<String>,
+    env: &Env,
+) -> Result<Option<String>, ConfigError> {
+    match (system, system_file) {
+        (Some(_), Some(_)) => Err(ConfigError::at(
+            format!("{field}.system_file"),
+            "give `system` or `system_file`, not both",
+        )),
+        (Some(s), None) => Ok(Some(env.expand(&format!("{field}.system"), &s)?)),
+        (None, Some(f)) => {
+            let path = env.base_dir.join(env.expand(&format!("{field}.system_file"), &f)?);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::at(
+                    format!("{field}.system_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Some(text))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// `temperature`, `top_p` and `max_tokens` within their ranges.
+fn check_sampling(
+    field: &str,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_tokens: Option<u32>,
+) -> Result<(), ConfigError> {
+    if let Some(t) = temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ConfigError::at(
+                format!("{field}.temperature"),
+                format!("must be between 0 and 2, got {t}"),
+            ));
+        }
+    }
+    if let Some(p) = top_p {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(ConfigError::at(
+                format!("{field}.top_p"),
+                format!("must be between 0 and 1, got {p}"),
+            ));
+        }
+    }
+    if max_tokens == Some(0) {
+        return Err(ConfigError::at(format!("{field}.max_tokens"), "must be at least 1"));
+    }
+    Ok(())
+}
+
+impl DeploymentConfig {
+    /// Validates `[agents.NAME.deployment]` (`field` is `agents.NAME`); it
+    /// may be left out when the agent has a single version.
+    fn from_raw(
+        field: &str,
+        agent: &str,
+        raw: Option<RawDeployment>,
+        versions: &BTreeMap<String, DeclaredVersion>,
+    ) -> Result<Self, ConfigError> {
+        let Some(d) = raw else {
+            if versions.len() == 1 {
+                return Ok(DeploymentConfig::new(
+                    versions.keys().next().cloned().unwrap_or_default(),
+                ));
+            }
+            return Err(ConfigError::at(
+                format!("{field}.deployment"),
+                format!(
+                    "agent `{agent}` has {} versions; say which is the champion in [{field}.deployment]",
+                    versions.len()
+                ),
+            ));
+        };
+        let dfield = format!("{field}.deployment");
+        if !versions.contains_key(&d.champion) {
+            return Err(ConfigError::at(
+                format!("{dfield}.champion"),
+                format!(
+                    "`{}` is not a version of agent `{agent}`; declared: {}",
+                    d.champion,
+                    list(versions.keys())
+                ),
+            ));
+        }
+        check_canaries(&dfield, agent, &d, versions)?;
+        let share = d.canary_share.unwrap_or(0.1);
+        if !(share.is_finite() && share > 0.0 && share < 1.0) {
+            return Err(ConfigError::at(
+                format!("{dfield}.canary_share"),
+                format!("must be between 0 and 1 (exclusive), got {share}"),
+            ));
+        }
+        let canary_episodes = d.canary_episodes.unwrap_or(50);
+        if canary_episodes == 0 {
+            return Err(ConfigError::at(
+                format!("{dfield}.canary_episodes"),
+                "must be at least 1",
+            ));
+        }
+        Ok(DeploymentConfig {
+            champion: d.champion,
+            canaries: d.canaries.into_iter().collect(),
+            policy: DeploymentPolicy::from_raw(&format!("{dfield}.policy"), d.policy)?,
+            canary_share: share,
+            canary_episodes,
+        })
+    }
+}
+
+/// Canaries are declared versions other than the champion, with shares in
+/// (0, 1) that leave the champion some traffic.
+fn check_canaries(
+    dfield: &str,
+    agent: &str,
+    d: &RawDeployment,
+    versions: &BTreeMap<String, DeclaredVersion>,
+) -> Result<(), ConfigError> {
+    let mut total = 0.0;
+    for (label, share) in &d.canaries {
+        let cfield = format!("{dfield}.canaries.{label}");
+        if !versions.contains_key(label) {
+            return Err(ConfigError::at(
+                cfield,
+                format!("`{label}` is not a version of agent `{agent}`"),
+            ));
+        }
+        if *label == d.champion {
+            return Err(ConfigError::at(cfield, "the champion cannot also be a canary"));
+        }
+        if !(share.is_finite() && *share > 0.0 && *share < 1.0) {
+            return Err(ConfigError::at(
+                cfield,
+                format!("a canary share must be between 0 and 1 (exclusive), got {share}"),
+            ));
+        }
+        total += share;
+    }
+    if total >= 1.0 {
+        return Err(ConfigError::at(
+            format!("{dfield}.canaries"),
+            format!("canary shares add up to {total}; they must leave the champion a share"),
+        ));
+    }
+    Ok(())
+}
+
+/// The agent the judges' calls are recorded under: one version per judged
+/// agent (labelled with that agent's name), answering deterministically.
+fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
+    let versions: BTreeMap<String, DeclaredVersion> = agents
+        .values()
+        .filter_map(|a| Some((a.name.clone(), a.reward.judge.as_ref()?)))
+        .map(|(label, judge)| {
+            let spec = VersionSpec {
+                agent: JUDGE_AGENT.to_owned(),
+                routes: vec![Route {
+                    provider: judge.provider.clone(),
+                    model: judge.model.clone(),
+                    adapter: None,
+                }],
+                system: None,
+                temperature: Some(0.0),
+                top_p: None,
+                max_tokens: None,
+                reasoning_effort: None,
+                examples: None,
+            };
+            let id = spec.id();
+            (label.clone(), DeclaredVersion { label, id, spec })
+        })
+        .collect();
+    let champion = versions.keys().next()?.clone();
+    Some(AgentConfig {
+        name: JUDGE_AGENT.to_owned(),
+        description: Some("The LLM judge's own calls.".to_owned()),
+        versions,
+        deployment: DeploymentConfig::new(champion),
+        reward: RewardSpec::default(),
+        learn: LearnSpec::default(),
+    })
+}
+
+/// `` `a`, `b` `` for a message, or `none`.
+fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<_> = names.map(|n| format!("`{n}`")).collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}

@@ -1,0 +1,300 @@
+//! The `[providers.NAME]` tables: the upstreams versions are served by, an
+//! OpenAI-compatible or Anthropic API over HTTP, or the embedded engine
+//! (`type = "local"`).
+//!
+//! ```toml
+//! [providers.openai]
+//! type = "openai"
+//! base_url = "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
+//! api_key_env = "OPENAI_API_KEY"
+//! prices = { "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 } }
+//! [providers.gpu]
+//! type = "local"
+//! dtype = "bf16"
+//! device = "cuda"
+//! ```
+
+use crate::env::{is_env_name, Env};
+use crate::error::{is_name, ConfigError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RawProvider {
+    #[serde(rename = "openai")]
+    OpenAi(RawHttpProvider),
+    Anthropic(RawHttpProvider),
+    Local(RawLocalProvider),
+}
+
+/// `type = "local"`: the embedded engine, in-process.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocalProvider {
+    /// `f32` (default), `bf16` or `f16`.
+    pub dtype: Option<String>,
+    /// `cpu` (default) or `cuda` (a build with `--features cuda`).
+    pub device: Option<String>,
+    /// Most samples decoded together (default 16).
+    pub max_batch: Option<usize>,
+    /// Where adapters named by versions are found (default `<data_dir>/adapters`).
+    pub adapters_dir: Option<String>,
+    #[serde(default)]
+    pub prices: BTreeMap<String, RawPrice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttpProvider {
+    pub base_url: Option<String>,
+    /// Name of the environment variable that holds the key (never the key).
+    pub api_key_env: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub backoff_ms: Option<u64>,
+    /// Anthropic only: the `anthropic-version` header.
+    pub api_version: Option<String>,
+    /// USD per million tokens, per upstream model name.
+    #[serde(default)]
+    pub prices: BTreeMap<String, RawPrice>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+    /// The embedded engine (`hone-engine`), in-process.
+    Local,
+}
+
+/// Number format of a local model's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalDType {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// Settings of a `local` provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalOptions {
+    pub dtype: LocalDType,
+    /// `cpu` or `cuda`.
+    pub device: String,
+    pub max_batch: usize,
+    /// Where adapters named by versions are found: the configured
+    /// `adapters_dir`, or `<data_dir>/adapters` (resolved at load).
+    pub adapters_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    pub fn cost_usd(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input_per_mtok + completion_tokens as f64 * self.output_per_mtok) / 1e6
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Without a trailing slash.
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_retries: u32,
+    pub backoff: Duration,
+    pub api_version: Option<String>,
+    pub prices: BTreeMap<String, Price>,
+    /// `Some` for `type = "local"`.
+    pub local: Option<LocalOptions>,
+}
+
+/// The adapters directory when none is configured: `<data_dir>/adapters`.
+pub(crate) fn default_adapters_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("adapters")
+}
+
+/// Validates every `[providers.NAME]`; `data_dir` places a local provider's
+/// default adapters directory.
+pub(crate) fn from_raw(
+    raw: BTreeMap<String, RawProvider>,
+    data_dir: &Path,
+    env: &Env,
+) -> Result<BTreeMap<String, ProviderConfig>, ConfigError> {
+    raw.into_iter()
+        .map(|(name, p)| Ok((name.clone(), ProviderConfig::from_raw(&name, p, data_dir, env)?)))
+        .collect()
+}
+
+fn ms(value: Option<u64>, default: u64) -> Duration {
+    Duration::from_millis(value.unwrap_or(default))
+}
+
+impl ProviderConfig {
+    /// Validates `[providers.NAME]`.
+    fn from_raw(name: &str, raw: RawProvider, data_dir: &Path, env: &Env) -> Result<Self, ConfigError> {
+        let field = format!("providers.{name}");
+        if !is_name(name) {
+            return Err(ConfigError::at(&field, "provider names use letters, digits and `-_.`"));
+        }
+        let (kind, p, default_url): (_, RawHttpProvider, _) = match raw {
+            RawProvider::OpenAi(p) => (ProviderKind::OpenAi, p, None),
+            RawProvider::Anthropic(p) => (ProviderKind::Anthropic, p, Some("https://api.anthropic.com")),
+            RawProvider::Local(p) => return Self::local(name, p, data_dir, env),
+        };
+        let base_url = base_url(&field, p.base_url.as_deref(), default_url, env)?;
+        if let Some(key_env) = &p.api_key_env {
+            if !is_env_name(key_env) {
+                return Err(ConfigError::at(
+                    format!("{field}.api_key_env"),
+                    "must be the name of an environment variable, not the key itself",
+                ));
+            }
+        }
+        if p.api_version.is_some() && kind != ProviderKind::Anthropic {
+            return Err(ConfigError::at(
+                format!("{field}.api_version"),
+                "only applies to `type = \"anthropic\"`",
+            ));
+        }
+        let prices = prices(&field, p.prices)?;
+        Ok(ProviderConfig {
+            name: name.to_owned(),
+            kind,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key_env: p.api_key_env,
+            timeout: ms(p.timeout_ms, 120_000),
+            connect_timeout: ms(p.connect_timeout_ms, 5_000),
+            max_retries: p.max_retries.unwrap_or(2),
+            backoff: ms(p.backoff_ms, 250),
+            api_version: p.api_version,
+            prices,
+            local: None,
+        })
+    }
+
+    /// Validates a `type = "local"` provider.
+    fn local(name: &str, p: RawLocalProvider, data_dir: &Path, env: &Env) -> Result<Self, ConfigError> {
+        let field = format!("providers.{name}");
+        let dtype = match p.dtype.as_deref() {
+            None | Some("f32") | Some("float32") => LocalDType::F32,
+            Some("bf16") | Some("bfloat16") => LocalDType::Bf16,
+            Some("f16") | Some("float16") => LocalDType::F16,
+            Some(other) => {
+                return Err(ConfigError::at(
+                    format!("{field}.dtype"),
+                    format!("`{other}` is not one of `f32`, `bf16`, `f16`"),
+                ))
+            }
+        };
+        let device = p.device.unwrap_or_else(|| "cpu".to_owned());
+        if !matches!(device.as_str(), "cpu" | "cuda") {
+            return Err(ConfigError::at(
+                format!("{field}.device"),
+                format!("`{device}` is not `cpu` or `cuda`"),
+            ));
+        }
+        if p.max_batch == Some(0) {
+            return Err(ConfigError::at(format!("{field}.max_batch"), "must be at least 1"));
+        }
+        let adapters_dir = match &p.adapters_dir {
+            Some(d) => PathBuf::from(env.expand(&format!("{field}.adapters_dir"), d)?),
+            None => default_adapters_dir(data_dir),
+        };
+        let prices = prices(&field, p.prices)?;
+        Ok(ProviderConfig {
+            prices,
+            local: Some(LocalOptions {
+                dtype,
+                device,
+                max_batch: p.max_batch.unwrap_or(16),
+                adapters_dir,
+            }),
+            ..default_local_provider(name, data_dir)
+        })
+    }
+}
+
+/// An HTTP provider's `base_url`, expanded, or the type's default; it must be http(s).
+fn base_url(field: &str, raw: Option<&str>, default: Option<&str>, env: &Env) -> Result<String, ConfigError> {
+    let base_url = match (raw, default) {
+        (Some(url), _) => env.expand(&format!("{field}.base_url"), url)?,
+        (None, Some(url)) => url.to_owned(),
+        (None, None) => {
+            return Err(ConfigError::at(
+                format!("{field}.base_url"),
+                "is required for an OpenAI-compatible provider",
+            ))
+        }
+    };
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(ConfigError::at(
+            format!("{field}.base_url"),
+            format!("`{base_url}` must start with http:// or https://"),
+        ));
+    }
+    Ok(base_url)
+}
+
+/// Validated prices per model.
+fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<String, Price>, ConfigError> {
+    let mut prices = BTreeMap::new();
+    for (model, price) in raw {
+        if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
+            return Err(ConfigError::at(
+                format!("{field}.prices.{model}"),
+                "prices must be non-negative numbers",
+            ));
+        }
+        prices.insert(
+            model,
+            Price {
+                input_per_mtok: price.input_per_mtok,
+                output_per_mtok: price.output_per_mtok,
+            },
+        );
+    }
+    Ok(prices)
+}
+
+/// A `local` provider with default settings (what an inline local provider
+/// uses when no provider named `local` is declared).
+pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderConfig {
+    ProviderConfig {
+        name: name.to_owned(),
+        kind: ProviderKind::Local,
+        base_url: String::new(),
+        api_key_env: None,
+        timeout: Duration::from_secs(600),
+        connect_timeout: Duration::from_secs(5),
+        // A local failure is not transient; retrying would repeat it.
+        max_retries: 0,
+        backoff: Duration::from_millis(250),
+        api_version: None,
+        prices: BTreeMap::new(),
+        local: Some(LocalOptions {
+            dtype: LocalDType::F32,
+            device: "cpu".to_owned(),
+            max_batch: 16,
+            adapters_dir: default_adapters_dir(data_dir),
+        }),
+    }
+}
