@@ -54,17 +54,11 @@ impl GatewayClient {
     /// Asks the gateway to load adapter `name` from `path` into `provider`
     /// (`POST /admin/adapters`); the gateway's error message when it cannot.
     pub async fn load_adapter(&self, provider: &str, name: &str, path: &str) -> Result<()> {
-        let mut post = self
+        let post = self
             .http
             .post(format!("{}/admin/adapters", self.base_url))
             .json(&serde_json::json!({"name": name, "path": path, "provider": provider}));
-        if let Some(token) = &self.admin_token {
-            post = post.bearer_auth(token);
-        }
-        let response = post
-            .send()
-            .await
-            .map_err(|e| LearnError::gateway(format!("gateway unreachable: {e}")))?;
+        let response = send(post, self.admin_token.as_deref()).await?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -79,6 +73,17 @@ impl GatewayClient {
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }
+}
+
+/// Sends `post` with `token` as its bearer, if any; an unreachable gateway
+/// is a gateway error.
+async fn send(mut post: reqwest::RequestBuilder, token: Option<&str>) -> Result<reqwest::Response> {
+    if let Some(token) = token {
+        post = post.bearer_auth(token);
+    }
+    post.send()
+        .await
+        .map_err(|e| LearnError::gateway(format!("gateway unreachable: {e}")))
 }
 
 impl ChatClient for GatewayClient {
@@ -97,13 +102,7 @@ impl ChatClient for GatewayClient {
             if let Some(v) = version {
                 post = post.header("x-hone-version", v);
             }
-            if let Some(key) = &self.api_key {
-                post = post.bearer_auth(key);
-            }
-            let response = post
-                .send()
-                .await
-                .map_err(|e| LearnError::gateway(format!("gateway unreachable: {e}")))?;
+            let response = send(post, self.api_key.as_deref()).await?;
             let status = response.status();
             let body = response
                 .bytes()

@@ -31,10 +31,12 @@ pub(super) async fn run(
     mut detail: CycleDetail,
 ) -> Result<Stepped> {
     let name = agent.name.as_str();
-    let evaluator = learner.evaluator(agent)?;
-    let target = super::target(learner, &detail)?;
-    let regression = super::regression(learner, &detail)?;
-    let champion = super::champion(&detail)?.clone();
+    let super::Bench {
+        evaluator,
+        target,
+        regression,
+        champion,
+    } = super::Bench::of(learner, agent, &detail)?;
     let (champ_target, _) = evaluate_on(learner, &evaluator, &target, &champion, "champion").await?;
     let champ_regression = match &regression {
         Some(r) => Some(evaluate_on(learner, &evaluator, r, &champion, "champion").await?.0),

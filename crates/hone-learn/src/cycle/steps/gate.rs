@@ -20,10 +20,12 @@ pub(super) async fn run(
     detail: CycleDetail,
 ) -> Result<Stepped> {
     let name = agent.name.as_str();
-    let evaluator = learner.evaluator(agent)?;
-    let target = super::target(learner, &detail)?;
-    let regression = super::regression(learner, &detail)?;
-    let champion = super::champion(&detail)?.clone();
+    let super::Bench {
+        evaluator,
+        target,
+        regression,
+        champion,
+    } = super::Bench::of(learner, agent, &detail)?;
     let spec = &agent.learn.gate;
     let (champ_summary, champ_results) = evaluate_on(learner, &evaluator, &target, &champion, "champion").await?;
     for c in learner.store.candidates(name, Some(&cycle.id))? {

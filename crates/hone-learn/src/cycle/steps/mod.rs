@@ -95,6 +95,26 @@ fn regression(learner: &Learner, detail: &CycleDetail) -> Result<Option<DatasetI
     detail.regression.as_deref().map(|id| dataset(learner, id)).transpose()
 }
 
+/// What the evaluate and gate steps measure with: the evaluator, the
+/// cycle's target and regression sets, and the champion.
+struct Bench {
+    evaluator: Evaluator,
+    target: DatasetInfo,
+    regression: Option<DatasetInfo>,
+    champion: VersionId,
+}
+
+impl Bench {
+    fn of(learner: &Learner, agent: &AgentConfig, detail: &CycleDetail) -> Result<Self> {
+        Ok(Self {
+            evaluator: learner.evaluator(agent)?,
+            target: target(learner, detail)?,
+            regression: regression(learner, detail)?,
+            champion: champion(detail)?.clone(),
+        })
+    }
+}
+
 /// A version evaluated on a dataset by replay (resumed by run id), reported.
 async fn evaluate_on(
     learner: &Learner,
