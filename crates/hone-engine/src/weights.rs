@@ -35,6 +35,20 @@ impl Weights {
         })
     }
 
+    /// Tensors already in memory by their Hugging Face names (a model whose
+    /// weights are being trained); `source` names them in errors.
+    pub fn from_tensors(tensors: HashMap<String, Tensor>, source: &Path) -> Self {
+        Self {
+            tensors,
+            source: source.to_owned(),
+        }
+    }
+
+    /// Every tensor by name (for training all of them).
+    pub fn into_tensors(self) -> HashMap<String, Tensor> {
+        self.tensors
+    }
+
     /// Removes and returns a tensor, checking its shape.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let tensor = self

@@ -8,10 +8,13 @@
 //! - [`lora`]: the trainable parameters, PEFT save and load;
 //! - [`data`]: the JSONL formats `hone train` reads;
 //! - [`trainer`]: the loop — accumulation, replay, EWC, metrics;
-//! - [`checkpoint`]: checkpoints that resume exactly.
+//! - [`checkpoint`]: checkpoints that resume exactly;
+//! - [`full`]: full-weight supervised training of small models through the
+//!   engine's forward (candle autograd), for the base policies hone makes.
 
 pub mod checkpoint;
 pub mod data;
+pub mod full;
 pub mod lora;
 pub mod loss;
 pub mod optim;

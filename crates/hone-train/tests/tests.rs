@@ -5,11 +5,14 @@
 //!   finite differences, exact resume, PEFT export read back by the engine,
 //!   replay and EWC, the baseline mode;
 //! - `learning`: GRPO raises a tiny model's reward on a verifiable task;
-//! - `data`: the JSONL formats and their errors.
+//! - `data`: the JSONL formats and their errors;
+//! - `full`: full-weight training (autograd against finite differences; a
+//!   random tiny model learns to copy on held-out prompts).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 
 mod data;
+mod full;
 mod learning;
 mod reference;
 mod support;

@@ -1,0 +1,226 @@
+//! Full-weight supervised training of a small model, differentiated by
+//! candle's autograd through the engine's own forward.
+//!
+//! This is how hone makes its own base policies (the demo's): a randomly
+//! initialised model has nothing for a LoRA adapter to steer, so every
+//! weight — embeddings included — must move. The engine's forward is built
+//! from differentiable candle primitives (no fused kernels; an empty KV cache
+//! keeps the tensors themselves), so the same code that serves the model
+//! trains it, and a checkpoint written here loads in the engine, in
+//! `transformers` and in vLLM like any Hugging Face checkpoint.
+//!
+//! It keeps a gradient and two AdamW moments for every weight, so it is for
+//! small models; adapters on real checkpoints are trained by [`crate::trainer`]
+//! with the LoRA-only backward of [`crate::policy`].
+
+use crate::optim::{AdamW, OptimConfig};
+use crate::policy::{Grads, Sequence};
+use crate::{Result, TrainError};
+use candle_core::{DType, Device, Tensor, Var, D};
+use hone_engine::config::ModelConfig;
+use hone_engine::model::{KvCache, Model};
+use hone_engine::weights::Weights;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The files of a checkpoint directory other than its weights, copied as
+/// they are when the trained weights are saved.
+const COMPANIONS: [&str; 4] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+];
+
+/// Every weight of a model as a trainable variable, with its optimiser.
+pub struct FullTrainer {
+    source: PathBuf,
+    config: ModelConfig,
+    device: Device,
+    /// `(Hugging Face name, weight)`, in a fixed order (the moments' order).
+    weights: Vec<(String, Var)>,
+    optim: AdamW,
+}
+
+impl std::fmt::Debug for FullTrainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FullTrainer")
+            .field("source", &self.source)
+            .field("weights", &self.weights.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FullStep {
+    /// Mean negative log-likelihood per scored token, before the update.
+    pub loss: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    pub tokens: usize,
+}
+
+impl FullTrainer {
+    /// Loads the checkpoint in `dir` in f32 with every weight trainable.
+    pub fn load(dir: &Path, device: &Device, optim: OptimConfig) -> Result<Self> {
+        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let mut named: Vec<(String, Tensor)> = hone_engine::weights::Weights::load(dir, DType::F32, device)?
+            .into_tensors()
+            .into_iter()
+            .filter(|(name, _)| !name.contains("rotary_emb"))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        let weights = named
+            .into_iter()
+            .map(|(name, t)| Ok((name, Var::from_tensor(&t)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let params: Vec<&Tensor> = weights.iter().map(|(_, v)| v.as_tensor()).collect();
+        let optim = AdamW::new(optim, &params)?;
+        Ok(Self {
+            source: dir.to_owned(),
+            config,
+            device: device.clone(),
+            weights,
+            optim,
+        })
+    }
+
+    /// The model over the current weights (sharing their storage).
+    pub fn model(&self) -> Result<Model> {
+        let tensors: HashMap<String, Tensor> = self
+            .weights
+            .iter()
+            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+            .collect();
+        let weights = Weights::from_tensors(tensors, &self.source);
+        Ok(Model::from_weights(
+            self.config.clone(),
+            weights,
+            DType::F32,
+            &self.device,
+        )?)
+    }
+
+    /// Parameters trained (elements).
+    pub fn parameters(&self) -> usize {
+        self.weights.iter().map(|(_, v)| v.as_tensor().elem_count()).sum()
+    }
+
+    /// Summed negative log-likelihood of the scored tokens of `sequences`
+    /// (a graph tensor when the weights are variables) and their count.
+    fn nll(&self, model: &Model, sequences: &[&Sequence]) -> Result<(Tensor, usize)> {
+        let mut total = Tensor::zeros((), DType::F32, &self.device)?;
+        let mut count = 0;
+        for sequence in sequences {
+            // Position i's logits predict token i+1; `scored[i+1]` says whether it counts.
+            let positions: Vec<u32> = (1..sequence.tokens.len())
+                .filter(|&i| sequence.scored[i])
+                .map(|i| (i - 1) as u32)
+                .collect();
+            if positions.is_empty() {
+                continue;
+            }
+            let targets: Vec<u32> = positions.iter().map(|&p| sequence.tokens[p as usize + 1]).collect();
+            let tokens = Tensor::new(sequence.tokens.as_slice(), &self.device)?.unsqueeze(0)?;
+            let logits = model.forward(&tokens, &mut KvCache::new(), None)?.squeeze(0)?;
+            let picked = logits.index_select(&Tensor::new(positions.as_slice(), &self.device)?, 0)?;
+            let max = picked.max_keepdim(D::Minus1)?.detach();
+            let shifted = picked.broadcast_sub(&max)?;
+            let log_z = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+            let log_probs = shifted.broadcast_sub(&log_z)?;
+            let vocab = self.config.vocab_size;
+            let mut one_hot = vec![0f32; targets.len() * vocab];
+            for (row, &t) in targets.iter().enumerate() {
+                one_hot[row * vocab + t as usize] = 1.0;
+            }
+            let one_hot = Tensor::from_vec(one_hot, (targets.len(), vocab), &self.device)?;
+            total = (total - (log_probs * one_hot)?.sum_all()?)?;
+            count += targets.len();
+        }
+        Ok((total, count))
+    }
+
+    /// Mean negative log-likelihood per scored token, without training.
+    pub fn loss(&self, sequences: &[&Sequence]) -> Result<f64> {
+        let model = self.model()?;
+        let (total, count) = self.nll(&model, sequences)?;
+        Ok(f64::from(total.to_scalar::<f32>()?) / count.max(1) as f64)
+    }
+
+    /// The mean loss of `batch`, its gradient for every weight (in
+    /// [`FullTrainer::names`] order) and the scored tokens.
+    pub fn gradients(&self, batch: &[&Sequence]) -> Result<(f64, Grads, usize)> {
+        let model = self.model()?;
+        let (total, tokens) = self.nll(&model, batch)?;
+        if tokens == 0 {
+            return Err(TrainError::Data("a batch with no scored token".into()));
+        }
+        let mean = (total / tokens as f64)?;
+        let loss = f64::from(mean.to_scalar::<f32>()?);
+        let store = mean.backward()?;
+        let grads = self
+            .weights
+            .iter()
+            .map(|(_, var)| match store.get(var.as_tensor()) {
+                Some(g) => Ok(g.clone()),
+                None => Ok(var.as_tensor().zeros_like()?),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((loss, Grads(grads), tokens))
+    }
+
+    /// The weights' names, in the order of [`FullTrainer::gradients`].
+    pub fn names(&self) -> Vec<&str> {
+        self.weights.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The current value of weight `name`.
+    pub fn weight(&self, name: &str) -> Option<&Tensor> {
+        self.weights.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_tensor())
+    }
+
+    /// Replaces weight `name` (same shape), e.g. to probe the loss.
+    pub fn set_weight(&self, name: &str, value: &Tensor) -> Result<()> {
+        let (_, var) = self
+            .weights
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| TrainError::Config(format!("no weight `{name}`")))?;
+        Ok(var.set(value)?)
+    }
+
+    /// One AdamW step on the mean loss of `batch` at learning rate `lr`.
+    pub fn step(&mut self, batch: &[&Sequence], lr: f64) -> Result<FullStep> {
+        let (loss, mut grads, tokens) = self.gradients(batch)?;
+        let grad_norm = crate::optim::clip_grad_norm(&mut grads, self.optim.config.max_grad_norm)?;
+        let params: Vec<&Tensor> = self.weights.iter().map(|(_, v)| v.as_tensor()).collect();
+        let updated = self.optim.step(&params, &grads, lr)?;
+        for ((_, var), new) in self.weights.iter().zip(updated) {
+            var.set(&new)?;
+        }
+        Ok(FullStep {
+            loss,
+            grad_norm,
+            tokens,
+        })
+    }
+
+    /// Writes the weights as `model.safetensors` into `out` with the source
+    /// checkpoint's config and tokenizer files: a complete checkpoint.
+    pub fn save(&self, out: &Path) -> Result<()> {
+        std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+        for file in COMPANIONS {
+            let from = self.source.join(file);
+            if from.exists() && from != out.join(file) {
+                std::fs::copy(&from, out.join(file)).map_err(|e| TrainError::io(&from, e))?;
+            }
+        }
+        let tensors: HashMap<String, Tensor> = self
+            .weights
+            .iter()
+            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+            .collect();
+        crate::checkpoint::save_safetensors(&tensors, &out.join("model.safetensors"))
+    }
+}
