@@ -27,5 +27,5 @@ pub use ids::{CallId, EpisodeId, IdError, VersionId};
 pub use learn::{
     CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,
 };
-pub use signal::{MetricLevel, MetricType, Signal, SignalSource, SignalValue};
+pub use signal::{FeedbackRequest, MetricLevel, MetricType, Signal, SignalSource, SignalValue};
 pub use version::{ExamplePolicy, Route, VersionRecord, VersionSpec};

@@ -111,3 +111,22 @@ pub struct Signal {
     pub comment: Option<String>,
     pub created_at: i64,
 }
+
+/// The body of `POST /v1/feedback`: a signal about an episode or one of its
+/// calls (give `episode_id`, `call_id` or both; the ids stay text here so
+/// the gateway can say which one is malformed). `value` is a boolean, a
+/// number, a string or a message object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub name: String,
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SignalSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}

@@ -10,26 +10,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use hone_types::time::now_ms;
-use hone_types::{CallId, EpisodeId, MetricLevel, Signal, SignalSource, SignalValue};
-use serde::Deserialize;
+use hone_types::{CallId, EpisodeId, FeedbackRequest, MetricLevel, Signal, SignalValue};
 use std::sync::Arc;
 
 /// Longest free-text comment kept with a signal.
 const MAX_COMMENT: usize = 16 * 1024;
 /// Largest `value` (as JSON) kept with a signal.
 const MAX_VALUE: usize = 256 * 1024;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FeedbackRequest {
-    episode_id: Option<String>,
-    call_id: Option<String>,
-    name: String,
-    value: serde_json::Value,
-    #[serde(default)]
-    source: Option<SignalSource>,
-    comment: Option<String>,
-}
 
 pub async fn post_feedback(
     State(state): State<Arc<AppState>>,

@@ -1,0 +1,152 @@
+//! `POST /run`: the agent endpoint hone's evaluation calls
+//! (`hone eval --endpoint http://…/run`). The body is `{"input": <the task's
+//! text>}`; the `X-Hone-Version` and `X-Hone-Episode` headers are passed on
+//! to every model call of the run, so the gateway records the run as that
+//! episode under that version. The reply is `{"output", "score", "calls"}`.
+//!
+//! Handlers stay thin: parse, recover the task, hand it to the
+//! [`Runner`], map errors to a status and an OpenAI-style error body.
+
+use crate::runner::{RunContext, RunError, Runner};
+use crate::{Difficulty, Split};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use hone_types::openai::{ErrorBody, ErrorDetail};
+use hone_types::EpisodeId;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::sync::Arc;
+
+/// `POST /run` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The task's text: its first user message.
+    pub input: String,
+}
+
+/// `POST /run` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResponse {
+    /// The agent's final answer.
+    pub output: String,
+    /// The hidden score of the answer, in [0, 1].
+    pub score: f64,
+    /// Model calls the run made.
+    pub calls: u32,
+}
+
+/// The endpoint's routes, serving `runner`'s environment.
+pub fn router(runner: Arc<Runner>) -> Router {
+    Router::new().route("/run", post(run)).with_state(runner)
+}
+
+/// Serves [`router`] on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    runner: Arc<Runner>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(runner))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// What the endpoint refuses, or could not do.
+#[derive(Debug)]
+enum EndpointError {
+    Invalid {
+        code: &'static str,
+        message: String,
+        param: Option<&'static str>,
+    },
+    UnknownTask(String),
+    Gateway(RunError),
+}
+
+impl IntoResponse for EndpointError {
+    fn into_response(self) -> Response {
+        let (status, kind, code, message, param) = match self {
+            EndpointError::Invalid { code, message, param } => {
+                (StatusCode::BAD_REQUEST, "invalid_request_error", code, message, param)
+            }
+            EndpointError::UnknownTask(message) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                "unknown_task",
+                message,
+                Some("input"),
+            ),
+            EndpointError::Gateway(error) => {
+                let code = match &error {
+                    RunError::Client(_) => "client_error",
+                    RunError::Unreachable { .. } => "gateway_unreachable",
+                    RunError::Status { .. } => "gateway_error",
+                    RunError::BadResponse(_) | RunError::NoChoices => "gateway_bad_response",
+                };
+                (StatusCode::BAD_GATEWAY, "upstream_error", code, error.to_string(), None)
+            }
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: kind.to_owned(),
+                code: Some(code.to_owned()),
+                param: param.map(str::to_owned),
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+fn header(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, EndpointError> {
+    headers
+        .get(name)
+        .map(|value| {
+            value.to_str().map(str::to_owned).map_err(|_| EndpointError::Invalid {
+                code: "invalid_header",
+                message: format!("header `{name}` must be visible ASCII"),
+                param: Some(name),
+            })
+        })
+        .transpose()
+}
+
+async fn run(State(runner): State<Arc<Runner>>, headers: HeaderMap, body: Bytes) -> Result<Response, EndpointError> {
+    let episode = header(&headers, "x-hone-episode")?
+        .map(|raw| {
+            EpisodeId::parse(&raw).map_err(|e| EndpointError::Invalid {
+                code: "invalid_episode_id",
+                message: format!("X-Hone-Episode `{raw}` {e}"),
+                param: Some("x-hone-episode"),
+            })
+        })
+        .transpose()?;
+    let version = header(&headers, "x-hone-version")?;
+    let request: RunRequest = serde_json::from_slice(&body).map_err(|e| EndpointError::Invalid {
+        code: "invalid_body",
+        message: format!("invalid body ({e}); send {{\"input\": \"<the task's text>\"}}"),
+        param: Some("input"),
+    })?;
+    let environment = runner.environment();
+    let task = environment.task_from_prompt(&request.input).ok_or_else(|| {
+        let example = environment.task(Split::Train, 0, Difficulty::Easy).prompt;
+        EndpointError::UnknownTask(format!(
+            "`input` is not a task of environment `{}`; send a task's text, such as `{example}`",
+            environment.name()
+        ))
+    })?;
+    let outcome = runner
+        .run(&task, &RunContext { episode, version })
+        .await
+        .map_err(EndpointError::Gateway)?;
+    Ok(Json(RunResponse {
+        output: outcome.answer,
+        score: outcome.score,
+        calls: outcome.calls,
+    })
+    .into_response())
+}
