@@ -17,6 +17,10 @@ use std::path::Path;
 pub enum Preset {
     /// A few hundred thousand parameters: fast enough for every test.
     Tiny,
+    /// 4 layers of width 128 (~0.8M parameters): the shape of the base
+    /// policies hone trains itself (`hone-envs`), small enough to train in
+    /// minutes on two cores, large enough to learn a tool-use format.
+    Mini,
     /// 4 layers of width 512 (~12M parameters): big enough that training
     /// benchmarks measure arithmetic rather than per-op overhead.
     Small,
@@ -26,11 +30,12 @@ pub enum Preset {
 
 impl Preset {
     /// The names [`Preset::parse`] accepts, for error messages.
-    pub const NAMES: &'static str = "tiny, small, qwen2.5-0.5b";
+    pub const NAMES: &'static str = "tiny, mini, small, qwen2.5-0.5b";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "tiny" => Some(Self::Tiny),
+            "mini" => Some(Self::Mini),
             "small" => Some(Self::Small),
             "qwen2.5-0.5b" => Some(Self::Qwen25_0_5b),
             _ => None,
@@ -55,10 +60,32 @@ pub const CHAT_TEMPLATE: &str = include_str!("chat_template.jinja");
 /// Writes a random checkpoint of `arch` and `preset` into `out` (created if
 /// needed). The same `seed` gives the same bytes.
 pub fn write_checkpoint(arch: Arch, preset: Preset, seed: u64, out: &Path) -> Result<()> {
+    write_checkpoint_with(arch, preset, seed, out, &tokenizer_json())
+}
+
+/// [`write_checkpoint`] with a given `tokenizer.json` (its byte and special
+/// tokens at the ids [`write_checkpoint`]'s has, e.g. from
+/// [`trained_tokenizer`]); the vocabulary grows to hold every token.
+pub fn write_checkpoint_with(
+    arch: Arch,
+    preset: Preset,
+    seed: u64,
+    out: &Path,
+    tokenizer: &serde_json::Value,
+) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| EngineError::io(out, e))?;
-    let config = config_json(arch, preset);
+    let mut config = config_json(arch, preset);
+    let tokens = tokenizer["model"]["vocab"]
+        .as_object()
+        .map_or(0, |v| v.len())
+        .max(256 + SPECIAL_TOKENS.len());
+    let vocab = config["vocab_size"]
+        .as_u64()
+        .unwrap_or(0)
+        .max(tokens.next_multiple_of(64) as u64);
+    config["vocab_size"] = json!(vocab);
     write_json(&out.join("config.json"), &config)?;
-    write_json(&out.join("tokenizer.json"), &tokenizer_json())?;
+    write_json(&out.join("tokenizer.json"), tokenizer)?;
     write_json(&out.join("tokenizer_config.json"), &tokenizer_config_json())?;
     write_json(
         &out.join("generation_config.json"),
@@ -77,6 +104,7 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
 fn config_json(arch: Arch, preset: Preset) -> serde_json::Value {
     let (hidden, inter, layers, heads, kv, vocab, max_pos, theta, eps) = match preset {
         Preset::Tiny => (64, 176, 2, 4, 2, 320, 2048, 10_000.0, 1e-6),
+        Preset::Mini => (128, 352, 4, 4, 2, 320, 2048, 10_000.0, 1e-6),
         Preset::Small => (512, 1408, 4, 8, 2, 320, 2048, 10_000.0, 1e-6),
         Preset::Qwen25_0_5b => (896, 4864, 24, 14, 2, 151_936, 32_768, 1_000_000.0, 1e-6),
     };
@@ -233,6 +261,90 @@ fn tokenizer_json() -> serde_json::Value {
             "vocab": vocab, "merges": []
         }
     })
+}
+
+/// A byte-level BPE tokenizer whose merges are learned from `corpus` (the
+/// maintained `tokenizers` trainer) until it has about `vocab_size` tokens;
+/// digits are never merged.
+/// The 256 byte tokens and the special tokens keep their ids; learned
+/// tokens follow them, so a model made for [`write_checkpoint`]'s tokenizer
+/// reads the same ids for the same bytes.
+pub fn trained_tokenizer(corpus: &[String], vocab_size: usize) -> Result<serde_json::Value> {
+    use tokenizers::models::bpe::BpeTrainerBuilder;
+    use tokenizers::models::TrainerWrapper;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    let fail = |e: tokenizers::Error| EngineError::Model(format!("training the tokenizer: {e}"));
+    let mut base = tokenizer_json();
+    // Digits stay single tokens (as Qwen2's and Llama 3's tokenizers keep
+    // them), so a number reads the same wherever it is copied to.
+    base["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": true},
+        base["pre_tokenizer"].clone(),
+    ]});
+    let mut tokenizer: tokenizers::Tokenizer = base.to_string().parse().map_err(fail)?;
+    let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
+        .vocab_size(vocab_size.saturating_sub(SPECIAL_TOKENS.len()))
+        .min_frequency(2)
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .show_progress(false)
+        .build()
+        .into();
+    tokenizer.train(&mut trainer, corpus.iter()).map_err(fail)?;
+    let trained: serde_json::Value = serde_json::from_str(&tokenizer.to_string(false).map_err(fail)?)
+        .map_err(|e| EngineError::Model(e.to_string()))?;
+    let bytes: HashMap<String, usize> = byte_to_char()
+        .into_iter()
+        .enumerate()
+        .map(|(id, c)| (c.to_string(), id))
+        .collect();
+    // Learned tokens in the trainer's order, after the bytes and the specials.
+    let mut learned: Vec<(String, u64)> = trained["model"]["vocab"]
+        .as_object()
+        .map(|v| {
+            v.iter()
+                .filter(|(t, _)| !bytes.contains_key(*t) && !SPECIAL_TOKENS.iter().any(|(s, _)| s == t))
+                .map(|(t, id)| (t.clone(), id.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    learned.sort_by_key(|(_, id)| *id);
+    let first = 256 + SPECIAL_TOKENS.len();
+    let mut vocab: serde_json::Map<String, serde_json::Value> =
+        bytes.iter().map(|(t, id)| (t.clone(), json!(id))).collect();
+    // The special tokens sit in the vocabulary at their ids too: the
+    // `tokenizers` library gives an added token the id its model has for
+    // it, and otherwise the next free id, which would move them.
+    for (k, (special, _)) in SPECIAL_TOKENS.iter().enumerate() {
+        vocab.insert((*special).to_owned(), json!(256 + k));
+    }
+    for (k, (token, _)) in learned.into_iter().enumerate() {
+        vocab.insert(token, json!(first + k));
+    }
+    // Merges are `[left, right]` (or `"left right"`); keep those whose parts
+    // and result are tokens (the special tokens were left out above).
+    let pair = |m: &serde_json::Value| -> Option<(String, String)> {
+        match m {
+            serde_json::Value::Array(p) => Some((p.first()?.as_str()?.to_owned(), p.get(1)?.as_str()?.to_owned())),
+            serde_json::Value::String(s) => s.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())),
+            _ => None,
+        }
+    };
+    let merges: Vec<serde_json::Value> = trained["model"]["merges"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(pair)
+                .filter(|(a, b)| {
+                    vocab.contains_key(a) && vocab.contains_key(b) && vocab.contains_key(&format!("{a}{b}"))
+                })
+                .map(|(a, b)| json!([a, b]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = base;
+    out["model"]["vocab"] = serde_json::Value::Object(vocab);
+    out["model"]["merges"] = serde_json::Value::Array(merges);
+    Ok(out)
 }
 
 fn tokenizer_config_json() -> serde_json::Value {

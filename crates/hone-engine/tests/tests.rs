@@ -7,9 +7,12 @@
 //! - `reference`: logits, LoRA and chat-template rendering against values
 //!   that Hugging Face transformers and PEFT computed on the same tiny
 //!   checkpoints (`tests/reference/make_reference.py`).
+//! - `tokenizer_training`: a BPE tokenizer learned from a corpus keeps the
+//!   byte and special ids, round-trips and compresses.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
 mod engine;
 mod generate;
 mod reference;
+mod tokenizer_training;

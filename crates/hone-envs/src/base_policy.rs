@@ -1,0 +1,287 @@
+//! The demo's base policy, made by hone itself (nothing is downloaded): a
+//! small Qwen2-architecture checkpoint, randomly initialised, then trained
+//! full-weight (`hone_train::full`) on generated demonstrations of an
+//! environment — deliberately briefly, so it speaks the Hermes tool-call
+//! format but is often wrong, leaving room for the learning loop.
+//!
+//! A [`Recipe`] fixes everything the weights depend on; its hash names the
+//! result. [`ensure`] reuses a checkpoint whose `recipe.json` matches and
+//! builds it otherwise. [`success_rate`] measures a checkpoint on an
+//! environment with the engine directly (greedy, the tool loop run here),
+//! for reports; the demo itself measures through the gateway.
+
+use crate::{opening, tool_result, tool_result_text, Builtin, Difficulty, Environment, Split};
+use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Preset};
+use hone_engine::model::Model;
+use hone_engine::{Arch, Tokenizer};
+use hone_train::data::Renderer;
+use hone_train::full::FullTrainer;
+use hone_train::optim::OptimConfig;
+use hone_train::Sequence;
+use hone_types::openai::Message;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// Bumped when the way a recipe turns into weights changes.
+const FORMAT: u32 = 1;
+
+/// Everything the base policy's weights depend on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub environment: Builtin,
+    /// The environment's own seed (its tables, for `lookup`).
+    pub environment_seed: u64,
+    /// Seed of the random initialisation.
+    pub init_seed: u64,
+    /// Demonstrations drawn from the training split, cycling difficulties
+    /// up to `max_difficulty`.
+    pub demonstrations: usize,
+    pub max_difficulty: u8,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    /// Tokens of the byte-level BPE tokenizer learned from the
+    /// demonstrations (bytes and special tokens included).
+    pub vocab_size: usize,
+}
+
+impl Recipe {
+    /// The demo's default: a short run that leaves the policy under-trained.
+    pub fn demo(environment: Builtin) -> Self {
+        Self {
+            environment,
+            environment_seed: 7,
+            init_seed: 0,
+            demonstrations: 2_000,
+            max_difficulty: 3,
+            steps: 300,
+            batch: 8,
+            lr: 3e-3,
+            vocab_size: 1024,
+        }
+    }
+
+    /// A content hash of the recipe and the build format.
+    pub fn hash(&self) -> String {
+        let text = serde_json::to_string(&(FORMAT, self)).unwrap_or_default();
+        hex::encode(Sha256::digest(text.as_bytes()))[..16].to_owned()
+    }
+}
+
+/// `recipe.json` next to the weights: the recipe, its hash, and how the
+/// build went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Built {
+    pub recipe: Recipe,
+    pub hash: String,
+    pub parameters: usize,
+    /// Mean loss per scored token of the first and the last step.
+    pub first_loss: f64,
+    pub last_loss: f64,
+    pub seconds: f64,
+}
+
+/// Progress while building: `(step, steps, loss)`.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, f64);
+
+#[derive(Debug, thiserror::Error)]
+pub enum BaseError {
+    #[error("{0}")]
+    Io(String),
+    #[error(transparent)]
+    Train(#[from] hone_train::TrainError),
+    #[error(transparent)]
+    Engine(#[from] hone_engine::EngineError),
+    #[error("{0}")]
+    Data(String),
+}
+
+type Result<T, E = BaseError> = std::result::Result<T, E>;
+
+/// The checkpoint `recipe` names in `dir`, built there first unless a
+/// complete one with the same hash is already there.
+pub fn ensure(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
+    if let Some(built) = existing(dir).filter(|b| b.hash == recipe.hash()) {
+        return Ok(built);
+    }
+    build(recipe, dir, progress)
+}
+
+/// The build recorded in `dir`, if its weights are there.
+pub fn existing(dir: &Path) -> Option<Built> {
+    let text = std::fs::read_to_string(dir.join("recipe.json")).ok()?;
+    let built: Built = serde_json::from_str(&text).ok()?;
+    dir.join("model.safetensors").exists().then_some(built)
+}
+
+/// A demonstration as chat messages: the opening, then the agent's turns.
+type Conversation = (Vec<serde_json::Value>, Vec<serde_json::Value>);
+
+/// The demonstrations of `recipe` and the environment's tools.
+fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Value)> {
+    let env = recipe.environment.build(recipe.environment_seed);
+    let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
+    let all = (0..recipe.demonstrations)
+        .map(|i| {
+            let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
+            let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
+            let task = env.task(Split::Train, i as u64, difficulty);
+            Ok((
+                to_values(&opening(env.as_ref(), &task))?,
+                to_values(&env.demonstration(&task))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    Ok((all, tools))
+}
+
+/// The demonstrations of `recipe` as token sequences, the assistant turns scored.
+pub fn demonstrations(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
+    let (all, tools) = conversations(recipe)?;
+    let renderer = Renderer {
+        tokenizer: Some(tokenizer),
+    };
+    all.iter()
+        .map(|(prompt, completion)| {
+            renderer
+                .conversation(prompt, completion, Some(&tools))
+                .map_err(BaseError::Data)
+        })
+        .collect()
+}
+
+/// The demonstrations rendered as text by the chat template (what the
+/// tokenizer learns its merges from).
+fn corpus(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<String>> {
+    let (all, tools) = conversations(recipe)?;
+    all.into_iter()
+        .map(|(mut prompt, completion)| {
+            prompt.extend(completion);
+            Ok(tokenizer
+                .template
+                .render(&serde_json::Value::Array(prompt), Some(&tools), false)?)
+        })
+        .collect()
+}
+
+fn to_values(messages: &[Message]) -> Result<Vec<serde_json::Value>> {
+    messages
+        .iter()
+        .map(|m| serde_json::to_value(m).map_err(|e| BaseError::Data(e.to_string())))
+        .collect()
+}
+
+/// Builds the checkpoint into `dir` (replacing what is there): random
+/// weights of the `mini` shape, then `recipe.steps` full-weight steps.
+pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
+    let started = std::time::Instant::now();
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    write_checkpoint(Arch::Qwen2, Preset::Mini, recipe.init_seed, &partial)?;
+    let text = corpus(recipe, &Tokenizer::load(&partial)?)?;
+    let learned = trained_tokenizer(&text, recipe.vocab_size)?;
+    write_checkpoint_with(Arch::Qwen2, Preset::Mini, recipe.init_seed, &partial, &learned)?;
+    let tokenizer = Tokenizer::load(&partial)?;
+    let data = demonstrations(recipe, &tokenizer)?;
+    let optim = OptimConfig {
+        lr: recipe.lr,
+        warmup_steps: recipe.steps / 10,
+        ..OptimConfig::default()
+    };
+    let mut trainer = FullTrainer::load(&partial, &candle_core::Device::Cpu, optim.clone())?;
+    let (mut first_loss, mut last_loss) = (f64::NAN, f64::NAN);
+    let mut next = 0;
+    for step in 0..recipe.steps {
+        let batch: Vec<&Sequence> = (0..recipe.batch)
+            .map(|k| &data[(next + k) % data.len().max(1)])
+            .collect();
+        next += recipe.batch;
+        let report = trainer.step(&batch, optim.lr_at(step, recipe.steps))?;
+        if step == 0 {
+            first_loss = report.loss;
+        }
+        last_loss = report.loss;
+        progress(step + 1, recipe.steps, report.loss);
+    }
+    trainer.save(&partial)?;
+    let built = Built {
+        recipe: recipe.clone(),
+        hash: recipe.hash(),
+        parameters: trainer.parameters(),
+        first_loss,
+        last_loss,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let text = serde_json::to_string_pretty(&built).map_err(|e| BaseError::Data(e.to_string()))?;
+    let io = |e: std::io::Error| BaseError::Io(format!("{}: {e}", partial.display()));
+    std::fs::write(partial.join("recipe.json"), text + "\n").map_err(io)?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&partial, dir).map_err(|e| BaseError::Io(format!("{}: {e}", dir.display())))?;
+    Ok(built)
+}
+
+/// The share of `n` held-out tasks of `env` the checkpoint in `dir` solves
+/// greedily, running the tool loop (at most `max_steps` model turns).
+pub fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps: usize) -> Result<f64> {
+    let model = Model::load(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    let tokenizer = Tokenizer::load(dir)?;
+    let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
+    let stop: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+        .iter()
+        .filter_map(|t| tokenizer.token_id(t))
+        .collect();
+    let sampling = hone_engine::generate::Sampling {
+        temperature: 0.0,
+        max_tokens: 160,
+        stop_tokens: stop,
+        ..Default::default()
+    };
+    let mut solved = 0.0;
+    for i in 0..n {
+        let level = (i % 3) as u8 + 1;
+        let task = env.task(
+            Split::HeldOut,
+            i as u64,
+            Difficulty::from_level(level).unwrap_or(Difficulty::Easy),
+        );
+        let mut messages = opening(env, &task);
+        let mut answer = String::new();
+        for _ in 0..max_steps {
+            let text = tokenizer.template.render(
+                &serde_json::to_value(&messages).map_err(|e| BaseError::Data(e.to_string()))?,
+                Some(&tools),
+                true,
+            )?;
+            let prompt = tokenizer.encode(&text)?;
+            let generated = hone_engine::generate::generate(&model, &prompt, None, &sampling)?;
+            let out = tokenizer.decode(&generated.tokens)?;
+            let out = out.trim_end_matches("<|im_end|>").trim_end_matches("<|endoftext|>");
+            let parsed = hone_engine::tools::parse(out);
+            if parsed.tool_calls.is_empty() {
+                answer = parsed.content;
+                break;
+            }
+            let calls: Vec<(String, String, String)> = parsed
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(k, c)| (format!("call_{k}"), c.name.clone(), c.arguments.clone()))
+                .collect();
+            messages.push(crate::assistant_tool_calls(calls.clone()));
+            for (id, name, arguments) in calls {
+                messages.push(tool_result(
+                    &id,
+                    tool_result_text(env.call_tool(&task, &name, &arguments)),
+                ));
+            }
+        }
+        solved += env.score(&task, &answer);
+    }
+    Ok(solved / n.max(1) as f64)
+}
+
+/// Where the demo keeps its base policy inside a data directory.
+pub fn dir_in(data_dir: &Path, environment: Builtin) -> PathBuf {
+    data_dir.join("models").join(format!("base-{}", environment.name()))
+}
