@@ -14,7 +14,7 @@
 //! The hidden score: the answer contains the expected value as a whole word
 //! (case-insensitive).
 
-use crate::seeded::{derive_seed, generate_in_split, stable_hash, SplitMix64};
+use crate::seeded::{derive_seed, stable_hash, task_in_split, SplitMix64};
 use crate::text::{capture, contains_whole_word, fill, slot};
 use crate::{
     assistant_tool_calls, function_tool, parse_arguments, tool_result, tool_result_text, Difficulty, Environment,
@@ -373,18 +373,9 @@ impl Environment for Lookup {
     }
 
     fn task(&self, split: Split, index: u64, difficulty: Difficulty) -> Task {
-        let split_part = match split {
-            Split::Train => 0,
-            Split::HeldOut => 1,
-        };
-        let base = derive_seed(&[
-            self.seed,
-            stable_hash(NAME.as_bytes()),
-            split_part,
-            u64::from(difficulty.level()),
-            index,
-        ]);
-        generate_in_split(base, split, |rng| self.generate(rng, difficulty))
+        task_in_split(self.seed, NAME, split, difficulty, index, |rng| {
+            self.generate(rng, difficulty)
+        })
     }
 
     fn tools(&self) -> Vec<Tool> {

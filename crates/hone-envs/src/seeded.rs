@@ -84,3 +84,28 @@ pub fn generate_in_split(base: u64, split: Split, mut make: impl FnMut(&mut Spli
         attempt = attempt.wrapping_add(1);
     }
 }
+
+/// Task `index` of an environment named `name` with seed `env_seed`, at
+/// `difficulty`, in `split`: the seed every built-in environment derives its
+/// tasks from, then [`generate_in_split`].
+pub fn task_in_split(
+    env_seed: u64,
+    name: &str,
+    split: Split,
+    difficulty: crate::Difficulty,
+    index: u64,
+    make: impl FnMut(&mut SplitMix64) -> Option<Task>,
+) -> Task {
+    let split_part = match split {
+        Split::Train => 0,
+        Split::HeldOut => 1,
+    };
+    let base = derive_seed(&[
+        env_seed,
+        stable_hash(name.as_bytes()),
+        split_part,
+        u64::from(difficulty.level()),
+        index,
+    ]);
+    generate_in_split(base, split, make)
+}
