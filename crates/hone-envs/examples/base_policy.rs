@@ -6,7 +6,8 @@
 use hone_envs::base_policy::{build, success_rate, Recipe};
 use hone_envs::Builtin;
 
-fn main() {
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
     let mut recipe = Recipe::demo(env);
@@ -36,7 +37,7 @@ fn main() {
     );
     let environment = env.build(recipe.environment_seed);
     let t = std::time::Instant::now();
-    let rate = success_rate(&out, environment.as_ref(), 60, 3).unwrap();
+    let rate = success_rate(&out, environment.as_ref(), 60, 3).await.unwrap();
     println!(
         "held-out success {:.1}% over 60 tasks ({:.0} s)",
         rate * 100.0,

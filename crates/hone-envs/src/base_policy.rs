@@ -10,7 +10,7 @@
 //! environment with the engine directly (greedy, the tool loop run here),
 //! for reports; the demo itself measures through the gateway.
 
-use crate::{opening, tool_result, tool_result_text, Builtin, Difficulty, Environment, Split};
+use crate::{opening, Builtin, Difficulty, Environment, Split};
 use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Preset};
 use hone_engine::model::Model;
 use hone_engine::{Arch, Tokenizer};
@@ -222,8 +222,8 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
 }
 
 /// The share of `n` held-out tasks of `env` the checkpoint in `dir` solves
-/// greedily, running the tool loop (at most `max_steps` model turns).
-pub fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps: usize) -> Result<f64> {
+/// greedily, each played to its end (at most `max_steps` model turns).
+pub async fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps: usize) -> Result<f64> {
     let model = Model::load(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
     let tokenizer = Tokenizer::load(dir)?;
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
@@ -237,46 +237,36 @@ pub fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps: usiz
         stop_tokens: stop,
         ..Default::default()
     };
+    // The engine's answer as the message a gateway would return.
+    let answer = |messages: Vec<Message>| {
+        let messages = serde_json::to_value(&messages).map_err(|e| BaseError::Data(e.to_string()));
+        let (model, tokenizer, tools, sampling) = (&model, &tokenizer, &tools, &sampling);
+        async move {
+            let text = tokenizer.template.render(&messages?, Some(tools), true)?;
+            let generated = hone_engine::generate::generate(model, &tokenizer.encode(&text)?, None, sampling)?;
+            let out = tokenizer.decode(&generated.tokens)?;
+            let parsed =
+                hone_engine::tools::parse(out.trim_end_matches("<|im_end|>").trim_end_matches("<|endoftext|>"));
+            Ok::<_, BaseError>(if parsed.tool_calls.is_empty() {
+                Message::new(hone_types::openai::Role::Assistant, parsed.content)
+            } else {
+                crate::assistant_tool_calls(
+                    parsed
+                        .tool_calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, c)| (format!("call_{k}"), c.name, c.arguments))
+                        .collect(),
+                )
+            })
+        }
+    };
     let mut solved = 0.0;
     for i in 0..n {
         let level = (i % 3) as u8 + 1;
-        let task = env.task(
-            Split::HeldOut,
-            i as u64,
-            Difficulty::from_level(level).unwrap_or(Difficulty::Easy),
-        );
-        let mut messages = opening(env, &task);
-        let mut answer = String::new();
-        for _ in 0..max_steps {
-            let text = tokenizer.template.render(
-                &serde_json::to_value(&messages).map_err(|e| BaseError::Data(e.to_string()))?,
-                Some(&tools),
-                true,
-            )?;
-            let prompt = tokenizer.encode(&text)?;
-            let generated = hone_engine::generate::generate(&model, &prompt, None, &sampling)?;
-            let out = tokenizer.decode(&generated.tokens)?;
-            let out = out.trim_end_matches("<|im_end|>").trim_end_matches("<|endoftext|>");
-            let parsed = hone_engine::tools::parse(out);
-            if parsed.tool_calls.is_empty() {
-                answer = parsed.content;
-                break;
-            }
-            let calls: Vec<(String, String, String)> = parsed
-                .tool_calls
-                .iter()
-                .enumerate()
-                .map(|(k, c)| (format!("call_{k}"), c.name.clone(), c.arguments.clone()))
-                .collect();
-            messages.push(crate::assistant_tool_calls(calls.clone()));
-            for (id, name, arguments) in calls {
-                messages.push(tool_result(
-                    &id,
-                    tool_result_text(env.call_tool(&task, &name, &arguments)),
-                ));
-            }
-        }
-        solved += env.score(&task, &answer);
+        let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
+        let task = env.task(Split::HeldOut, i as u64, difficulty);
+        solved += crate::episode::play(env, &task, max_steps, answer).await?.score;
     }
     Ok(solved / n.max(1) as f64)
 }

@@ -43,6 +43,7 @@
 pub mod base_policy;
 pub mod calc;
 pub mod endpoint;
+pub mod episode;
 pub mod lookup;
 pub mod runner;
 pub mod seeded;

@@ -6,8 +6,9 @@
 //!
 //! Only the loop lives here; serving it over HTTP is [`crate::endpoint`].
 
-use crate::{opening, tool_result, tool_result_text, Environment, Task};
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Extra, Message, Role};
+use crate::episode::play;
+use crate::{Environment, Task};
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Extra, Message};
 use hone_types::EpisodeId;
 use hone_types::FeedbackRequest;
 use std::sync::Arc;
@@ -191,59 +192,37 @@ impl Runner {
     /// Runs `task` to a final answer (or `max_steps` model calls) and scores it.
     pub async fn run(&self, task: &Task, context: &RunContext) -> Result<RunOutcome, RunError> {
         let episode = context.episode.clone().unwrap_or_else(EpisodeId::new_v7);
-        let mut messages = opening(self.environment.as_ref(), task);
-        let mut outcome = RunOutcome {
-            episode: episode.clone(),
-            answer: String::new(),
-            calls: 0,
-            tool_calls: 0,
-            tool_errors: 0,
-            finished: false,
-            score: 0.0,
-            messages: Vec::new(),
-        };
         let url = self.url("/v1/chat/completions");
-        while outcome.calls < self.config.max_steps.max(1) {
-            let body = self
-                .post(url.clone(), &self.request(&messages), context, Some(&episode))
-                .await?;
-            outcome.calls += 1;
-            let response: ChatCompletionResponse =
-                serde_json::from_slice(&body).map_err(|e| RunError::BadResponse(e.to_string()))?;
-            let message = response
-                .choices
-                .into_iter()
-                .next()
-                .map(|choice| choice.message)
-                .ok_or(RunError::NoChoices)?;
-            let text = message.text();
-            let calls = message.tool_calls().to_vec();
-            // A final answer counts even when empty; text beside tool calls
-            // stands in only if the run runs out of steps.
-            if calls.is_empty() || !text.trim().is_empty() {
-                outcome.answer = text;
-            }
-            messages.push(Message {
-                role: Role::Assistant,
-                ..message
-            });
-            if calls.is_empty() {
-                outcome.finished = true;
-                break;
-            }
-            for call in calls {
-                let result = self
-                    .environment
-                    .call_tool(task, &call.function.name, &call.function.arguments);
-                outcome.tool_calls += 1;
-                if result.is_err() {
-                    outcome.tool_errors += 1;
+        let played = play(
+            self.environment.as_ref(),
+            task,
+            self.config.max_steps as usize,
+            |messages| {
+                let (url, episode) = (url.clone(), &episode);
+                async move {
+                    let body = self.post(url, &self.request(&messages), context, Some(episode)).await?;
+                    let response: ChatCompletionResponse =
+                        serde_json::from_slice(&body).map_err(|e| RunError::BadResponse(e.to_string()))?;
+                    response
+                        .choices
+                        .into_iter()
+                        .next()
+                        .map(|choice| choice.message)
+                        .ok_or(RunError::NoChoices)
                 }
-                messages.push(tool_result(&call.id, tool_result_text(result)));
-            }
-        }
-        outcome.score = self.environment.score(task, &outcome.answer);
-        outcome.messages = messages;
+            },
+        )
+        .await?;
+        let outcome = RunOutcome {
+            episode: episode.clone(),
+            answer: played.answer,
+            calls: played.calls,
+            tool_calls: played.tool_calls,
+            tool_errors: played.tool_errors,
+            finished: played.finished,
+            score: played.score,
+            messages: played.messages,
+        };
         tracing::debug!(
             environment = self.environment.name(),
             task = %task.id,

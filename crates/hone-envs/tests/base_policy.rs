@@ -7,8 +7,8 @@
 use hone_envs::base_policy::{ensure, existing, success_rate, Recipe};
 use hone_envs::Builtin;
 
-#[test]
-fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
+#[tokio::test]
+async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("base-calc");
     let mut recipe = Recipe::demo(Builtin::Calc);
@@ -35,6 +35,6 @@ fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     other.steps = 7;
     assert_ne!(other.hash(), recipe.hash());
     let env = Builtin::Calc.build(recipe.environment_seed);
-    let rate = success_rate(&out, env.as_ref(), 2, 2).unwrap();
+    let rate = success_rate(&out, env.as_ref(), 2, 2).await.unwrap();
     assert!((0.0..=1.0).contains(&rate));
 }
