@@ -7,8 +7,9 @@
 //! A [`Recipe`] fixes everything the weights depend on; its hash names the
 //! result. [`ensure`] reuses a checkpoint whose `recipe.json` matches and
 //! builds it otherwise. [`success_rate`] measures a checkpoint on an
-//! environment with the engine directly (greedy, the tool loop run here),
-//! for reports; the demo itself measures through the gateway.
+//! environment with the engine directly (greedy, through the same episode
+//! loop the runner uses), for reports; the demo itself measures through the
+//! gateway.
 
 use crate::{opening, Builtin, Difficulty, Environment, Split};
 use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Preset};
