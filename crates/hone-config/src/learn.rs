@@ -18,6 +18,7 @@
 //! optimisers = ["examples", "model", "sft"]
 //! objective = ["max reward", "min cost"]
 //! dataset_size = 200
+//! endpoint = "http://127.0.0.1:8000/run"   # multi-step agents: how rollouts and evaluations run
 //! [agents.support.learn.model]
 //! models = [{ provider = "openai", model = "gpt-4o-mini" }]
 //! temperatures = [0.2]
@@ -53,6 +54,7 @@ pub struct RawLearn {
     #[serde(default)]
     pub objective: Vec<String>,
     pub dataset_size: Option<usize>,
+    pub endpoint: Option<String>,
     pub examples: Option<RawExamples>,
     pub model: Option<RawModelOptimiser>,
     pub grpo: Option<RawTraining>,
@@ -399,6 +401,10 @@ pub struct LearnSpec {
     pub objective: Vec<Objective>,
     /// Instances of the target (`traffic`) and `regression` datasets.
     pub dataset_size: usize,
+    /// The agent endpoint (`POST URL {"input": …}`) that runs a task as the
+    /// agent would, for evaluations and rollouts of multi-step agents;
+    /// without one, the recorded first request is replayed (single-call agents).
+    pub endpoint: Option<String>,
     pub gate: GateSpec,
     pub monitor: MonitorSpec,
 }
@@ -411,6 +417,7 @@ impl Default for LearnSpec {
             optimisers: Vec::new(),
             objective: vec![Objective::MaxReward, Objective::MinCost],
             dataset_size: 100,
+            endpoint: None,
             gate: GateSpec {
                 confidence: 0.95,
                 tolerance: 0,
@@ -482,6 +489,7 @@ impl LearnSpec {
             optimisers,
             objective,
             dataset_size,
+            endpoint,
             examples,
             model,
             grpo,
@@ -509,12 +517,21 @@ impl LearnSpec {
         if dataset_size < 2 {
             return Err(ConfigError::at(format!("{field}.dataset_size"), "must be at least 2"));
         }
+        if let Some(url) = &endpoint {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::at(
+                    format!("{field}.endpoint"),
+                    format!("`{url}` is not an http:// or https:// URL"),
+                ));
+            }
+        }
         Ok(Self {
             every_episodes: every.episodes,
             every_minutes: every.minutes,
             optimisers,
             objective,
             dataset_size,
+            endpoint,
             gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
         })

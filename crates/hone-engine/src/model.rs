@@ -121,11 +121,25 @@ impl Layer {
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    /// Appends concatenate instead of writing into a buffer (see
+    /// [`KvCache::differentiable`]).
+    concat: bool,
 }
 
 impl KvCache {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A cache whose every append makes new tensors (concatenation) rather
+    /// than writing in place, so gradients flow back through the cached
+    /// positions and clones share them safely: training computes a prompt
+    /// shared by many sequences once and continues each from a clone.
+    pub fn differentiable() -> Self {
+        Self {
+            concat: true,
+            ..Self::default()
+        }
     }
 
     /// Tokens cached so far.
@@ -150,7 +164,11 @@ impl KvCache {
                 None => Ok(None),
             })
             .collect::<Result<_>>()?;
-        Ok(Self { layers, len: self.len })
+        Ok(Self {
+            layers,
+            len: self.len,
+            concat: false,
+        })
     }
 
     /// Appends layer `n`'s new keys and values `[B, kv_heads, t, d]` after the
@@ -166,6 +184,11 @@ impl KvCache {
             self.layers[n] = Some((k.clone(), v.clone()));
             return Ok((k, v));
         };
+        if self.concat {
+            let all = (Tensor::cat(&[&kb, &k], 2)?, Tensor::cat(&[&vb, &v], 2)?);
+            self.layers[n] = Some(all.clone());
+            return Ok(all);
+        }
         let t = k.dim(2)?;
         let (kb, vb) = if past + t > kb.dim(2)? {
             let capacity = (past + t).max(2 * kb.dim(2)?).next_multiple_of(64);

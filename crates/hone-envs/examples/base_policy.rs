@@ -20,6 +20,29 @@ async fn main() {
     if let Some(lr) = args.get(4) {
         recipe.lr = lr.parse().unwrap();
     }
+    // Further knobs for recipe experiments.
+    let var = |name: &str| std::env::var(name).ok().map(|v| v.parse::<f64>().unwrap());
+    if let Some(v) = var("BATCH") {
+        recipe.batch = v as usize;
+    }
+    if let Some(v) = var("VOCAB") {
+        recipe.vocab_size = v as usize;
+    }
+    if let Some(v) = var("MAX_DIFFICULTY") {
+        recipe.max_difficulty = v as u8;
+    }
+    if let Some(v) = var("DRILLS") {
+        recipe.drill_steps = v as usize;
+    }
+    if let Some(v) = var("DIRECT") {
+        recipe.direct_share = v;
+    }
+    if let Ok(v) = std::env::var("PRESET") {
+        recipe.preset = v;
+    }
+    if let Some(v) = var("SEED") {
+        recipe.init_seed = v as u64;
+    }
     let out = std::path::PathBuf::from(args.get(3).map_or("/tmp/hone-base", String::as_str));
     let started = std::time::Instant::now();
     let built = build(&recipe, &out, &mut |step, steps, loss| {

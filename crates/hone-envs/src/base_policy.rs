@@ -31,6 +31,8 @@ const FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
     pub environment: Builtin,
+    /// The model's shape: a `hone_engine::init::Preset` name.
+    pub preset: String,
     /// The environment's own seed (its tables, for `lookup`).
     pub environment_seed: u64,
     /// Seed of the random initialisation.
@@ -39,6 +41,13 @@ pub struct Recipe {
     /// up to `max_difficulty`.
     pub demonstrations: usize,
     pub max_difficulty: u8,
+    /// Share of demonstrations that answer at once, without the tools (the
+    /// final answer alone): the habit the learning loop can unlearn, since
+    /// a model this small guesses wrong when it skips the tool.
+    pub direct_share: f64,
+    /// Steps of copy drills before the demonstrations (see [`drills`]).
+    pub drill_steps: usize,
+    pub drill_batch: usize,
     pub steps: usize,
     pub batch: usize,
     pub lr: f64,
@@ -52,10 +61,14 @@ impl Recipe {
     pub fn demo(environment: Builtin) -> Self {
         Self {
             environment,
+            preset: "mini".to_owned(),
             environment_seed: 7,
             init_seed: 0,
             demonstrations: 2_000,
             max_difficulty: 3,
+            direct_share: 0.0,
+            drill_steps: 0,
+            drill_batch: 32,
             steps: 300,
             batch: 8,
             lr: 3e-3,
@@ -128,13 +141,55 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
             let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
             let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
             let task = env.task(Split::Train, i as u64, difficulty);
-            Ok((
-                to_values(&opening(env.as_ref(), &task))?,
-                to_values(&env.demonstration(&task))?,
-            ))
+            let mut turns = env.demonstration(&task);
+            if answers_directly(recipe, i) {
+                turns = turns.split_off(turns.len().saturating_sub(1));
+            }
+            Ok((to_values(&opening(env.as_ref(), &task))?, to_values(&turns)?))
         })
         .collect::<Result<_>>()?;
     Ok((all, tools))
+}
+
+/// Whether demonstration `i` skips the tools: a fixed, evenly spread
+/// `direct_share` of them.
+fn answers_directly(recipe: &Recipe, i: usize) -> bool {
+    let share = recipe.direct_share.clamp(0.0, 1.0);
+    ((i + 1) as f64 * share).floor() > (i as f64 * share).floor()
+}
+
+/// Copy drills: a task's user message alone, answered with its numbers and
+/// capitalised words in order. A randomly initialised model learns the
+/// word problems' structure in a few hundred steps but copies numbers from
+/// the prompt only much later (the attention that finds and copies them
+/// forms late); drills on short sequences whose every scored token is a
+/// copy form it first. Pretraining gives real base models the same skill.
+pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
+    let env = recipe.environment.build(recipe.environment_seed);
+    let renderer = Renderer {
+        tokenizer: Some(tokenizer),
+    };
+    (0..recipe.demonstrations)
+        .map(|i| {
+            let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
+            let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
+            let task = env.task(Split::Train, i as u64, difficulty);
+            let salient: Vec<&str> = task
+                .prompt
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| w.starts_with(|c: char| c.is_ascii_digit() || c.is_uppercase()))
+                .collect();
+            let prompt = serde_json::json!([{"role": "user", "content": task.prompt}]);
+            let answer = serde_json::json!([{"role": "assistant", "content": salient.join(" ")}]);
+            renderer
+                .conversation(
+                    prompt.as_array().map_or(&[][..], Vec::as_slice),
+                    answer.as_array().map_or(&[][..], Vec::as_slice),
+                    None,
+                )
+                .map_err(BaseError::Data)
+        })
+        .collect()
 }
 
 /// The demonstrations of `recipe` as token sequences, the assistant turns scored.
@@ -179,31 +234,46 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
     let started = std::time::Instant::now();
     let partial = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
-    write_checkpoint(Arch::Qwen2, Preset::Mini, recipe.init_seed, &partial)?;
+    let preset = Preset::parse(&recipe.preset)
+        .ok_or_else(|| BaseError::Data(format!("unknown preset `{}` ({})", recipe.preset, Preset::NAMES)))?;
+    write_checkpoint(Arch::Qwen2, preset, recipe.init_seed, &partial)?;
     let text = corpus(recipe, &Tokenizer::load(&partial)?)?;
     let learned = trained_tokenizer(&text, recipe.vocab_size)?;
-    write_checkpoint_with(Arch::Qwen2, Preset::Mini, recipe.init_seed, &partial, &learned)?;
+    write_checkpoint_with(Arch::Qwen2, preset, recipe.init_seed, &partial, &learned)?;
     let tokenizer = Tokenizer::load(&partial)?;
     let data = demonstrations(recipe, &tokenizer)?;
+    let drilled = if recipe.drill_steps > 0 {
+        drills(recipe, &tokenizer)?
+    } else {
+        Vec::new()
+    };
+    let total = recipe.drill_steps + recipe.steps;
     let optim = OptimConfig {
         lr: recipe.lr,
-        warmup_steps: recipe.steps / 10,
+        warmup_steps: total / 10,
         ..OptimConfig::default()
     };
     let mut trainer = FullTrainer::load(&partial, &candle_core::Device::Cpu, optim.clone())?;
     let (mut first_loss, mut last_loss) = (f64::NAN, f64::NAN);
-    let mut next = 0;
-    for step in 0..recipe.steps {
-        let batch: Vec<&Sequence> = (0..recipe.batch)
-            .map(|k| &data[(next + k) % data.len().max(1)])
-            .collect();
-        next += recipe.batch;
-        let report = trainer.step(&batch, optim.lr_at(step, recipe.steps))?;
-        if step == 0 {
-            first_loss = report.loss;
+    // Drills first, then the demonstrations, under one learning-rate schedule.
+    let phases = [
+        (&drilled, recipe.drill_steps, recipe.drill_batch),
+        (&data, recipe.steps, recipe.batch),
+    ];
+    let mut step = 0;
+    for (sequences, steps, batch) in phases {
+        for k in 0..steps {
+            let picked: Vec<&Sequence> = (0..batch)
+                .map(|j| &sequences[(k * batch + j) % sequences.len().max(1)])
+                .collect();
+            let report = trainer.step(&picked, optim.lr_at(step, total))?;
+            if step == 0 {
+                first_loss = report.loss;
+            }
+            last_loss = report.loss;
+            step += 1;
+            progress(step, total, report.loss);
         }
-        last_loss = report.loss;
-        progress(step + 1, recipe.steps, report.loss);
     }
     trainer.save(&partial)?;
     let built = Built {

@@ -4,10 +4,17 @@
 //! to every model call of the run, so the gateway records the run as that
 //! episode under that version. The reply is `{"output", "score", "calls"}`.
 //!
+//! With a simulated user ([`router_with_user`]) the endpoint also sends the
+//! user's reaction to each run as feedback on its episode before replying,
+//! at once: the reward source of rollouts and evaluations whose reward spec
+//! reads only user signals (as a live user would give them, never the
+//! hidden score).
+//!
 //! Handlers stay thin: parse, recover the task, hand it to the
 //! [`Runner`], map errors to a status and an OpenAI-style error body.
 
 use crate::runner::{RunContext, RunError, Runner};
+use crate::users::SimulatedUser;
 use crate::{Difficulty, Split};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -37,22 +44,43 @@ pub struct RunResponse {
     pub score: f64,
     /// Model calls the run made.
     pub calls: u32,
+    /// The signals the simulated user sent about the run, if there is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<String>,
+}
+
+/// What the routes share: the runner and the optional simulated user with
+/// its random stream.
+struct Served {
+    runner: Arc<Runner>,
+    user: Option<(SimulatedUser, std::sync::Mutex<rand::rngs::StdRng>)>,
 }
 
 /// The endpoint's routes, serving `runner`'s environment.
 pub fn router(runner: Arc<Runner>) -> Router {
-    Router::new().route("/run", post(run)).with_state(runner)
+    routes(Served { runner, user: None })
 }
 
-/// Serves [`router`] on `listener` until `shutdown` completes.
+/// The routes with `user` reacting to every run (see the module docs).
+pub fn router_with_user(runner: Arc<Runner>, user: SimulatedUser) -> Router {
+    let rng = std::sync::Mutex::new(user.rng());
+    routes(Served {
+        runner,
+        user: Some((user, rng)),
+    })
+}
+
+fn routes(served: Served) -> Router {
+    Router::new().route("/run", post(run)).with_state(Arc::new(served))
+}
+
+/// Serves `router` on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    runner: Arc<Runner>,
+    router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(runner))
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 
 /// What the endpoint refuses, or could not do.
@@ -115,7 +143,8 @@ fn header(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, End
         .transpose()
 }
 
-async fn run(State(runner): State<Arc<Runner>>, headers: HeaderMap, body: Bytes) -> Result<Response, EndpointError> {
+async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes) -> Result<Response, EndpointError> {
+    let runner = &served.runner;
     let episode = header(&headers, "x-hone-episode")?
         .map(|raw| {
             EpisodeId::parse(&raw).map_err(|e| EndpointError::Invalid {
@@ -143,10 +172,25 @@ async fn run(State(runner): State<Arc<Runner>>, headers: HeaderMap, body: Bytes)
         .run(&task, &RunContext { episode, version })
         .await
         .map_err(EndpointError::Gateway)?;
+    let mut signals = Vec::new();
+    if let Some((user, rng)) = &served.user {
+        let reaction = match rng.lock() {
+            Ok(mut rng) => user.react(outcome.score, &mut *rng),
+            Err(poisoned) => user.react(outcome.score, &mut *poisoned.into_inner()),
+        };
+        for signal in reaction {
+            runner
+                .send_feedback(&signal.feedback(&outcome.episode))
+                .await
+                .map_err(EndpointError::Gateway)?;
+            signals.push(signal.name().to_owned());
+        }
+    }
     Ok(Json(RunResponse {
         output: outcome.answer,
         score: outcome.score,
         calls: outcome.calls,
+        signals,
     })
     .into_response())
 }

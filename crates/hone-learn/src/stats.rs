@@ -27,6 +27,22 @@ pub fn bootstrap_ci(values: &[f64], level: f64, seed: u64) -> Option<(f64, f64)>
     Some((at(tail), at(1.0 - tail)))
 }
 
+/// The Wilson score interval of a proportion, `hits` of `n`, at 95%:
+/// unlike the normal approximation it stays inside [0, 1] and is honest at
+/// 0 or n hits, as small held-out sets often give.
+pub fn wilson_95(hits: u64, n: u64) -> Option<(f64, f64)> {
+    if n == 0 {
+        return None;
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let (k, n) = (hits.min(n) as f64, n as f64);
+    let p = k / n;
+    let denominator = 1.0 + Z * Z / n;
+    let centre = (p + Z * Z / (2.0 * n)) / denominator;
+    let half = Z * (p * (1.0 - p) / n + Z * Z / (4.0 * n * n)).sqrt() / denominator;
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
 /// Two-sided exact sign test: the probability of a split at least this
 /// uneven between `wins` and `losses` if either were equally likely (ties dropped).
 pub fn sign_test(wins: u64, losses: u64) -> f64 {
@@ -121,5 +137,21 @@ mod tests {
         let b: Vec<f64> = a.iter().map(|x| x + 1.0).collect();
         assert!(mean_greater_p(&a, &b) < 0.01);
         assert!(mean_greater_p(&b, &a) > 0.99);
+    }
+
+    #[test]
+    fn wilson_interval_matches_the_formula_computed_independently() {
+        // statsmodels' proportion_confint(k, n, method="wilson") values,
+        // recomputed in Python from the closed form: 8/20 → (0.21881, 0.61342),
+        // 0/10 → (0, 0.27753), 60/60 → (0.93983, 1).
+        for (k, n, lo, hi) in [
+            (8, 20, 0.218_807, 0.613_418),
+            (0, 10, 0.0, 0.277_533),
+            (60, 60, 0.939_828, 1.0),
+        ] {
+            let (l, h) = wilson_95(k, n).unwrap_or_default();
+            assert!((l - lo).abs() < 1e-5 && (h - hi).abs() < 1e-5, "{k}/{n}: ({l}, {h})");
+        }
+        assert_eq!(wilson_95(0, 0), None);
     }
 }

@@ -109,21 +109,36 @@ impl FullTrainer {
 
     /// Summed negative log-likelihood of the scored tokens of `sequences`
     /// (a graph tensor when the weights are variables) and their count.
+    ///
+    /// The leading tokens every sequence shares (a system prompt and tool
+    /// list, typically most of a demonstration) run through the model once;
+    /// each sequence continues from a clone of that differentiable cache, so
+    /// their gradients add up through the shared positions.
     fn nll(&self, model: &Model, sequences: &[&Sequence]) -> Result<(Tensor, usize)> {
+        let shared = shared_prefix(sequences);
+        let mut prefix = KvCache::differentiable();
+        if let (Some(first), true) = (sequences.first(), shared > 0) {
+            let tokens = Tensor::new(&first.tokens[..shared], &self.device)?.unsqueeze(0)?;
+            model.hidden(&tokens, &mut prefix, None)?;
+        }
         let mut total = Tensor::zeros((), DType::F32, &self.device)?;
         let mut count = 0;
         for sequence in sequences {
-            // Position i's logits predict token i+1; `scored[i+1]` says whether it counts.
-            let positions: Vec<u32> = (1..sequence.tokens.len())
+            // Position i's logits predict token i+1; `scored[i+1]` says whether
+            // it counts. Positions are relative to the end of the shared prefix.
+            let positions: Vec<u32> = (shared + 1..sequence.tokens.len())
                 .filter(|&i| sequence.scored[i])
-                .map(|i| (i - 1) as u32)
+                .map(|i| (i - 1 - shared) as u32)
                 .collect();
             if positions.is_empty() {
                 continue;
             }
-            let targets: Vec<u32> = positions.iter().map(|&p| sequence.tokens[p as usize + 1]).collect();
-            let tokens = Tensor::new(sequence.tokens.as_slice(), &self.device)?.unsqueeze(0)?;
-            let logits = model.forward(&tokens, &mut KvCache::new(), None)?.squeeze(0)?;
+            let targets: Vec<u32> = positions
+                .iter()
+                .map(|&p| sequence.tokens[shared + p as usize + 1])
+                .collect();
+            let tokens = Tensor::new(&sequence.tokens[shared..], &self.device)?.unsqueeze(0)?;
+            let logits = model.forward(&tokens, &mut prefix.clone(), None)?.squeeze(0)?;
             let picked = logits.index_select(&Tensor::new(positions.as_slice(), &self.device)?, 0)?;
             let max = picked.max_keepdim(D::Minus1)?.detach();
             let shifted = picked.broadcast_sub(&max)?;
@@ -223,4 +238,30 @@ impl FullTrainer {
             .collect();
         crate::checkpoint::save_safetensors(&tensors, &out.join("model.safetensors"))
     }
+}
+
+/// How many leading tokens all `sequences` share and can run once: the
+/// common prefix, stopping before the position whose logits predict the
+/// first scored token (those logits must come from each sequence's own
+/// continuation) and leaving every sequence at least one token of its own.
+fn shared_prefix(sequences: &[&Sequence]) -> usize {
+    let Some(first) = sequences.first() else {
+        return 0;
+    };
+    sequences
+        .iter()
+        .map(|s| {
+            let common = s.tokens.iter().zip(&first.tokens).take_while(|(a, b)| a == b).count();
+            let first_scored = s
+                .scored
+                .iter()
+                .skip(1)
+                .position(|&x| x)
+                .map_or(s.tokens.len(), |p| p + 1);
+            common
+                .min(first_scored.saturating_sub(1))
+                .min(s.tokens.len().saturating_sub(1))
+        })
+        .min()
+        .unwrap_or(0)
 }

@@ -69,6 +69,85 @@ fn full_weight_gradients_match_finite_differences() {
     assert_eq!(checked, 15);
 }
 
+/// The loss of a batch whose sequences share a long prompt (run once, then
+/// continued per sequence) equals the mean loss computed from each
+/// sequence's own full forward, and its gradient matches finite differences.
+#[test]
+fn a_shared_prompt_runs_once_and_gives_the_same_loss_as_full_forwards() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let trainer = FullTrainer::load(&path, &candle_core::Device::Cpu, OptimConfig::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let prompt: Vec<u32> = (0..40).map(|_| rng.random_range(97..=122)).collect();
+    let batch: Vec<Sequence> = [3usize, 6, 4]
+        .iter()
+        .map(|&n| {
+            let mut own = prompt.clone();
+            own.extend((0..n).map(|_| rng.random_range(97..=122u32)));
+            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
+            Sequence::prompt_completion(&own, &answer)
+        })
+        .collect();
+    let refs: Vec<&Sequence> = batch.iter().collect();
+    // Reference: every sequence through its own full forward, log-softmax by hand.
+    let model = trainer.model().unwrap();
+    let (mut sum, mut count) = (0.0f64, 0usize);
+    for s in &batch {
+        let tokens = candle_core::Tensor::new(s.tokens.as_slice(), &candle_core::Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let logits: Vec<Vec<f32>> = model
+            .forward(&tokens, &mut hone_engine::model::KvCache::new(), None)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        for i in 1..s.tokens.len() {
+            if s.scored[i] {
+                let row = &logits[i - 1];
+                let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+                let z: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln() + max;
+                sum += z - row[s.tokens[i] as usize] as f64;
+                count += 1;
+            }
+        }
+    }
+    let shared = trainer.loss(&refs).unwrap();
+    assert!(
+        (shared - sum / count as f64).abs() < 1e-5,
+        "shared-prompt loss {shared} vs full forwards {}",
+        sum / count as f64
+    );
+    // The gradient reaches the shared positions: an embedding row only the
+    // prompt uses moves the loss as autograd says.
+    let (_, grads, _) = trainer.gradients(&refs).unwrap();
+    let names = trainer.names();
+    let embed = names.iter().position(|n| *n == "model.embed_tokens.weight").unwrap();
+    let original = trainer.weight("model.embed_tokens.weight").unwrap().copy().unwrap();
+    let (vocab, hidden) = original.dims2().unwrap();
+    let grad: Vec<f32> = grads.0[embed].flatten_all().unwrap().to_vec1().unwrap();
+    let row = prompt[0] as usize;
+    let j = (0..hidden)
+        .max_by(|a, b| grad[row * hidden + a].abs().total_cmp(&grad[row * hidden + b].abs()))
+        .unwrap();
+    let flat: Vec<f32> = original.flatten_all().unwrap().to_vec1().unwrap();
+    let probe = |delta: f32| {
+        let mut values = flat.clone();
+        values[row * hidden + j] += delta;
+        let t = candle_core::Tensor::from_vec(values, (vocab, hidden), original.device()).unwrap();
+        trainer.set_weight("model.embed_tokens.weight", &t).unwrap();
+        trainer.loss(&refs).unwrap()
+    };
+    let numeric = (probe(1e-2) - probe(-1e-2)) / 2e-2;
+    let analytic = f64::from(grad[row * hidden + j]);
+    assert!(analytic.abs() > 1e-5, "no gradient reached the shared prompt");
+    assert!(
+        (numeric - analytic).abs() <= 0.03 * analytic.abs() + 1e-4,
+        "autograd {analytic:.6} vs finite difference {numeric:.6}"
+    );
+}
+
 #[test]
 fn a_random_tiny_model_learns_to_copy_on_held_out_prompts_and_the_saved_checkpoint_loads() {
     let (dir, path) = tiny(Arch::Qwen2);

@@ -1,6 +1,6 @@
 //! The command line: the clap definitions of `hone` and its sub-commands,
 //! and the dispatch that hands each command to its function in `commands/`.
-//! Subcommands: `serve`, `config check|default`, `key new`, `model init`,
+//! Subcommands: `demo`, `serve`, `config check|default`, `key new`, `model init`,
 //! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
 //! `eval` (and `eval compare`), `learn` (and `learn status`), `front`,
 //! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset`.
@@ -8,7 +8,7 @@
 //! `commands/` (and `Common` in `context.rs`), so that imports point from
 //! here to the commands and never back. No command logic goes here.
 
-use crate::commands::{bench, config, dataset, deploy, eval, keys, learn, model, rewards, serve, train};
+use crate::commands::{bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, train};
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -33,6 +33,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Watch an agent learn from implicit feedback, on this machine, in
+    /// minutes: the embedded engine, simulated users and the learning loop.
+    Demo(Box<demo::DemoArgs>),
     /// Run the gateway: an OpenAI-compatible proxy that records every call.
     Serve {
         /// Config file (TOML). Without one, the built-in default is used.
@@ -176,8 +179,10 @@ pub enum ModelCommand {
     Init {
         #[arg(long, value_enum)]
         arch: ModelArch,
-        /// `tiny` (tests, demos), `small` (4×512, training benchmarks) or
-        /// `qwen2.5-0.5b` (the real shape, for benchmarks).
+        /// `tiny` (tests), `mini` (4×128), `small` (4×512, training
+        /// benchmarks), `qwen2.5-0.5b` (the real shape, for benchmarks), or
+        /// `demo`: the trained base policy of `hone demo` (built from its
+        /// recipe in a few minutes; `--seed` picks the initialisation).
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Output directory (created if missing).
@@ -253,6 +258,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     seed,
                 },
         } => model::init(arch.into(), &preset, &out, seed),
+        Command::Demo(args) => demo::run(*args),
         Command::Train { algorithm, args } => train::run(algorithm, *args),
         Command::Rewards { command } => rewards::run(command),
         Command::Dataset { command } => dataset::run(command),

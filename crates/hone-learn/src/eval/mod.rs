@@ -41,6 +41,12 @@ pub enum Target {
 }
 
 impl Target {
+    /// How an agent's cycle runs its instances: through its agent endpoint
+    /// (`[agents.NAME.learn] endpoint`) when it has one, else by replay.
+    pub fn of(agent: &hone_config::AgentConfig) -> Target {
+        agent.learn.endpoint.clone().map_or(Target::Replay, Target::Endpoint)
+    }
+
     pub fn name(&self) -> &str {
         match self {
             Target::Replay => "replay",

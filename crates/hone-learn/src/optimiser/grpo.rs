@@ -8,7 +8,7 @@ use super::training::{local_base, propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::dataset::instance_from_episode;
 use crate::error::LearnError;
-use crate::eval::{EvalOptions, Target};
+use crate::eval::EvalOptions;
 use futures::future::BoxFuture;
 use hone_config::TrainingSpec;
 
@@ -43,7 +43,7 @@ impl Optimiser for Grpo {
                 ));
                 results = ctx
                     .evaluator
-                    .run(ctx.target, ctx.champion_id, &Target::Replay, &options, &quiet)
+                    .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)
                     .await?
                     .1;
             }

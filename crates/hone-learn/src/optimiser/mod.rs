@@ -40,6 +40,8 @@ pub struct ProposeContext<'a> {
     pub target: &'a DatasetInfo,
     pub store: Arc<dyn CycleStore>,
     pub evaluator: &'a Evaluator,
+    /// How the champion's rollouts run: the agent endpoint, or replay.
+    pub via: &'a crate::eval::Target,
     /// Where trained adapters go (`<adapters_dir>/<name>`).
     pub adapters_dir: PathBuf,
     pub progress: &'a (dyn Fn(&str) + Sync),

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod config;
 pub mod dataset;
+pub mod demo;
 pub mod deploy;
 pub mod eval;
 pub mod keys;

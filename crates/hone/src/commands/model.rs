@@ -1,20 +1,63 @@
-//! `hone model init`: writes a randomly initialised checkpoint of a named
-//! preset in the Hugging Face layout.
+//! `hone model init`: writes a checkpoint of a named preset in the Hugging
+//! Face layout: randomly initialised, or for `demo` the base policy
+//! `hone demo` trains (so tests and users get the same model it starts from).
 
-use anyhow::{Context, Result};
+use crate::output::note;
+use anyhow::{bail, Context, Result};
 use hone_engine::init::{write_checkpoint, Preset};
 use hone_engine::Arch;
+use hone_envs::base_policy::{self, Recipe};
+use hone_envs::Builtin;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
+/// The preset name of the demo's trained base policy.
+pub const DEMO: &str = "demo";
+
 pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64) -> Result<ExitCode> {
-    let preset = Preset::parse(preset).with_context(|| format!("unknown preset `{preset}` ({})", Preset::NAMES))?;
+    if preset == DEMO {
+        return demo(arch, out, seed);
+    }
+    let preset =
+        Preset::parse(preset).with_context(|| format!("unknown preset `{preset}` ({}, {DEMO})", Preset::NAMES))?;
     write_checkpoint(arch, preset, seed, out)
         .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
     writeln!(
         std::io::stdout(),
         "wrote a random {arch:?} checkpoint to {}",
+        out.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn demo(arch: Arch, out: &Path, seed: u64) -> Result<ExitCode> {
+    if arch != Arch::Qwen2 {
+        bail!("the `{DEMO}` preset is a Qwen2-architecture model; use --arch qwen2");
+    }
+    let recipe = Recipe {
+        init_seed: seed,
+        ..Recipe::demo(Builtin::Calc)
+    };
+    let total = recipe.drill_steps + recipe.steps;
+    note(format_args!(
+        "training the demo base policy (recipe {}) into {}: {total} steps",
+        recipe.hash(),
+        out.display()
+    ));
+    let built = base_policy::ensure(&recipe, out, &mut |step, steps, loss| {
+        if step % 50 == 0 || step == steps {
+            note(format_args!("step {step}/{steps} loss {loss:.3}"));
+        }
+    })
+    .with_context(|| format!("cannot build the demo base policy in {}", out.display()))?;
+    writeln!(
+        std::io::stdout(),
+        "wrote the demo base policy ({} parameters, loss {:.3} → {:.3}, {:.0} s) to {}",
+        built.parameters,
+        built.first_loss,
+        built.last_loss,
+        built.seconds,
         out.display()
     )?;
     Ok(ExitCode::SUCCESS)

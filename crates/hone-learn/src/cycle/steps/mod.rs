@@ -99,6 +99,8 @@ fn regression(learner: &Learner, detail: &CycleDetail) -> Result<Option<DatasetI
 /// cycle's target and regression sets, and the champion.
 struct Bench {
     evaluator: Evaluator,
+    /// How instances run: the agent endpoint, or replay.
+    via: Target,
     target: DatasetInfo,
     regression: Option<DatasetInfo>,
     champion: VersionId,
@@ -108,6 +110,7 @@ impl Bench {
     fn of(learner: &Learner, agent: &AgentConfig, detail: &CycleDetail) -> Result<Self> {
         Ok(Self {
             evaluator: learner.evaluator(agent)?,
+            via: Target::of(agent),
             target: target(learner, detail)?,
             regression: regression(learner, detail)?,
             champion: champion(detail)?.clone(),
@@ -119,13 +122,14 @@ impl Bench {
 async fn evaluate_on(
     learner: &Learner,
     evaluator: &Evaluator,
+    via: &Target,
     dataset: &DatasetInfo,
     version: &VersionId,
     label: &str,
 ) -> Result<(EvalSummary, Vec<InstanceResult>)> {
     let quiet = |_: crate::eval::Progress| {};
     let (run, results) = evaluator
-        .run(dataset, version, &Target::Replay, &EvalOptions::default(), &quiet)
+        .run(dataset, version, via, &EvalOptions::default(), &quiet)
         .await?;
     let summary = summarise(&run.id, &results);
     learner.say(
@@ -144,10 +148,11 @@ async fn evaluate_on(
 /// The results the evaluate step stored for a version on a dataset.
 fn stored_results(
     learner: &Learner,
+    via: &Target,
     dataset: &DatasetInfo,
     version: &VersionId,
 ) -> Result<(EvalSummary, Vec<InstanceResult>)> {
-    let run = run_id(&dataset.id, version, &Target::Replay);
+    let run = run_id(&dataset.id, version, via);
     let results = learner.store.eval_results(&run)?;
     Ok((summarise(&run, &results), results))
 }

@@ -26,6 +26,7 @@ pub(super) async fn run(
     let target = super::target(learner, &detail)?;
     let evaluator = learner.evaluator(agent)?;
     let progress = |m: &str| learner.say(name, m);
+    let via = crate::eval::Target::of(agent);
     // A champion with no routes names no provider: "" gets `<data_dir>/adapters`.
     let adapters_dir = learner
         .config
@@ -39,6 +40,7 @@ pub(super) async fn run(
         target: &target,
         store: learner.store.clone(),
         evaluator: &evaluator,
+        via: &via,
         adapters_dir,
         progress: &progress,
     };

@@ -1,0 +1,101 @@
+//! The config `hone demo` runs with, written to `<data-dir>/hone.toml` so a
+//! user can read it, run `hone serve` / `hone learn` on it, and copy it for
+//! an agent of their own. The demo itself loads the file it wrote (so what
+//! is on disk is what ran), then points the addresses at the ports it bound.
+
+use std::path::Path;
+
+/// The agent's name in the demo.
+pub const AGENT: &str = "calc";
+
+/// How the demo turns what users do into rewards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RewardMode {
+    /// Implicit signals, and penalties for invalid tool calls, empty
+    /// answers and clarifying questions.
+    Implicit,
+    /// Implicit signals only: nothing penalises an invalid tool call or a
+    /// clarifying question (Cursor's two reward hacks), to show the gate and
+    /// the monitors catching what training on such a reward does.
+    Naive,
+}
+
+/// The config text. `data_dir` and `base` (the base policy's checkpoint)
+/// are absolute paths,
+/// `endpoint` the environment's `POST /run` URL.
+pub fn text(data_dir: &Path, base: &Path, endpoint: &str, reward: RewardMode) -> String {
+    let penalties = match reward {
+        RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
+        RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
+    };
+    format!(
+        r#"# Written by `hone demo`: an agent that solves arithmetic word problems
+# with a calculator tool, served by the embedded engine from a small model
+# hone trained itself, learning from what simulated users do (they accept an
+# answer, complain, ask again or leave; nobody tells hone the right answer).
+#
+# Run the parts yourself on this file:
+#   hone serve --config hone-demo/hone.toml
+#   hone learn calc --once --config hone-demo/hone.toml --gateway http://127.0.0.1:7070
+# (`learn.endpoint` below is the environment's agent endpoint; `hone demo`
+# serves it while it runs, on a free port it writes here.)
+
+[gateway]
+listen = "127.0.0.1:7070"
+data_dir = {data_dir}
+
+[providers.local]
+type = "local"
+dtype = "f32"
+device = "cpu"
+max_batch = 16
+
+[agents.{AGENT}]
+description = "Solves arithmetic word problems; may call the `calc` tool."
+
+[agents.{AGENT}.versions.base]
+provider = {{ type = "local", model = {base} }}
+temperature = 0.7
+max_tokens = 96
+
+[agents.{AGENT}.deployment]
+champion = "base"
+# A candidate that passes the gate goes to a canary at once (min_gain: least
+# reward gain over the champion on the cycle's held-out instances).
+policy = {{ type = "auto", min_gain = 0.02, max_cost_ratio = 10.0 }}
+canary_share = 0.3
+canary_episodes = 24
+
+[agents.{AGENT}.reward]
+# What the simulated users do is all hone hears about an answer.
+signals = {{ accepted = 1.0, dissatisfied_followup = -0.5, retry = -0.5, abandon = -0.5 }}
+pass_threshold = 0.5
+{penalties}
+
+[agents.{AGENT}.learn]
+every = {{ episodes = 64 }}
+optimisers = ["sft", "examples"]
+dataset_size = 48
+endpoint = {endpoint}
+
+[agents.{AGENT}.learn.sft]
+steps = 40
+lr = 0.002
+rank = 8
+min_examples = 8
+
+[agents.{AGENT}.learn.examples]
+k = [2]
+
+[agents.{AGENT}.learn.gate]
+reruns = 1
+
+[agents.{AGENT}.learn.monitor]
+min_episodes = 24
+"#,
+        // JSON string literals are valid TOML basic strings.
+        data_dir = serde_json::Value::String(data_dir.display().to_string()),
+        base = serde_json::Value::String(base.display().to_string()),
+        endpoint = serde_json::Value::String(endpoint.to_owned()),
+    )
+}

@@ -1,0 +1,582 @@
+//! `hone demo`: an agent that learns from implicit feedback, on a laptop,
+//! with no GPU, no network and no key.
+//!
+//! In one process: the base policy (built once by hone itself and cached in
+//! the data directory), the real gateway on a loopback port serving it with
+//! the embedded engine, the `calc` environment's agent endpoint, simulated
+//! users driving traffic through the gateway as an OpenAI client, and the
+//! learning loop (cycles, gate, canary, monitors). Each round: users play
+//! training tasks and react; the canary is watched (promoted or rolled
+//! back); a cycle runs; the champion is measured on held-out tasks. At the
+//! end: a summary, and plots as SVG and PNG.
+//!
+//! The hidden score of an answer drives the simulated users and the
+//! held-out measurement only; hone hears nothing but the users' signals.
+
+mod config;
+mod plots;
+mod traffic;
+
+use crate::context::{open_store, runtime};
+use crate::output::{note, print_table};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+pub use config::RewardMode;
+use config::AGENT;
+use hone_envs::base_policy::{self, Recipe};
+use hone_envs::endpoint::router_with_user;
+use hone_envs::{Builtin, Runner, RunnerConfig, SimulatedUser};
+use hone_learn::cycle::Learner;
+use hone_learn::eval::{run_id, Target};
+use hone_learn::stats::{bootstrap_ci, sign_test, wilson_95};
+use hone_learn::watch::Verdict;
+use hone_store::{CycleStore, LearnStore, SqliteStore};
+use hone_types::{CandidateStatus, CycleInfo};
+use indicatif::{ProgressBar, ProgressStyle};
+use plots::{FrontPoint, HeldOutPoint, Marker, MarkerKind};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where everything goes: the base policy, the store, adapters, the
+    /// config it ran with (`hone.toml`), the plots and the summary.
+    #[arg(long, default_value = "./hone-demo")]
+    pub data_dir: PathBuf,
+    /// Stop starting rounds after this many minutes (the round under way finishes).
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Stop after this many cycles.
+    #[arg(long)]
+    pub cycles: Option<u32>,
+    /// Remake the base policy even when one with the same recipe is cached.
+    #[arg(long)]
+    pub rebuild_base: bool,
+    /// Start from this checkpoint (a Hugging Face directory whose chat
+    /// template speaks Hermes tool calls) instead of the demo's own base policy.
+    #[arg(long, conflicts_with = "rebuild_base")]
+    pub base: Option<PathBuf>,
+    /// How rewards are made from what users do.
+    #[arg(long, value_enum, default_value_t = RewardMode::Implicit)]
+    pub reward: RewardMode,
+    /// User episodes per round (between two cycles).
+    #[arg(long, default_value_t = 64)]
+    pub episodes_per_round: u64,
+    /// Held-out tasks per measurement of the champion.
+    #[arg(long, default_value_t = 60)]
+    pub held_out: u64,
+    /// Users at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seed of the simulated users.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Probability that a user reacts against the answer's real quality.
+    #[arg(long, default_value_t = 0.05)]
+    pub noise: f64,
+}
+
+/// The champion's held-out measurement after a round.
+#[derive(Debug, Clone, Serialize)]
+struct Measured {
+    round: usize,
+    champion: String,
+    solved: Vec<bool>,
+    rate: f64,
+    ci95: (f64, f64),
+}
+
+impl Measured {
+    fn new(round: usize, champion: String, solved: Vec<bool>) -> Self {
+        let hits = solved.iter().filter(|s| **s).count() as u64;
+        let n = solved.len() as u64;
+        Self {
+            round,
+            champion,
+            rate: hits as f64 / n.max(1) as f64,
+            ci95: wilson_95(hits, n).unwrap_or((0.0, 1.0)),
+            solved,
+        }
+    }
+}
+
+/// What `summary.json` holds.
+#[derive(Debug, Serialize)]
+struct Summary {
+    reward: String,
+    minutes: f64,
+    rounds: usize,
+    user_episodes: usize,
+    base: Measured,
+    last: Measured,
+    /// Paired over the same held-out tasks: last − base.
+    paired_gain: f64,
+    paired_gain_ci95: Option<(f64, f64)>,
+    /// Tasks the last champion solves and the base does not, and the reverse.
+    wins: u64,
+    losses: u64,
+    sign_test_p: f64,
+    promotions: Vec<String>,
+    rollbacks: Vec<String>,
+    plots: Vec<PathBuf>,
+}
+
+pub fn run(args: DemoArgs) -> Result<ExitCode> {
+    if args.minutes <= 0.0 {
+        bail!("--minutes must be more than 0");
+    }
+    if args.held_out < 2 || args.episodes_per_round < 2 {
+        bail!("--held-out and --episodes-per-round must be at least 2");
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize()?;
+    let started = Instant::now();
+    let base_dir = match &args.base {
+        Some(dir) => dir
+            .canonicalize()
+            .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
+        None => base(&data_dir, args.rebuild_base)?,
+    };
+    runtime()?.block_on(run_demo(args, data_dir, base_dir, started))
+}
+
+/// The base policy: the cached one when its recipe matches, else built now.
+fn base(data_dir: &Path, rebuild: bool) -> Result<PathBuf> {
+    let recipe = Recipe::demo(Builtin::Calc);
+    let dir = base_policy::dir_in(data_dir, Builtin::Calc);
+    if !rebuild {
+        if let Some(built) = base_policy::existing(&dir).filter(|b| b.hash == recipe.hash()) {
+            note(format_args!(
+                "base policy {} (recipe {}) is cached in {}",
+                built.recipe.environment,
+                built.hash,
+                dir.display()
+            ));
+            return Ok(dir);
+        }
+    }
+    note(format_args!(
+        "building the base policy (recipe {}): a small Qwen2-architecture model trained from scratch on {} generated demonstrations; this happens once",
+        recipe.hash(),
+        recipe.demonstrations
+    ));
+    let bar = bar(
+        (recipe.drill_steps + recipe.steps) as u64,
+        "base policy {bar:30} {pos}/{len} steps {msg} ({elapsed}, ~{eta} left)",
+    );
+    let built = base_policy::build(&recipe, &dir, &mut |step, _, loss| {
+        bar.set_position(step as u64);
+        bar.set_message(format!("loss {loss:.3}"));
+    })
+    .context("cannot build the base policy")?;
+    bar.finish_and_clear();
+    note(format_args!(
+        "base policy built in {:.0} s: {} parameters, loss {:.3} → {:.3}",
+        built.seconds, built.parameters, built.first_loss, built.last_loss
+    ));
+    Ok(dir)
+}
+
+fn bar(len: u64, template: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started: Instant) -> Result<ExitCode> {
+    let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let gateway_url = format!("http://{}", gateway_listener.local_addr()?);
+    let endpoint_url = format!("http://{}/run", endpoint_listener.local_addr()?);
+
+    // The config on disk is the config that runs.
+    let config_path = data_dir.join("hone.toml");
+    std::fs::write(
+        &config_path,
+        config::text(&data_dir, &base_dir, &endpoint_url, args.reward),
+    )
+    .with_context(|| format!("cannot write {}", config_path.display()))?;
+    let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    config.gateway.listen = gateway_listener.local_addr()?;
+
+    let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
+    let recorder = gateway.state().recorder.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    let mut stopped = stop_rx.clone();
+    servers.spawn(gateway.serve(gateway_listener, async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+
+    let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
+    let mut runner_config = RunnerConfig::new(gateway_url.clone(), AGENT);
+    runner_config.timeout = Duration::from_secs(300);
+    let runner = Runner::new(environment, runner_config)?;
+    // Rollouts and evaluations through the endpoint get their reward from a
+    // simulated user of their own (reacting at once), as traffic does.
+    let rollout_user = SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003));
+    let router = router_with_user(Arc::new(runner.clone()), rollout_user);
+    let mut stopped = stop_rx.clone();
+    servers.spawn(hone_envs::endpoint::serve(endpoint_listener, router, async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+
+    let store = open_store(&config)?;
+    let log_path = data_dir.join("demo.log");
+    let log = Arc::new(std::sync::Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("cannot open {}", log_path.display()))?,
+    ));
+    let spinner = ProgressBar::new_spinner();
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let (log2, spinner2) = (log.clone(), spinner.clone());
+    let learner = Learner {
+        config: Arc::new(config.clone()),
+        store: store.clone(),
+        gateway: hone_learn::client::GatewayClient::new(&gateway_url, None, Duration::from_secs(300))?,
+        recorder: Some(recorder),
+        progress: Arc::new(move |agent: &str, line: &str| {
+            if let Ok(mut file) = log2.lock() {
+                let _ = writeln!(file, "{agent}: {line}");
+            }
+            spinner2.set_message(format!("{agent}: {line}"));
+        }),
+        pause_at: None,
+    };
+    spinner.finish_and_clear();
+
+    note(format_args!(
+        "gateway on {gateway_url}/v1 (agent `{AGENT}`), environment endpoint {endpoint_url}; config in {}, learner log in {}",
+        config_path.display(),
+        log_path.display()
+    ));
+    let outcome = rounds(&args, &learner, &runner, store.as_ref(), &data_dir, started).await;
+    let _ = stop_tx.send(true);
+    while let Some(joined) = servers.join_next().await {
+        if let Ok(Err(e)) = joined {
+            tracing::warn!(error = %e, "a demo server ended with an error");
+        }
+    }
+    outcome
+}
+
+/// What one round did, for the table.
+struct Round {
+    cycle: Option<CycleInfo>,
+    verdict: Verdict,
+    accepted: usize,
+    /// Hidden score ≥ 0.5 (the demo's own view; hone never sees it).
+    solved: usize,
+    episodes: usize,
+    errors: Vec<String>,
+}
+
+async fn rounds(
+    args: &DemoArgs,
+    learner: &Learner,
+    runner: &Runner,
+    store: &SqliteStore,
+    data_dir: &Path,
+    started: Instant,
+) -> Result<ExitCode> {
+    let agent = learner.agent(AGENT)?.clone();
+    let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
+    let champion = || -> Result<String> { Ok(hone_learn::deploy::current(store, &agent)?.0.champion.to_string()) };
+    let mut measured = vec![measure(runner, &champion()?, 0, args).await?];
+    report_measure(&measured[0]);
+    let (mut accepted_log, mut markers, mut front) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut promotions, mut rollbacks) = (Vec::new(), Vec::new());
+    let mut next_task = 0u64;
+    let mut round = 0usize;
+    let budget = Duration::from_secs_f64(args.minutes * 60.0);
+    while started.elapsed() < budget && args.cycles.is_none_or(|c| (round as u32) < c) {
+        round += 1;
+        let bar = bar(
+            args.episodes_per_round,
+            "round {msg} users {bar:30} {pos}/{len} ({elapsed})",
+        );
+        bar.set_message(round.to_string());
+        let tick = || bar.inc(1);
+        let (served, errors) = traffic::serve_users(
+            runner,
+            &user,
+            next_task,
+            args.episodes_per_round,
+            args.concurrency,
+            started,
+            &tick,
+        )
+        .await;
+        bar.finish_and_clear();
+        next_task += args.episodes_per_round;
+        accepted_log.extend(served.iter().map(|s| (s.at, s.accepted)));
+        let verdict = learner.watch(&agent).await?;
+        match &verdict {
+            Verdict::Promoted(why) => {
+                markers.push(marker(started, "promoted", MarkerKind::Promote));
+                promotions.push(why.clone());
+            }
+            Verdict::RolledBack(why) => {
+                markers.push(marker(started, "rolled back", MarkerKind::Rollback));
+                rollbacks.push(why.clone());
+            }
+            _ => {}
+        }
+        let deployment = hone_learn::deploy::current(store, &agent)?.0;
+        let cycle = if deployment.canary.is_none() {
+            let spinner = ProgressBar::new_spinner();
+            spinner.enable_steady_tick(Duration::from_millis(200));
+            spinner.set_message("learning cycle");
+            let cycle = learner.run_cycle(AGENT, "demo").await;
+            spinner.finish_and_clear();
+            let cycle = cycle?;
+            if let Some(canary) = hone_learn::deploy::current(store, &agent)?.0.canary {
+                markers.push(marker(
+                    started,
+                    &format!("canary {}", short(&canary.to_string())),
+                    MarkerKind::Deploy,
+                ));
+            }
+            Some(cycle)
+        } else {
+            None
+        };
+        let row = Round {
+            accepted: served.iter().filter(|s| s.accepted).count(),
+            solved: served.iter().filter(|s| s.score >= 0.5).count(),
+            episodes: served.len(),
+            errors,
+            cycle,
+            verdict,
+        };
+        report_round(round, &row, store, &agent, &mut front)?;
+        let m = measure(runner, &champion()?, round, args).await?;
+        report_measure(&m);
+        measured.push(m);
+    }
+
+    let dir = data_dir.join("plots");
+    std::fs::create_dir_all(&dir)?;
+    let points: Vec<HeldOutPoint> = measured.iter().map(|m| (m.round, m.rate, m.ci95.0, m.ci95.1)).collect();
+    let mut paths = plots::held_out(&dir, &points)?;
+    paths.extend(plots::online(&dir, &accepted_log, 32, &markers)?);
+    paths.extend(plots::front(&dir, &front)?);
+
+    let (base, last) = (measured[0].clone(), measured[measured.len() - 1].clone());
+    let diffs: Vec<f64> = base
+        .solved
+        .iter()
+        .zip(&last.solved)
+        .map(|(b, l)| f64::from(u8::from(*l)) - f64::from(u8::from(*b)))
+        .collect();
+    let wins = diffs.iter().filter(|d| **d > 0.0).count() as u64;
+    let losses = diffs.iter().filter(|d| **d < 0.0).count() as u64;
+    let summary = Summary {
+        reward: format!("{:?}", args.reward).to_lowercase(),
+        minutes: started.elapsed().as_secs_f64() / 60.0,
+        rounds: round,
+        user_episodes: accepted_log.len(),
+        paired_gain: last.rate - base.rate,
+        paired_gain_ci95: bootstrap_ci(&diffs, 0.95, args.seed),
+        wins,
+        losses,
+        sign_test_p: sign_test(wins, losses),
+        base,
+        last,
+        promotions,
+        rollbacks,
+        plots: paths,
+    };
+    let summary_path = data_dir.join("summary.json");
+    std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)? + "\n")?;
+    print_summary(&summary, &summary_path);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn marker(started: Instant, label: &str, kind: MarkerKind) -> Marker {
+    Marker {
+        at: started.elapsed().as_secs_f64(),
+        label: label.to_owned(),
+        kind,
+    }
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs) -> Result<Measured> {
+    let bar = bar(args.held_out, "held-out {bar:30} {pos}/{len} ({elapsed})");
+    let tick = || bar.inc(1);
+    let label = format!("demo-held-out-{}-{round}", short(champion));
+    let solved = traffic::held_out(runner, champion, &label, args.held_out, args.concurrency, &tick).await?;
+    bar.finish_and_clear();
+    Ok(Measured::new(round, champion.to_owned(), solved))
+}
+
+fn report_measure(m: &Measured) {
+    note(format_args!(
+        "held-out success of champion {} after round {}: {:.1}% (95% CI {:.1}–{:.1}%, {} tasks)",
+        short(&m.champion),
+        m.round,
+        m.rate * 100.0,
+        m.ci95.0 * 100.0,
+        m.ci95.1 * 100.0,
+        m.solved.len()
+    ));
+}
+
+/// The round's table: every candidate of its cycle with the gate's verdict.
+fn report_round(
+    round: usize,
+    row: &Round,
+    store: &SqliteStore,
+    agent: &hone_config::AgentConfig,
+    front: &mut Vec<FrontPoint>,
+) -> Result<()> {
+    note(format_args!(
+        "round {round}: {} user episodes, {} accepted ({:.0}%; hidden success {:.0}%){}; canary: {}",
+        row.episodes,
+        row.accepted,
+        100.0 * row.accepted as f64 / row.episodes.max(1) as f64,
+        100.0 * row.solved as f64 / row.episodes.max(1) as f64,
+        if row.errors.is_empty() {
+            String::new()
+        } else {
+            format!(", {} failed (first: {})", row.errors.len(), row.errors[0])
+        },
+        match &row.verdict {
+            Verdict::NoCanary => "none".to_owned(),
+            Verdict::Waiting(n) => format!("collecting ({n} rewarded episodes)"),
+            Verdict::Promoted(s) | Verdict::RolledBack(s) | Verdict::Alerted(s) => s.clone(),
+        }
+    ));
+    let Some(cycle) = &row.cycle else {
+        return Ok(());
+    };
+    let candidates = store.candidates(AGENT, Some(&cycle.id))?;
+    if candidates.is_empty() {
+        note(format_args!(
+            "cycle {}: {}",
+            cycle.id,
+            cycle
+                .detail
+                .note
+                .as_deref()
+                .or(cycle.error.as_deref())
+                .unwrap_or("no candidate")
+        ));
+        return Ok(());
+    }
+    let deployment = hone_learn::deploy::current(store, agent)?.0;
+    let via = Target::of(agent);
+    let mut rows = Vec::new();
+    for c in &candidates {
+        let scores: Vec<f64> = match &cycle.detail.target {
+            Some(target) => store
+                .eval_results(&run_id(target, &c.version_id, &via))?
+                .into_iter()
+                .filter(|r| r.attempt == 0)
+                .filter_map(|r| r.score)
+                .collect(),
+            None => Vec::new(),
+        };
+        let mean = hone_learn::stats::mean(&scores);
+        let ci = bootstrap_ci(&scores, 0.95, 7);
+        let rates = c.scores.as_ref().map(|s| &s.rates);
+        let rate = |name: &str| {
+            rates
+                .and_then(|r| r.get(name))
+                .map_or("-".to_owned(), |v| format!("{:.0}%", v * 100.0))
+        };
+        if let Some(s) = &c.scores {
+            front.push(FrontPoint {
+                label: format!("{} {}", c.optimiser, short(&c.version_id.to_string())),
+                reward: mean.unwrap_or(0.0),
+                latency_ms: s.mean_latency_ms,
+                gated: !matches!(
+                    c.status,
+                    CandidateStatus::Pruned | CandidateStatus::Proposed | CandidateStatus::Evaluated
+                ),
+            });
+        }
+        rows.push(vec![
+            short(&c.version_id.to_string()).to_owned(),
+            c.optimiser.clone(),
+            c.status.as_str().to_owned(),
+            match (mean, ci) {
+                (Some(m), Some((lo, hi))) => format!("{m:.2} [{lo:.2}, {hi:.2}]"),
+                _ => "-".to_owned(),
+            },
+            rate("invalid_tool_call"),
+            rate("clarifying_question"),
+            if deployment.canary.as_ref() == Some(&c.version_id) {
+                format!("canary {:.0}%", deployment.canary_share * 100.0)
+            } else {
+                "no".to_owned()
+            },
+            c.reason.clone().unwrap_or_default().chars().take(90).collect(),
+        ]);
+    }
+    note(format_args!("cycle {} ({}):", cycle.id, cycle.state.as_str()));
+    print_table(
+        &[
+            "CANDIDATE",
+            "OPTIMISER",
+            "VERDICT",
+            "OFFLINE REWARD [95% CI]",
+            "INVALID TOOL",
+            "CLARIFYING",
+            "DEPLOYED",
+            "REASON",
+        ],
+        &rows,
+    )
+}
+
+fn print_summary(s: &Summary, path: &Path) {
+    note(format_args!(
+        "after {} rounds and {} user episodes in {:.1} min:",
+        s.rounds, s.user_episodes, s.minutes
+    ));
+    note(format_args!(
+        "  held-out success {:.1}% (95% CI {:.1}–{:.1}) → {:.1}% (95% CI {:.1}–{:.1}) on the same {} tasks",
+        s.base.rate * 100.0,
+        s.base.ci95.0 * 100.0,
+        s.base.ci95.1 * 100.0,
+        s.last.rate * 100.0,
+        s.last.ci95.0 * 100.0,
+        s.last.ci95.1 * 100.0,
+        s.base.solved.len()
+    ));
+    note(format_args!(
+        "  paired gain {:+.1} points{}; {} tasks newly solved, {} newly failed (sign test p = {:.4})",
+        s.paired_gain * 100.0,
+        s.paired_gain_ci95
+            .map(|(lo, hi)| format!(" (95% CI {:+.1} to {:+.1})", lo * 100.0, hi * 100.0))
+            .unwrap_or_default(),
+        s.wins,
+        s.losses,
+        s.sign_test_p
+    ));
+    for p in &s.promotions {
+        note(format_args!("  promoted: {p}"));
+    }
+    for r in &s.rollbacks {
+        note(format_args!("  rolled back: {r}"));
+    }
+    for p in &s.plots {
+        note(format_args!("  plot: {}", p.display()));
+    }
+    note(format_args!("  summary: {}", path.display()));
+}

@@ -1,0 +1,301 @@
+//! The demo's pictures, drawn with plotters as SVG and PNG (the PNG through
+//! plotters' bitmap backend, text set in DejaVu Sans bundled by the `dejavu`
+//! crate, so no system font is needed):
+//!
+//! - `held-out.{svg,png}`: held-out success of the champion after each
+//!   cycle, with its 95% interval;
+//! - `online.{svg,png}`: the share of users who accepted their answer, as a
+//!   moving average over time, with deploy, promote and rollback markers;
+//! - `front.{svg,png}`: every candidate's offline reward against its mean
+//!   latency, gated ones in colour and pruned ones grey.
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// Held-out success after a cycle: `(cycle index, rate, low, high)`.
+pub type HeldOutPoint = (usize, f64, f64, f64);
+
+/// A marker on the online chart: seconds since the start and what happened.
+#[derive(Debug, Clone)]
+pub struct Marker {
+    pub at: f64,
+    pub label: String,
+    pub kind: MarkerKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerKind {
+    Deploy,
+    Promote,
+    Rollback,
+}
+
+/// A candidate on the front chart.
+#[derive(Debug, Clone)]
+pub struct FrontPoint {
+    pub label: String,
+    pub reward: f64,
+    pub latency_ms: f64,
+    pub gated: bool,
+}
+
+const SIZE: (u32, u32) = (900, 520);
+const FONT: &str = "sans-serif";
+
+fn register_font() {
+    // Registering twice is harmless; a failure leaves plotters' own error
+    // when text is drawn, which the caller reports.
+    let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+}
+
+/// Draws one chart into `<dir>/<name>.svg` and `<dir>/<name>.png` (the
+/// same drawing function instantiated for each backend); returns both paths.
+fn both(
+    dir: &Path,
+    name: &str,
+    svg_draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<()>,
+    png_draw: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> Result<()>,
+) -> Result<Vec<PathBuf>> {
+    register_font();
+    let svg = dir.join(format!("{name}.svg"));
+    let png = dir.join(format!("{name}.png"));
+    {
+        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        svg_draw(&root)?;
+        root.present().map_err(|e| anyhow!("{}: {e}", svg.display()))?;
+    }
+    {
+        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        png_draw(&root)?;
+        root.present().map_err(|e| anyhow!("{}: {e}", png.display()))?;
+    }
+    Ok(vec![svg, png])
+}
+
+fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow!("plotting: {e}")
+}
+
+/// Held-out success per cycle with 95% intervals.
+pub fn held_out(dir: &Path, points: &[HeldOutPoint]) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "held-out",
+        |r| draw_held_out(r, points),
+        |r| draw_held_out(r, points),
+    )
+}
+
+fn draw_held_out<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, points: &[HeldOutPoint]) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let last = points.iter().map(|p| p.0).max().unwrap_or(1).max(1);
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption("Held-out success of the champion (95% interval)", (FONT, 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..(last as f64 + 0.5), 0f64..1f64)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("after cycle (0 = the base policy)")
+        .y_desc("held-out tasks solved")
+        .x_labels(last + 2)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|&(x, y, lo, hi)| ErrorBar::new_vertical(x as f64, lo, y, hi, BLUE.stroke_width(2), 12)),
+        )
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            points.iter().map(|&(x, y, _, _)| (x as f64, y)),
+            BLUE.stroke_width(2),
+        ))
+        .map_err(err)?;
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|&(x, y, _, _)| Circle::new((x as f64, y), 5, BLUE.filled())),
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
+/// The moving share of accepted answers over time, with markers.
+pub fn online(dir: &Path, accepted: &[(f64, bool)], window: usize, markers: &[Marker]) -> Result<Vec<PathBuf>> {
+    let mut sorted = accepted.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let series: Vec<(f64, f64)> = (0..sorted.len())
+        .filter(|&i| i + 1 >= window.min(sorted.len()))
+        .map(|i| {
+            let from = (i + 1).saturating_sub(window);
+            let part = &sorted[from..=i];
+            let share = part.iter().filter(|(_, a)| *a).count() as f64 / part.len() as f64;
+            (sorted[i].0 / 60.0, share)
+        })
+        .collect();
+    let end = sorted.last().map_or(1.0, |(t, _)| t / 60.0).max(0.1);
+    both(
+        dir,
+        "online",
+        |r| draw_online(r, &series, end, window, markers),
+        |r| draw_online(r, &series, end, window, markers),
+    )
+}
+
+fn draw_online<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    series: &[(f64, f64)],
+    end: f64,
+    window: usize,
+    markers: &[Marker],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("Users who accepted the answer (moving share over {window} episodes)"),
+            (FONT, 20),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..end * 1.02, 0f64..1f64)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes since the demo started")
+        .y_desc("accepted")
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(series.iter().copied(), BLUE.stroke_width(2)))
+        .map_err(err)?
+        .label("accepted (implicit signal)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
+    for kind in [MarkerKind::Deploy, MarkerKind::Promote, MarkerKind::Rollback] {
+        let (colour, name) = match kind {
+            MarkerKind::Deploy => (RGBColor(230, 140, 0), "canary deployed"),
+            MarkerKind::Promote => (RGBColor(0, 150, 60), "promoted"),
+            MarkerKind::Rollback => (RGBColor(210, 30, 30), "rolled back"),
+        };
+        let these: Vec<&Marker> = markers.iter().filter(|m| m.kind == kind).collect();
+        if these.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(these.iter().map(|m| {
+                let x = m.at / 60.0;
+                PathElement::new(vec![(x, 0.0), (x, 1.0)], colour.stroke_width(2))
+            }))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(these.iter().map(|m| {
+                Text::new(
+                    m.label.clone(),
+                    (m.at / 60.0, 0.04),
+                    (FONT, 12).into_font().color(&colour),
+                )
+            }))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Candidates' offline reward against latency: the Pareto front's raw material.
+pub fn front(dir: &Path, points: &[FrontPoint]) -> Result<Vec<PathBuf>> {
+    both(dir, "front", |r| draw_front(r, points), |r| draw_front(r, points))
+}
+
+fn draw_front<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, points: &[FrontPoint]) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let max_latency = points.iter().map(|p| p.latency_ms).fold(1.0, f64::max) * 1.15;
+    let (low, high) = points.iter().fold((0.0f64, 1.0f64), |(lo, hi), p| {
+        (lo.min(p.reward - 0.1), hi.max(p.reward + 0.1))
+    });
+    let mut chart = ChartBuilder::on(root)
+        .caption("Candidates: offline reward against latency", (FONT, 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..max_latency, low..high)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("mean episode latency (ms)")
+        .y_desc("mean reward on the cycle's held-out instances")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    for gated in [false, true] {
+        let colour = if gated {
+            RGBColor(0, 110, 200)
+        } else {
+            RGBColor(160, 160, 160)
+        };
+        let these: Vec<&FrontPoint> = points.iter().filter(|p| p.gated == gated).collect();
+        if these.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(
+                these
+                    .iter()
+                    .map(|p| Circle::new((p.latency_ms, p.reward), 6, colour.filled())),
+            )
+            .map_err(err)?
+            .label(if gated { "passed the gate" } else { "pruned" })
+            .legend(move |(x, y)| Circle::new((x + 6, y), 5, colour.filled()));
+        chart
+            .draw_series(these.iter().map(|p| {
+                Text::new(
+                    p.label.clone(),
+                    (p.latency_ms, p.reward),
+                    (FONT, 12).into_font().color(&colour),
+                )
+            }))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! The demo's traffic and its measurements, both through the real gateway:
+//!
+//! - [`serve_users`]: simulated users each play a task from the training
+//!   split (routed by the deployment: champion or canary) and, after their
+//!   delay, send their implicit reaction as feedback. The hidden score goes
+//!   no further than this file's report.
+//! - [`held_out`]: a version's success on held-out tasks, pinned with
+//!   `X-Hone-Version` and recorded as evaluation episodes (not traffic); no
+//!   feedback is sent.
+
+use futures::StreamExt;
+use hone_envs::{Difficulty, RunContext, Runner, SimulatedUser, Split};
+use hone_types::EpisodeId;
+use rand::SeedableRng;
+
+/// One user's episode, as the demo saw it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// Seconds since the demo started, when the user reacted.
+    pub at: f64,
+    /// The hidden score (for the demo's own report only).
+    pub score: f64,
+    pub accepted: bool,
+}
+
+/// The task of a running index: difficulties take turns.
+fn task_at(runner: &Runner, split: Split, index: u64) -> hone_envs::Task {
+    let difficulty = Difficulty::from_level((index % 3) as u8 + 1).unwrap_or(Difficulty::Easy);
+    runner.environment().task(split, index, difficulty)
+}
+
+/// `count` users, `concurrency` at a time, starting at task `first`; each
+/// plays its task and reacts. A run the gateway refused is reported and
+/// skipped (the user got no answer and sends nothing).
+pub async fn serve_users(
+    runner: &Runner,
+    user: &SimulatedUser,
+    first: u64,
+    count: u64,
+    concurrency: usize,
+    started: std::time::Instant,
+    tick: &(dyn Fn() + Sync),
+) -> (Vec<Served>, Vec<String>) {
+    let runs = futures::stream::iter(first..first + count)
+        .map(|index| async move {
+            let task = task_at(runner, Split::Train, index);
+            let outcome = runner.run(&task, &RunContext::default()).await?;
+            // Each user reacts with a stream of their own, so the order in
+            // which concurrent runs finish does not change any reaction.
+            let mut rng = rand::rngs::StdRng::seed_from_u64(user.seed ^ index.wrapping_mul(0x9e37_79b9));
+            let reaction = user.react(outcome.score, &mut rng);
+            tokio::time::sleep(user.delay(&mut rng)).await;
+            for signal in &reaction {
+                runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
+            }
+            tick();
+            Ok::<_, hone_envs::RunError>(Served {
+                at: started.elapsed().as_secs_f64(),
+                score: outcome.score,
+                accepted: reaction.iter().any(|s| s.is_positive()),
+            })
+        })
+        .buffer_unordered(concurrency.max(1));
+    let results: Vec<_> = runs.collect().await;
+    let mut served = Vec::new();
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(s) => served.push(s),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    (served, errors)
+}
+
+/// Held-out success of `version`: `n` held-out tasks, each solved or not
+/// (hidden score ≥ 0.5). `label` keeps the evaluation episode ids of
+/// different measurements apart.
+pub async fn held_out(
+    runner: &Runner,
+    version: &str,
+    label: &str,
+    n: u64,
+    concurrency: usize,
+    tick: &(dyn Fn() + Sync),
+) -> Result<Vec<bool>, hone_envs::RunError> {
+    let runs = futures::stream::iter(0..n)
+        .map(|index| async move {
+            let task = task_at(runner, Split::HeldOut, index);
+            let context = RunContext {
+                episode: EpisodeId::evaluation(label, index as usize, "0").ok(),
+                version: Some(version.to_owned()),
+            };
+            let outcome = runner.run(&task, &context).await?;
+            tick();
+            Ok::<_, hone_envs::RunError>(outcome.score >= 0.5)
+        })
+        .buffered(concurrency.max(1));
+    runs.collect::<Vec<_>>().await.into_iter().collect()
+}
