@@ -158,8 +158,8 @@ fn answers_directly(recipe: &Recipe, i: usize) -> bool {
     ((i + 1) as f64 * share).floor() > (i as f64 * share).floor()
 }
 
-/// Copy drills: a task's user message alone, answered with its numbers and
-/// capitalised words in order. A randomly initialised model learns the
+/// Copy drills: a task's user message alone, answered by repeating it word
+/// for word. A randomly initialised model learns the
 /// word problems' structure in a few hundred steps but copies numbers from
 /// the prompt only much later (the attention that finds and copies them
 /// forms late); drills on short sequences whose every scored token is a
@@ -174,13 +174,8 @@ pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
             let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
             let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
             let task = env.task(Split::Train, i as u64, difficulty);
-            let salient: Vec<&str> = task
-                .prompt
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| w.starts_with(|c: char| c.is_ascii_digit() || c.is_uppercase()))
-                .collect();
             let prompt = serde_json::json!([{"role": "user", "content": task.prompt}]);
-            let answer = serde_json::json!([{"role": "assistant", "content": salient.join(" ")}]);
+            let answer = serde_json::json!([{"role": "assistant", "content": task.prompt}]);
             renderer
                 .conversation(
                     prompt.as_array().map_or(&[][..], Vec::as_slice),

@@ -40,7 +40,11 @@ pub fn wilson_95(hits: u64, n: u64) -> Option<(f64, f64)> {
     let denominator = 1.0 + Z * Z / n;
     let centre = (p + Z * Z / (2.0 * n)) / denominator;
     let half = Z * (p * (1.0 - p) / n + Z * Z / (4.0 * n * n)).sqrt() / denominator;
-    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+    // At 0 or n hits the closed form is exactly 0 or 1; rounding must not
+    // put the bound on the wrong side of the observed rate.
+    let low = if hits == 0 { 0.0 } else { (centre - half).max(0.0) };
+    let high = if k >= n { 1.0 } else { (centre + half).min(1.0) };
+    Some((low, high))
 }
 
 /// Two-sided exact sign test: the probability of a split at least this
@@ -153,5 +157,7 @@ mod tests {
             assert!((l - lo).abs() < 1e-5 && (h - hi).abs() < 1e-5, "{k}/{n}: ({l}, {h})");
         }
         assert_eq!(wilson_95(0, 0), None);
+        assert_eq!(wilson_95(0, 6).map(|c| c.0), Some(0.0), "not a hair above a rate of 0");
+        assert_eq!(wilson_95(6, 6).map(|c| c.1), Some(1.0));
     }
 }

@@ -15,7 +15,14 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_logging(cli.log_format);
+    // The demo tells its own story; the gateway's and engine's info lines
+    // would drown it (HONE_LOG=info brings them back).
+    let level = if matches!(cli.command, cli::Command::Demo(_)) {
+        "warn"
+    } else {
+        "info"
+    };
+    init_logging(cli.log_format, level);
     match cli::run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -25,9 +32,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: cli::LogFormat) {
+fn init_logging(format: cli::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -6,6 +6,7 @@
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
 //! - `python_sdk`: the official `openai` Python SDK drives the gateway
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
+//! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -16,6 +17,7 @@
 mod bad_input;
 mod cli;
 mod crash;
+mod demo;
 mod e2e;
 mod hardening;
 mod learn_crash;

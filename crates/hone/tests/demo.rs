@@ -1,0 +1,119 @@
+//! `hone demo` end to end on the real binary, short: one round on a random
+//! `tiny` base (`--base`), so it runs in seconds. What it checks is the
+//! plumbing a user relies on, not learning (the learning figures come from
+//! the full demo and are reported in docs/ARCHITECTURE.md): the config it
+//! wrote loads and is the one that ran; hone heard only implicit signals;
+//! the summary, the tables and the plots are written.
+
+use std::process::Command;
+
+#[test]
+fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("tiny");
+    let init = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(["model", "init", "--arch", "qwen2", "--preset", "tiny", "--out"])
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let data = dir.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args([
+            "demo",
+            "--cycles",
+            "1",
+            "--held-out",
+            "6",
+            "--episodes-per-round",
+            "10",
+            "--concurrency",
+            "4",
+        ])
+        .arg("--base")
+        .arg(&base)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    for line in [
+        "held-out success of champion",
+        "round 1: 10 user episodes",
+        "paired gain",
+        "summary:",
+    ] {
+        assert!(stderr.contains(line), "`{line}` missing from:\n{stderr}");
+    }
+
+    // The config it wrote is valid and names the base it ran on.
+    let config = data.join("hone.toml");
+    let check = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(["config", "check"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        text.contains(&base.canonicalize().unwrap().display().to_string()),
+        "{text}"
+    );
+
+    // The summary: base and last measured on the same 6 held-out tasks.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["rounds"], 1);
+    assert_eq!(summary["user_episodes"], 10);
+    for m in ["base", "last"] {
+        assert_eq!(summary[m]["solved"].as_array().unwrap().len(), 6, "{summary}");
+        let rate = summary[m]["rate"].as_f64().unwrap();
+        let (lo, hi) = (
+            summary[m]["ci95"][0].as_f64().unwrap(),
+            summary[m]["ci95"][1].as_f64().unwrap(),
+        );
+        assert!(
+            lo <= rate && rate <= hi && (0.0..=1.0).contains(&lo) && hi <= 1.0,
+            "{summary}"
+        );
+    }
+
+    // Plots: real PNGs and SVGs with their titles in them.
+    for (name, title) in [
+        ("held-out", "Held-out success"),
+        ("online", "accepted the answer"),
+        ("front", "Candidates"),
+    ] {
+        let png = std::fs::read(data.join("plots").join(format!("{name}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}.png");
+        let svg = std::fs::read_to_string(data.join("plots").join(format!("{name}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains(title), "{name}.svg");
+    }
+
+    // hone heard only what users did: implicit signals, on traffic and on
+    // the endpoint's rollouts, never a score.
+    let db = rusqlite::Connection::open(data.join("hone.db")).unwrap();
+    let mut names: Vec<(String, String)> = db
+        .prepare("SELECT DISTINCT name, source FROM signals")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for (name, source) in &names {
+        assert!(
+            ["accepted", "dissatisfied_followup", "retry", "abandon"].contains(&name.as_str()) && source == "implicit",
+            "unexpected signal {name} ({source})"
+        );
+    }
+    let traffic: i64 = db
+        .query_row("SELECT COUNT(*) FROM episodes WHERE id NOT LIKE 'eval%'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(traffic, 10, "one episode per user");
+}
