@@ -34,6 +34,9 @@ async fn main() {
     if let Some(v) = var("DRILLS") {
         recipe.drill_steps = v as usize;
     }
+    if let Some(v) = var("DRILL_BATCH") {
+        recipe.drill_batch = v as usize;
+    }
     if let Some(v) = var("DIRECT") {
         recipe.direct_share = v;
     }

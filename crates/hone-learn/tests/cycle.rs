@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use hone_learn::cycle::Learner;
 use hone_learn::deploy::{self, Change};
 use hone_learn::watch::Verdict;
-use hone_store::CycleStore;
+use hone_store::{CycleStore, LearnStore};
 use hone_types::{CandidateStatus, CycleState, VersionId};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -118,6 +118,29 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
         version(&w, "story", "mixed"),
         version(&w, "story", "pricey"),
     );
+    // Optimisers learn from one half of the window's sample, candidates are
+    // gated on the other: disjoint, together the whole sample, and the
+    // regression set holds nothing trained on.
+    let ids = |id: &Option<String>| -> std::collections::BTreeSet<String> {
+        w.store
+            .dataset_items(id.as_deref().unwrap())
+            .unwrap()
+            .into_iter()
+            .map(|i| i.id)
+            .collect()
+    };
+    let (train, target) = (ids(&cycle.detail.train), ids(&cycle.detail.target));
+    assert!(train.len() >= 2 && target.len() >= 2, "{train:?} {target:?}");
+    assert!(train.is_disjoint(&target));
+    assert!(
+        train.len() - target.len() <= 1,
+        "balanced halves: {} vs {}",
+        train.len(),
+        target.len()
+    );
+    if cycle.detail.regression.is_some() {
+        assert!(ids(&cycle.detail.regression).is_disjoint(&train));
+    }
     let candidates = w.store.candidates("story", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 3);
     let find = |id: &VersionId| candidates.iter().find(|c| &c.version_id == id).unwrap();

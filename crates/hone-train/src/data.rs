@@ -12,9 +12,12 @@
 //! - DPO: `{"prompt": [...], "chosen": [...] | "text", "rejected": ...}` or
 //!   `{"prompt_tokens", "chosen_tokens", "rejected_tokens"}`;
 //! - GRPO: `{"prompt": [...] | "prompt_tokens": [...], "completions":
-//!   [{"reward": r, "text" | "messages" | "tokens", "mask"?, "logprobs"?}]}`;
-//!   a group with one completion trains in baseline mode (`"agent"` names
-//!   whose running baseline it uses).
+//!   [{"reward": r, "text" | "messages" | "tokens", "mask"?, "logprobs"?,
+//!   "prompt_tokens"?, "episode"?}]}`; a group with one completion trains in
+//!   baseline mode (`"agent"` names whose running baseline it uses). A
+//!   completion may carry its own `prompt_tokens` (a later call of a
+//!   multi-step episode) and the `episode` it belongs to: the completions of
+//!   one episode share one place in the group (see `loss::grpo`).
 //!
 //! A malformed line is an error naming the file, the line and the field.
 
@@ -45,6 +48,9 @@ pub struct GrpoSample {
     pub reward: f64,
     /// The sampler's logprob of each scored token.
     pub behaviour: Option<Vec<f32>>,
+    /// The episode this completion is one call of, when a group holds
+    /// multi-call episodes.
+    pub episode: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -290,6 +296,8 @@ struct RawCompletion {
     tokens: Option<Vec<u32>>,
     mask: Option<Vec<u8>>,
     logprobs: Option<Vec<Option<f32>>>,
+    prompt_tokens: Option<Vec<u32>>,
+    episode: Option<String>,
 }
 
 pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
@@ -304,7 +312,8 @@ pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
             if !c.reward.is_finite() {
                 return Err(at("`reward` must be a finite number".into()));
             }
-            let sequence = match (&raw.prompt, &raw.prompt_tokens, &c.tokens) {
+            let prompt_tokens = c.prompt_tokens.as_ref().or(raw.prompt_tokens.as_ref());
+            let sequence = match (&raw.prompt, prompt_tokens, &c.tokens) {
                 (_, Some(p), Some(tokens)) => token_sequence(p, tokens, c.mask.as_deref()).map_err(at)?,
                 (Some(p), _, None) => {
                     let completion = match (c.text, c.messages) {
@@ -329,6 +338,7 @@ pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
                 sequence,
                 reward: c.reward,
                 behaviour,
+                episode: c.episode,
             });
         }
         Ok(GrpoGroup {

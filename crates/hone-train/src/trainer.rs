@@ -7,7 +7,7 @@ use crate::checkpoint::{self, TrainerState};
 use crate::data::{DpoExample, GrpoGroup, SftExample};
 use crate::lora::{LoraParams, LoraSpec};
 use crate::loss::dpo::{dpo_loss, DpoPair};
-use crate::loss::grpo::{group_advantages, grpo_loss, Baseline, GrpoOptions, GrpoSequence};
+use crate::loss::grpo::{episode_advantages, grpo_loss, Baseline, GrpoOptions, GrpoSequence};
 use crate::loss::sft::sft_loss;
 use crate::loss::{mean_kl, LossOutput};
 use crate::optim::{clip_grad_norm, AdamW, OptimConfig};
@@ -482,10 +482,11 @@ impl Trainer {
             for r in &rs {
                 rewards.push((single.then(|| group.agent.clone()), *r));
             }
+            let episodes: Vec<Option<&str>> = group.samples.iter().map(|s| s.episode.as_deref()).collect();
             let advs = if single {
                 Some(vec![self.baseline.advantage(&group.agent, rs[0])])
             } else {
-                group_advantages(&rs, &self.config.grpo)
+                episode_advantages(&rs, &episodes, &self.config.grpo)
             };
             if let Some(advs) = advs {
                 for (j, a) in advs.into_iter().enumerate() {

@@ -241,6 +241,7 @@ fn single_samples_train_against_a_running_baseline() {
             sequence: Sequence::prompt_completion(&[1, 2, 3], &[40 + line as u32, 41]),
             reward,
             behaviour: None,
+            episode: None,
         }],
     };
     let data = Data::Grpo(vec![group(1, 1.0), group(2, 0.0), group(3, 1.0), group(4, 0.0)]);

@@ -93,7 +93,50 @@ pub struct CallRecord {
     pub flags: BehaviourFlags,
 }
 
+/// Where the embedded engine's answers carry their token ids: the
+/// response's `prompt_token_ids`, and each choice's sampled `token_ids` with
+/// their `token_logprobs` (vLLM's names for the first two).
+pub const PROMPT_TOKEN_IDS: &str = "prompt_token_ids";
+pub const TOKEN_IDS: &str = "token_ids";
+pub const TOKEN_LOGPROBS: &str = "token_logprobs";
+
+/// A call's exact tokens as the engine saw and sampled them, with the
+/// sampler's logprob of each sampled token (what off-policy correction needs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledTokens {
+    pub prompt: Vec<u32>,
+    pub completion: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
 impl CallRecord {
+    /// The first choice's tokens, when the provider recorded them (the
+    /// embedded engine does) and they are consistent.
+    pub fn sampled_tokens(&self) -> Option<SampledTokens> {
+        let response = self.response.as_ref()?;
+        let choice = response.choices.first()?;
+        let ids = |v: &serde_json::Value| -> Option<Vec<u32>> {
+            v.as_array()?
+                .iter()
+                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                .collect()
+        };
+        let prompt = ids(response.extra.get(PROMPT_TOKEN_IDS)?)?;
+        let completion = ids(choice.extra.get(TOKEN_IDS)?)?;
+        let logprobs: Vec<f32> = choice
+            .extra
+            .get(TOKEN_LOGPROBS)?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_f64().map(|x| x as f32))
+            .collect::<Option<_>>()?;
+        (!prompt.is_empty() && !completion.is_empty() && logprobs.len() == completion.len()).then_some(SampledTokens {
+            prompt,
+            completion,
+            logprobs,
+        })
+    }
+
     /// The first choice's text, or the empty string.
     pub fn answer_text(&self) -> String {
         self.response

@@ -112,10 +112,14 @@ pub struct CycleDetail {
     /// reward: episodes scored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewarded: Option<u64>,
-    /// datasets: the target dataset's id, and the regression set's when it
-    /// has instances.
+    /// datasets: the target dataset's id (the half of the window's sample
+    /// that candidates are evaluated and gated on), the train set's (the
+    /// other half, what optimisers learn from; disjoint from the target),
+    /// and the regression set's when it has instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression: Option<String>,
     /// propose: candidates stored for this cycle.

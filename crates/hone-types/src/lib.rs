@@ -18,7 +18,7 @@ pub mod stream;
 pub mod time;
 pub mod version;
 
-pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord};
+pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
 };

@@ -14,6 +14,7 @@ use super::{ChunkStream, Provider, ProviderError, StreamEvent};
 use hone_config::{LocalDType, LocalOptions, ProviderConfig};
 use hone_engine::engine::{Engine, EngineOptions, Event, Request};
 use hone_engine::{Generation, Sampling};
+use hone_types::call::{PROMPT_TOKEN_IDS, TOKEN_IDS, TOKEN_LOGPROBS};
 use hone_types::openai::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, Choice, ChunkChoice, Content, Delta, Extra,
     FunctionCall, FunctionCallDelta, Message, Role, ToolCall, ToolCallDelta, Usage,
@@ -291,8 +292,8 @@ fn logprobs_json(engine: &Engine, tokens: &[u32], logprobs: &[f32], top: &[Vec<(
 /// What hone records with every choice: the sampled tokens and their logprobs.
 fn token_extra(generation: &Generation, malformed: &[String]) -> Extra {
     let mut extra = Extra::new();
-    extra.insert("token_ids".into(), json!(generation.tokens));
-    extra.insert("token_logprobs".into(), json!(generation.logprobs));
+    extra.insert(TOKEN_IDS.into(), json!(generation.tokens));
+    extra.insert(TOKEN_LOGPROBS.into(), json!(generation.logprobs));
     if !malformed.is_empty() {
         extra.insert("malformed_tool_calls".into(), json!(malformed));
     }
@@ -376,7 +377,7 @@ impl Provider for LocalProvider {
         }
         let prompt_tokens = prepared.request.prompt.len() as u64;
         let mut extra = Extra::new();
-        extra.insert("prompt_token_ids".into(), json!(prepared.request.prompt));
+        extra.insert(PROMPT_TOKEN_IDS.into(), json!(prepared.request.prompt));
         Ok(ChatCompletionResponse {
             id: completion_id(),
             object: "chat.completion".into(),
@@ -467,7 +468,7 @@ fn stream_chunks(
             extra,
         };
         let mut prompt_extra = Extra::new();
-        prompt_extra.insert("prompt_token_ids".into(), json!(prepared.request.prompt));
+        prompt_extra.insert(PROMPT_TOKEN_IDS.into(), json!(prepared.request.prompt));
         let opening = (0..n)
             .map(|i| delta_choice(i, Delta { role: Some(Role::Assistant), content: Some(String::new()), ..Delta::default() }, None, None, Extra::new()))
             .collect();

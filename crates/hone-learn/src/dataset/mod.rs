@@ -9,12 +9,14 @@ mod export;
 mod import;
 mod instance;
 mod select;
+mod split;
 
 pub use dedup::{fingerprint, Deduper, Fingerprint};
 pub use export::{export, ExportFormat};
 pub use import::read_instances;
 pub use instance::instance_from_episode;
 pub use select::{sample_key, Strata};
+pub use split::{split, without};
 
 use hone_store::{EpisodeFacts, EpisodeFilter, LearnStore, StoreError};
 use hone_types::{DatasetInfo, EpisodeId, VersionId};

@@ -2,7 +2,7 @@
 //! pairs from the agent's own episodes: for one prompt, the best-rewarded
 //! answer over the worst, or a demonstration signal over a failed answer.
 
-use super::training::{propose_adapter, Method};
+use super::training::{instance_rows, propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -20,7 +20,8 @@ impl Optimiser for Dpo {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let items = ctx.store.dataset_items(&ctx.target.id)?;
-            propose_adapter(ctx, Method::Dpo, &self.spec, items).await
+            let (rows, lines) = instance_rows(&items, Method::Dpo)?;
+            propose_adapter(ctx, Method::Dpo, &self.spec, rows, lines).await
         })
     }
 }

@@ -36,7 +36,8 @@ pub struct ProposeContext<'a> {
     pub cycle_id: &'a str,
     pub champion_id: &'a VersionId,
     pub champion: &'a VersionSpec,
-    /// The cycle's target dataset (a stratified sample of recent traffic).
+    /// What to learn from: the cycle's train set (half of a stratified
+    /// sample of recent traffic; candidates are gated on the other half).
     pub target: &'a DatasetInfo,
     pub store: Arc<dyn CycleStore>,
     pub evaluator: &'a Evaluator,

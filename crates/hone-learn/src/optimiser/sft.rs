@@ -3,7 +3,7 @@
 //! or above the pass threshold) and those a user corrected with a
 //! demonstration (trained on the demonstration).
 
-use super::training::{propose_adapter, Method};
+use super::training::{instance_rows, propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -28,8 +28,9 @@ impl Optimiser for Sft {
                     i.reward.is_some_and(|r| r >= threshold)
                         || i.reference.as_ref().is_some_and(|r| r.is_object() || r.is_string())
                 })
-                .collect();
-            propose_adapter(ctx, Method::Sft, &self.spec, chosen).await
+                .collect::<Vec<_>>();
+            let (rows, lines) = instance_rows(&chosen, Method::Sft)?;
+            propose_adapter(ctx, Method::Sft, &self.spec, rows, lines).await
         })
     }
 }

@@ -55,13 +55,22 @@ pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(PathBuf, Option<String>),
     }
 }
 
-/// Trains `method` on `instances` (in the method's export format) and
-/// proposes the champion with the new adapter.
+/// `instances` as the JSONL rows of `method`'s training format, and how many
+/// rows (instances without what the format needs are skipped).
+pub fn instance_rows(instances: &[Instance], method: Method) -> Result<(Vec<u8>, u64), LearnError> {
+    let mut rows = Vec::new();
+    let lines = export(instances, method.format(), &mut rows).map_err(|e| LearnError::training(e.to_string()))?;
+    Ok((rows, lines))
+}
+
+/// Trains `method` on `rows` (`lines` JSONL rows of the trainer's format)
+/// and proposes the champion with the new adapter.
 pub async fn propose_adapter(
     ctx: &ProposeContext<'_>,
     method: Method,
     spec: &TrainingSpec,
-    instances: Vec<Instance>,
+    rows: Vec<u8>,
+    lines: u64,
 ) -> Result<Vec<Proposal>, LearnError> {
     let (base, parent_adapter) = match local_base(ctx) {
         Ok(found) => found,
@@ -76,8 +85,6 @@ pub async fn propose_adapter(
         (ctx.progress)(&format!("{}: adapter {name} already trained (resumed)", method.name()));
         "trained earlier in this cycle".to_owned()
     } else {
-        let mut rows = Vec::new();
-        let lines = export(&instances, method.format(), &mut rows).map_err(|e| LearnError::training(e.to_string()))?;
         if (lines as usize) < spec.min_examples {
             (ctx.progress)(&format!(
                 "{}: {lines} training examples, fewer than min_examples {}; nothing proposed",

@@ -75,10 +75,35 @@ impl Default for GrpoOptions {
 /// Group-relative advantages; `None` when the group has no variance and
 /// such groups are dropped.
 pub fn group_advantages(rewards: &[f64], options: &GrpoOptions) -> Option<Vec<f64>> {
-    let n = rewards.len() as f64;
-    let mean = rewards.iter().sum::<f64>() / n;
-    let var = if rewards.len() > 1 {
-        rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    let alone: Vec<Option<&str>> = vec![None; rewards.len()];
+    episode_advantages(rewards, &alone, options)
+}
+
+/// Group-relative advantages of completions that are calls of multi-call
+/// episodes (`episodes[i]` names the episode of completion `i`; `None`
+/// stands alone). The group's mean and spread are taken over episodes, each
+/// counted once with the mean reward of its calls, so an episode with more
+/// calls does not weigh more; each call's advantage is its own reward
+/// against that mean, so a call credited less than its episode (an invalid
+/// tool call, say) gets less. With one call per episode this is the
+/// ordinary group-relative advantage.
+pub fn episode_advantages(rewards: &[f64], episodes: &[Option<&str>], options: &GrpoOptions) -> Option<Vec<f64>> {
+    // (episode, sum of its calls' rewards, calls), in order of first appearance.
+    let mut sums: Vec<(Option<&str>, f64, f64)> = Vec::new();
+    for (&r, &e) in rewards.iter().zip(episodes) {
+        match sums.iter_mut().find(|(id, _, _)| e.is_some() && *id == e) {
+            Some(entry) => {
+                entry.1 += r;
+                entry.2 += 1.0;
+            }
+            None => sums.push((e, r, 1.0)),
+        }
+    }
+    let means: Vec<f64> = sums.iter().map(|(_, s, n)| s / n).collect();
+    let n = means.len() as f64;
+    let mean = means.iter().sum::<f64>() / n;
+    let var = if means.len() > 1 {
+        means.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)
     } else {
         0.0
     };
@@ -194,4 +219,48 @@ pub fn grpo_loss(sequences: &[GrpoSequence], options: &GrpoOptions) -> (LossOutp
         stats.mean_ratio /= tokens as f64;
     }
     (LossOutput { loss, grads }, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values from Python's `statistics.stdev` over the episodes' mean rewards.
+    #[test]
+    fn episodes_count_once_and_calls_keep_their_own_credit() {
+        let options = GrpoOptions::default();
+        let close = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+        // Two calls of episode A (reward 1) and one of B (0): A does not weigh double.
+        let a = episode_advantages(&[1.0, 1.0, 0.0], &[Some("A"), Some("A"), Some("B")], &options).unwrap_or_default();
+        assert!(
+            close(
+                &a,
+                &[
+                    0.707_006_795_326_683_4,
+                    0.707_006_795_326_683_4,
+                    -0.707_006_795_326_683_4
+                ]
+            ),
+            "{a:?}"
+        );
+        // A call credited less than its episode gets less.
+        let a = episode_advantages(&[1.0, 0.5, 0.0], &[Some("A"), Some("A"), Some("B")], &options).unwrap_or_default();
+        assert!(
+            close(
+                &a,
+                &[
+                    1.178_289_121_650_081_5,
+                    0.235_657_824_330_016_28,
+                    -0.706_973_472_990_048_9
+                ]
+            ),
+            "{a:?}"
+        );
+        // Without episodes: the plain group advantage.
+        assert_eq!(
+            episode_advantages(&[1.0, 0.0], &[None, None], &options),
+            group_advantages(&[1.0, 0.0], &options)
+        );
+        assert_eq!(episode_advantages(&[1.0, 1.0], &[Some("A"), Some("B")], &options), None);
+    }
 }

@@ -1,6 +1,11 @@
-//! datasets: snapshot the window's traffic as the target set (a stratified
-//! sample) and the champion's past successes as the regression set; ends
-//! the cycle early when there is too little traffic to learn from.
+//! datasets: snapshot the window's traffic (a stratified sample), split it
+//! into a train set (what optimisers learn from) and a target set (what
+//! candidates are evaluated and gated on), disjoint by instance, and the
+//! champion's past successes as the regression set, less anything in the
+//! train set; ends the cycle early when there is too little traffic.
+//!
+//! Training and gating never share an instance: a candidate gated on the
+//! prompts it was trained on would pass on memory, not on skill.
 
 use super::{Learner, Stepped};
 use crate::dataset::{self, BuildOptions, Builder};
@@ -37,23 +42,29 @@ pub(super) async fn run(
     let store = learner.store.clone();
     let (traffic, previously_passing) = (options(Builder::Traffic), options(Builder::Regression));
     let now = now_ms();
-    let (target, regression) = tokio::task::spawn_blocking(move || {
-        let target = dataset::build(store.as_ref(), &traffic, now, &mut |_| {})?;
-        let regression = dataset::build(store.as_ref(), &previously_passing, now, &mut |_| {})?;
-        Ok::<_, hone_store::StoreError>((target.0, regression.0))
+    let (train, target, regression) = tokio::task::spawn_blocking(move || {
+        let sample = dataset::build(store.as_ref(), &traffic, now, &mut |_| {})?.0;
+        let (train, target) = dataset::split(store.as_ref(), &sample, seed, now)?;
+        let regression = dataset::build(store.as_ref(), &previously_passing, now, &mut |_| {})?.0;
+        let regression = dataset::without(store.as_ref(), &regression, &train, now)?;
+        Ok::<_, hone_store::StoreError>((train, target, regression))
     })
     .await??;
     learner.say(
         name,
         &format!(
-            "datasets: target {} ({} instances), regression {} ({} instances)",
-            target.id, target.item_count, regression.id, regression.item_count
+            "datasets: train {} ({} instances), target {} ({} instances), regression {} ({} instances)",
+            train.id, train.item_count, target.id, target.item_count, regression.id, regression.item_count
         ),
     );
+    detail.train = Some(train.id);
     detail.target = Some(target.id);
     detail.regression = (regression.item_count > 0).then_some(regression.id);
-    if target.item_count < 2 {
-        detail.note = Some(format!("not enough traffic: {} instances", target.item_count));
+    if target.item_count < 2 || train.item_count < 2 {
+        detail.note = Some(format!(
+            "not enough traffic: {} instances to train on, {} to gate on",
+            train.item_count, target.item_count
+        ));
         return Ok(Stepped::to(CycleState::Done, detail));
     }
     Ok(Stepped::next(cycle, detail))

@@ -91,6 +91,15 @@ fn target(learner: &Learner, detail: &CycleDetail) -> Result<DatasetInfo> {
     dataset(learner, written(&detail.target, "target")?)
 }
 
+/// What optimisers learn from: the train half of the window's sample
+/// (cycles stored before the split had only the target set).
+fn train(learner: &Learner, detail: &CycleDetail) -> Result<DatasetInfo> {
+    match &detail.train {
+        Some(id) => dataset(learner, id),
+        None => target(learner, detail),
+    }
+}
+
 fn regression(learner: &Learner, detail: &CycleDetail) -> Result<Option<DatasetInfo>> {
     detail.regression.as_deref().map(|id| dataset(learner, id)).transpose()
 }

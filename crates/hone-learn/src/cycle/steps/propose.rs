@@ -1,5 +1,5 @@
 //! propose: every configured optimiser proposes versions from the champion
-//! and the target set; each new version is stored as a candidate of this
+//! and the cycle's train set; each new version is stored as a candidate of this
 //! cycle (content-addressed, so a resumed step stores nothing twice). An
 //! optimiser that fails is recorded and skipped; with no candidate at all
 //! the cycle ends.
@@ -23,7 +23,7 @@ pub(super) async fn run(
         .store
         .version(&champion_id)?
         .ok_or_else(|| LearnError::state(format!("champion {champion_id} is not stored")))?;
-    let target = super::target(learner, &detail)?;
+    let train = super::train(learner, &detail)?;
     let evaluator = learner.evaluator(agent)?;
     let progress = |m: &str| learner.say(name, m);
     let via = crate::eval::Target::of(agent);
@@ -37,7 +37,7 @@ pub(super) async fn run(
         cycle_id: &cycle.id,
         champion_id: &champion_id,
         champion: &champion.spec,
-        target: &target,
+        target: &train,
         store: learner.store.clone(),
         evaluator: &evaluator,
         via: &via,

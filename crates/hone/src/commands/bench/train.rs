@@ -181,6 +181,7 @@ fn hone_step(model: &Path, device: &Device, options: &Options, batch: &Batch) ->
             sequence: Sequence::prompt_completion(p, c),
             reward: *r,
             behaviour: None,
+            episode: None,
         })
         .collect();
     let data = Data::Grpo(vec![GrpoGroup {

@@ -74,7 +74,11 @@ pass_threshold = 0.5
 
 [agents.{AGENT}.learn]
 every = {{ episodes = 64 }}
-optimisers = ["sft", "examples"]
+# sft: LoRA on the accepted episodes; grpo: LoRA on groups of the champion's
+# rollouts through `endpoint` (exact tokens and logprobs, per-call credit);
+# examples: successful episodes shown as few-shot examples. Each learns from
+# the cycle's train half; candidates are gated on the other half.
+optimisers = ["sft", "grpo", "examples"]
 dataset_size = 48
 endpoint = {endpoint}
 
@@ -83,6 +87,13 @@ steps = 40
 lr = 0.002
 rank = 8
 min_examples = 8
+
+[agents.{AGENT}.learn.grpo]
+steps = 20
+lr = 0.002
+rank = 8
+group_size = 4
+min_examples = 4
 
 [agents.{AGENT}.learn.examples]
 k = [2]
