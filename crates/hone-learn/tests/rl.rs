@@ -1,0 +1,100 @@
+//! The `grpo` optimiser inside a real cycle on the embedded engine: the
+//! champion (a random tiny Qwen2 served by the gateway's local provider) is
+//! rolled out on the cycle's train half, a regex critic is the reward source
+//! of the rollouts, and the trainer gets the calls' exact token ids with the
+//! sampler's logprobs: its importance ratios leave 1 and clipping acts,
+//! which re-rendered text without logprobs can never do (ratio ≡ 1).
+
+use crate::support::World;
+use hone_learn::cycle::Learner;
+use hone_store::{CycleStore, LearnStore};
+use hone_types::CycleState;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+const RL: &str = r#"
+[providers.local]
+type = "local"
+[agents.rl.versions.v1]
+provider = { type = "local", model = "MODEL" }
+temperature = 1.0
+max_tokens = 6
+[agents.rl.deployment]
+champion = "v1"
+[agents.rl.reward]
+pass_threshold = 0.5
+[agents.rl.reward.critics.digit]
+type = "regex"
+pattern = "[0-9]"
+[agents.rl.learn]
+optimisers = ["grpo"]
+dataset_size = 16
+[agents.rl.learn.grpo]
+steps = 12
+lr = 0.05
+rank = 4
+group_size = 4
+min_examples = 2
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_train_half() {
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let w = World::start_with(&RL.replace("MODEL", &model.path().display().to_string())).await;
+    for i in 0..16 {
+        w.ask("rl", &format!("t-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let learner = Learner {
+        config: Arc::new(w.config.clone()),
+        store: w.store.clone(),
+        gateway: w.client(),
+        recorder: Some(w.recorder.clone()),
+        progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
+        pause_at: None,
+    };
+    let cycle = learner.run_cycle("rl", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let candidates = w.store.candidates("rl", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert_eq!(candidates[0].optimiser, "grpo");
+
+    // The rollouts ran on the train half only.
+    let train: Vec<String> = w
+        .store
+        .dataset_items(cycle.detail.train.as_deref().unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|i| i.input.as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(log.contains(&format!("on {} tasks", train.len())), "{log}");
+
+    // What the trainer saw, step by step.
+    let adapters = w.config.adapters_dir("local");
+    let metrics = std::fs::read_to_string(adapters.join(format!("{}-grpo", cycle.id)).join("metrics.jsonl")).unwrap();
+    let steps: Vec<Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(steps.len(), 12, "{metrics}");
+    let extra = |s: &Value, k: &str| s["extra"][k].as_f64().unwrap_or(f64::NAN);
+    // On the first step the policy is the sampler: the ratio against the
+    // recorded logprobs is 1 up to the engine's and the trainer's rounding.
+    assert!((extra(&steps[0], "ratio") - 1.0).abs() < 1e-3, "{metrics}");
+    // Later the policy has moved: ratios leave 1 and the clip acts.
+    assert!(
+        steps.iter().any(|s| (extra(s, "ratio") - 1.0).abs() > 1e-3),
+        "ratios never left 1: behaviour logprobs did not reach the trainer\n{metrics}"
+    );
+    assert!(
+        steps.iter().any(|s| extra(s, "clip_fraction") > 0.0),
+        "no token was ever clipped\n{metrics}"
+    );
+}
