@@ -57,21 +57,23 @@ pub struct Recipe {
 }
 
 impl Recipe {
-    /// The demo's default: a short run that leaves the policy under-trained.
+    /// The demo's default: copy drills, then a short run on the
+    /// demonstrations that leaves the policy under-trained (measured in
+    /// docs/ARCHITECTURE.md).
     pub fn demo(environment: Builtin) -> Self {
         Self {
             environment,
             preset: "mini".to_owned(),
             environment_seed: 7,
             init_seed: 0,
-            demonstrations: 2_000,
+            demonstrations: 4_000,
             max_difficulty: 3,
             direct_share: 0.0,
-            drill_steps: 0,
-            drill_batch: 32,
+            drill_steps: 300,
+            drill_batch: 16,
             steps: 300,
             batch: 8,
-            lr: 3e-3,
+            lr: 8e-3,
             vocab_size: 1024,
         }
     }

@@ -15,10 +15,14 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     recipe.demonstrations = 40;
     recipe.steps = 6;
     recipe.batch = 2;
+    recipe.drill_steps = 2;
+    recipe.drill_batch = 2;
     recipe.vocab_size = 400;
     let mut seen = Vec::new();
     let built = ensure(&recipe, &out, &mut |step, steps, loss| seen.push((step, steps, loss))).unwrap();
-    assert_eq!(seen.len(), 6);
+    // Drills, then demonstrations, under one count.
+    assert_eq!(seen.len(), 8);
+    assert_eq!(seen.last().map(|s| (s.0, s.1)), Some((8, 8)));
     assert_eq!(built.hash, recipe.hash());
     assert!(
         built.last_loss < built.first_loss,

@@ -5,10 +5,9 @@
 //! canary whose invalid-tool-call rate jumps online is rolled back, alerted
 //! and posted to a webhook.
 
-use crate::support::{weather_tools, World};
+use crate::support::{learner, weather_tools, World};
 use axum::routing::post;
 use axum::{Json, Router};
-use hone_learn::cycle::Learner;
 use hone_learn::deploy::{self, Change};
 use hone_learn::watch::Verdict;
 use hone_store::{CycleStore, LearnStore};
@@ -40,20 +39,6 @@ reruns = 2
 [agents.story.learn.monitor]
 min_episodes = 10
 "#;
-
-fn learner(w: &World) -> (Learner, Arc<Mutex<Vec<String>>>) {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let learner = Learner {
-        config: Arc::new(w.config.clone()),
-        store: w.store.clone(),
-        gateway: w.client(),
-        recorder: Some(w.recorder.clone()),
-        progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
-        pause_at: None,
-    };
-    (learner, lines)
-}
 
 /// `n` single-call episodes `What is A+B?` with the gold answer as feedback.
 async fn sums(w: &World, agent: &str, prefix: &str, n: usize) {

@@ -5,12 +5,10 @@
 //! sampler's logprobs: its importance ratios leave 1 and clipping acts,
 //! which re-rendered text without logprobs can never do (ratio ≡ 1).
 
-use crate::support::World;
-use hone_learn::cycle::Learner;
+use crate::support::{learner, World};
 use hone_store::{CycleStore, LearnStore};
 use hone_types::CycleState;
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
 
 const RL: &str = r#"
 [providers.local]
@@ -52,16 +50,7 @@ async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_t
         w.ask("rl", &format!("t-{i}"), &format!("Say a number, please ({i})"))
             .await;
     }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let learner = Learner {
-        config: Arc::new(w.config.clone()),
-        store: w.store.clone(),
-        gateway: w.client(),
-        recorder: Some(w.recorder.clone()),
-        progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
-        pause_at: None,
-    };
+    let (learner, lines) = learner(&w);
     let cycle = learner.run_cycle("rl", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     assert_eq!(cycle.state, CycleState::Done, "{log}");

@@ -297,3 +297,18 @@ pub fn weather_tools() -> Value {
     json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
 }
+
+/// A learner on `w`'s store and gateway whose progress lines are collected.
+pub fn learner(w: &World) -> (hone_learn::cycle::Learner, Arc<std::sync::Mutex<Vec<String>>>) {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let learner = hone_learn::cycle::Learner {
+        config: Arc::new(w.config.clone()),
+        store: w.store.clone(),
+        gateway: w.client(),
+        recorder: Some(w.recorder.clone()),
+        progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
+        pause_at: None,
+    };
+    (learner, lines)
+}

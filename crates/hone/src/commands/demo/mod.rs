@@ -104,6 +104,27 @@ impl Measured {
     }
 }
 
+/// A canary that became the champion, and what kind of learning made it.
+#[derive(Debug, Clone, Serialize)]
+struct Promotion {
+    round: usize,
+    version: String,
+    optimiser: String,
+    /// `weights`, `episodic memory` or `harness`.
+    timescale: String,
+    why: String,
+}
+
+/// The timescale an optimiser learns on (DESIGN.md): weights, episodic
+/// memory, or the harness.
+fn timescale(optimiser: &str) -> &'static str {
+    match optimiser {
+        "sft" | "dpo" | "grpo" => "weights",
+        "examples" => "episodic memory",
+        _ => "harness",
+    }
+}
+
 /// What `summary.json` holds.
 #[derive(Debug, Serialize)]
 struct Summary {
@@ -120,7 +141,7 @@ struct Summary {
     wins: u64,
     losses: u64,
     sign_test_p: f64,
-    promotions: Vec<String>,
+    promotions: Vec<Promotion>,
     rollbacks: Vec<String>,
     plots: Vec<PathBuf>,
 }
@@ -323,8 +344,21 @@ async fn rounds(
         let verdict = learner.watch(&agent).await?;
         match &verdict {
             Verdict::Promoted(why) => {
-                markers.push(marker(started, "promoted", MarkerKind::Promote));
-                promotions.push(why.clone());
+                let champion = hone_learn::deploy::current(store, &agent)?.0.champion;
+                let optimiser = store
+                    .candidates(AGENT, None)?
+                    .into_iter()
+                    .find(|c| c.version_id == champion)
+                    .map(|c| c.optimiser)
+                    .unwrap_or_default();
+                markers.push(marker(started, &format!("promoted ({optimiser})"), MarkerKind::Promote));
+                promotions.push(Promotion {
+                    version: champion.to_string(),
+                    timescale: timescale(&optimiser).to_owned(),
+                    optimiser,
+                    round,
+                    why: why.clone(),
+                });
             }
             Verdict::RolledBack(why) => {
                 markers.push(marker(started, "rolled back", MarkerKind::Rollback));
@@ -570,7 +604,17 @@ fn print_summary(s: &Summary, path: &Path) {
         s.sign_test_p
     ));
     for p in &s.promotions {
-        note(format_args!("  promoted: {p}"));
+        note(format_args!(
+            "  round {}: promoted {} from `{}` ({}): {}",
+            p.round,
+            short(&p.version),
+            p.optimiser,
+            p.timescale,
+            p.why
+        ));
+    }
+    if s.promotions.is_empty() {
+        note(format_args!("  nothing was promoted: no timescale has helped yet"));
     }
     for r in &s.rollbacks {
         note(format_args!("  rolled back: {r}"));

@@ -10,6 +10,7 @@
 //!   latency, gated ones in colour and pruned ones grey.
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,42 @@ fn both(
 
 fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e}")
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The series' legend, in the lower right corner.
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(err)
+}
+
+/// Labels drawn beside points, in the points' colour.
+fn labels<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    labels: Vec<(String, (f64, f64))>,
+    colour: RGBColor,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .draw_series(
+            labels
+                .into_iter()
+                .map(|(text, at)| Text::new(text, at, (FONT, 12).into_font().color(&colour))),
+        )
+        .map_err(err)?;
+    Ok(())
 }
 
 /// Held-out success per cycle with 95% intervals.
@@ -210,25 +247,13 @@ where
             .map_err(err)?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-        chart
-            .draw_series(these.iter().map(|m| {
-                Text::new(
-                    m.label.clone(),
-                    (m.at / 60.0, 0.04),
-                    (FONT, 12).into_font().color(&colour),
-                )
-            }))
-            .map_err(err)?;
+        labels(
+            &mut chart,
+            these.iter().map(|m| (m.label.clone(), (m.at / 60.0, 0.04))).collect(),
+            colour,
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 13))
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart)
 }
 
 /// Candidates' offline reward against latency: the Pareto front's raw material.
@@ -279,23 +304,14 @@ where
             .map_err(err)?
             .label(if gated { "passed the gate" } else { "pruned" })
             .legend(move |(x, y)| Circle::new((x + 6, y), 5, colour.filled()));
-        chart
-            .draw_series(these.iter().map(|p| {
-                Text::new(
-                    p.label.clone(),
-                    (p.latency_ms, p.reward),
-                    (FONT, 12).into_font().color(&colour),
-                )
-            }))
-            .map_err(err)?;
+        labels(
+            &mut chart,
+            these
+                .iter()
+                .map(|p| (p.label.clone(), (p.latency_ms, p.reward)))
+                .collect(),
+            colour,
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 13))
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart)
 }
