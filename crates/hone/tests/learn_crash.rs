@@ -63,7 +63,7 @@ reference_signal = "gold"
 type = "numeric"
 [agents.story.learn]
 optimisers = ["model"]
-dataset_size = 24
+dataset_size = 48
 [agents.story.learn.model]
 models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
 "#
@@ -128,12 +128,14 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
     let upstream = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
 
-    // Traffic recorded by a real `hone serve`, with gold answers as feedback.
+    // Traffic recorded by a real `hone serve`, with gold answers as feedback:
+    // 48 episodes, so the gate half of the sample (24) has the power to
+    // tell `good` from `weak`.
     let seed = tempfile::tempdir().unwrap();
     let text = config(&upstream);
     let mut hone = Hone::start_in(seed.path(), &text, &[]);
     let http = client();
-    for i in 0..24 {
+    for i in 0..48 {
         let (a, b) = (10 + i, i % 5 + 1);
         let episode = format!("s-{i}");
         let r = http
@@ -203,7 +205,7 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
             &db,
             "SELECT revision, json_extract(record, '$.canary') FROM deployments",
         );
-        assert_eq!(deployments.len(), 1, "after {step}");
+        assert_eq!(deployments.len(), 1, "after {step}: {log}");
         assert_eq!(deployments[0][0], "1", "after {step}: deployed exactly once");
         let canaries = query(&db, "SELECT COUNT(*) FROM history WHERE kind = 'canary'");
         assert_eq!(canaries[0][0], "1", "after {step}");
