@@ -1,6 +1,7 @@
-//! Statistics for evaluation: bootstrap confidence intervals (plain and
-//! paired) with a seeded generator, so a report is reproducible, and the
-//! exact two-sided sign test.
+//! Statistics for evaluation and monitoring: bootstrap confidence intervals
+//! (plain and paired) with a seeded generator, so a report is reproducible,
+//! the Wilson interval of a proportion, the exact two-sided sign test, the
+//! two-proportion z-test and Welch's t-test (distributions from `statrs`).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -67,18 +68,17 @@ fn ln_factorial(n: u64) -> f64 {
     (2..=n).map(|i| (i as f64).ln()).sum()
 }
 
-/// Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, |error| < 1.5e-7).
+/// Standard normal CDF.
 pub fn normal_cdf(z: f64) -> f64 {
-    let x = z.abs() / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly =
-        t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let erf = 1.0 - poly * (-x * x).exp();
-    if z >= 0.0 {
-        0.5 * (1.0 + erf)
-    } else {
-        0.5 * (1.0 - erf)
-    }
+    use statrs::distribution::{ContinuousCDF, Normal};
+    Normal::standard().cdf(z)
+}
+
+/// The standard normal's upper tail, `1 − Φ(z)`, without the cancellation
+/// that subtracting from one suffers far in the tail.
+fn normal_sf(z: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, Normal};
+    Normal::standard().sf(z)
 }
 
 /// One-sided two-proportion z-test: the p-value that the rate of B
@@ -93,21 +93,32 @@ pub fn two_proportion_p(hits_a: u64, n_a: u64, hits_b: u64, n_b: u64) -> f64 {
     if se == 0.0 {
         return if pb > pa { 0.0 } else { 1.0 };
     }
-    1.0 - normal_cdf((pb - pa) / se)
+    normal_sf((pb - pa) / se)
 }
 
-/// One-sided Welch z-test on means: the p-value that B's mean exceeds A's
-/// by chance alone.
+/// One-sided Welch t-test on means: the p-value that B's mean exceeds A's
+/// by chance alone (unequal variances, Welch–Satterthwaite degrees of
+/// freedom; Student's t, not the normal, so small canary windows are not
+/// over-confident). Checked against scipy in `tests/stats.rs`.
 pub fn mean_greater_p(a: &[f64], b: &[f64]) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
     let (Some(ma), Some(mb)) = (mean(a), mean(b)) else {
         return 1.0;
     };
-    let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64;
-    let se = (var(a, ma) / a.len() as f64 + var(b, mb) / b.len() as f64).sqrt();
+    if a.len() < 2 || b.len() < 2 {
+        return 1.0;
+    }
+    let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+    let (qa, qb) = (var(a, ma) / a.len() as f64, var(b, mb) / b.len() as f64);
+    let se = (qa + qb).sqrt();
     if se == 0.0 {
         return if mb > ma { 0.0 } else { 1.0 };
     }
-    1.0 - normal_cdf((mb - ma) / se)
+    let df = (qa + qb).powi(2) / (qa * qa / (a.len() - 1) as f64 + qb * qb / (b.len() - 1) as f64);
+    match StudentsT::new(0.0, 1.0, df) {
+        Ok(t) => t.sf((mb - ma) / se),
+        Err(_) => normal_sf((mb - ma) / se),
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! - `datasets`: builders deterministic by seed, snapshots immutable, export/import.
 //! - `eval`: replay and the agent-endpoint protocol; `compare` finds a seeded regression.
 //! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
+//! - `stats`: the monitors' and gate's tests against scipy on fixed samples.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -21,4 +22,5 @@ mod eval;
 mod judge;
 mod rewards;
 mod rl;
+mod stats;
 mod support;

@@ -1,0 +1,58 @@
+"""Reference values for the tests behind hone's monitors and gate, computed
+with scipy (an implementation independent of hone's Rust code) on fixed
+samples. Run from the repository root to regenerate:
+
+    python3 crates/hone-learn/tests/reference/monitor_stats.py
+
+It writes monitor_stats.json beside this file; `tests/stats.rs` reads it.
+"""
+import json
+import os
+
+import numpy as np
+from scipy import stats
+
+rng = np.random.default_rng(16)
+cases = {}
+
+# Latencies like the ones issue 16 recorded on identical fake upstreams:
+# 23 champion episodes around 39.4 ms, 17 canary episodes around 41.9 ms.
+champion = np.round(rng.normal(39.4, 4.0, 23), 3)
+canary = np.round(rng.normal(41.9, 4.0, 17), 3)
+# A clear regression, and two small samples with unequal spread.
+slow = np.round(rng.normal(80.0, 10.0, 20), 3)
+small_a = np.round(rng.normal(1.0, 0.2, 6), 4)
+small_b = np.round(rng.normal(1.3, 0.6, 5), 4)
+
+welch = []
+for name, a, b in [
+    ("latency_like_issue_16", champion, canary),
+    ("clear_regression", champion, slow),
+    ("small_unequal", small_a, small_b),
+    ("no_change_reversed", canary, champion),
+]:
+    # One-sided: is b's mean greater than a's? (Welch's t-test)
+    p = stats.ttest_ind(b, a, equal_var=False, alternative="greater").pvalue
+    welch.append({"name": name, "a": a.tolist(), "b": b.tolist(), "p": float(p)})
+cases["welch_greater"] = welch
+
+# One-sided two-proportion z-test with pooled variance: P(rate b > rate a by chance).
+props = []
+for hits_a, n_a, hits_b, n_b in [(2, 100, 12, 100), (3, 40, 5, 17), (0, 30, 2, 24), (10, 50, 10, 50)]:
+    pooled = (hits_a + hits_b) / (n_a + n_b)
+    se = (pooled * (1 - pooled) * (1 / n_a + 1 / n_b)) ** 0.5
+    z = (hits_b / n_b - hits_a / n_a) / se
+    props.append({"hits_a": hits_a, "n_a": n_a, "hits_b": hits_b, "n_b": n_b, "p": float(stats.norm.sf(z))})
+cases["two_proportion_greater"] = props
+
+# Exact two-sided sign test (binomial test with p = 0.5).
+cases["sign_test"] = [
+    {"wins": w, "losses": l, "p": float(stats.binomtest(w, w + l, 0.5).pvalue)}
+    for w, l in [(9, 1), (6, 0), (3, 3), (12, 4)]
+]
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monitor_stats.json")
+with open(out, "w") as f:
+    json.dump({"scipy": __import__("scipy").__version__, "cases": cases}, f, indent=1)
+    f.write("\n")
+print(out)
