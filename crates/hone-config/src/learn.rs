@@ -27,7 +27,7 @@
 //! tolerance = 0
 //! bounds = { invalid_tool_call = 0.02 }
 //! [agents.support.learn.monitor]
-//! bounds = { invalid_tool_call = 0.02, clarifying_question = 0.05 }
+//! bounds = { invalid_tool_call = 0.02, clarifying_question = 0.05, latency = { relative = 1.0, absolute = 50.0 } }
 //! webhook = "https://hooks.example.com/hone"
 //! ```
 
@@ -119,7 +119,7 @@ pub struct RawGate {
     pub tolerance: Option<usize>,
     pub reruns: Option<u32>,
     #[serde(default)]
-    pub bounds: BTreeMap<String, f64>,
+    pub bounds: BTreeMap<String, RawBound>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -131,7 +131,7 @@ pub struct RawMonitor {
     pub rollback: Option<bool>,
     pub webhook: Option<String>,
     #[serde(default)]
-    pub bounds: BTreeMap<String, f64>,
+    pub bounds: BTreeMap<String, RawBound>,
 }
 
 /// `policy = "manual"` or `policy = { type = "auto", … }`.
@@ -248,32 +248,102 @@ pub const RATE_METRICS: [&str; 6] = [
 /// way), `reward` (absolute drop), `cost` and `latency` (relative rise).
 pub const MEAN_METRICS: [&str; 4] = ["mean_length", "reward", "cost", "latency"];
 
-/// A rate's largest allowed rise over the champion's (absolute, in [0, 1];
-/// `tool_use` either way), and the [`MEAN_METRICS`] bounds.
-pub type Bounds = BTreeMap<String, f64>;
+/// A bound as written: a number (the metric's natural kind: relative for
+/// `mean_length`, `cost` and `latency`, absolute otherwise) or both parts.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum RawBound {
+    Number(f64),
+    Parts {
+        relative: Option<f64>,
+        absolute: Option<f64>,
+    },
+}
+
+/// The least change of a metric that counts (a minimum effect size): it
+/// must exceed every part given — `absolute` in the metric's own unit (a
+/// rate's points, reward, $, ms, characters) and `relative` as a share of
+/// the champion's value. A change smaller than either is noise, however
+/// significant (a canary 2.5 ms slower over a few dozen episodes is).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub relative: Option<f64>,
+    pub absolute: Option<f64>,
+}
+
+impl Bound {
+    pub const fn absolute(value: f64) -> Self {
+        Self {
+            relative: None,
+            absolute: Some(value),
+        }
+    }
+
+    pub const fn relative(value: f64) -> Self {
+        Self {
+            relative: Some(value),
+            absolute: None,
+        }
+    }
+
+    /// Whether moving from `champion` by `change` (towards worse, so
+    /// positive) goes beyond the bound.
+    pub fn exceeded_by(&self, champion: f64, change: f64) -> bool {
+        change > 0.0
+            && (self.relative.is_some() || self.absolute.is_some())
+            && self.absolute.is_none_or(|a| change > a)
+            && self.relative.is_none_or(|r| change > r * champion.abs())
+    }
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.relative, self.absolute) {
+            (Some(r), Some(a)) => write!(f, "{:.0}% and {a}", r * 100.0),
+            (Some(r), None) => write!(f, "{:.0}%", r * 100.0),
+            (None, Some(a)) => write!(f, "{a}"),
+            (None, None) => f.write_str("none"),
+        }
+    }
+}
+
+/// Each metric's bound: for a rate, its largest allowed rise over the
+/// champion's (`tool_use` either way); for the [`MEAN_METRICS`], as their
+/// doc says.
+pub type Bounds = BTreeMap<String, Bound>;
+
+/// Metrics whose plain-number bound is relative.
+const RELATIVE_METRICS: [&str; 3] = ["mean_length", "cost", "latency"];
 
 fn default_bounds() -> Bounds {
     [
-        ("invalid_tool_call", 0.02),
-        ("clarifying_question", 0.05),
-        ("refusal", 0.02),
-        ("empty", 0.02),
-        ("error", 0.02),
-        ("tool_use", 0.2),
+        ("invalid_tool_call", Bound::absolute(0.02)),
+        ("clarifying_question", Bound::absolute(0.05)),
+        ("refusal", Bound::absolute(0.02)),
+        ("empty", Bound::absolute(0.02)),
+        ("error", Bound::absolute(0.02)),
+        ("tool_use", Bound::absolute(0.2)),
         // No `mean_length` by default: a longer answer is not a worse one,
         // and bounding it rolled back canaries that were better on reward
         // (issue 16). It is always measured and reported; bound it by
         // naming it.
-        ("reward", 0.1),
-        ("cost", 0.5),
-        ("latency", 1.0),
+        ("reward", Bound::absolute(0.1)),
+        ("cost", Bound::relative(0.5)),
+        // Twice the latency evaluation predicted, and at least 50 ms more.
+        (
+            "latency",
+            Bound {
+                relative: Some(1.0),
+                absolute: Some(50.0),
+            },
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
 }
 
-fn bounds(field: &str, raw: BTreeMap<String, f64>) -> Result<Bounds, ConfigError> {
+fn bounds(field: &str, raw: BTreeMap<String, RawBound>) -> Result<Bounds, ConfigError> {
     let mut out = default_bounds();
     for (name, value) in raw {
         if !(RATE_METRICS.contains(&name.as_str()) || MEAN_METRICS.contains(&name.as_str())) {
@@ -286,10 +356,23 @@ fn bounds(field: &str, raw: BTreeMap<String, f64>) -> Result<Bounds, ConfigError
                 ),
             ));
         }
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(ConfigError::at(format!("{field}.{name}"), "must be a number ≥ 0"));
+        let bound = match value {
+            RawBound::Number(v) if RELATIVE_METRICS.contains(&name.as_str()) => Bound::relative(v),
+            RawBound::Number(v) => Bound::absolute(v),
+            RawBound::Parts { relative, absolute } => Bound { relative, absolute },
+        };
+        for part in [bound.relative, bound.absolute].into_iter().flatten() {
+            if !(part.is_finite() && part >= 0.0) {
+                return Err(ConfigError::at(format!("{field}.{name}"), "must be a number ≥ 0"));
+            }
         }
-        out.insert(name, value);
+        if bound.relative.is_none() && bound.absolute.is_none() {
+            return Err(ConfigError::at(
+                format!("{field}.{name}"),
+                "give `relative`, `absolute` or both",
+            ));
+        }
+        out.insert(name, bound);
     }
     Ok(out)
 }

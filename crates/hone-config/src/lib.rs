@@ -29,7 +29,7 @@ pub use env::expand_env;
 pub use error::ConfigError;
 pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
-    Bounds, DeploymentPolicy, ExamplesSpec, GateSpec, LearnBudget, LearnSpec, ModelSpec, MonitorSpec, Objective,
+    Bound, Bounds, DeploymentPolicy, ExamplesSpec, GateSpec, LearnBudget, LearnSpec, ModelSpec, MonitorSpec, Objective,
     OptimiserSpec, TrainingSpec, MEAN_METRICS, RATE_METRICS,
 };
 pub use load::{load_file, load_str};

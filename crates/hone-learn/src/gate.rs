@@ -114,11 +114,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         let (Some(x), Some(y)) = (a.get(metric), b.get(metric)) else {
             continue;
         };
-        let out = match metric.as_str() {
-            "mean_length" => *x > 0.0 && ((y / x) - 1.0).abs() > *bound,
-            "tool_use" => (y - x).abs() > *bound,
-            _ => y - x > *bound,
+        // Length and tool use count either way; the other rates only rising.
+        let change = match metric.as_str() {
+            "mean_length" | "tool_use" => (y - x).abs(),
+            _ => y - x,
         };
+        let out = bound.exceeded_by(*x, change);
         if out {
             reasons.push(format!(
                 "{metric} {y:.3} vs champion {x:.3} is beyond its bound {bound}"

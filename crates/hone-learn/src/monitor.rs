@@ -1,8 +1,10 @@
 //! Online monitors (DESIGN.md "Monitor"): a canary's reward, behaviour
 //! rates, error rate, cost and latency over a sliding window of its recent
-//! episodes, against the champion's over the same period. A rate that rose
-//! beyond its bound with significance (one-sided two-proportion z-test), or
-//! a mean that moved beyond its bound (Welch z-test), fires.
+//! episodes, against the champion's over the same period (cost and latency
+//! against the champion's scaled by what evaluation predicted). A change
+//! fires only when it is both beyond its bound — a minimum effect size,
+//! relative and/or absolute (`hone_config::Bound`) — and significant
+//! (one-sided two-proportion z-test for rates, Welch's t-test for means).
 
 use crate::stats::{mean, mean_greater_p, two_proportion_p};
 use hone_config::{MonitorSpec, RATE_METRICS};
@@ -69,7 +71,7 @@ pub fn check(
         } else {
             (rc - rh, two_proportion_p(hh, nh, hc, nc))
         };
-        if rise > *bound && p < alpha {
+        if bound.exceeded_by(rh, rise) && p < alpha {
             out.push(Firing {
                 metric: metric.to_owned(),
                 canary_rate: rc,
@@ -102,19 +104,20 @@ pub fn check(
             continue;
         }
         let (beyond, p) = match metric {
-            // An absolute drop.
-            "reward" => (mh - mc > *bound, mean_greater_p(&c, &h)),
-            // A relative change either way.
-            "mean_length" if mc < mh => (mh > 0.0 && 1.0 - mc / mh > *bound, mean_greater_p(&c, &h)),
-            // A relative rise beyond what evaluation showed.
+            // A drop.
+            "reward" => (bound.exceeded_by(mh, mh - mc), mean_greater_p(&c, &h)),
+            // Length: a change either way.
+            "mean_length" if mc < mh => (bound.exceeded_by(mh, mh - mc), mean_greater_p(&c, &h)),
+            // A rise beyond what evaluation predicted for the canary.
             _ => {
                 let ratio = match metric {
                     "cost" => expected.cost_ratio,
                     "latency" => expected.latency_ratio,
                     _ => 1.0,
                 };
+                let predicted = mh * ratio;
                 let h: Vec<f64> = h.iter().map(|x| x * ratio).collect();
-                (mc > mh * ratio * (1.0 + bound) && mc > 0.0, mean_greater_p(&h, &c))
+                (bound.exceeded_by(predicted, mc - predicted), mean_greater_p(&h, &c))
             }
         };
         if beyond && p < alpha {

@@ -47,3 +47,75 @@ fn sign_test_matches_scipy() {
         assert!(close(p, expected), "{c}: ours {p} vs scipy {expected}");
     }
 }
+
+/// The issue's case: a canary a few ms slower than the champion over a few
+/// dozen episodes on identical upstreams. Welch's test calls it significant
+/// (scipy: p ≈ 0.016), so only the minimum effect size keeps the default
+/// latency monitor quiet; a canary twice as slow and 50+ ms slower fires.
+#[test]
+fn a_significant_but_tiny_latency_rise_does_not_fire_and_a_real_one_does() {
+    use hone_learn::monitor::{check, Expected};
+    use hone_store::WindowEpisode;
+    let r = reference();
+    let case = |name: &str| {
+        r["cases"]["welch_greater"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let episodes = |latencies: Vec<f64>| -> Vec<WindowEpisode> {
+        latencies
+            .into_iter()
+            .map(|latency_ms| WindowEpisode {
+                id: hone_types::EpisodeId::new_v7(),
+                started_at: 0,
+                calls: 1,
+                error: false,
+                invalid_tool_call: false,
+                clarifying_question: false,
+                refusal: false,
+                empty: false,
+                tool_use: false,
+                answer_chars: 10.0,
+                cost_usd: 0.0,
+                latency_ms,
+                reward: Some(1.0),
+            })
+            .collect()
+    };
+    let mut spec = hone_config::LearnSpec::default().monitor;
+    spec.min_episodes = 10; // the canary sample has 17
+    let default_latency = spec.bounds["latency"];
+    assert_eq!(
+        (default_latency.relative, default_latency.absolute),
+        (Some(1.0), Some(50.0))
+    );
+    let tiny = case("latency_like_issue_16");
+    assert!(tiny["p"].as_f64().unwrap() < 0.05, "the sample is significant");
+    let fired = check(
+        &spec,
+        &episodes(numbers(&tiny["b"])),
+        &episodes(numbers(&tiny["a"])),
+        Expected::default(),
+    );
+    assert!(fired.is_empty(), "{fired:?}");
+    // Twice as slow and more than 50 ms slower: beyond both parts.
+    let slow: Vec<f64> = numbers(&tiny["b"]).iter().map(|x| x * 2.0 + 60.0).collect();
+    let fired = check(
+        &spec,
+        &episodes(slow),
+        &episodes(numbers(&tiny["a"])),
+        Expected::default(),
+    );
+    assert_eq!(fired.iter().map(|f| f.metric.as_str()).collect::<Vec<_>>(), ["latency"]);
+    // Evaluation predicted the canary at 3× the latency: then that is no alert.
+    let expected = Expected {
+        cost_ratio: 1.0,
+        latency_ratio: 3.0,
+    };
+    let slow: Vec<f64> = numbers(&tiny["b"]).iter().map(|x| x * 2.0 + 60.0).collect();
+    assert!(check(&spec, &episodes(slow), &episodes(numbers(&tiny["a"])), expected).is_empty());
+}
