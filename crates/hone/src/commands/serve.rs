@@ -41,6 +41,7 @@ pub fn run(
         if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {
             tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
         }
+        let shutdown = shutdown_signal();
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .with_context(|| format!("cannot listen on {address}"))?;
@@ -49,26 +50,55 @@ pub fn run(
         let data_dir = config.gateway.data_dir.clone();
         let gateway = hone_gateway::Gateway::start(config).context("cannot start the gateway")?;
         tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1");
-        gateway.serve(listener, shutdown_signal()).await?;
+        gateway.serve(listener, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when first polled: called before the port is bound, a
+/// SIGTERM that arrives as soon as the port answers still shuts down
+/// cleanly instead of killing the process.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => tracing::info!("interrupt received; shutting down"),
-        () = terminate => tracing::info!("terminate received; shutting down"),
+    async move {
+        #[cfg(unix)]
+        {
+            let (mut interrupt, mut terminate) = handlers;
+            let interrupt = async {
+                match interrupt.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            };
+            let terminate = async {
+                match terminate.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = interrupt => tracing::info!("interrupt received; shutting down"),
+                () = terminate => tracing::info!("terminate received; shutting down"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("interrupt received; shutting down");
+        }
     }
 }
