@@ -37,6 +37,9 @@ async fn main() {
     if let Some(v) = var("DRILL_BATCH") {
         recipe.drill_batch = v as usize;
     }
+    if let Some(v) = var("DRILL_EVERY") {
+        recipe.drill_every = v as usize;
+    }
     if let Some(v) = var("DIRECT") {
         recipe.direct_share = v;
     }

@@ -48,6 +48,11 @@ pub struct Recipe {
     /// Steps of copy drills before the demonstrations (see [`drills`]).
     pub drill_steps: usize,
     pub drill_batch: usize,
+    /// During the demonstrations, every `drill_every`-th step is a drill
+    /// step instead (0: drills only come first), so copying keeps being
+    /// practised while the problems are learned.
+    #[serde(default)]
+    pub drill_every: usize,
     pub steps: usize,
     pub batch: usize,
     pub lr: f64,
@@ -71,6 +76,7 @@ impl Recipe {
             direct_share: 0.0,
             drill_steps: 300,
             drill_batch: 16,
+            drill_every: 0,
             steps: 300,
             batch: 8,
             lr: 8e-3,
@@ -239,7 +245,7 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
     write_checkpoint_with(Arch::Qwen2, preset, recipe.init_seed, &partial, &learned)?;
     let tokenizer = Tokenizer::load(&partial)?;
     let data = demonstrations(recipe, &tokenizer)?;
-    let drilled = if recipe.drill_steps > 0 {
+    let drilled = if recipe.drill_steps > 0 || recipe.drill_every > 0 {
         drills(recipe, &tokenizer)?
     } else {
         Vec::new()
@@ -258,11 +264,23 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
         (&data, recipe.steps, recipe.batch),
     ];
     let mut step = 0;
-    for (sequences, steps, batch) in phases {
+    let mut drilled_at = recipe.drill_steps;
+    for (phase, (sequences, steps, batch)) in phases.into_iter().enumerate() {
+        let mut taken = 0;
         for k in 0..steps {
-            let picked: Vec<&Sequence> = (0..batch)
-                .map(|j| &sequences[(k * batch + j) % sequences.len().max(1)])
-                .collect();
+            let drill =
+                phase == 1 && recipe.drill_every > 0 && (k + 1) % recipe.drill_every == 0 && !drilled.is_empty();
+            let picked: Vec<&Sequence> = if drill {
+                drilled_at += 1;
+                (0..recipe.drill_batch)
+                    .map(|j| &drilled[(drilled_at * recipe.drill_batch + j) % drilled.len()])
+                    .collect()
+            } else {
+                taken += 1;
+                (0..batch)
+                    .map(|j| &sequences[((taken - 1) * batch + j) % sequences.len().max(1)])
+                    .collect()
+            };
             let report = trainer.step(&picked, optim.lr_at(step, total))?;
             if step == 0 {
                 first_loss = report.loss;

@@ -17,6 +17,7 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     recipe.batch = 2;
     recipe.drill_steps = 2;
     recipe.drill_batch = 2;
+    recipe.drill_every = 3; // two of the six demonstration steps drill
     recipe.vocab_size = 400;
     let mut seen = Vec::new();
     let built = ensure(&recipe, &out, &mut |step, steps, loss| seen.push((step, steps, loss))).unwrap();
