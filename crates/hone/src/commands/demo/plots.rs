@@ -81,6 +81,25 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 
 type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// A chart on `root` with the demo's caption style, margins and axis areas.
+fn frame<'a, DB: DrawingBackend + 'a>(
+    root: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Result<Chart<'a, DB>>
+where
+    DB::ErrorType: 'static,
+{
+    ChartBuilder::on(root)
+        .caption(caption, (FONT, 20))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)
+        .map_err(err)
+}
+
 /// The series' legend, in the lower right corner.
 fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> Result<()>
 where
@@ -131,13 +150,12 @@ where
 {
     let last = points.iter().map(|p| p.0).max().unwrap_or(1).max(1);
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(root)
-        .caption("Held-out success of the champion (95% interval)", (FONT, 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..(last as f64 + 0.5), 0f64..1f64)
-        .map_err(err)?;
+    let mut chart = frame(
+        root,
+        "Held-out success of the champion (95% interval)",
+        -0.5..(last as f64 + 0.5),
+        0.0..1.0,
+    )?;
     chart
         .configure_mesh()
         .x_desc("after cycle (0 = the base policy)")
@@ -205,16 +223,12 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!("Users who accepted the answer (moving share over {window} episodes)"),
-            (FONT, 20),
-        )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..end * 1.02, 0f64..1f64)
-        .map_err(err)?;
+    let mut chart = frame(
+        root,
+        &format!("Users who accepted the answer (moving share over {window} episodes)"),
+        0.0..end * 1.02,
+        0.0..1.0,
+    )?;
     chart
         .configure_mesh()
         .x_desc("minutes since the demo started")
@@ -270,13 +284,12 @@ where
     let (low, high) = points.iter().fold((0.0f64, 1.0f64), |(lo, hi), p| {
         (lo.min(p.reward - 0.1), hi.max(p.reward + 0.1))
     });
-    let mut chart = ChartBuilder::on(root)
-        .caption("Candidates: offline reward against latency", (FONT, 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..max_latency, low..high)
-        .map_err(err)?;
+    let mut chart = frame(
+        root,
+        "Candidates: offline reward against latency",
+        0.0..max_latency,
+        low..high,
+    )?;
     chart
         .configure_mesh()
         .x_desc("mean episode latency (ms)")
