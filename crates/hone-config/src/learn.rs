@@ -19,6 +19,7 @@
 //! objective = ["max reward", "min cost"]
 //! dataset_size = 200
 //! endpoint = "http://127.0.0.1:8000/run"   # multi-step agents: how rollouts and evaluations run
+//! concurrency = 4                           # episodes evaluations and rollouts run at once
 //! [agents.support.learn.model]
 //! models = [{ provider = "openai", model = "gpt-4o-mini" }]
 //! temperatures = [0.2]
@@ -55,6 +56,7 @@ pub struct RawLearn {
     pub objective: Vec<String>,
     pub dataset_size: Option<usize>,
     pub endpoint: Option<String>,
+    pub concurrency: Option<usize>,
     pub examples: Option<RawExamples>,
     pub model: Option<RawModelOptimiser>,
     pub grpo: Option<RawTraining>,
@@ -491,6 +493,9 @@ pub struct LearnSpec {
     /// agent would, for evaluations and rollouts of multi-step agents;
     /// without one, the recorded first request is replayed (single-call agents).
     pub endpoint: Option<String>,
+    /// Episodes the cycle's evaluations and rollouts run at once (the
+    /// embedded engine decodes concurrent requests in one batch).
+    pub concurrency: usize,
     pub gate: GateSpec,
     pub monitor: MonitorSpec,
 }
@@ -504,6 +509,7 @@ impl Default for LearnSpec {
             objective: vec![Objective::MaxReward, Objective::MinCost],
             dataset_size: 100,
             endpoint: None,
+            concurrency: 4,
             gate: GateSpec {
                 confidence: 0.95,
                 tolerance: 0,
@@ -576,6 +582,7 @@ impl LearnSpec {
             objective,
             dataset_size,
             endpoint,
+            concurrency,
             examples,
             model,
             grpo,
@@ -603,6 +610,10 @@ impl LearnSpec {
         if dataset_size < 2 {
             return Err(ConfigError::at(format!("{field}.dataset_size"), "must be at least 2"));
         }
+        let concurrency = concurrency.unwrap_or(d.concurrency);
+        if concurrency == 0 {
+            return Err(ConfigError::at(format!("{field}.concurrency"), "must be at least 1"));
+        }
         if let Some(url) = &endpoint {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(ConfigError::at(
@@ -618,6 +629,7 @@ impl LearnSpec {
             objective,
             dataset_size,
             endpoint,
+            concurrency,
             gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
         })

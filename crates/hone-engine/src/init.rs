@@ -263,22 +263,34 @@ fn tokenizer_json() -> serde_json::Value {
     })
 }
 
+/// How a learned tokenizer cuts numbers before its merges are learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Numbers {
+    /// Every digit is a token of its own (as in Qwen2's tokenizer).
+    #[default]
+    Digits,
+    /// A run of digits is one piece that merges may join, so frequent
+    /// numbers become single tokens (Llama 3 joins up to three digits).
+    Runs,
+}
+
 /// A byte-level BPE tokenizer whose merges are learned from `corpus` (the
 /// maintained `tokenizers` trainer) until it has about `vocab_size` tokens;
-/// digits are never merged.
+/// `numbers` says how digits are cut.
 /// The 256 byte tokens and the special tokens keep their ids; learned
 /// tokens follow them, so a model made for [`write_checkpoint`]'s tokenizer
 /// reads the same ids for the same bytes.
-pub fn trained_tokenizer(corpus: &[String], vocab_size: usize) -> Result<serde_json::Value> {
+pub fn trained_tokenizer(corpus: &[String], vocab_size: usize, numbers: Numbers) -> Result<serde_json::Value> {
     use tokenizers::models::bpe::BpeTrainerBuilder;
     use tokenizers::models::TrainerWrapper;
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;
     let fail = |e: tokenizers::Error| EngineError::Model(format!("training the tokenizer: {e}"));
     let mut base = tokenizer_json();
-    // Digits stay single tokens (as Qwen2's and Llama 3's tokenizers keep
-    // them), so a number reads the same wherever it is copied to.
+    // Numbers are cut apart from the text around them either way, so a
+    // number reads the same wherever it is copied to.
     base["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
-        {"type": "Digits", "individual_digits": true},
+        {"type": "Digits", "individual_digits": numbers == Numbers::Digits},
         base["pre_tokenizer"].clone(),
     ]});
     let mut tokenizer: tokenizers::Tokenizer = base.to_string().parse().map_err(fail)?;

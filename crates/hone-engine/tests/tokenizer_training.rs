@@ -2,7 +2,7 @@
 //! tokens keep their ids, every text round-trips, the corpus compresses,
 //! and a checkpoint written with it loads with a vocabulary that holds it.
 
-use hone_engine::init::{trained_tokenizer, write_checkpoint_with, Preset, SPECIAL_TOKENS};
+use hone_engine::init::{trained_tokenizer, write_checkpoint_with, Numbers, Preset, SPECIAL_TOKENS};
 use hone_engine::{Arch, Tokenizer};
 
 fn corpus() -> Vec<String> {
@@ -23,7 +23,7 @@ fn corpus() -> Vec<String> {
 #[test]
 fn a_learned_tokenizer_keeps_byte_and_special_ids_round_trips_and_compresses() {
     let texts = corpus();
-    let learned = trained_tokenizer(&texts, 512).unwrap();
+    let learned = trained_tokenizer(&texts, 512, Numbers::Digits).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model");
     write_checkpoint_with(Arch::Qwen2, Preset::Tiny, 0, &path, &learned).unwrap();
@@ -53,4 +53,41 @@ fn a_learned_tokenizer_keeps_byte_and_special_ids_round_trips_and_compresses() {
         tokenizer.vocab_size()
     );
     hone_engine::model::Model::load(&path, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+}
+
+/// Numbers cut as digits stay one token per digit; cut as runs, a frequent
+/// number becomes one token, and either way it is cut apart from the text
+/// around it (so it reads the same wherever it is copied to).
+#[test]
+fn numbers_are_cut_as_digits_or_as_runs() {
+    let texts = corpus();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens_of = |numbers: Numbers, text: &str| {
+        let path = dir.path().join(format!("{numbers:?}"));
+        write_checkpoint_with(
+            Arch::Qwen2,
+            Preset::Tiny,
+            0,
+            &path,
+            &trained_tokenizer(&texts, 512, numbers).unwrap(),
+        )
+        .unwrap();
+        let tokenizer = Tokenizer::load(&path).unwrap();
+        let ids = tokenizer.encode(text).unwrap();
+        ids.iter()
+            .map(|id| tokenizer.decode(&[*id]).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        tokens_of(Numbers::Digits, "has 123 apples"),
+        ["has", " ", "1", "2", "3", " apples"]
+    );
+    let runs = tokens_of(Numbers::Runs, "has 123 apples");
+    assert!(runs.contains(&"123".to_owned()), "{runs:?}");
+    assert_eq!(runs.concat(), "has 123 apples");
+    assert!(
+        runs.iter()
+            .all(|t| t == "123" || !t.chars().any(|c| c.is_ascii_digit())),
+        "{runs:?}"
+    );
 }

@@ -1,13 +1,15 @@
-//! Prints a checkpoint's greedy first answer to held-out `calc` tasks, to
-//! see what a base policy gets wrong:
+//! Plays a checkpoint greedily on held-out `calc` tasks and prints each
+//! episode's turns and score, to see what a base policy gets wrong:
 //! `cargo run --release -p hone-envs --example answers -- DIR [N]`.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 use hone_engine::model::Model;
 use hone_envs::{Builtin, Difficulty, Split};
+use hone_types::openai::{Message, Role};
 
-fn main() {
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().expect("usage: answers DIR [N]"));
     let n: u64 = args.next().map_or(9, |n| n.parse().unwrap());
@@ -21,17 +23,53 @@ fn main() {
         stop_tokens: tokenizer.token_id("<|im_end|>").into_iter().collect(),
         ..Default::default()
     };
+    let (mut solved, mut right_call) = (0.0, 0);
     for i in 0..n {
         let difficulty = Difficulty::from_level((i % 3) as u8 + 1).unwrap();
         let task = env.task(Split::HeldOut, i, difficulty);
-        let messages = serde_json::to_value(hone_envs::opening(env.as_ref(), &task)).unwrap();
-        let text = tokenizer.template.render(&messages, Some(&tools), true).unwrap();
-        let generated =
-            hone_engine::generate::generate(&model, &tokenizer.encode(&text).unwrap(), None, &sampling).unwrap();
+        let mut turns = Vec::new();
+        let played = hone_envs::episode::play(env.as_ref(), &task, 3, |messages: Vec<Message>| {
+            let text = tokenizer
+                .template
+                .render(&serde_json::to_value(&messages).unwrap(), Some(&tools), true)
+                .unwrap();
+            let generated =
+                hone_engine::generate::generate(&model, &tokenizer.encode(&text).unwrap(), None, &sampling).unwrap();
+            let out = tokenizer.decode(&generated.tokens).unwrap();
+            turns.push(out.replace('\n', " "));
+            let parsed = hone_engine::tools::parse(out.trim_end_matches("<|im_end|>"));
+            let message = if parsed.tool_calls.is_empty() {
+                Message::new(Role::Assistant, parsed.content)
+            } else {
+                hone_envs::assistant_tool_calls(
+                    parsed
+                        .tool_calls
+                        .into_iter()
+                        .map(|c| ("call_1".to_owned(), c.name, c.arguments))
+                        .collect(),
+                )
+            };
+            async move { Ok::<_, ()>(message) }
+        })
+        .await
+        .unwrap();
+        let hone_envs::TaskData::Calc(calc) = &task.data else {
+            unreachable!()
+        };
+        if turns
+            .first()
+            .is_some_and(|t| t.contains(&format!("\"{}\"", calc.expression)))
+        {
+            right_call += 1;
+        }
+        solved += played.score;
         println!(
-            "{difficulty:?} | {}\n  -> {}",
-            task.prompt,
-            tokenizer.decode(&generated.tokens).unwrap().replace('\n', " ")
+            "{difficulty:?} {} | {} = {}",
+            played.score, task.prompt, calc.expression
         );
+        for turn in turns {
+            println!("  -> {turn}");
+        }
     }
+    println!("solved {solved}/{n}; first call names the expression exactly in {right_call}/{n}");
 }

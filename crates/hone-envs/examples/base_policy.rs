@@ -40,8 +40,14 @@ async fn main() {
     if let Some(v) = var("DRILL_EVERY") {
         recipe.drill_every = v as usize;
     }
+    if let Some(v) = var("ANSWER_DRILLS") {
+        recipe.answer_drill_share = v;
+    }
     if let Some(v) = var("DIRECT") {
         recipe.direct_share = v;
+    }
+    if std::env::var("NUMBER_TOKENS").is_ok() {
+        recipe.numbers = hone_engine::init::Numbers::Runs;
     }
     if let Ok(v) = std::env::var("PRESET") {
         recipe.preset = v;

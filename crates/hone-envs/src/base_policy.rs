@@ -12,7 +12,7 @@
 //! gateway.
 
 use crate::{opening, Builtin, Difficulty, Environment, Split};
-use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Preset};
+use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Numbers, Preset};
 use hone_engine::model::Model;
 use hone_engine::{Arch, Tokenizer};
 use hone_train::data::Renderer;
@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,12 +53,20 @@ pub struct Recipe {
     /// practised while the problems are learned.
     #[serde(default)]
     pub drill_every: usize,
+    /// Share of drills that are answer drills instead: a solved episode
+    /// without the system prompt, only its final answer scored (copying the
+    /// tool's result into the answer).
+    #[serde(default)]
+    pub answer_drill_share: f64,
     pub steps: usize,
     pub batch: usize,
     pub lr: f64,
     /// Tokens of the byte-level BPE tokenizer learned from the
     /// demonstrations (bytes and special tokens included).
     pub vocab_size: usize,
+    /// How that tokenizer cuts numbers.
+    #[serde(default)]
+    pub numbers: Numbers,
 }
 
 impl Recipe {
@@ -74,13 +82,15 @@ impl Recipe {
             demonstrations: 4_000,
             max_difficulty: 3,
             direct_share: 0.0,
-            drill_steps: 300,
+            drill_steps: 250,
             drill_batch: 16,
             drill_every: 0,
-            steps: 300,
+            answer_drill_share: 0.5,
+            steps: 250,
             batch: 8,
             lr: 8e-3,
-            vocab_size: 1024,
+            vocab_size: 2048,
+            numbers: Numbers::Runs,
         }
     }
 
@@ -162,16 +172,23 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
 /// Whether demonstration `i` skips the tools: a fixed, evenly spread
 /// `direct_share` of them.
 fn answers_directly(recipe: &Recipe, i: usize) -> bool {
-    let share = recipe.direct_share.clamp(0.0, 1.0);
+    evenly_among(recipe.direct_share, i)
+}
+
+/// Whether item `i` is among an evenly spread `share` of all items.
+fn evenly_among(share: f64, i: usize) -> bool {
+    let share = share.clamp(0.0, 1.0);
     ((i + 1) as f64 * share).floor() > (i as f64 * share).floor()
 }
 
-/// Copy drills: a task's user message alone, answered by repeating it word
-/// for word. A randomly initialised model learns the
-/// word problems' structure in a few hundred steps but copies numbers from
-/// the prompt only much later (the attention that finds and copies them
-/// forms late); drills on short sequences whose every scored token is a
-/// copy form it first. Pretraining gives real base models the same skill.
+/// Copy drills, short sequences without the system prompt: a task's user
+/// message answered by repeating it word for word, or (an
+/// `answer_drill_share` of them) a solved episode with only its final
+/// answer scored, which copies the tool's result. A randomly initialised
+/// model learns the word problems' structure in a few hundred steps but
+/// copies numbers only much later (the attention that finds and copies
+/// them forms late); drills whose scored tokens are mostly copies form it
+/// first. Pretraining gives real base models the same skill.
 pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
     let env = recipe.environment.build(recipe.environment_seed);
     let renderer = Renderer {
@@ -182,15 +199,19 @@ pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
             let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
             let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
             let task = env.task(Split::Train, i as u64, difficulty);
-            let prompt = serde_json::json!([{"role": "user", "content": task.prompt}]);
-            let answer = serde_json::json!([{"role": "assistant", "content": task.prompt}]);
-            renderer
-                .conversation(
-                    prompt.as_array().map_or(&[][..], Vec::as_slice),
-                    answer.as_array().map_or(&[][..], Vec::as_slice),
-                    None,
+            let (prompt, answer) = if evenly_among(recipe.answer_drill_share, i) {
+                let mut turns = to_values(&env.demonstration(&task))?;
+                let last = turns.split_off(turns.len().saturating_sub(1));
+                let mut prompt = vec![serde_json::json!({"role": "user", "content": task.prompt})];
+                prompt.extend(turns);
+                (prompt, last)
+            } else {
+                (
+                    vec![serde_json::json!({"role": "user", "content": task.prompt})],
+                    vec![serde_json::json!({"role": "assistant", "content": task.prompt})],
                 )
-                .map_err(BaseError::Data)
+            };
+            renderer.conversation(&prompt, &answer, None).map_err(BaseError::Data)
         })
         .collect()
 }
@@ -241,7 +262,7 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
         .ok_or_else(|| BaseError::Data(format!("unknown preset `{}` ({})", recipe.preset, Preset::NAMES)))?;
     write_checkpoint(Arch::Qwen2, preset, recipe.init_seed, &partial)?;
     let text = corpus(recipe, &Tokenizer::load(&partial)?)?;
-    let learned = trained_tokenizer(&text, recipe.vocab_size)?;
+    let learned = trained_tokenizer(&text, recipe.vocab_size, recipe.numbers)?;
     write_checkpoint_with(Arch::Qwen2, preset, recipe.init_seed, &partial, &learned)?;
     let tokenizer = Tokenizer::load(&partial)?;
     let data = demonstrations(recipe, &tokenizer)?;

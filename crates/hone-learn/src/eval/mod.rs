@@ -68,6 +68,16 @@ pub struct EvalOptions {
     pub only: Option<HashSet<String>>,
 }
 
+impl EvalOptions {
+    /// The defaults, running `concurrency` instances at once.
+    pub fn with_concurrency(concurrency: usize) -> Self {
+        Self {
+            concurrency,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for EvalOptions {
     fn default() -> Self {
         Self {

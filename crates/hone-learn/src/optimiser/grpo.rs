@@ -104,7 +104,7 @@ impl Grpo {
             ));
             let options = EvalOptions {
                 attempt,
-                ..EvalOptions::default()
+                ..EvalOptions::with_concurrency(ctx.agent.learn.concurrency)
             };
             let (_, all) = ctx
                 .evaluator

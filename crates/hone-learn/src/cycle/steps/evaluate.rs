@@ -31,20 +31,11 @@ pub(super) async fn run(
     mut detail: CycleDetail,
 ) -> Result<Stepped> {
     let name = agent.name.as_str();
-    let super::Bench {
-        evaluator,
-        via,
-        target,
-        regression,
-        champion,
-    } = super::Bench::of(learner, agent, &detail)?;
-    let (champ_target, _) = evaluate_on(learner, &evaluator, &via, &target, &champion, "champion").await?;
-    let champ_regression = match &regression {
-        Some(r) => Some(
-            evaluate_on(learner, &evaluator, &via, r, &champion, "champion")
-                .await?
-                .0,
-        ),
+    let bench = super::Bench::of(learner, agent, &detail)?;
+    let (target, regression, champion) = (&bench.target, &bench.regression, &bench.champion);
+    let (champ_target, _) = evaluate_on(learner, &bench, target, champion, "champion").await?;
+    let champ_regression = match regression {
+        Some(r) => Some(evaluate_on(learner, &bench, r, champion, "champion").await?.0),
         None => None,
     };
     detail.champion_scores = Some(scores_of(&champ_target, champ_regression.as_ref()));
@@ -53,13 +44,9 @@ pub(super) async fn run(
         if c.status != CandidateStatus::Proposed {
             continue;
         }
-        let (t, _) = evaluate_on(learner, &evaluator, &via, &target, &c.version_id, "candidate").await?;
-        let r = match &regression {
-            Some(r) => Some(
-                evaluate_on(learner, &evaluator, &via, r, &c.version_id, "candidate")
-                    .await?
-                    .0,
-            ),
+        let (t, _) = evaluate_on(learner, &bench, target, &c.version_id, "candidate").await?;
+        let r = match regression {
+            Some(r) => Some(evaluate_on(learner, &bench, r, &c.version_id, "candidate").await?.0),
             None => None,
         };
         let scores = scores_of(&t, r.as_ref());

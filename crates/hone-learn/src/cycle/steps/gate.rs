@@ -5,7 +5,6 @@
 use super::{evaluate_on, stored_results, Learner, Stepped};
 use crate::compare::{compare, Comparison};
 use crate::error::Result;
-use crate::eval::EvalOptions;
 use crate::gate::{self, GateInput};
 use hone_config::AgentConfig;
 use hone_store::CandidateUpdate;
@@ -20,28 +19,23 @@ pub(super) async fn run(
     detail: CycleDetail,
 ) -> Result<Stepped> {
     let name = agent.name.as_str();
-    let super::Bench {
-        evaluator,
-        via,
-        target,
-        regression,
-        champion,
-    } = super::Bench::of(learner, agent, &detail)?;
+    let bench = super::Bench::of(learner, agent, &detail)?;
+    let (evaluator, via, target, champion) = (&bench.evaluator, &bench.via, &bench.target, &bench.champion);
     let spec = &agent.learn.gate;
-    let (champ_summary, champ_results) = evaluate_on(learner, &evaluator, &via, &target, &champion, "champion").await?;
+    let (champ_summary, champ_results) = evaluate_on(learner, &bench, target, champion, "champion").await?;
     for c in learner.store.candidates(name, Some(&cycle.id))? {
         if c.status != CandidateStatus::Evaluated {
             continue;
         }
         let noop = |_: &str, _| {};
-        let options = EvalOptions::default();
-        let pair = (&champion, &c.version_id);
+        let options = &bench.options;
+        let pair = (champion, &c.version_id);
         let mut comparisons: Vec<Comparison> =
-            vec![compare(&evaluator, &target, pair, &via, &options, spec.reruns, &noop).await?];
-        if let Some(r) = &regression {
-            comparisons.push(compare(&evaluator, r, pair, &via, &options, spec.reruns, &noop).await?);
+            vec![compare(evaluator, target, pair, via, options, spec.reruns, &noop).await?];
+        if let Some(r) = &bench.regression {
+            comparisons.push(compare(evaluator, r, pair, via, options, spec.reruns, &noop).await?);
         }
-        let (cand_summary, cand_results) = stored_results(learner, &via, &target, &c.version_id)?;
+        let (cand_summary, cand_results) = stored_results(learner, via, target, &c.version_id)?;
         let diffs = gate::paired_diffs(&champ_results, &cand_results);
         let refs: Vec<&Comparison> = comparisons.iter().collect();
         let decision = gate::decide(&GateInput {

@@ -113,6 +113,8 @@ struct Bench {
     target: DatasetInfo,
     regression: Option<DatasetInfo>,
     champion: VersionId,
+    /// How many episodes run at once (`[agents.NAME.learn] concurrency`).
+    options: EvalOptions,
 }
 
 impl Bench {
@@ -123,6 +125,7 @@ impl Bench {
             target: target(learner, detail)?,
             regression: regression(learner, detail)?,
             champion: champion(detail)?.clone(),
+            options: EvalOptions::with_concurrency(agent.learn.concurrency),
         })
     }
 }
@@ -130,15 +133,15 @@ impl Bench {
 /// A version evaluated on a dataset by replay (resumed by run id), reported.
 async fn evaluate_on(
     learner: &Learner,
-    evaluator: &Evaluator,
-    via: &Target,
+    bench: &Bench,
     dataset: &DatasetInfo,
     version: &VersionId,
     label: &str,
 ) -> Result<(EvalSummary, Vec<InstanceResult>)> {
     let quiet = |_: crate::eval::Progress| {};
-    let (run, results) = evaluator
-        .run(dataset, version, via, &EvalOptions::default(), &quiet)
+    let (run, results) = bench
+        .evaluator
+        .run(dataset, version, &bench.via, &bench.options, &quiet)
         .await?;
     let summary = summarise(&run.id, &results);
     learner.say(

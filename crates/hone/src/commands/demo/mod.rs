@@ -47,7 +47,8 @@ pub struct DemoArgs {
     /// config it ran with (`hone.toml`), the plots and the summary.
     #[arg(long, default_value = "./hone-demo")]
     pub data_dir: PathBuf,
-    /// Stop starting rounds after this many minutes (the round under way finishes).
+    /// Stop starting rounds after this many minutes of learning (the round
+    /// under way finishes; building the base policy first does not count).
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
     /// Stop after this many cycles.
@@ -156,13 +157,14 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    let started = Instant::now();
     let base_dir = match &args.base {
         Some(dir) => dir
             .canonicalize()
             .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
         None => base(&data_dir, args.rebuild_base)?,
     };
+    // The budget is the learning's: a base policy built first does not count.
+    let started = Instant::now();
     runtime()?.block_on(run_demo(args, data_dir, base_dir, started))
 }
 
