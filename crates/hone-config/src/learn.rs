@@ -26,6 +26,7 @@
 //! [agents.support.learn.gate]
 //! confidence = 0.95
 //! tolerance = 0
+//! samples = 1                               # runs per instance and version (more at temperature > 0)
 //! bounds = { invalid_tool_call = 0.02 }
 //! [agents.support.learn.monitor]
 //! bounds = { invalid_tool_call = 0.02, clarifying_question = 0.05, latency = { relative = 1.0, absolute = 50.0 } }
@@ -120,6 +121,7 @@ pub struct RawGate {
     pub confidence: Option<f64>,
     pub tolerance: Option<usize>,
     pub reruns: Option<u32>,
+    pub samples: Option<u32>,
     #[serde(default)]
     pub bounds: BTreeMap<String, RawBound>,
 }
@@ -387,6 +389,10 @@ pub struct GateSpec {
     pub tolerance: usize,
     /// Re-runs of each flipped instance to tell noise from regression.
     pub reruns: u32,
+    /// Runs of every instance by every version evaluated: at temperature
+    /// > 0 the gate compares per-instance means and pass rates over these,
+    /// so one lucky pass is not a regression (default 1).
+    pub samples: u32,
     pub bounds: Bounds,
 }
 
@@ -514,6 +520,7 @@ impl Default for LearnSpec {
                 confidence: 0.95,
                 tolerance: 0,
                 reruns: 2,
+                samples: 1,
                 bounds: default_bounds(),
             },
             monitor: MonitorSpec {
@@ -774,6 +781,10 @@ impl GateSpec {
             confidence: confidence(&format!("{field}.gate.confidence"), g.confidence, d.confidence)?,
             tolerance: g.tolerance.unwrap_or(d.tolerance),
             reruns: g.reruns.unwrap_or(d.reruns),
+            samples: match g.samples {
+                Some(0) => return Err(ConfigError::at(format!("{field}.gate.samples"), "must be at least 1")),
+                other => other.unwrap_or(d.samples),
+            },
             bounds: bounds(&format!("{field}.gate.bounds"), g.bounds)?,
         })
     }

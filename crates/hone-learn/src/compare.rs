@@ -1,9 +1,10 @@
 //! Paired comparison of two versions on one dataset: per-instance score
-//! differences with a paired bootstrap interval and a sign test, the
-//! instances that regressed (passed under A, fail under B), re-runs of those
-//! flips to tell noise from regression, and a verdict with its confidence.
+//! differences (each instance's mean over its samples) with a paired
+//! bootstrap interval and a sign test, the instances that regressed (pass
+//! in most samples under A, fail in most under B), re-runs of those flips
+//! to tell noise from regression, and a verdict with its confidence.
 
-use crate::eval::{EvalOptions, Evaluator, Progress, Target};
+use crate::eval::{per_instance, EvalOptions, Evaluator, InstanceScore, Progress, Target};
 use crate::stats::{bootstrap_ci, mean, sign_test};
 use hone_store::StoreError;
 use hone_types::{DatasetInfo, InstanceResult, VersionId};
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Flip {
     pub instance_id: String,
-    /// Passes of A and B over the first run and the re-runs.
+    /// Passes of A and B over the samples and the re-runs.
     pub a_passes: u32,
     pub b_passes: u32,
     pub runs: u32,
@@ -42,12 +43,18 @@ pub struct Comparison {
     pub verdict: String,
 }
 
-fn first_runs(results: &[InstanceResult]) -> BTreeMap<String, &InstanceResult> {
-    results
-        .iter()
-        .filter(|r| r.attempt == 0)
-        .map(|r| (r.instance_id.clone(), r))
+/// Each instance over its samples (attempts `0..samples`), by id.
+fn sampled(results: &[InstanceResult], samples: u32) -> BTreeMap<String, InstanceScore> {
+    let runs: Vec<&InstanceResult> = results.iter().filter(|r| r.attempt < samples.max(1)).collect();
+    per_instance(&runs)
+        .into_iter()
+        .map(|i| (i.instance_id.clone(), i))
         .collect()
+}
+
+/// Whether A's samples mostly pass and B's mostly fail.
+fn flipped(a: &InstanceScore, b: &InstanceScore) -> bool {
+    a.pass_rate() > 0.5 && b.pass_rate() < 0.5
 }
 
 /// Evaluates A and B (resuming earlier runs), re-runs each regressed instance
@@ -67,70 +74,85 @@ pub async fn compare(
     let (_, results_b) = evaluator
         .run(dataset, b, target, options, &|p| progress("B", p))
         .await?;
-    let (first_a, first_b) = (first_runs(&results_a), first_runs(&results_b));
+    let samples = options.samples.max(1);
+    let (first_a, first_b) = (sampled(&results_a, samples), sampled(&results_b, samples));
     let regressed: HashSet<String> = first_a
         .iter()
-        .filter(|(id, r)| r.passed && first_b.get(*id).is_some_and(|rb| !rb.passed))
+        .filter(|(id, ra)| first_b.get(*id).is_some_and(|rb| flipped(ra, rb)))
         .map(|(id, _)| id.clone())
         .collect();
     let (mut all_a, mut all_b) = (results_a.clone(), results_b.clone());
     if !regressed.is_empty() && reruns > 0 {
-        for attempt in 1..=reruns {
-            let rerun = EvalOptions {
-                attempt,
-                only: Some(regressed.clone()),
-                ..options.clone()
-            };
-            all_a = evaluator
-                .run(dataset, a, target, &rerun, &|p| progress("re-run A", p))
-                .await?
-                .1;
-            all_b = evaluator
-                .run(dataset, b, target, &rerun, &|p| progress("re-run B", p))
-                .await?
-                .1;
-        }
+        // Re-runs are the attempts after the samples.
+        let rerun = EvalOptions {
+            attempt: samples,
+            samples: reruns,
+            only: Some(regressed.clone()),
+            ..options.clone()
+        };
+        all_a = evaluator
+            .run(dataset, a, target, &rerun, &|p| progress("re-run A", p))
+            .await?
+            .1;
+        all_b = evaluator
+            .run(dataset, b, target, &rerun, &|p| progress("re-run B", p))
+            .await?
+            .1;
     }
-    Ok(judge_pairs(dataset, a, b, &all_a, &all_b, &regressed))
+    Ok(judge_pairs(dataset, (a, b), (&all_a, &all_b), &regressed, samples))
 }
 
-/// First runs of the same instance under A and B with their scores; a run
-/// that failed scores as the worst either side saw (both failed: left out).
-pub fn paired<'a>(
-    results_a: &'a [InstanceResult],
-    results_b: &'a [InstanceResult],
-) -> Vec<(&'a InstanceResult, &'a InstanceResult, f64, f64)> {
-    let (first_a, first_b) = (first_runs(results_a), first_runs(results_b));
+/// One instance under A and B: its mean score over the samples of each
+/// (an instance whose every sample failed scores as the worst the other
+/// side saw, less one) and its pass rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pair {
+    pub instance_id: String,
+    pub a: f64,
+    pub b: f64,
+    pub a_pass_rate: f64,
+    pub b_pass_rate: f64,
+}
+
+/// The instances run under both A and B (attempts `0..samples`), paired.
+pub fn paired(results_a: &[InstanceResult], results_b: &[InstanceResult], samples: u32) -> Vec<Pair> {
+    let (first_a, first_b) = (sampled(results_a, samples), sampled(results_b, samples));
     first_a
         .into_iter()
         .filter_map(|(id, ra)| {
-            let rb = *first_b.get(&id)?;
+            let rb = first_b.get(&id)?;
             let (xa, xb) = match (ra.score, rb.score) {
                 (Some(x), Some(y)) => (x, y),
                 (Some(x), None) => (x, x.min(0.0) - 1.0),
                 (None, Some(y)) => (y.min(0.0) - 1.0, y),
                 (None, None) => return None,
             };
-            Some((ra, rb, xa, xb))
+            Some(Pair {
+                a_pass_rate: ra.pass_rate(),
+                b_pass_rate: rb.pass_rate(),
+                instance_id: id,
+                a: xa,
+                b: xb,
+            })
         })
         .collect()
 }
 
-/// The comparison from stored results (no running).
+/// The comparison from stored results (no running): `samples` runs of
+/// every instance, then any re-runs of the `regressed` ones.
 pub fn judge_pairs(
     dataset: &DatasetInfo,
-    a: &VersionId,
-    b: &VersionId,
-    results_a: &[InstanceResult],
-    results_b: &[InstanceResult],
+    (a, b): (&VersionId, &VersionId),
+    (results_a, results_b): (&[InstanceResult], &[InstanceResult]),
     regressed: &HashSet<String>,
+    samples: u32,
 ) -> Comparison {
     let mut diffs = Vec::new();
     let (mut wins, mut losses, mut ties) = (0, 0, 0);
     let (mut sa, mut sb) = (Vec::new(), Vec::new());
     let mut improvements = Vec::new();
-    for (ra, rb, xa, xb) in paired(results_a, results_b) {
-        let id = &ra.instance_id;
+    for pair in paired(results_a, results_b, samples) {
+        let (xa, xb) = (pair.a, pair.b);
         sa.push(xa);
         sb.push(xb);
         diffs.push(xb - xa);
@@ -139,8 +161,8 @@ pub fn judge_pairs(
             Some(std::cmp::Ordering::Less) => losses += 1,
             _ => ties += 1,
         }
-        if !ra.passed && rb.passed {
-            improvements.push(id.clone());
+        if pair.a_pass_rate < 0.5 && pair.b_pass_rate > 0.5 {
+            improvements.push(pair.instance_id);
         }
     }
     let passes = |results: &[InstanceResult], id: &str| {

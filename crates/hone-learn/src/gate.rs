@@ -20,12 +20,12 @@ pub struct GateDecision {
     pub evidence: String,
 }
 
-/// Paired reward differences (candidate − champion) on first runs, scored
-/// as [`crate::compare`] pairs them.
-pub fn paired_diffs(champion: &[InstanceResult], candidate: &[InstanceResult]) -> Vec<f64> {
-    crate::compare::paired(champion, candidate)
+/// Paired reward differences (candidate − champion) per instance, each
+/// the mean over its `samples`, as [`crate::compare`] pairs them.
+pub fn paired_diffs(champion: &[InstanceResult], candidate: &[InstanceResult], samples: u32) -> Vec<f64> {
+    crate::compare::paired(champion, candidate, samples)
         .into_iter()
-        .map(|(_, _, xa, xb)| xb - xa)
+        .map(|p| p.b - p.a)
         .collect()
 }
 

@@ -65,7 +65,7 @@ async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() 
         .run(&data, &version(&w, "v1"), &Target::Replay, &opts, &|_| {})
         .await
         .unwrap();
-    let s = summarise(&run.id, &results);
+    let s = summarise(&run.id, &results, 1);
     assert_eq!((s.instances, s.errors, s.pass_rate), (12, 0, 1.0));
     assert_eq!(s.mean_score, Some(1.0));
     assert!(s.mean_cost_usd > 0.0, "cost per instance from the gateway's prices");
@@ -163,7 +163,7 @@ async fn an_agent_endpoint_runs_multi_step_episodes_under_the_pinned_version() {
     };
     let target = Target::Endpoint(url);
     let (run, results) = e.run(&data, &version(&w, "v2"), &target, &opts, &|_| {}).await.unwrap();
-    let s = summarise(&run.id, &results);
+    let s = summarise(&run.id, &results, 1);
     assert_eq!((s.instances, s.errors), (12, 0));
     assert!(
         results.iter().all(|r| r.calls == 2),
@@ -192,4 +192,105 @@ async fn an_agent_endpoint_runs_multi_step_episodes_under_the_pinned_version() {
         )
         .unwrap();
     assert_eq!(seen, 0);
+}
+
+#[tokio::test]
+async fn samples_run_every_instance_several_times_and_summaries_stay_per_instance() {
+    let w = World::start().await;
+    let data = dataset(&w);
+    let e = evaluator(&w);
+    let opts = EvalOptions {
+        samples: 3,
+        concurrency: 8,
+        ..EvalOptions::default()
+    };
+    let (run, results) = e
+        .run(&data, &version(&w, "v2"), &Target::Replay, &opts, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 36, "12 instances × 3 samples");
+    for attempt in 0..3 {
+        assert_eq!(results.iter().filter(|r| r.attempt == attempt).count(), 12);
+    }
+    let s = summarise(&run.id, &results, 3);
+    assert_eq!((s.instances, s.errors), (12, 0), "instances, not samples");
+    assert_eq!(s.pass_rate, 10.0 / 12.0);
+    // Resuming runs nothing; the comparison re-runs the flips after the samples.
+    let cmp = compare(
+        &e,
+        &data,
+        (&version(&w, "v1"), &version(&w, "v2")),
+        &Target::Replay,
+        &opts,
+        1,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(cmp.pairs, 12);
+    assert_eq!(cmp.regressions.len(), 2);
+    assert!(cmp
+        .regressions
+        .iter()
+        .all(|f| f.confirmed && f.runs == 4 && f.a_passes == 4 && f.b_passes == 0));
+}
+
+/// Recorded results of one instance: `passes` of `runs` passed.
+fn runs(instance: &str, passes: u32, runs: u32) -> Vec<hone_types::InstanceResult> {
+    (0..runs)
+        .map(|attempt| hone_types::InstanceResult {
+            instance_id: instance.to_owned(),
+            attempt,
+            episode_id: hone_types::EpisodeId::evaluation("run", 0, &attempt.to_string()).unwrap(),
+            score: Some(f64::from(u8::from(attempt < passes))),
+            passed: attempt < passes,
+            error: None,
+            cost_usd: 0.0,
+            latency_ms: 1.0,
+            flags: Default::default(),
+            calls: 1,
+            tool_calls: 0,
+            answer_chars: 1,
+            failures: Vec::new(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
+    use hone_learn::compare::judge_pairs;
+    let w = hone_types::DatasetInfo {
+        id: "d@1".into(),
+        name: "d".into(),
+        version: 1,
+        agent: "calc".into(),
+        builder: "import".into(),
+        params: json!({}),
+        item_count: 1,
+        content_hash: String::new(),
+        created_at: 0,
+    };
+    let (a, b) = (
+        hone_types::VersionId::parse("aaaaaaaaaaaaaaaa").unwrap(),
+        hone_types::VersionId::parse("bbbbbbbbbbbbbbbb").unwrap(),
+    );
+    // One sample each: A's single pass against B's single failure is a flip.
+    let (ra, rb) = (runs("q1", 1, 1), runs("q1", 0, 1));
+    let flips = ["q1".to_owned()].into_iter().collect();
+    let one = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 1);
+    assert_eq!(one.losses, 1);
+    // Four samples: A passed 1 of 4 (a lucky pass), B 0 of 4 — A does not
+    // mostly pass, so it is not a regression; the means differ by 0.25.
+    let (ra, rb) = (runs("q1", 1, 4), runs("q1", 0, 4));
+    let four = judge_pairs(&w, (&a, &b), (&ra, &rb), &Default::default(), 4);
+    assert_eq!(four.mean_diff, Some(-0.25));
+    assert!(four.regressions.is_empty());
+    // A passing 4 of 4 and B none, confirmed over the samples.
+    let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
+    let real = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 4);
+    assert!(
+        real.regressions.iter().all(|f| f.confirmed && f.runs == 4),
+        "{:?}",
+        real.regressions
+    );
 }

@@ -126,7 +126,8 @@ pub struct EvalRunInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceResult {
     pub instance_id: String,
-    /// 0 for the first run; re-runs (to tell flips from noise) count up.
+    /// 0 for the first run; further samples and re-runs (to tell flips from
+    /// noise) count up.
     pub attempt: u32,
     /// The episode the run was recorded under.
     pub episode_id: EpisodeId,

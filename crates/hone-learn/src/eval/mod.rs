@@ -13,7 +13,7 @@
 
 mod report;
 
-pub use report::{summarise, EvalSummary, Rates};
+pub use report::{per_instance, summarise, EvalSummary, InstanceScore, Rates};
 
 use crate::client::{ChatClient, GatewayClient};
 use crate::episode::final_text;
@@ -64,6 +64,9 @@ pub struct EvalOptions {
     pub retries: u32,
     /// 0 for a first run; higher to re-run instances.
     pub attempt: u32,
+    /// Runs of every instance, as attempts `attempt .. attempt + samples`
+    /// (at temperature > 0 one sample per instance is a coin toss).
+    pub samples: u32,
     /// Run only these instances (re-runs of flips).
     pub only: Option<HashSet<String>>,
 }
@@ -85,6 +88,7 @@ impl Default for EvalOptions {
             timeout: Duration::from_secs(120),
             retries: 1,
             attempt: 0,
+            samples: 1,
             only: None,
         }
     }
@@ -134,18 +138,18 @@ impl Evaluator {
             finished_at: None,
         })?;
         let items = self.store.dataset_items(&dataset.id)?;
-        let done: HashSet<String> = self
+        let attempts = options.attempt..options.attempt + options.samples.max(1);
+        let done: HashSet<(String, u32)> = self
             .store
             .eval_results(&id)?
             .into_iter()
-            .filter(|r| r.attempt == options.attempt)
-            .map(|r| r.instance_id)
+            .filter(|r| attempts.contains(&r.attempt))
+            .map(|r| (r.instance_id, r.attempt))
             .collect();
-        let todo: Vec<(usize, &Instance)> = items
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| !done.contains(&i.id))
-            .filter(|(_, i)| options.only.as_ref().is_none_or(|only| only.contains(&i.id)))
+        let todo: Vec<(usize, &Instance, u32)> = attempts
+            .flat_map(|attempt| items.iter().enumerate().map(move |(k, i)| (k, i, attempt)))
+            .filter(|(_, i, attempt)| !done.contains(&(i.id.clone(), *attempt)))
+            .filter(|(_, i, _)| options.only.as_ref().is_none_or(|only| only.contains(&i.id)))
             .collect();
         let total = todo.len();
         let mut finished = 0;
@@ -155,13 +159,21 @@ impl Evaluator {
             total,
             failed: 0,
         });
-        let todo: Vec<(usize, Instance)> = todo.into_iter().map(|(i, item)| (i, item.clone())).collect();
+        let todo: Vec<(usize, Instance, u32)> = todo
+            .into_iter()
+            .map(|(i, item, attempt)| (i, item.clone(), attempt))
+            .collect();
         let mut stream = futures::stream::iter(todo)
             // Owned items: a closure over borrowed ones is not provably `Send`
             // for every lifetime, and an evaluation must run on spawned tasks.
-            .map(|(index, instance): (usize, Instance)| {
+            .map(|(index, instance, attempt): (usize, Instance, u32)| {
                 let id = &id;
-                async move { self.run_instance(id, index, &instance, version, target, options).await }
+                let options = EvalOptions {
+                    attempt,
+                    only: None,
+                    ..options.clone()
+                };
+                async move { self.run_instance(id, index, &instance, version, target, &options).await }
             })
             .buffer_unordered(options.concurrency.max(1));
         while let Some(result) = stream.next().await {

@@ -33,18 +33,22 @@ pub struct EvalSummary {
     pub rates: Rates,
 }
 
-/// Summarises first attempts (attempt 0): re-runs are for telling flips from noise.
-pub fn summarise(run_id: &str, results: &[InstanceResult]) -> EvalSummary {
-    let first: Vec<&InstanceResult> = results.iter().filter(|r| r.attempt == 0).collect();
+/// Summarises the samples of a run (attempts `0..samples`; later attempts
+/// are re-runs for telling flips from noise). Scores are averaged per
+/// instance first, so the interval is over instances, not samples; rates
+/// are shares of samples.
+pub fn summarise(run_id: &str, results: &[InstanceResult], samples: u32) -> EvalSummary {
+    let first: Vec<&InstanceResult> = results.iter().filter(|r| r.attempt < samples.max(1)).collect();
     let n = first.len().max(1) as f64;
-    let scores: Vec<f64> = first.iter().filter_map(|r| r.score).collect();
+    let per_instance = per_instance(&first);
+    let scores: Vec<f64> = per_instance.iter().filter_map(|i| i.score).collect();
     let share = |f: &dyn Fn(&InstanceResult) -> bool| first.iter().filter(|r| f(r)).count() as f64 / n;
     let mut latencies: Vec<f64> = first.iter().map(|r| r.latency_ms).collect();
     latencies.sort_by(f64::total_cmp);
     EvalSummary {
         run_id: run_id.to_owned(),
-        instances: first.len(),
-        errors: first.iter().filter(|r| r.score.is_none()).count(),
+        instances: per_instance.len(),
+        errors: per_instance.iter().filter(|i| i.score.is_none()).count(),
         mean_score: mean(&scores),
         ci95: bootstrap_ci(&scores, 0.95, 7),
         pass_rate: share(&|r| r.passed),
@@ -65,4 +69,41 @@ pub fn summarise(run_id: &str, results: &[InstanceResult]) -> EvalSummary {
             mean_answer_chars: first.iter().map(|r| r.answer_chars as f64).sum::<f64>() / n,
         },
     }
+}
+
+/// One instance over its samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceScore {
+    pub instance_id: String,
+    /// Mean score of the samples that ran (None: every sample failed).
+    pub score: Option<f64>,
+    /// Samples that passed, and samples.
+    pub passes: u32,
+    pub runs: u32,
+}
+
+impl InstanceScore {
+    pub fn pass_rate(&self) -> f64 {
+        f64::from(self.passes) / f64::from(self.runs.max(1))
+    }
+}
+
+/// `results` grouped by instance (in instance-id order).
+pub fn per_instance(results: &[&InstanceResult]) -> Vec<InstanceScore> {
+    let mut by_id: std::collections::BTreeMap<&str, Vec<&InstanceResult>> = std::collections::BTreeMap::new();
+    for r in results {
+        by_id.entry(r.instance_id.as_str()).or_default().push(r);
+    }
+    by_id
+        .into_iter()
+        .map(|(id, runs)| {
+            let scores: Vec<f64> = runs.iter().filter_map(|r| r.score).collect();
+            InstanceScore {
+                instance_id: id.to_owned(),
+                score: mean(&scores),
+                passes: runs.iter().filter(|r| r.passed).count() as u32,
+                runs: runs.len() as u32,
+            }
+        })
+        .collect()
 }

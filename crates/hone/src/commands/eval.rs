@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// Extra tries of an instance whose run failed (not one that scored low).
     #[arg(long, default_value_t = 1)]
     retries: u32,
+    /// Runs of every instance (at temperature > 0, results are per-instance
+    /// means and pass rates over these).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    samples: u32,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -153,6 +157,7 @@ pub fn run(args: EvalArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs(run.timeout_s.max(1)),
         retries: run.retries,
         attempt: 0,
+        samples: run.samples,
         only: None,
     };
     runtime()?.block_on(async {
@@ -217,7 +222,7 @@ pub fn run(args: EvalArgs) -> Result<ExitCode> {
             let (info, results) = evaluator
                 .run(&dataset, &ids[0], &target, &options, &|p| progress_line("eval", p))
                 .await?;
-            let summary = summarise(&info.id, &results);
+            let summary = summarise(&info.id, &results, options.samples);
             if run.json {
                 writeln!(o, "{}", serde_json::to_string_pretty(&summary)?)?;
             } else {

@@ -35,8 +35,8 @@ pub(super) async fn run(
         if let Some(r) = &bench.regression {
             comparisons.push(compare(evaluator, r, pair, via, options, spec.reruns, &noop).await?);
         }
-        let (cand_summary, cand_results) = stored_results(learner, via, target, &c.version_id)?;
-        let diffs = gate::paired_diffs(&champ_results, &cand_results);
+        let (cand_summary, cand_results) = stored_results(learner, &bench, &c.version_id)?;
+        let diffs = gate::paired_diffs(&champ_results, &cand_results, options.samples);
         let refs: Vec<&Comparison> = comparisons.iter().collect();
         let decision = gate::decide(&GateInput {
             spec,

@@ -125,7 +125,10 @@ impl Bench {
             target: target(learner, detail)?,
             regression: regression(learner, detail)?,
             champion: champion(detail)?.clone(),
-            options: EvalOptions::with_concurrency(agent.learn.concurrency),
+            options: EvalOptions {
+                samples: agent.learn.gate.samples,
+                ..EvalOptions::with_concurrency(agent.learn.concurrency)
+            },
         })
     }
 }
@@ -143,7 +146,7 @@ async fn evaluate_on(
         .evaluator
         .run(dataset, version, &bench.via, &bench.options, &quiet)
         .await?;
-    let summary = summarise(&run.id, &results);
+    let summary = summarise(&run.id, &results, bench.options.samples);
     learner.say(
         &dataset.agent,
         &format!(
@@ -158,13 +161,8 @@ async fn evaluate_on(
 }
 
 /// The results the evaluate step stored for a version on a dataset.
-fn stored_results(
-    learner: &Learner,
-    via: &Target,
-    dataset: &DatasetInfo,
-    version: &VersionId,
-) -> Result<(EvalSummary, Vec<InstanceResult>)> {
-    let run = run_id(&dataset.id, version, via);
+fn stored_results(learner: &Learner, bench: &Bench, version: &VersionId) -> Result<(EvalSummary, Vec<InstanceResult>)> {
+    let run = run_id(&bench.target.id, version, &bench.via);
     let results = learner.store.eval_results(&run)?;
-    Ok((summarise(&run, &results), results))
+    Ok((summarise(&run, &results, bench.options.samples), results))
 }
