@@ -389,9 +389,9 @@ pub struct GateSpec {
     pub tolerance: usize,
     /// Re-runs of each flipped instance to tell noise from regression.
     pub reruns: u32,
-    /// Runs of every instance by every version evaluated: at temperature
-    /// > 0 the gate compares per-instance means and pass rates over these,
-    /// so one lucky pass is not a regression (default 1).
+    /// Runs of every instance by every version evaluated: when sampling is
+    /// random the gate compares per-instance means and pass rates over
+    /// these, so one lucky pass is not a regression (default 1).
     pub samples: u32,
     pub bounds: Bounds,
 }
