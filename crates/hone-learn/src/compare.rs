@@ -18,7 +18,8 @@ pub struct Flip {
     pub a_passes: u32,
     pub b_passes: u32,
     pub runs: u32,
-    /// True when B failed every run and A passed most: a regression, not noise.
+    /// True when the runs show A's pass rate above B's at 95% confidence
+    /// (see [`confirmed`]): a regression, not noise.
     pub confirmed: bool,
 }
 
@@ -50,6 +51,15 @@ fn sampled(results: &[InstanceResult], samples: u32) -> BTreeMap<String, Instanc
         .into_iter()
         .map(|i| (i.instance_id.clone(), i))
         .collect()
+}
+
+/// Whether A passing `a` of `runs_a` and B `b` of `runs_b` is a regression,
+/// not noise: one-sided Fisher exact test at 95% (3 of 3 against 0 of 3 is
+/// exactly p = 0.05, the least evidence that counts; 3 of 5 against 0 of 5
+/// is p = 0.08 and does not).
+fn confirmed(a: u32, runs_a: u32, b: u32, runs_b: u32) -> bool {
+    let p = crate::stats::fisher_greater_p(a.into(), runs_a.into(), b.into(), runs_b.into());
+    p <= 0.05 + 1e-12
 }
 
 /// Whether A's samples mostly pass and B's mostly fail.
@@ -180,7 +190,7 @@ pub fn judge_pairs(
                 a_passes,
                 b_passes,
                 runs,
-                confirmed: b_passes == 0 && a_passes * 2 > runs_a,
+                confirmed: confirmed(a_passes, runs_a, b_passes, runs_b),
             }
         })
         .collect();

@@ -1,7 +1,8 @@
 //! Statistics for evaluation and monitoring: bootstrap confidence intervals
 //! (plain and paired) with a seeded generator, so a report is reproducible,
 //! the Wilson interval of a proportion, the exact two-sided sign test, the
-//! two-proportion z-test and Welch's t-test (distributions from `statrs`).
+//! two-proportion z-test, Fisher's exact test and Welch's t-test
+//! (distributions from `statrs`).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -94,6 +95,22 @@ pub fn two_proportion_p(hits_a: u64, n_a: u64, hits_b: u64, n_b: u64) -> f64 {
         return if pb > pa { 0.0 } else { 1.0 };
     }
     normal_sf((pb - pa) / se)
+}
+
+/// One-sided Fisher exact test: the p-value that A passing `passes_a` of
+/// `runs_a` and B `passes_b` of `runs_b` shows A's pass rate above B's by
+/// chance alone (the hypergeometric tail `P(X ≥ passes_a)` with the
+/// margins fixed). Checked against scipy in `tests/stats.rs`.
+pub fn fisher_greater_p(passes_a: u64, runs_a: u64, passes_b: u64, runs_b: u64) -> f64 {
+    use statrs::distribution::{DiscreteCDF, Hypergeometric};
+    let (passes_a, passes_b) = (passes_a.min(runs_a), passes_b.min(runs_b));
+    if passes_a == 0 {
+        return 1.0;
+    }
+    match Hypergeometric::new(runs_a + runs_b, passes_a + passes_b, runs_a) {
+        Ok(h) => h.sf(passes_a - 1).clamp(0.0, 1.0),
+        Err(_) => 1.0,
+    }
 }
 
 /// One-sided Welch t-test on means: the p-value that B's mean exceeds A's

@@ -2,7 +2,7 @@
 //! samples (`reference/monitor_stats.py` made `reference/monitor_stats.json`,
 //! latencies shaped like the ones issue 16 recorded among them).
 
-use hone_learn::stats::{mean_greater_p, sign_test, two_proportion_p};
+use hone_learn::stats::{fisher_greater_p, mean_greater_p, sign_test, two_proportion_p};
 use serde_json::Value;
 
 fn reference() -> Value {
@@ -118,4 +118,16 @@ fn a_significant_but_tiny_latency_rise_does_not_fire_and_a_real_one_does() {
     };
     let slow: Vec<f64> = numbers(&tiny["b"]).iter().map(|x| x * 2.0 + 60.0).collect();
     assert!(check(&spec, &episodes(slow), &episodes(numbers(&tiny["a"])), expected).is_empty());
+}
+
+#[test]
+fn fisher_exact_test_matches_scipy() {
+    let cases = reference()["cases"]["fisher_greater"].as_array().unwrap().clone();
+    assert_eq!(cases.len(), 7);
+    for c in cases {
+        let n = |k: &str| c[k].as_u64().unwrap();
+        let p = fisher_greater_p(n("passes_a"), n("runs_a"), n("passes_b"), n("runs_b"));
+        let expected = c["p"].as_f64().unwrap();
+        assert!(close(p, expected), "{c}: ours {p} vs scipy {expected}");
+    }
 }

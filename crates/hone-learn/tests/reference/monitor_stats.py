@@ -51,6 +51,14 @@ cases["sign_test"] = [
     for w, l in [(9, 1), (6, 0), (3, 3), (12, 4)]
 ]
 
+# One-sided Fisher exact test: is A's pass rate above B's? (the gate's
+# confirmation of a regressed instance over its samples and re-runs)
+cases["fisher_greater"] = [
+    {"passes_a": a, "runs_a": n, "passes_b": b, "runs_b": m,
+     "p": float(stats.fisher_exact([[a, n - a], [b, m - b]], alternative="greater").pvalue)}
+    for a, n, b, m in [(3, 3, 0, 3), (3, 5, 0, 5), (6, 6, 0, 6), (5, 6, 1, 6), (0, 4, 0, 4), (4, 4, 4, 4), (7, 9, 2, 8)]
+]
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monitor_stats.json")
 with open(out, "w") as f:
     json.dump({"scipy": __import__("scipy").__version__, "cases": cases}, f, indent=1)

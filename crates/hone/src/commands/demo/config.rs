@@ -75,31 +75,35 @@ pass_threshold = 0.5
 [agents.{AGENT}.learn]
 every = {{ episodes = 64 }}
 # sft: LoRA on the accepted episodes; grpo: LoRA on groups of the champion's
-# rollouts through `endpoint` (exact tokens and logprobs, per-call credit);
-# examples: successful episodes shown as few-shot examples. Each learns from
-# the cycle's train half; candidates are gated on the other half.
-optimisers = ["sft", "grpo", "examples"]
-dataset_size = 48
+# rollouts through `endpoint` (exact tokens and logprobs, per-call credit).
+# Each learns from the cycle's train half; candidates are gated on the other
+# half. (`examples`, few-shot episodes in the prompt, is left out: this small
+# model knows only its own prompt layout and made invalid tool calls in 96%
+# of episodes with examples in it.)
+optimisers = ["sft", "grpo"]
+dataset_size = 64
 endpoint = {endpoint}
+# The embedded engine decodes concurrent episodes in one batch.
+concurrency = 16
 
 [agents.{AGENT}.learn.sft]
-steps = 40
-lr = 0.002
+steps = 16
+lr = 0.001
 rank = 8
 min_examples = 8
 
 [agents.{AGENT}.learn.grpo]
-steps = 20
+steps = 30
 lr = 0.002
 rank = 8
 group_size = 4
 min_examples = 4
 
-[agents.{AGENT}.learn.examples]
-k = [2]
-
 [agents.{AGENT}.learn.gate]
-reruns = 1
+# Answers are sampled (temperature 0.7): every instance runs 3 times per
+# version, and a flip counts as a regression only when re-runs confirm it.
+samples = 3
+reruns = 2
 
 [agents.{AGENT}.learn.monitor]
 min_episodes = 24
