@@ -293,4 +293,9 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
         "{:?}",
         real.regressions
     );
+    // 3 of 5 against 0 of 5 is a flip, but not a confirmed one (Fisher p = 0.083).
+    let (ra, rb) = (runs("q1", 3, 5), runs("q1", 0, 5));
+    let weak = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 5);
+    assert_eq!(weak.regressions.len(), 1);
+    assert!(!weak.regressions[0].confirmed);
 }
