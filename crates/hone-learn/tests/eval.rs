@@ -53,6 +53,20 @@ fn version(w: &World, label: &str) -> hone_types::VersionId {
     w.config.agents["calc"].versions[label].id.clone()
 }
 
+/// v1 (always right) against v2 (wrong on the sums of 7), by replay.
+async fn v1_against_v2(
+    w: &World,
+    e: &Evaluator,
+    data: &hone_types::DatasetInfo,
+    opts: &EvalOptions,
+    reruns: u32,
+) -> hone_learn::compare::Comparison {
+    let pair = (&version(w, "v1"), &version(w, "v2"));
+    compare(e, data, pair, &Target::Replay, opts, reruns, &|_, _| {})
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() {
     let w = World::start().await;
@@ -83,17 +97,7 @@ async fn replay_scores_every_instance_and_compare_finds_the_seeded_regression() 
     .unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 
-    let cmp = compare(
-        &e,
-        &data,
-        (&version(&w, "v1"), &version(&w, "v2")),
-        &Target::Replay,
-        &opts,
-        2,
-        &|_, _| {},
-    )
-    .await
-    .unwrap();
+    let cmp = v1_against_v2(&w, &e, &data, &opts, 2).await;
     assert_eq!(cmp.pairs, 12);
     assert_eq!(cmp.regressions.len(), sevens);
     assert!(cmp
@@ -216,17 +220,7 @@ async fn samples_run_every_instance_several_times_and_summaries_stay_per_instanc
     assert_eq!((s.instances, s.errors), (12, 0), "instances, not samples");
     assert_eq!(s.pass_rate, 10.0 / 12.0);
     // Resuming runs nothing; the comparison re-runs the flips after the samples.
-    let cmp = compare(
-        &e,
-        &data,
-        (&version(&w, "v1"), &version(&w, "v2")),
-        &Target::Replay,
-        &opts,
-        1,
-        &|_, _| {},
-    )
-    .await
-    .unwrap();
+    let cmp = v1_against_v2(&w, &e, &data, &opts, 1).await;
     assert_eq!(cmp.pairs, 12);
     assert_eq!(cmp.regressions.len(), 2);
     assert!(cmp
