@@ -91,28 +91,24 @@ impl Optimiser for Grpo {
 }
 
 impl Grpo {
-    /// `group_size` rollouts of the champion on every target instance;
-    /// the results of all of them (a resumed cycle reuses finished ones).
+    /// `group_size` rollouts of the champion on every target instance, all
+    /// in one concurrent run (attempts `0..group_size`, so the engine
+    /// batches across groups); a resumed cycle reuses finished ones.
     async fn roll_out(&self, ctx: &ProposeContext<'_>, tasks: usize) -> Result<Vec<InstanceResult>, LearnError> {
         let quiet = |_: crate::eval::Progress| {};
-        let mut results = Vec::new();
-        for attempt in 0..self.spec.group_size as u32 {
-            (ctx.progress)(&format!(
-                "grpo: rollout {}/{} of the champion on {tasks} tasks",
-                attempt + 1,
-                self.spec.group_size
-            ));
-            let options = EvalOptions {
-                attempt,
-                ..EvalOptions::with_concurrency(ctx.agent.learn.concurrency)
-            };
-            let (_, all) = ctx
-                .evaluator
-                .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)
-                .await?;
-            results = all;
-        }
-        Ok(results)
+        (ctx.progress)(&format!(
+            "grpo: rolling out the champion {} times on {tasks} tasks",
+            self.spec.group_size
+        ));
+        let options = EvalOptions {
+            samples: self.spec.group_size as u32,
+            ..EvalOptions::with_concurrency(ctx.agent.learn.concurrency)
+        };
+        let (_, all) = ctx
+            .evaluator
+            .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)
+            .await?;
+        Ok(all)
     }
 
     /// One completion per call of every rollout of `item`, with its exact
