@@ -4,6 +4,8 @@
 //! of the rollouts, and the trainer gets the calls' exact token ids with the
 //! sampler's logprobs: its importance ratios leave 1 and clipping acts,
 //! which re-rendered text without logprobs can never do (ratio ≡ 1).
+//! And weight candidates build on the champion's adapter, so gains
+//! accumulate across cycles.
 
 use crate::support::{learner, World};
 use hone_store::{CycleStore, LearnStore};
@@ -85,5 +87,110 @@ async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_t
     assert!(
         steps.iter().any(|s| extra(s, "clip_fraction") > 0.0),
         "no token was ever clipped\n{metrics}"
+    );
+}
+
+const ACCUMULATE: &str = r#"
+[providers.local]
+type = "local"
+[agents.acc.versions.v1]
+provider = { type = "local", model = "MODEL" }
+temperature = 1.0
+max_tokens = 6
+[agents.acc.deployment]
+champion = "v1"
+[agents.acc.reward]
+reference_signal = "gold"
+[agents.acc.learn]
+optimisers = ["sft"]
+dataset_size = 24
+[agents.acc.learn.sft]
+steps = 6
+lr = 0.05
+rank = 4
+min_examples = 2
+"#;
+
+fn adapter_of(w: &World, version: &hone_types::VersionId) -> Option<String> {
+    let record = hone_store::Store::version(&*w.store, version).unwrap().unwrap();
+    record.spec.routes[0].adapter.clone()
+}
+
+/// The first and the last step's loss of the adapter a cycle trained.
+fn losses(w: &World, adapter: &str) -> (f64, f64) {
+    let metrics = std::fs::read_to_string(w.config.adapters_dir("local").join(adapter).join("metrics.jsonl")).unwrap();
+    let loss = |line: &str| serde_json::from_str::<Value>(line).unwrap()["loss"].as_f64().unwrap();
+    (
+        loss(metrics.lines().next().unwrap()),
+        loss(metrics.lines().last().unwrap()),
+    )
+}
+
+/// Gains accumulate across cycles: once a weight candidate is the champion,
+/// the next cycle's candidate is trained on from the champion's adapter,
+/// not from a fresh one — its first step starts where the champion's
+/// training ended on the same kind of data, not at a fresh adapter's loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_trains_on_from_the_champions_adapter() {
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        5,
+        model.path(),
+    )
+    .unwrap();
+    let w = World::start_with(&ACCUMULATE.replace("MODEL", &model.path().display().to_string())).await;
+    let sums = |prefix: &'static str| {
+        let w = &w;
+        async move {
+            for i in 0..24 {
+                let id = format!("{prefix}-{i}");
+                w.ask("acc", &id, &format!("What is {}+{}?", 10 + i, i % 5 + 1)).await;
+                w.feedback(
+                    &id,
+                    "gold",
+                    serde_json::json!(format!("The answer is {}.", 11 + i + i % 5)),
+                )
+                .await;
+            }
+        }
+    };
+    sums("a").await;
+    let (learner, lines) = learner(&w);
+    let first = learner.run_cycle("acc", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let c1 = w.store.candidates("acc", Some(&first.id)).unwrap();
+    assert_eq!(c1.len(), 1, "{log}");
+    let adapter1 = format!("{}-sft", first.id);
+    assert_eq!(adapter_of(&w, &c1[0].version_id), Some(adapter1.clone()));
+
+    // Make the candidate the champion, as a promotion would.
+    let agent = &w.config.agents["acc"];
+    let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, agent).unwrap();
+    deployment.previous.push(deployment.champion.clone());
+    deployment.champion = c1[0].version_id.clone();
+    assert!(w
+        .store
+        .change_deployment(&deployment, revision, &[], &[], None, 1)
+        .unwrap());
+
+    sums("b").await;
+    let second = learner.run_cycle("acc", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let c2 = w.store.candidates("acc", Some(&second.id)).unwrap();
+    assert_eq!(c2.len(), 1, "{log}");
+    let adapter2 = format!("{}-sft", second.id);
+    assert_eq!(adapter_of(&w, &c2[0].version_id), Some(adapter2.clone()));
+    assert_eq!(c2[0].parent, c1[0].version_id);
+    let ((fresh, trained), (continued, _)) = (losses(&w, &adapter1), losses(&w, &adapter2));
+    assert!(
+        fresh - trained > 0.1,
+        "cycle 1's training moved the loss: {fresh} → {trained}"
+    );
+    assert!(
+        (continued - trained).abs() < (fresh - continued).abs() / 4.0,
+        "cycle 2 started at loss {continued}, not where the champion's adapter ended ({trained}) \
+         but nearer a fresh adapter's {fresh}: it did not build on the champion's adapter\n{log}"
     );
 }
