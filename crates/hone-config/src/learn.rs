@@ -111,7 +111,7 @@ pub struct RawTraining {
     pub rank: Option<usize>,
     /// Fewest training examples (pairs, groups) worth a run.
     pub min_examples: Option<usize>,
-    /// GRPO: samples per task when sampling groups from the champion.
+    /// GRPO and DPO: rollouts of the champion per task (a group).
     pub group_size: Option<usize>,
 }
 

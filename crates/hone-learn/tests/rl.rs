@@ -194,3 +194,90 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
          but nearer a fresh adapter's {fresh}: it did not build on the champion's adapter\n{log}"
     );
 }
+
+const DPO: &str = r#"
+[providers.local]
+type = "local"
+[agents.pref.versions.v1]
+provider = { type = "local", model = "MODEL" }
+temperature = 1.0
+max_tokens = 6
+[agents.pref.deployment]
+champion = "v1"
+[agents.pref.reward]
+pass_threshold = 0.5
+[agents.pref.reward.critics.digit]
+type = "regex"
+pattern = "[0-9]"
+[agents.pref.learn]
+optimisers = ["dpo"]
+dataset_size = 16
+[agents.pref.learn.dpo]
+steps = 8
+lr = 0.05
+rank = 4
+group_size = 4
+min_examples = 2
+"#;
+
+/// The `dpo` optimiser inside a real cycle: on-policy pairs from the
+/// champion's rollouts on the train half (best over worst by the reward
+/// spec), given to the trainer as the sampled token ids; at its first step
+/// the policy is the reference, so the DPO loss is exactly ln 2, and
+/// training then opens a margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() {
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let w = World::start_with(&DPO.replace("MODEL", &model.path().display().to_string())).await;
+    for i in 0..16 {
+        w.ask("pref", &format!("p-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("pref", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let candidates = w.store.candidates("pref", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert_eq!(candidates[0].optimiser, "dpo");
+
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    assert!(
+        log.contains(&format!(
+            "dpo: rolling out the champion 4 times on {} tasks",
+            train.len()
+        )),
+        "{log}"
+    );
+    let pairs = log
+        .lines()
+        .find_map(|l| l.split(" from the train half, ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(pairs > 0, "no on-policy pair\n{log}");
+
+    let metrics = std::fs::read_to_string(
+        w.config
+            .adapters_dir("local")
+            .join(format!("{}-dpo", cycle.id))
+            .join("metrics.jsonl"),
+    )
+    .unwrap();
+    let steps: Vec<Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(steps.len(), 8, "{metrics}");
+    let ln2 = std::f64::consts::LN_2;
+    assert!((steps[0]["loss"].as_f64().unwrap() - ln2).abs() < 1e-3, "{metrics}");
+    let margin = steps[7]["extra"]["margin"].as_f64().unwrap();
+    assert!(
+        margin > 0.0,
+        "training opened no margin between chosen and rejected\n{metrics}"
+    );
+}

@@ -1,12 +1,21 @@
 //! `dpo`: direct preference optimisation of a LoRA adapter on preference
-//! pairs from the agent's own episodes: for one prompt, the best-rewarded
-//! answer over the worst, or a demonstration signal over a failed answer.
+//! pairs from two sources:
+//! - the cycle's train half: for one prompt, the best-rewarded answer over
+//!   the worst, or a user's demonstration over a failed answer (re-rendered
+//!   from the messages; traffic datasets keep one episode per prompt, so in
+//!   a cycle these are mostly demonstrations);
+//! - on-policy pairs: each train task rolled out `group_size` times
+//!   (`rollouts`), the best-rewarded episode over the worst, compared at the
+//!   first call where they part — the same prompt tokens and the two
+//!   completions exactly as the engine sampled them.
 
-use super::training::{instance_rows, propose_adapter, Method};
+use super::rollouts::{self, Rollout};
+use super::training::{instance_rows, local_base, propose_adapter, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::TrainingSpec;
+use serde_json::json;
 
 pub struct Dpo {
     pub spec: TrainingSpec,
@@ -20,8 +29,52 @@ impl Optimiser for Dpo {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let items = ctx.store.dataset_items(&ctx.target.id)?;
-            let (rows, lines) = instance_rows(&items, Method::Dpo)?;
-            propose_adapter(ctx, Method::Dpo, &self.spec, rows, lines).await
+            let (mut rows, lines) = instance_rows(&items, Method::Dpo)?;
+            let mut on_policy = 0u64;
+            if local_base(ctx).is_ok() {
+                match rollouts::scored(ctx, "dpo", &items, self.spec.group_size).await? {
+                    Ok(groups) => {
+                        for row in groups.values().filter_map(|g| on_policy_pair(g)) {
+                            serde_json::to_writer(&mut rows, &row).map_err(|e| LearnError::training(e.to_string()))?;
+                            rows.push(b'\n');
+                            on_policy += 1;
+                        }
+                    }
+                    Err(why) => (ctx.progress)(&why),
+                }
+            }
+            (ctx.progress)(&format!(
+                "dpo: {} preference pairs ({lines} from the train half, {on_policy} on-policy as sampled tokens)",
+                lines + on_policy
+            ));
+            propose_adapter(ctx, Method::Dpo, &self.spec, rows, lines + on_policy).await
         })
     }
+}
+
+/// The group's best-rewarded rollout over its worst, at the first call
+/// where their completions differ from the same prompt tokens; none when
+/// the rewards tie, or the episodes part elsewhere (a different tool
+/// result before any different completion) or carry no token ids.
+fn on_policy_pair(group: &[Rollout]) -> Option<serde_json::Value> {
+    let value = |r: &&Rollout| r.reward.value;
+    let best = group.iter().max_by(|a, b| value(a).total_cmp(&value(b)))?;
+    let worst = group.iter().min_by(|a, b| value(a).total_cmp(&value(b)))?;
+    if value(&best) <= value(&worst) {
+        return None;
+    }
+    for (chosen, rejected) in best.episode.calls.iter().zip(&worst.episode.calls) {
+        let (c, r) = (chosen.sampled_tokens()?, rejected.sampled_tokens()?);
+        if c.prompt != r.prompt {
+            return None;
+        }
+        if c.completion != r.completion {
+            return Some(json!({
+                "prompt_tokens": c.prompt,
+                "chosen_tokens": c.completion,
+                "rejected_tokens": r.completion,
+            }));
+        }
+    }
+    None
 }
