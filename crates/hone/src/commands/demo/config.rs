@@ -75,12 +75,13 @@ pass_threshold = 0.5
 [agents.{AGENT}.learn]
 every = {{ episodes = 64 }}
 # sft: LoRA on the accepted episodes; grpo: LoRA on groups of the champion's
-# rollouts through `endpoint` (exact tokens and logprobs, per-call credit).
+# rollouts through `endpoint` (exact tokens and logprobs, per-call credit);
+# dpo: LoRA on the best over the worst of the same rollouts, where they part.
 # Each learns from the cycle's train half; candidates are gated on the other
 # half. (`examples`, few-shot episodes in the prompt, is left out: this small
 # model knows only its own prompt layout and made invalid tool calls in 96%
 # of episodes with examples in it.)
-optimisers = ["sft", "grpo"]
+optimisers = ["sft", "grpo", "dpo"]
 dataset_size = 64
 endpoint = {endpoint}
 # The embedded engine decodes concurrent episodes in one batch.
@@ -93,6 +94,13 @@ rank = 8
 min_examples = 8
 
 [agents.{AGENT}.learn.grpo]
+steps = 30
+lr = 0.002
+rank = 8
+group_size = 4
+min_examples = 4
+
+[agents.{AGENT}.learn.dpo]
 steps = 30
 lr = 0.002
 rank = 8
