@@ -206,9 +206,11 @@ max_tokens = 6
 champion = "v1"
 [agents.pref.reward]
 pass_threshold = 0.5
-[agents.pref.reward.critics.digit]
+# A lowercase letter in six random tokens: about an even chance, so most
+# groups hold both a pass and a fail.
+[agents.pref.reward.critics.letter]
 type = "regex"
-pattern = "[0-9]"
+pattern = "[a-z]"
 [agents.pref.learn]
 optimisers = ["dpo"]
 dataset_size = 16

@@ -29,6 +29,10 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
             "10",
             "--concurrency",
             "4",
+            // One weight optimiser is enough to check the plumbing; each
+            // trains in the unoptimised test build.
+            "--optimisers",
+            "grpo",
         ])
         .arg("--base")
         .arg(&base)
@@ -61,6 +65,7 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         text.contains(&base.canonicalize().unwrap().display().to_string()),
         "{text}"
     );
+    assert!(text.contains(r#"optimisers = ["grpo"]"#), "{text}");
 
     // The summary: base and last measured on the same 6 held-out tasks.
     let summary: serde_json::Value =

@@ -20,10 +20,49 @@ pub enum RewardMode {
     Naive,
 }
 
+/// An optimiser the demo can run (`--optimisers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoOptimiser {
+    Sft,
+    Grpo,
+    Dpo,
+    Examples,
+}
+
+impl DemoOptimiser {
+    pub const DEFAULT: [DemoOptimiser; 3] = [DemoOptimiser::Sft, DemoOptimiser::Grpo, DemoOptimiser::Dpo];
+
+    fn name(self) -> &'static str {
+        match self {
+            DemoOptimiser::Sft => "sft",
+            DemoOptimiser::Grpo => "grpo",
+            DemoOptimiser::Dpo => "dpo",
+            DemoOptimiser::Examples => "examples",
+        }
+    }
+
+    /// Its `[agents.calc.learn.<name>]` table.
+    fn table(self) -> &'static str {
+        match self {
+            DemoOptimiser::Sft => "steps = 16\nlr = 0.001\nrank = 8\nmin_examples = 8",
+            DemoOptimiser::Grpo | DemoOptimiser::Dpo => {
+                "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4"
+            }
+            DemoOptimiser::Examples => "k = [2]",
+        }
+    }
+}
+
+impl std::fmt::Display for DemoOptimiser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The config text. `data_dir` and `base` (the base policy's checkpoint)
 /// are absolute paths,
 /// `endpoint` the environment's `POST /run` URL.
-pub fn text(data_dir: &Path, base: &Path, endpoint: &str, reward: RewardMode) -> String {
+pub fn text(data_dir: &Path, base: &Path, endpoint: &str, reward: RewardMode, optimisers: &[DemoOptimiser]) -> String {
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
         RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
@@ -78,36 +117,17 @@ every = {{ episodes = 64 }}
 # rollouts through `endpoint` (exact tokens and logprobs, per-call credit);
 # dpo: LoRA on the best over the worst of the same rollouts, where they part.
 # Each learns from the cycle's train half; candidates are gated on the other
-# half. (`examples`, few-shot episodes in the prompt, is left out: this small
-# model knows only its own prompt layout and made invalid tool calls in 96%
-# of episodes with examples in it.)
-optimisers = ["sft", "grpo", "dpo"]
+# half. (`examples`, few-shot episodes in the prompt, is left out by default:
+# this small model knows only its own prompt layout and made invalid tool
+# calls in 96% of episodes with examples in it. `hone demo --optimisers`
+# picks others.)
+optimisers = {optimisers}
 dataset_size = 64
 endpoint = {endpoint}
 # The embedded engine decodes concurrent episodes in one batch.
 concurrency = 16
 
-[agents.{AGENT}.learn.sft]
-steps = 16
-lr = 0.001
-rank = 8
-min_examples = 8
-
-[agents.{AGENT}.learn.grpo]
-steps = 30
-lr = 0.002
-rank = 8
-group_size = 4
-min_examples = 4
-
-[agents.{AGENT}.learn.dpo]
-steps = 30
-lr = 0.002
-rank = 8
-group_size = 4
-min_examples = 4
-
-[agents.{AGENT}.learn.gate]
+{tables}[agents.{AGENT}.learn.gate]
 # Answers are sampled (temperature 0.7): every instance runs 3 times per
 # version, and a flip counts as a regression only when re-runs confirm it.
 samples = 3
@@ -120,5 +140,10 @@ min_episodes = 24
         data_dir = serde_json::Value::String(data_dir.display().to_string()),
         base = serde_json::Value::String(base.display().to_string()),
         endpoint = serde_json::Value::String(endpoint.to_owned()),
+        optimisers = serde_json::json!(optimisers.iter().map(|o| o.name()).collect::<Vec<_>>()),
+        tables = optimisers
+            .iter()
+            .map(|o| format!("[agents.{AGENT}.learn.{}]\n{}\n\n", o.name(), o.table()))
+            .collect::<String>(),
     )
 }

@@ -21,8 +21,8 @@ use crate::context::{open_store, runtime};
 use crate::output::{note, print_table};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-pub use config::RewardMode;
 use config::AGENT;
+pub use config::{DemoOptimiser, RewardMode};
 use hone_envs::base_policy::{self, Recipe};
 use hone_envs::endpoint::router_with_user;
 use hone_envs::{Builtin, Runner, RunnerConfig, SimulatedUser};
@@ -64,6 +64,9 @@ pub struct DemoArgs {
     /// How rewards are made from what users do.
     #[arg(long, value_enum, default_value_t = RewardMode::Implicit)]
     pub reward: RewardMode,
+    /// The optimisers the learning loop runs, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = DemoOptimiser::DEFAULT)]
+    pub optimisers: Vec<DemoOptimiser>,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -147,7 +150,13 @@ struct Summary {
     plots: Vec<PathBuf>,
 }
 
-pub fn run(args: DemoArgs) -> Result<ExitCode> {
+pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
+    let mut seen = Vec::new();
+    args.optimisers.retain(|o| {
+        let first = !seen.contains(o);
+        seen.push(*o);
+        first
+    });
     if args.minutes <= 0.0 {
         bail!("--minutes must be more than 0");
     }
@@ -223,7 +232,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     let config_path = data_dir.join("hone.toml");
     std::fs::write(
         &config_path,
-        config::text(&data_dir, &base_dir, &endpoint_url, args.reward),
+        config::text(&data_dir, &base_dir, &endpoint_url, args.reward, &args.optimisers),
     )
     .with_context(|| format!("cannot write {}", config_path.display()))?;
     let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
