@@ -12,15 +12,45 @@ use hone_store::{CycleStore, LearnStore};
 use hone_types::CycleState;
 use serde_json::Value;
 
+/// A random tiny Qwen2 checkpoint, and a world whose agent `agent` runs
+/// on it through the embedded engine (temperature 1, six tokens), with
+/// the rest of its config (reward and learn tables) in `rest`.
+async fn tiny_world(agent: &str, rest: &str) -> (tempfile::TempDir, World) {
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let config = format!(
+        "[providers.local]\ntype = \"local\"\n[agents.{agent}.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
+         temperature = 1.0\nmax_tokens = 6\n[agents.{agent}.deployment]\nchampion = \"v1\"\n{rest}",
+        model.path().display().to_string()
+    );
+    let w = World::start_with(&config).await;
+    (model, w)
+}
+
+/// `n` episodes asking for a number, then one cycle, which must finish with
+/// one candidate by `optimiser`; the cycle and its log.
+async fn one_cycle(w: &World, agent: &str, optimiser: &str, n: usize) -> (hone_types::CycleInfo, String) {
+    for i in 0..n {
+        w.ask(agent, &format!("{agent}-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let (learner, lines) = learner(w);
+    let cycle = learner.run_cycle(agent, "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let candidates = w.store.candidates(agent, Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert_eq!(candidates[0].optimiser, optimiser);
+    (cycle, log)
+}
+
 const RL: &str = r#"
-[providers.local]
-type = "local"
-[agents.rl.versions.v1]
-provider = { type = "local", model = "MODEL" }
-temperature = 1.0
-max_tokens = 6
-[agents.rl.deployment]
-champion = "v1"
 [agents.rl.reward]
 pass_threshold = 0.5
 [agents.rl.reward.critics.digit]
@@ -39,26 +69,8 @@ min_examples = 2
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_train_half() {
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
-    let w = World::start_with(&RL.replace("MODEL", &model.path().display().to_string())).await;
-    for i in 0..16 {
-        w.ask("rl", &format!("t-{i}"), &format!("Say a number, please ({i})"))
-            .await;
-    }
-    let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("rl", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
-    let candidates = w.store.candidates("rl", Some(&cycle.id)).unwrap();
-    assert_eq!(candidates.len(), 1, "{log}");
-    assert_eq!(candidates[0].optimiser, "grpo");
+    let (_model, w) = tiny_world("rl", RL).await;
+    let (cycle, log) = one_cycle(&w, "rl", "grpo", 16).await;
 
     // The rollouts ran on the train half only.
     let train: Vec<String> = w
@@ -91,14 +103,6 @@ async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_t
 }
 
 const ACCUMULATE: &str = r#"
-[providers.local]
-type = "local"
-[agents.acc.versions.v1]
-provider = { type = "local", model = "MODEL" }
-temperature = 1.0
-max_tokens = 6
-[agents.acc.deployment]
-champion = "v1"
 [agents.acc.reward]
 reference_signal = "gold"
 [agents.acc.learn]
@@ -132,15 +136,7 @@ fn losses(w: &World, adapter: &str) -> (f64, f64) {
 /// training ended on the same kind of data, not at a fresh adapter's loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_trains_on_from_the_champions_adapter() {
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        5,
-        model.path(),
-    )
-    .unwrap();
-    let w = World::start_with(&ACCUMULATE.replace("MODEL", &model.path().display().to_string())).await;
+    let (_model, w) = tiny_world("acc", ACCUMULATE).await;
     let sums = |prefix: &'static str| {
         let w = &w;
         async move {
@@ -196,14 +192,6 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
 }
 
 const DPO: &str = r#"
-[providers.local]
-type = "local"
-[agents.pref.versions.v1]
-provider = { type = "local", model = "MODEL" }
-temperature = 1.0
-max_tokens = 6
-[agents.pref.deployment]
-champion = "v1"
 [agents.pref.reward]
 pass_threshold = 0.5
 # A lowercase letter in six random tokens: about an even chance, so most
@@ -229,26 +217,8 @@ min_examples = 2
 /// training then opens a margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() {
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
-    let w = World::start_with(&DPO.replace("MODEL", &model.path().display().to_string())).await;
-    for i in 0..16 {
-        w.ask("pref", &format!("p-{i}"), &format!("Say a number, please ({i})"))
-            .await;
-    }
-    let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("pref", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
-    let candidates = w.store.candidates("pref", Some(&cycle.id)).unwrap();
-    assert_eq!(candidates.len(), 1, "{log}");
-    assert_eq!(candidates[0].optimiser, "dpo");
+    let (_model, w) = tiny_world("pref", DPO).await;
+    let (cycle, log) = one_cycle(&w, "pref", "dpo", 16).await;
 
     let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
     assert!(
