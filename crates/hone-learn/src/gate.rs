@@ -87,19 +87,22 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
             format!("does not beat the champion with {pct}% confidence: reward {gain:+.3} ({pct}% CI [{lo:.3}, {hi:.3}])")
         });
     }
-    let mut regressed: Vec<String> = input
+    // An instance can be in both the target and the regression set: it
+    // counts once (with the first set's runs).
+    let mut by_instance: BTreeMap<&str, String> = BTreeMap::new();
+    for f in input
         .comparisons
         .iter()
         .flat_map(|c| c.regressions.iter().filter(|f| f.confirmed))
-        .map(|f| {
+    {
+        by_instance.entry(f.instance_id.as_str()).or_insert_with(|| {
             format!(
                 "{} ({}/{} vs {}/{})",
                 f.instance_id, f.b_passes, f.runs, f.a_passes, f.runs
             )
-        })
-        .collect();
-    regressed.sort();
-    regressed.dedup();
+        });
+    }
+    let regressed: Vec<String> = by_instance.into_values().collect();
     if regressed.len() > spec.tolerance {
         reasons.push(format!(
             "breaks {} previously passing case{} (tolerance {}): {}",

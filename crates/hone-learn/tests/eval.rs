@@ -293,3 +293,51 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
     assert_eq!(weak.regressions.len(), 1);
     assert!(!weak.regressions[0].confirmed);
 }
+
+/// An instance that is in both the target and the regression set and
+/// regressed in both is one broken case, not two.
+#[test]
+fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
+    use hone_learn::compare::judge_pairs;
+    use hone_learn::gate::{decide, GateInput};
+    let set = |id: &str| hone_types::DatasetInfo {
+        id: id.into(),
+        name: "d".into(),
+        version: 1,
+        agent: "calc".into(),
+        builder: "import".into(),
+        params: json!({}),
+        item_count: 1,
+        content_hash: String::new(),
+        created_at: 0,
+    };
+    let (a, b) = (
+        hone_types::VersionId::parse("aaaaaaaaaaaaaaaa").unwrap(),
+        hone_types::VersionId::parse("bbbbbbbbbbbbbbbb").unwrap(),
+    );
+    let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
+    let flips = ["q1".to_owned()].into_iter().collect();
+    let target = judge_pairs(&set("target@1"), (&a, &b), (&ra, &rb), &flips, 4);
+    // Other runs in the regression set (5 of 5 against 1 of 5: confirmed too).
+    let (ra5, rb5) = (runs("q1", 5, 5), runs("q1", 1, 5));
+    let regression = judge_pairs(&set("regression@1"), (&a, &b), (&ra5, &rb5), &flips, 5);
+    assert!(target.regressions[0].confirmed && regression.regressions[0].confirmed);
+    let spec = hone_config::LearnSpec::default().gate;
+    let decision = decide(&GateInput {
+        spec: &spec,
+        objective: &[],
+        champion: &summarise("a", &ra, 4),
+        candidate: &summarise("b", &rb, 4),
+        diffs: &hone_learn::gate::paired_diffs(&ra, &rb, 4),
+        comparisons: &[&target, &regression],
+    });
+    assert!(!decision.passed);
+    assert!(
+        decision
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("breaks 1 previously passing case ")),
+        "{:?}",
+        decision.reasons
+    );
+}
