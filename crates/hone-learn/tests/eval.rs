@@ -229,6 +229,29 @@ async fn samples_run_every_instance_several_times_and_summaries_stay_per_instanc
         .all(|f| f.confirmed && f.runs == 4 && f.a_passes == 4 && f.b_passes == 0));
 }
 
+/// A dataset snapshot's description, for comparisons of recorded results.
+fn snapshot(id: &str) -> hone_types::DatasetInfo {
+    hone_types::DatasetInfo {
+        id: id.into(),
+        name: "d".into(),
+        version: 1,
+        agent: "calc".into(),
+        builder: "import".into(),
+        params: json!({}),
+        item_count: 1,
+        content_hash: String::new(),
+        created_at: 0,
+    }
+}
+
+/// Two version ids, A and B.
+fn versions_a_b() -> (hone_types::VersionId, hone_types::VersionId) {
+    (
+        hone_types::VersionId::parse("aaaaaaaaaaaaaaaa").unwrap(),
+        hone_types::VersionId::parse("bbbbbbbbbbbbbbbb").unwrap(),
+    )
+}
+
 /// Recorded results of one instance: `passes` of `runs` passed.
 fn runs(instance: &str, passes: u32, runs: u32) -> Vec<hone_types::InstanceResult> {
     (0..runs)
@@ -253,21 +276,8 @@ fn runs(instance: &str, passes: u32, runs: u32) -> Vec<hone_types::InstanceResul
 #[test]
 fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
     use hone_learn::compare::judge_pairs;
-    let w = hone_types::DatasetInfo {
-        id: "d@1".into(),
-        name: "d".into(),
-        version: 1,
-        agent: "calc".into(),
-        builder: "import".into(),
-        params: json!({}),
-        item_count: 1,
-        content_hash: String::new(),
-        created_at: 0,
-    };
-    let (a, b) = (
-        hone_types::VersionId::parse("aaaaaaaaaaaaaaaa").unwrap(),
-        hone_types::VersionId::parse("bbbbbbbbbbbbbbbb").unwrap(),
-    );
+    let w = snapshot("d@1");
+    let (a, b) = versions_a_b();
     // One sample each: A's single pass against B's single failure is a flip.
     let (ra, rb) = (runs("q1", 1, 1), runs("q1", 0, 1));
     let flips = ["q1".to_owned()].into_iter().collect();
@@ -300,27 +310,13 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
 fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
     use hone_learn::compare::judge_pairs;
     use hone_learn::gate::{decide, GateInput};
-    let set = |id: &str| hone_types::DatasetInfo {
-        id: id.into(),
-        name: "d".into(),
-        version: 1,
-        agent: "calc".into(),
-        builder: "import".into(),
-        params: json!({}),
-        item_count: 1,
-        content_hash: String::new(),
-        created_at: 0,
-    };
-    let (a, b) = (
-        hone_types::VersionId::parse("aaaaaaaaaaaaaaaa").unwrap(),
-        hone_types::VersionId::parse("bbbbbbbbbbbbbbbb").unwrap(),
-    );
+    let (a, b) = versions_a_b();
     let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
     let flips = ["q1".to_owned()].into_iter().collect();
-    let target = judge_pairs(&set("target@1"), (&a, &b), (&ra, &rb), &flips, 4);
+    let target = judge_pairs(&snapshot("target@1"), (&a, &b), (&ra, &rb), &flips, 4);
     // Other runs in the regression set (5 of 5 against 1 of 5: confirmed too).
     let (ra5, rb5) = (runs("q1", 5, 5), runs("q1", 1, 5));
-    let regression = judge_pairs(&set("regression@1"), (&a, &b), (&ra5, &rb5), &flips, 5);
+    let regression = judge_pairs(&snapshot("regression@1"), (&a, &b), (&ra5, &rb5), &flips, 5);
     assert!(target.regressions[0].confirmed && regression.regressions[0].confirmed);
     let spec = hone_config::LearnSpec::default().gate;
     let decision = decide(&GateInput {

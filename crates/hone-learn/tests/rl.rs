@@ -50,26 +50,27 @@ async fn one_cycle(w: &World, agent: &str, optimiser: &str, n: usize) -> (hone_t
     (cycle, log)
 }
 
-const RL: &str = r#"
-[agents.rl.reward]
-pass_threshold = 0.5
-[agents.rl.reward.critics.digit]
-type = "regex"
-pattern = "[0-9]"
-[agents.rl.learn]
-optimisers = ["grpo"]
-dataset_size = 16
-[agents.rl.learn.grpo]
-steps = 12
-lr = 0.05
-rank = 4
-group_size = 4
-min_examples = 2
-"#;
+/// The reward and learn tables of an agent whose one optimiser learns from
+/// rollouts of the champion, scored by a regex critic on the answer.
+fn rollout_learner(agent: &str, pattern: &str, optimiser: &str, steps: usize) -> String {
+    format!(
+        "[agents.{agent}.reward]\npass_threshold = 0.5\n[agents.{agent}.reward.critics.answer]\ntype = \"regex\"\n\
+         pattern = {pattern:?}\n[agents.{agent}.learn]\noptimisers = [{optimiser:?}]\ndataset_size = 16\n\
+         [agents.{agent}.learn.{optimiser}]\nsteps = {steps}\nlr = 0.05\nrank = 4\ngroup_size = 4\nmin_examples = 2\n"
+    )
+}
+
+/// The trainer's metrics of `adapter`, one JSON object per step, and the text.
+fn trainer_steps(w: &World, adapter: &str) -> (Vec<Value>, String) {
+    let path = w.config.adapters_dir("local").join(adapter).join("metrics.jsonl");
+    let metrics = std::fs::read_to_string(path).unwrap();
+    let steps = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (steps, metrics)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_train_half() {
-    let (_model, w) = tiny_world("rl", RL).await;
+    let (_model, w) = tiny_world("rl", &rollout_learner("rl", "[0-9]", "grpo", 12)).await;
     let (cycle, log) = one_cycle(&w, "rl", "grpo", 16).await;
 
     // The rollouts ran on the train half only.
@@ -83,9 +84,7 @@ async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_t
     assert!(log.contains(&format!("on {} tasks", train.len())), "{log}");
 
     // What the trainer saw, step by step.
-    let adapters = w.config.adapters_dir("local");
-    let metrics = std::fs::read_to_string(adapters.join(format!("{}-grpo", cycle.id)).join("metrics.jsonl")).unwrap();
-    let steps: Vec<Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
     assert_eq!(steps.len(), 12, "{metrics}");
     let extra = |s: &Value, k: &str| s["extra"][k].as_f64().unwrap_or(f64::NAN);
     // On the first step the policy is the sampler: the ratio against the
@@ -122,12 +121,9 @@ fn adapter_of(w: &World, version: &hone_types::VersionId) -> Option<String> {
 
 /// The first and the last step's loss of the adapter a cycle trained.
 fn losses(w: &World, adapter: &str) -> (f64, f64) {
-    let metrics = std::fs::read_to_string(w.config.adapters_dir("local").join(adapter).join("metrics.jsonl")).unwrap();
-    let loss = |line: &str| serde_json::from_str::<Value>(line).unwrap()["loss"].as_f64().unwrap();
-    (
-        loss(metrics.lines().next().unwrap()),
-        loss(metrics.lines().last().unwrap()),
-    )
+    let (steps, _) = trainer_steps(w, adapter);
+    let loss = |step: Option<&Value>| step.unwrap()["loss"].as_f64().unwrap();
+    (loss(steps.first()), loss(steps.last()))
 }
 
 /// Gains accumulate across cycles: once a weight candidate is the champion,
@@ -191,25 +187,6 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
     );
 }
 
-const DPO: &str = r#"
-[agents.pref.reward]
-pass_threshold = 0.5
-# A lowercase letter in six random tokens: about an even chance, so most
-# groups hold both a pass and a fail.
-[agents.pref.reward.critics.letter]
-type = "regex"
-pattern = "[a-z]"
-[agents.pref.learn]
-optimisers = ["dpo"]
-dataset_size = 16
-[agents.pref.learn.dpo]
-steps = 8
-lr = 0.05
-rank = 4
-group_size = 4
-min_examples = 2
-"#;
-
 /// The `dpo` optimiser inside a real cycle: on-policy pairs from the
 /// champion's rollouts on the train half (best over worst by the reward
 /// spec), given to the trainer as the sampled token ids; at its first step
@@ -217,7 +194,9 @@ min_examples = 2
 /// training then opens a margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() {
-    let (_model, w) = tiny_world("pref", DPO).await;
+    // A lowercase letter in six random tokens: about an even chance, so
+    // most groups hold both a pass and a fail.
+    let (_model, w) = tiny_world("pref", &rollout_learner("pref", "[a-z]", "dpo", 8)).await;
     let (cycle, log) = one_cycle(&w, "pref", "dpo", 16).await;
 
     let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
@@ -236,14 +215,7 @@ async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() 
         .unwrap_or(0);
     assert!(pairs > 0, "no on-policy pair\n{log}");
 
-    let metrics = std::fs::read_to_string(
-        w.config
-            .adapters_dir("local")
-            .join(format!("{}-dpo", cycle.id))
-            .join("metrics.jsonl"),
-    )
-    .unwrap();
-    let steps: Vec<Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (steps, metrics) = trainer_steps(&w, &format!("{}-dpo", cycle.id));
     assert_eq!(steps.len(), 8, "{metrics}");
     let ln2 = std::f64::consts::LN_2;
     assert!((steps[0]["loss"].as_f64().unwrap() - ln2).abs() < 1e-3, "{metrics}");
