@@ -287,6 +287,7 @@ impl Rewarder {
             calls,
             failures,
             computed_at: now,
+            signals_seen: u32::try_from(episode.signals.len()).unwrap_or(u32::MAX),
         }
     }
 }
@@ -353,7 +354,8 @@ pub async fn recompute(
 }
 
 /// Scores the agent's episodes started in `[since, until)` that have no
-/// reward under the current spec yet (evaluation episodes excluded), in
+/// reward under the current spec yet, or a stale one (a signal arrived after
+/// it: late feedback), evaluation episodes excluded, in
 /// batches of 200 (a relative judge groups within a batch). Returns how many
 /// were scored.
 pub async fn reward_pending(
@@ -373,7 +375,7 @@ pub async fn reward_pending(
             ..hone_store::EpisodeFilter::default()
         },
         &mut |facts| {
-            if facts.reward.is_none() {
+            if facts.reward.is_none() || facts.reward_stale {
                 pending.push(facts.id);
             }
             Ok(())

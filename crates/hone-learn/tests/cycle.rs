@@ -565,3 +565,70 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
     let c = &w.store.candidates("story", None).unwrap()[0];
     assert!(c.reason.as_deref().unwrap().contains("adapter not found"));
 }
+
+const LATE: &str = r#"
+[agents.late.versions.v1]
+provider = "up"
+model = "weak"
+[agents.late.reward]
+reference_signal = "gold"
+signals = { kept = 1.0 }
+[agents.late.reward.critics.answer]
+type = "numeric"
+[agents.late.learn]
+optimisers = ["model"]
+dataset_size = 30
+[agents.late.learn.model]
+models = [{ provider = "up", model = "good" }]
+[agents.late.deployment]
+champion = "v1"
+policy = { type = "manual" }
+canary_share = 0.5
+canary_episodes = 1000
+[agents.late.learn.monitor]
+min_episodes = 1000
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_after_the_canarys_first_poll_is_counted() {
+    let w = World::start_with(LATE).await;
+    sums(&w, "late", "m", 30).await;
+    let (learner, _) = learner(&w);
+    let agent = &w.config.agents["late"];
+    let cycle = learner.run_cycle("late", "manual").await.unwrap();
+    let candidate = w.store.candidates("late", Some(&cycle.id)).unwrap().remove(0);
+    let change = deploy::start_canary(&w.config, &w.client(), w.store.as_ref(), agent, &candidate, "alice")
+        .await
+        .unwrap();
+    assert!(matches!(change, Change::Applied(_)), "{change:?}");
+    let canary = candidate.version_id;
+    wait_for_split(&w, "late", Some(&canary)).await;
+
+    // Online episodes, no feedback yet; the first poll scores them.
+    for i in 0..12 {
+        w.ask("late", &format!("online-{i}"), &format!("What is {}+1?", 10 + i)).await;
+    }
+    assert!(matches!(learner.watch(agent).await.unwrap(), Verdict::Waiting(n) if n > 0));
+    let spec = learner.rewarder(agent).unwrap().spec_version.clone();
+    let since = w.store.deployment("late").unwrap().unwrap().canary_since.unwrap();
+    let window = || w.store.version_window("late", &canary, since, &spec, 100).unwrap();
+    let first = window();
+    assert!(!first.is_empty());
+    let before: Vec<f64> = first.iter().map(|e| e.reward.unwrap()).collect();
+
+    // The user keeps every canary answer, after that poll.
+    for e in &first {
+        w.feedback(e.id.as_str(), "kept", json!(1.0)).await;
+    }
+    assert!(matches!(learner.watch(agent).await.unwrap(), Verdict::Waiting(_)));
+    let after = window();
+    assert_eq!(after.len(), first.len());
+    for (e, was) in after.iter().zip(&before) {
+        // The monitors' window sees the new value: the signal adds its weight.
+        assert!((e.reward.unwrap() - (was + 1.0)).abs() < 1e-9, "{} → {:?}", was, e.reward);
+        let record = w.learn_store().reward(&e.id, &spec).unwrap().unwrap();
+        let kept = record.components.iter().find(|c| c.name == "kept").unwrap();
+        assert!(!kept.defaulted && kept.value == 1.0, "{kept:?}");
+        assert_eq!(record.signals_seen, 1);
+    }
+}

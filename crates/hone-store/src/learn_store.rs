@@ -38,6 +38,8 @@ pub struct EpisodeFacts {
     pub cost_usd: f64,
     /// `(value, passed)` under the filter's spec version, if computed.
     pub reward: Option<(f64, bool)>,
+    /// A signal arrived after that reward was computed: it is to be re-scored.
+    pub reward_stale: bool,
 }
 
 pub trait LearnStore: Store {

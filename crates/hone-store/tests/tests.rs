@@ -3,6 +3,7 @@
 //! - `recorder`: group commit, durability across reopen, spool and replay
 //!   while another connection holds the database locked.
 //! - `journal`: property tests of the journal reader over torn and corrupt lines.
+//! - `late_feedback`: a signal after an episode's reward marks it for re-scoring.
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
@@ -11,5 +12,6 @@
 
 mod common;
 mod journal;
+mod late_feedback;
 mod recorder;
 mod story;

@@ -58,6 +58,10 @@ pub struct RewardRecord {
     /// asked format, a critic command that crashed): never turned into a score.
     pub failures: Vec<String>,
     pub computed_at: i64,
+    /// How many of the episode's signals the scoring read: a signal stored
+    /// later makes the reward stale, and the next reward step re-scores it.
+    #[serde(default)]
+    pub signals_seen: u32,
 }
 
 /// One instance of a dataset: what to run, what a good answer is, and what

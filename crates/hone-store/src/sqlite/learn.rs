@@ -85,10 +85,15 @@ impl LearnStore for SqliteStore {
         let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT INTO rewards (episode_id, agent, spec_version, value, passed, record, computed_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                // Stale from the start when a signal arrived between reading
+                // the episode and storing its reward.
+                "INSERT INTO rewards (episode_id, agent, spec_version, value, passed, record, computed_at, signals_seen, stale)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                         (SELECT COUNT(*) FROM signals WHERE episode_id = ?1) > ?8)
                  ON CONFLICT (episode_id, spec_version) DO UPDATE SET
-                    value = excluded.value, passed = excluded.passed, record = excluded.record, computed_at = excluded.computed_at",
+                    value = excluded.value, passed = excluded.passed, record = excluded.record,
+                    computed_at = excluded.computed_at, signals_seen = excluded.signals_seen,
+                    stale = excluded.stale",
             )?;
             for r in rewards {
                 stmt.execute(params![
@@ -98,7 +103,8 @@ impl LearnStore for SqliteStore {
                     r.value,
                     r.passed,
                     serde_json::to_string(r)?,
-                    r.computed_at
+                    r.computed_at,
+                    r.signals_seen
                 ])?;
             }
         }
@@ -140,7 +146,8 @@ impl LearnStore for SqliteStore {
                         MAX(c.invalid_tool_call OR c.clarifying_question OR c.refusal OR c.empty OR c.truncated),
                         COALESCE(SUM(c.cost_usd), 0.0),
                         (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?6),
-                        (SELECT r.passed FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?6)
+                        (SELECT r.passed FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?6),
+                        (SELECT r.stale FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?6)
                  FROM calls c
                  WHERE c.agent = ?1
                    AND {traffic}
@@ -173,6 +180,7 @@ impl LearnStore for SqliteStore {
                     any_flag: r.get(5)?,
                     cost_usd: r.get(6)?,
                     reward: value.zip(passed),
+                    reward_stale: r.get::<_, Option<bool>>(9)?.unwrap_or(false),
                 })?;
             }
             Ok(())

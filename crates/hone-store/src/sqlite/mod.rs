@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0001_init.sql"),
     include_str!("../../migrations/sqlite/0002_learn.sql"),
     include_str!("../../migrations/sqlite/0003_cycle.sql"),
+    include_str!("../../migrations/sqlite/0004_late_feedback.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -363,6 +364,11 @@ impl Store for SqliteStore {
                 signal.comment,
                 signal.created_at,
             ],
+        )?;
+        // Late feedback: the episode's rewards no longer count this signal.
+        tx.execute(
+            "UPDATE rewards SET stale = 1 WHERE episode_id = ?1",
+            [signal.episode_id.as_str()],
         )?;
         tx.commit()?;
         Ok(())

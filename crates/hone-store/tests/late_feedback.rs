@@ -1,0 +1,83 @@
+//! Late feedback: a signal stored after an episode's reward marks the reward
+//! stale in the signal's own transaction, and a reward computed from fewer
+//! signals than the episode has when it is stored stays stale (the signal
+//! arrived while it was being computed).
+
+use crate::common::call;
+use hone_store::{EpisodeFilter, LearnStore, SqliteStore, Store};
+use hone_types::{EpisodeId, RewardRecord, Signal, SignalSource, SignalValue};
+
+fn signal(episode: &EpisodeId, at: i64) -> Signal {
+    Signal {
+        id: uuid::Uuid::now_v7(),
+        episode_id: episode.clone(),
+        call_id: None,
+        name: "kept".into(),
+        value: SignalValue::Float(1.0),
+        source: SignalSource::User,
+        comment: None,
+        created_at: at,
+    }
+}
+
+fn reward(episode: &EpisodeId, value: f64, signals_seen: u32) -> RewardRecord {
+    RewardRecord {
+        episode_id: episode.clone(),
+        agent: "assistant".into(),
+        spec_version: "spec".into(),
+        value,
+        passed: value > 0.5,
+        components: vec![],
+        calls: vec![],
+        failures: vec![],
+        computed_at: 10,
+        signals_seen,
+    }
+}
+
+/// `(reward, stale)` as the learner's scan sees it.
+fn facts(store: &SqliteStore, episode: &EpisodeId) -> (Option<(f64, bool)>, bool) {
+    let mut found = None;
+    store
+        .scan_episodes(
+            &EpisodeFilter {
+                agent: "assistant".into(),
+                spec_version: Some("spec".into()),
+                ..EpisodeFilter::default()
+            },
+            &mut |f| {
+                if &f.id == episode {
+                    found = Some((f.reward, f.reward_stale));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    found.unwrap()
+}
+
+#[test]
+fn a_signal_after_the_reward_makes_it_stale_until_rescored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("hone.db"), false).unwrap();
+    let e = EpisodeId::new_v7();
+    store.write_calls(&[call(&e, 1000)]).unwrap();
+
+    store.put_rewards(&[reward(&e, 0.0, 0)]).unwrap();
+    assert_eq!(facts(&store, &e), (Some((0.0, false)), false));
+
+    // Feedback an hour later: the reward is stale at once.
+    store.insert_signal(&signal(&e, 3_600_000)).unwrap();
+    assert_eq!(facts(&store, &e), (Some((0.0, false)), true));
+
+    // Re-scored from the episode as read before a second signal landed:
+    // still stale, so that second signal is not lost either.
+    store.insert_signal(&signal(&e, 3_700_000)).unwrap();
+    store.put_rewards(&[reward(&e, 1.0, 1)]).unwrap();
+    assert_eq!(facts(&store, &e), (Some((1.0, true)), true));
+
+    // Scored from both: fresh.
+    store.put_rewards(&[reward(&e, 1.0, 2)]).unwrap();
+    assert_eq!(facts(&store, &e), (Some((1.0, true)), false));
+    assert_eq!(store.reward(&e, "spec").unwrap().unwrap().signals_seen, 2);
+}
