@@ -606,7 +606,8 @@ async fn feedback_after_the_canarys_first_poll_is_counted() {
 
     // Online episodes, no feedback yet; the first poll scores them.
     for i in 0..12 {
-        w.ask("late", &format!("online-{i}"), &format!("What is {}+1?", 10 + i)).await;
+        w.ask("late", &format!("online-{i}"), &format!("What is {}+1?", 10 + i))
+            .await;
     }
     assert!(matches!(learner.watch(agent).await.unwrap(), Verdict::Waiting(n) if n > 0));
     let spec = learner.rewarder(agent).unwrap().spec_version.clone();
@@ -625,7 +626,12 @@ async fn feedback_after_the_canarys_first_poll_is_counted() {
     assert_eq!(after.len(), first.len());
     for (e, was) in after.iter().zip(&before) {
         // The monitors' window sees the new value: the signal adds its weight.
-        assert!((e.reward.unwrap() - (was + 1.0)).abs() < 1e-9, "{} → {:?}", was, e.reward);
+        assert!(
+            (e.reward.unwrap() - (was + 1.0)).abs() < 1e-9,
+            "{} → {:?}",
+            was,
+            e.reward
+        );
         let record = w.learn_store().reward(&e.id, &spec).unwrap().unwrap();
         let kept = record.components.iter().find(|c| c.name == "kept").unwrap();
         assert!(!kept.defaulted && kept.value == 1.0, "{kept:?}");

@@ -4,11 +4,11 @@
 //! of the rollouts, and the trainer gets the calls' exact token ids with the
 //! sampler's logprobs: its importance ratios leave 1 and clipping acts,
 //! which re-rendered text without logprobs can never do (ratio ≡ 1).
-//! And weight candidates build on the champion's adapter, so gains
-//! accumulate across cycles.
+//! `sft` and `dpo` train on recorded tokens too. And weight candidates
+//! build on the champion's adapter, so gains accumulate across cycles.
 
 use crate::support::{learner, World};
-use hone_store::{CycleStore, LearnStore};
+use hone_store::{CycleStore, LearnStore, Store};
 use hone_types::CycleState;
 use serde_json::Value;
 
@@ -115,7 +115,7 @@ min_examples = 2
 "#;
 
 fn adapter_of(w: &World, version: &hone_types::VersionId) -> Option<String> {
-    let record = hone_store::Store::version(&*w.store, version).unwrap().unwrap();
+    let record = Store::version(&*w.store, version).unwrap().unwrap();
     record.spec.routes[0].adapter.clone()
 }
 
@@ -223,5 +223,46 @@ async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() 
     assert!(
         margin > 0.0,
         "training opened no margin between chosen and rejected\n{metrics}"
+    );
+}
+
+/// `sft` trains on what the engine sampled, not on re-rendered text: its
+/// first loss (a fresh adapter is the base, the sampler at temperature 1)
+/// is the mean of minus the recorded logprobs of the chosen episodes'
+/// calls, over exactly their recorded prompt and completion tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
+    let rest = "[agents.sft.reward]\npass_threshold = 0.5\n[agents.sft.reward.critics.answer]\ntype = \"regex\"\n\
+                pattern = \".*\"\n[agents.sft.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+                [agents.sft.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1\n";
+    let (_model, w) = tiny_world("sft", rest).await;
+    let (cycle, log) = one_cycle(&w, "sft", "sft", 8).await;
+
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    let chosen: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
+    assert!(
+        !chosen.is_empty() && chosen.len() <= 4,
+        "{} chosen\n{log}",
+        chosen.len()
+    );
+    let (mut logprob_sum, mut scored, mut tokens) = (0.0f64, 0usize, 0usize);
+    for item in &chosen {
+        let episode = w.store.episode(item.episode_id.as_ref().unwrap()).unwrap().unwrap();
+        for call in &episode.calls {
+            let sampled = call.sampled_tokens().expect("the engine records token ids");
+            logprob_sum += sampled.logprobs.iter().map(|l| f64::from(*l)).sum::<f64>();
+            scored += sampled.completion.len();
+            tokens += sampled.prompt.len() + sampled.completion.len();
+        }
+    }
+    let (steps, metrics) = trainer_steps(&w, &format!("{}-sft", cycle.id));
+    assert_eq!(steps.len(), 1, "{metrics}");
+    // One batch of four holds every chosen call: the whole of what was sampled.
+    assert_eq!(steps[0]["tokens"].as_u64().unwrap() as usize, tokens, "{metrics}");
+    let expected = -logprob_sum / scored as f64;
+    let loss = steps[0]["loss"].as_f64().unwrap();
+    assert!(
+        (loss - expected).abs() < 1e-3,
+        "loss {loss} vs recorded {expected}\n{metrics}"
     );
 }

@@ -55,17 +55,22 @@ fn demonstration(i: &Instance) -> Option<Vec<Value>> {
 /// Writes the instances; returns how many lines were written (instances
 /// without what a format needs are skipped).
 pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> std::io::Result<u64> {
-    let mut lines = 0;
-    let mut line = |out: &mut dyn Write, v: Value| -> std::io::Result<()> {
-        serde_json::to_writer(&mut *out, &v)?;
+    let rows = rows(items, format)?;
+    for row in &rows {
+        serde_json::to_writer(&mut *out, row)?;
         out.write_all(b"\n")?;
-        lines += 1;
-        Ok(())
-    };
+    }
+    Ok(rows.len() as u64)
+}
+
+/// The instances as rows of `format` (instances without what it needs are
+/// skipped).
+pub fn rows(items: &[Instance], format: ExportFormat) -> std::io::Result<Vec<Value>> {
+    let mut rows = Vec::new();
     match format {
         ExportFormat::Hone => {
             for i in items {
-                line(out, serde_json::to_value(i).map_err(std::io::Error::other)?)?;
+                rows.push(serde_json::to_value(i).map_err(std::io::Error::other)?);
             }
         }
         ExportFormat::Chat => {
@@ -81,7 +86,7 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
                 if let Some(t) = tools(i) {
                     row["tools"] = t;
                 }
-                line(out, row)?;
+                rows.push(row);
             }
         }
         ExportFormat::Dpo => {
@@ -94,10 +99,7 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
                 rewarded.sort_by(|a, b| b.reward.unwrap_or(0.0).total_cmp(&a.reward.unwrap_or(0.0)));
                 if let (Some(best), Some(worst)) = (rewarded.first(), rewarded.last()) {
                     if best.reward > worst.reward {
-                        line(
-                            out,
-                            json!({"prompt": p, "chosen": best.output, "rejected": worst.output}),
-                        )?;
+                        rows.push(json!({"prompt": p, "chosen": best.output, "rejected": worst.output}));
                         continue;
                     }
                 }
@@ -108,7 +110,7 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
                     .find(|i| i.reward.is_some_and(|r| r <= 0.0) && !i.output.is_empty());
                 if let (Some(chosen), Some(f)) = (demo, failed) {
                     if chosen != f.output {
-                        line(out, json!({"prompt": p, "chosen": chosen, "rejected": f.output}))?;
+                        rows.push(json!({"prompt": p, "chosen": chosen, "rejected": f.output}));
                     }
                 }
             }
@@ -124,14 +126,11 @@ pub fn export(items: &[Instance], format: ExportFormat, out: &mut dyn Write) -> 
                 if completions.is_empty() {
                     continue;
                 }
-                line(
-                    out,
-                    json!({"agent": group[0].agent, "prompt": p, "completions": completions}),
-                )?;
+                rows.push(json!({"agent": group[0].agent, "prompt": p, "completions": completions}));
             }
         }
     }
-    Ok(lines)
+    Ok(rows)
 }
 
 /// Instances grouped by their prompt messages, in first-seen order.

@@ -12,7 +12,7 @@ mod select;
 mod split;
 
 pub use dedup::{fingerprint, Deduper, Fingerprint};
-pub use export::{export, ExportFormat};
+pub use export::{export, rows as export_rows, ExportFormat};
 pub use import::read_instances;
 pub use instance::instance_from_episode;
 pub use select::{sample_key, Strata};

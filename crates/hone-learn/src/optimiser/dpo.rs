@@ -2,7 +2,7 @@
 //! pairs from two sources:
 //! - the cycle's train half: for one prompt, the best-rewarded answer over
 //!   the worst, or a user's demonstration over a failed answer (re-rendered
-//!   from the messages; traffic datasets keep one episode per prompt, so in
+//!   from the messages and marked `"source": "rendered"`; traffic datasets keep one episode per prompt, so in
 //!   a cycle these are mostly demonstrations);
 //! - on-policy pairs: each train task rolled out `group_size` times
 //!   (`rollouts`), the best-rewarded episode over the worst, compared at the
@@ -10,7 +10,7 @@
 //!   completions exactly as the engine sampled them.
 
 use super::rollouts::{self, Rollout};
-use super::training::{instance_rows, local_base, propose_adapter, Method};
+use super::training::{local_base, propose_adapter, push_row, rendered_rows, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -29,14 +29,13 @@ impl Optimiser for Dpo {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let items = ctx.store.dataset_items(&ctx.target.id)?;
-            let (mut rows, lines) = instance_rows(&items, Method::Dpo)?;
+            let (mut rows, lines) = rendered_rows(&items, Method::Dpo)?;
             let mut on_policy = 0u64;
             if local_base(ctx).is_ok() {
                 match rollouts::scored(ctx, "dpo", &items, self.spec.group_size).await? {
                     Ok(groups) => {
                         for row in groups.values().filter_map(|g| on_policy_pair(g)) {
-                            serde_json::to_writer(&mut rows, &row).map_err(|e| LearnError::training(e.to_string()))?;
-                            rows.push(b'\n');
+                            push_row(&mut rows, &row)?;
                             on_policy += 1;
                         }
                     }
@@ -73,6 +72,7 @@ fn on_policy_pair(group: &[Rollout]) -> Option<serde_json::Value> {
                 "prompt_tokens": c.prompt,
                 "chosen_tokens": c.completion,
                 "rejected_tokens": r.completion,
+                "source": "recorded",
             }));
         }
     }

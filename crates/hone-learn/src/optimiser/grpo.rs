@@ -11,7 +11,7 @@
 //! reward source for the rollouts it proposes nothing and says why.
 
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, Method};
+use super::training::{local_base, propose_adapter, push_row, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -49,8 +49,7 @@ impl Optimiser for Grpo {
                     continue;
                 }
                 let row = json!({"agent": ctx.agent.name, "completions": completions});
-                serde_json::to_writer(&mut rows, &row).map_err(|e| LearnError::training(e.to_string()))?;
-                rows.push(b'\n');
+                push_row(&mut rows, &row)?;
                 groups += 1;
             }
             if missing_tokens > 0 {

@@ -9,7 +9,7 @@
 //! the finished adapter and proposes it without training again.
 
 use super::{describe_diff, Proposal, ProposeContext};
-use crate::dataset::{export, ExportFormat};
+use crate::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainingSpec};
 use hone_train::data::{self, Renderer};
@@ -55,12 +55,27 @@ pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(PathBuf, Option<String>),
     }
 }
 
-/// `instances` as the JSONL rows of `method`'s training format, and how many
-/// rows (instances without what the format needs are skipped).
-pub fn instance_rows(instances: &[Instance], method: Method) -> Result<(Vec<u8>, u64), LearnError> {
+/// `instances` as JSONL rows of `method`'s training format, rendered from
+/// their messages by the chat template at training time and marked so
+/// (`"source": "rendered"`), and how many rows (instances without what the
+/// format needs are skipped). Recorded token ids are preferred where a
+/// path has them; these are demonstrations and calls without any.
+pub fn rendered_rows(instances: &[Instance], method: Method) -> Result<(Vec<u8>, u64), LearnError> {
+    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
+    let values = export_rows(instances, method.format()).map_err(|e| failed(&e))?;
     let mut rows = Vec::new();
-    let lines = export(instances, method.format(), &mut rows).map_err(|e| LearnError::training(e.to_string()))?;
-    Ok((rows, lines))
+    for mut v in values.iter().cloned() {
+        v["source"] = serde_json::json!("rendered");
+        push_row(&mut rows, &v)?;
+    }
+    Ok((rows, values.len() as u64))
+}
+
+/// Appends one JSONL row.
+pub fn push_row(rows: &mut Vec<u8>, row: &serde_json::Value) -> Result<(), LearnError> {
+    serde_json::to_writer(&mut *rows, row).map_err(|e| LearnError::training(e.to_string()))?;
+    rows.push(b'\n');
+    Ok(())
 }
 
 /// Trains `method` on `rows` (`lines` JSONL rows of the trainer's format)
