@@ -20,6 +20,9 @@ pub struct TrainerState {
     pub total_steps: usize,
     pub baseline: Baseline,
     pub seed: u64,
+    /// Off-policy samples' logprobs under the starting policy, by (group, sample).
+    #[serde(default)]
+    pub proximal: Vec<((usize, usize), Vec<f32>)>,
 }
 
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -13,7 +13,7 @@
 //!   `{"prompt_tokens", "chosen_tokens", "rejected_tokens"}`;
 //! - GRPO: `{"prompt": [...] | "prompt_tokens": [...], "completions":
 //!   [{"reward": r, "text" | "messages" | "tokens", "mask"?, "logprobs"?,
-//!   "prompt_tokens"?, "episode"?}]}`; a group with one completion trains in
+//!   "prompt_tokens"?, "episode"?, "off_policy"?}]}`; a group with one completion trains in
 //!   baseline mode (`"agent"` names whose running baseline it uses). A
 //!   completion may carry its own `prompt_tokens` (a later call of a
 //!   multi-step episode) and the `episode` it belongs to: the completions of
@@ -51,6 +51,10 @@ pub struct GrpoSample {
     /// The episode this completion is one call of, when a group holds
     /// multi-call episodes.
     pub episode: Option<String>,
+    /// Sampled by another policy than the one training starts from (a
+    /// production episode of an older version): corrected against the
+    /// starting policy with truncated importance weights (`loss::grpo`).
+    pub off_policy: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -298,6 +302,8 @@ struct RawCompletion {
     logprobs: Option<Vec<Option<f32>>>,
     prompt_tokens: Option<Vec<u32>>,
     episode: Option<String>,
+    #[serde(default)]
+    off_policy: bool,
 }
 
 pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
@@ -339,6 +345,7 @@ pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
                 reward: c.reward,
                 behaviour,
                 episode: c.episode,
+                off_policy: c.off_policy,
             });
         }
         Ok(GrpoGroup {

@@ -138,6 +138,9 @@ pub struct Trainer {
     total_steps: usize,
     baseline: Baseline,
     reference: HashMap<(usize, usize), Vec<f32>>,
+    /// Off-policy GRPO samples' logprobs under the starting policy, scored
+    /// before the first step (kept in checkpoints: a resumed run has moved).
+    proximal: HashMap<(usize, usize), Vec<f32>>,
     ewc: Option<Ewc>,
     order: Option<(usize, Vec<usize>)>,
 }
@@ -198,12 +201,14 @@ impl Trainer {
             total_steps,
             baseline: Baseline::default(),
             reference: HashMap::new(),
+            proximal: HashMap::new(),
             ewc: None,
             order: None,
         };
         if trainer.config.ewc_lambda > 0.0 {
             trainer.ewc = Some(trainer.fisher()?);
         }
+        trainer.proximal = trainer.proximal_logprobs()?;
         Ok(trainer)
     }
 
@@ -256,7 +261,33 @@ impl Trainer {
         self.optimizer.steps = state.step;
         self.step = state.step;
         self.baseline = state.baseline;
+        self.proximal = state.proximal.into_iter().collect();
         Ok(())
+    }
+
+    /// Every off-policy GRPO sample's logprobs under the current (starting)
+    /// adapter, in batches of `batch_size`.
+    fn proximal_logprobs(&self) -> Result<HashMap<(usize, usize), Vec<f32>>> {
+        let mut out = HashMap::new();
+        let Data::Grpo(groups) = &*self.data else {
+            return Ok(out);
+        };
+        let keys: Vec<(usize, usize)> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(i, g)| g.samples.iter().enumerate().map(move |(j, s)| ((i, j), s)))
+            .filter(|(_, s)| s.off_policy && s.behaviour.is_some())
+            .map(|(k, _)| k)
+            .collect();
+        for chunk in keys.chunks(self.config.batch_size.max(1)) {
+            let sequences: Vec<&Sequence> = chunk.iter().map(|(i, j)| &groups[*i].samples[*j].sequence).collect();
+            let packed = Packed::new(&self.model, &sequences)?;
+            let flat = policy::logprobs(&self.model, Some(&self.lora), &packed)?;
+            for (n, key) in chunk.iter().enumerate() {
+                out.insert(*key, flat[packed.ranges[n].clone()].to_vec());
+            }
+        }
+        Ok(out)
     }
 
     /// Writes `checkpoints/step-N` under `out`: adapter, moments, state.
@@ -275,6 +306,7 @@ impl Trainer {
                 total_steps: self.total_steps,
                 baseline: self.baseline.clone(),
                 seed: self.config.seed,
+                proximal: self.proximal.iter().map(|(k, v)| (*k, v.clone())).collect(),
             },
         )?;
         if dir.exists() {
@@ -509,14 +541,19 @@ impl Trainer {
                     advantage: advantages[n],
                     logprobs: lps[n],
                     behaviour: groups[*i].samples[*j].behaviour.as_deref(),
+                    proximal: self.proximal.get(&(*i, *j)).map(Vec::as_slice),
                     reference: Some(&reference[n]),
                 })
                 .collect();
             let (output, stats) = grpo_loss(&inputs, &options);
-            let extra = BTreeMap::from([
+            let mut extra = BTreeMap::from([
                 ("clip_fraction".to_owned(), stats.clip_fraction),
                 ("ratio".to_owned(), stats.mean_ratio),
             ]);
+            if stats.mean_is_weight > 0.0 {
+                extra.insert("is_weight".to_owned(), stats.mean_is_weight);
+                extra.insert("is_truncated".to_owned(), stats.truncated_fraction);
+            }
             (output, extra)
         })?;
         micro.kl = kl_of(&logprobs, &reference);

@@ -87,6 +87,7 @@ fn grpo_raises_the_reward_of_a_tiny_model() {
                         // The sampler's own logprobs: the importance ratio starts at 1.
                         behaviour: Some(g.logprobs.clone()),
                         episode: None,
+                        off_policy: false,
                     }
                 })
                 .collect();

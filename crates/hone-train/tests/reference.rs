@@ -1,5 +1,7 @@
 //! Losses and LoRA gradients against PyTorch autograd through transformers +
-//! PEFT on the same tiny weights (`tests/reference/make_train_reference.py`).
+//! PEFT on the same tiny weights (`tests/reference/make_train_reference.py`),
+//! and GRPO's off-policy correction against numpy
+//! (`tests/reference/grpo_off_policy.py`).
 
 use crate::support::{repo_root, tiny};
 use candle_core::{DType, Device, Tensor};
@@ -145,6 +147,7 @@ fn all_losses(arch: Arch, name: &str) {
                     advantage: advantages[i],
                     logprobs: lps[i],
                     behaviour: Some(&behaviour[i]),
+                    proximal: None,
                     reference: Some(&reference[i]),
                 })
                 .collect();
@@ -227,4 +230,78 @@ fn exported_adapter_matches_peft(arch: Arch, name: &str) {
 fn exported_adapters_load_in_peft_with_the_same_logits() {
     exported_adapter_matches_peft(Arch::Qwen2, "qwen2");
     exported_adapter_matches_peft(Arch::Llama, "llama");
+}
+
+/// Decoupled clip against the proximal policy and truncated importance
+/// weights, loss and per-token gradient, against numpy's finite differences.
+#[test]
+fn grpo_off_policy_correction_matches_numpy() {
+    let path = repo_root().join("tests/reference/grpo_off_policy.json");
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let floats = |v: &Value| -> Vec<f32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    let seqs = reference["sequences"].as_array().unwrap();
+    let column = |key: &str| -> Vec<Option<Vec<f32>>> {
+        seqs.iter()
+            .map(|s| (!s[key].is_null()).then(|| floats(&s[key])))
+            .collect()
+    };
+    let (lps, prox, behaviour, refs) = (
+        column("logprobs"),
+        column("proximal"),
+        column("behaviour"),
+        column("reference"),
+    );
+    let advantages: Vec<f64> = serde_json::from_value(reference["advantages"].clone()).unwrap();
+    let o = &reference["options"];
+    for (aggregation, key) in [(Aggregation::Token, "token"), (Aggregation::Sequence, "sequence")] {
+        let options = GrpoOptions {
+            aggregation,
+            epsilon_low: o["epsilon_low"].as_f64().unwrap(),
+            epsilon_high: o["epsilon_high"].as_f64().unwrap(),
+            is_cap: o["is_cap"].as_f64().unwrap(),
+            kl_beta: o["kl_beta"].as_f64().unwrap(),
+            ..GrpoOptions::default()
+        };
+        let inputs: Vec<GrpoSequence> = (0..seqs.len())
+            .map(|i| GrpoSequence {
+                advantage: advantages[i],
+                logprobs: lps[i].as_deref().unwrap(),
+                behaviour: behaviour[i].as_deref(),
+                proximal: prox[i].as_deref(),
+                reference: refs[i].as_deref(),
+            })
+            .collect();
+        let (out, stats) = grpo_loss(&inputs, &options);
+        let want = &reference["cases"][key];
+        let close = |a: f64, b: f64| (a - b).abs() < 2e-5 * (1.0 + b.abs());
+        assert!(
+            close(out.loss, want["loss"].as_f64().unwrap()),
+            "{key}: loss {} vs {}",
+            out.loss,
+            want["loss"]
+        );
+        assert!(
+            close(stats.mean_is_weight, want["mean_is_weight"].as_f64().unwrap()),
+            "{key}: {stats:?}"
+        );
+        assert!(
+            close(stats.truncated_fraction, want["truncated_fraction"].as_f64().unwrap()),
+            "{key}: {stats:?}"
+        );
+        assert!(stats.truncated_fraction > 0.0, "the batch should exercise truncation");
+        for (i, (got, want)) in out.grads.iter().zip(want["grads"].as_array().unwrap()).enumerate() {
+            for (t, (g, w)) in got.iter().zip(floats(want)).enumerate() {
+                assert!(
+                    close(f64::from(*g), f64::from(w)),
+                    "{key}: grad [{i}][{t}] {g} vs numpy {w}"
+                );
+            }
+        }
+    }
 }

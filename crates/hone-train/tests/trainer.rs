@@ -242,6 +242,7 @@ fn single_samples_train_against_a_running_baseline() {
             reward,
             behaviour: None,
             episode: None,
+            off_policy: false,
         }],
     };
     let data = Data::Grpo(vec![group(1, 1.0), group(2, 0.0), group(3, 1.0), group(4, 0.0)]);
@@ -260,4 +261,66 @@ fn single_samples_train_against_a_running_baseline() {
     assert_eq!(reports[0].grad_norm, 0.0);
     assert!(reports[1..].iter().any(|r| r.grad_norm > 0.0));
     assert!(reports.iter().all(|r| r.reward.is_some()));
+}
+
+/// Production samples from an older version: with `off_policy` the clip acts
+/// against the starting policy (ratio 1 on the first step) and each token is
+/// weighted by the truncated importance weight to the recorded behaviour;
+/// without it the ratio to that behaviour is far from 1 at once and every
+/// token is clipped.
+#[test]
+fn off_policy_samples_are_corrected_against_the_starting_policy() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let model = Model::load(&path, DType::F32, &Device::Cpu).unwrap();
+    let sequences = [
+        Sequence::prompt_completion(&[1, 2, 3], &[40, 41, 42]),
+        Sequence::prompt_completion(&[1, 2, 3], &[50, 51]),
+    ];
+    let packed = Packed::new(&model, &sequences.iter().collect::<Vec<_>>()).unwrap();
+    let current = policy::logprobs(&model, None, &packed).unwrap();
+    // The older version found these tokens e^1.5 times less likely.
+    let behaviour: Vec<Vec<f32>> = packed
+        .ranges
+        .iter()
+        .map(|r| current[r.clone()].iter().map(|l| l - 1.5).collect())
+        .collect();
+    let first_step = |off_policy: bool| {
+        let samples = sequences
+            .iter()
+            .zip(&behaviour)
+            .zip([1.0, 0.0])
+            .map(|((sequence, b), reward)| GrpoSample {
+                sequence: sequence.clone(),
+                reward,
+                behaviour: Some(b.clone()),
+                episode: None,
+                off_policy,
+            })
+            .collect();
+        let data = Data::Grpo(vec![GrpoGroup {
+            line: 1,
+            agent: "support".into(),
+            samples,
+        }]);
+        let mut config = config(1);
+        config.lora.dropout = 0.0;
+        let mut trainer = Trainer::new(&path, &Device::Cpu, config, data, vec![], None).unwrap();
+        trainer.train_step().unwrap()
+    };
+    let corrected = first_step(true);
+    let extra = |k: &str| corrected.extra.get(k).copied().unwrap_or(f64::NAN);
+    assert!((extra("ratio") - 1.0).abs() < 1e-3, "{:?}", corrected.extra);
+    assert_eq!(extra("clip_fraction"), 0.0, "{:?}", corrected.extra);
+    assert!(
+        (extra("is_weight") - 2.0).abs() < 1e-9,
+        "truncated at the cap: {:?}",
+        corrected.extra
+    );
+    assert_eq!(extra("is_truncated"), 1.0, "{:?}", corrected.extra);
+    assert!(corrected.grad_norm > 0.0);
+
+    let naive = first_step(false);
+    assert!((naive.extra["ratio"] - 1.5f64.exp()).abs() < 1e-2, "{:?}", naive.extra);
+    assert_eq!(naive.extra["clip_fraction"], 1.0, "{:?}", naive.extra);
+    assert!(!naive.extra.contains_key("is_weight"));
 }

@@ -8,6 +8,16 @@
 //! `−min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A)` where `ρ = exp(ℓ − ℓ_behaviour)`
 //! is the importance ratio against the logprobs the sampler recorded, so
 //! slightly stale episodes are corrected; plus `β·KL_k3(π‖ref)` when `β > 0`.
+//!
+//! **Off-policy samples** (production episodes served by another version
+//! than the one training starts from) are corrected as decoupled PPO does:
+//! the clip acts on `ρ = exp(ℓ − ℓ_prox)`, the ratio to the *proximal*
+//! policy (the training's starting policy, scored once before the first
+//! step), and each token is weighted by the truncated importance weight
+//! `w = min(exp(ℓ_prox − ℓ_behaviour), cap)` (held constant), as TRL's and
+//! ART's truncated importance sampling weight tokens a different engine
+//! sampled. Truncation bounds the variance a very stale token would bring;
+//! the bias it leaves is towards the proximal policy, the safe side.
 //! Aggregation: per token over the batch (DAPO), per sequence then averaged
 //! (the original GRPO), or by a constant (Dr. GRPO: `1/(B·max_tokens)`).
 //!
@@ -55,6 +65,14 @@ pub struct GrpoOptions {
     pub max_completion_tokens: usize,
     /// Step of the running baseline (baseline mode).
     pub baseline_rate: f64,
+    /// Largest importance weight of an off-policy token (truncated
+    /// importance sampling).
+    #[serde(default = "default_is_cap")]
+    pub is_cap: f64,
+}
+
+fn default_is_cap() -> f64 {
+    2.0
 }
 
 impl Default for GrpoOptions {
@@ -68,6 +86,7 @@ impl Default for GrpoOptions {
             kl_beta: 0.0,
             max_completion_tokens: 0,
             baseline_rate: 0.1,
+            is_cap: default_is_cap(),
         }
     }
 }
@@ -151,6 +170,10 @@ pub struct GrpoSequence<'a> {
     pub logprobs: &'a [f32],
     /// The sampler's logprobs; `None` is on-policy (ratio 1).
     pub behaviour: Option<&'a [f32]>,
+    /// For an off-policy sample, the proximal policy's logprobs (the
+    /// training's starting policy): the clip acts against these and the
+    /// behaviour logprobs only weight the tokens.
+    pub proximal: Option<&'a [f32]>,
     /// LoRA-off logprobs, needed when `kl_beta > 0`.
     pub reference: Option<&'a [f32]>,
 }
@@ -160,6 +183,10 @@ pub struct GrpoStats {
     /// Share of tokens whose ratio was clipped.
     pub clip_fraction: f64,
     pub mean_ratio: f64,
+    /// Off-policy tokens: their mean importance weight (after truncation)
+    /// and the share truncated at the cap; 0 when there are none.
+    pub mean_is_weight: f64,
+    pub truncated_fraction: f64,
 }
 
 pub fn grpo_loss(sequences: &[GrpoSequence], options: &GrpoOptions) -> (LossOutput, GrpoStats) {
@@ -174,6 +201,7 @@ pub fn grpo_loss(sequences: &[GrpoSequence], options: &GrpoOptions) -> (LossOutp
     let mut loss = 0.0;
     let mut grads = Vec::with_capacity(sequences.len());
     let mut stats = GrpoStats::default();
+    let mut off_policy_tokens = 0usize;
     for s in sequences {
         let weight = match options.aggregation {
             Aggregation::Token => 1.0 / tokens.max(1) as f64,
@@ -184,17 +212,31 @@ pub fn grpo_loss(sequences: &[GrpoSequence], options: &GrpoOptions) -> (LossOutp
         let mut g = Vec::with_capacity(s.logprobs.len());
         for (t, lp) in s.logprobs.iter().enumerate() {
             let lp = *lp as f64;
-            let old = s.behaviour.and_then(|b| b.get(t)).map_or(lp, |b| *b as f64);
+            let behaviour = s.behaviour.and_then(|b| b.get(t)).map_or(lp, |b| *b as f64);
+            let (old, weight_is) = match s.proximal.and_then(|p| p.get(t)) {
+                Some(prox) => {
+                    let prox = *prox as f64;
+                    let w = (prox - behaviour).exp();
+                    off_policy_tokens += 1;
+                    if w > options.is_cap {
+                        stats.truncated_fraction += 1.0;
+                    }
+                    let w = w.min(options.is_cap);
+                    stats.mean_is_weight += w;
+                    (prox, w)
+                }
+                None => (behaviour, 1.0),
+            };
             let ratio = (lp - old).exp();
             let clipped = ratio.clamp(low, high);
             let (unclipped_term, clipped_term) = (ratio * a, clipped * a);
-            let mut token_loss = -unclipped_term.min(clipped_term);
+            let mut token_loss = -weight_is * unclipped_term.min(clipped_term);
             // The min picks the unclipped branch (gradient −A·ρ) unless the
             // clipped one is smaller, which happens only outside the range,
             // where clip() is flat.
             let inside = (low..=high).contains(&ratio);
             let mut grad = if a != 0.0 && (inside || unclipped_term < clipped_term) {
-                -a * ratio
+                -weight_is * a * ratio
             } else {
                 0.0
             };
@@ -217,6 +259,10 @@ pub fn grpo_loss(sequences: &[GrpoSequence], options: &GrpoOptions) -> (LossOutp
     if tokens > 0 {
         stats.clip_fraction /= tokens as f64;
         stats.mean_ratio /= tokens as f64;
+    }
+    if off_policy_tokens > 0 {
+        stats.mean_is_weight /= off_policy_tokens as f64;
+        stats.truncated_fraction /= off_policy_tokens as f64;
     }
     (LossOutput { loss, grads }, stats)
 }

@@ -113,6 +113,10 @@ pub struct TrainArgs {
     /// GRPO: step of the running per-agent baseline for single-sample groups.
     #[arg(long, default_value_t = 0.1)]
     pub baseline_rate: f64,
+    /// GRPO: largest importance weight of an `"off_policy"` token
+    /// (truncated importance sampling against the starting policy).
+    #[arg(long, default_value_t = 2.0)]
+    pub is_cap: f64,
     /// DPO: β.
     #[arg(long, default_value_t = 0.1)]
     pub beta: f64,
@@ -191,6 +195,7 @@ pub fn run(algorithm: Algorithm, args: TrainArgs) -> Result<ExitCode> {
             kl_beta: args.kl_beta,
             max_completion_tokens: 0,
             baseline_rate: args.baseline_rate,
+            is_cap: args.is_cap,
         },
         dpo_beta: args.beta,
         replay_per_batch: if args.replay.is_some() {

@@ -182,6 +182,7 @@ fn hone_step(model: &Path, device: &Device, options: &Options, batch: &Batch) ->
             reward: *r,
             behaviour: None,
             episode: None,
+            off_policy: false,
         })
         .collect();
     let data = Data::Grpo(vec![GrpoGroup {
