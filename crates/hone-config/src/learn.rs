@@ -113,6 +113,20 @@ pub struct RawTraining {
     pub min_examples: Option<usize>,
     /// GRPO and DPO: rollouts of the champion per task (a group).
     pub group_size: Option<usize>,
+    /// GRPO: where its groups come from: `"rollouts"` (default),
+    /// `"production"`, or a list of them.
+    pub groups: Option<RawGroups>,
+    /// GRPO on production episodes: the oldest serving version still
+    /// trained on, in promotions back from the champion (default 2).
+    pub max_staleness: Option<u32>,
+}
+
+/// `groups = "production"` or `groups = ["rollouts", "production"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawGroups {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -416,6 +430,39 @@ pub struct TrainingSpec {
     pub rank: usize,
     pub min_examples: usize,
     pub group_size: usize,
+    /// GRPO only: its sources of groups, each once.
+    pub groups: Vec<GroupSource>,
+    /// GRPO on production episodes: promotions back a serving version may be.
+    pub max_staleness: u32,
+}
+
+/// Where GRPO's groups come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSource {
+    /// The champion rolled out `group_size` times per train task.
+    Rollouts,
+    /// The train half's production episodes, one answer each, with the
+    /// users' own (possibly late) rewards, against a running baseline.
+    Production,
+}
+
+impl GroupSource {
+    pub const NAMES: &'static str = "rollouts, production";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "rollouts" => Some(Self::Rollouts),
+            "production" => Some(Self::Production),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rollouts => "rollouts",
+            Self::Production => "production",
+        }
+    }
 }
 
 /// `examples`: few-shot retrieval policies to try, one candidate per `k`.
@@ -560,14 +607,39 @@ fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result<Route, Con
     })
 }
 
-fn training(field: &str, raw: Option<RawTraining>) -> Result<TrainingSpec, ConfigError> {
+fn training(field: &str, raw: Option<RawTraining>, grpo: bool) -> Result<TrainingSpec, ConfigError> {
     let raw = raw.unwrap_or_default();
+    if !grpo && (raw.groups.is_some() || raw.max_staleness.is_some()) {
+        return Err(ConfigError::at(field, "`groups` and `max_staleness` are GRPO settings"));
+    }
+    let names = match raw.groups {
+        None => vec!["rollouts".to_owned()],
+        Some(RawGroups::One(name)) => vec![name],
+        Some(RawGroups::Many(names)) => names,
+    };
+    let mut groups = Vec::new();
+    for name in &names {
+        let source = GroupSource::parse(name).ok_or_else(|| {
+            ConfigError::at(
+                format!("{field}.groups"),
+                format!("unknown source `{name}` ({})", GroupSource::NAMES),
+            )
+        })?;
+        if !groups.contains(&source) {
+            groups.push(source);
+        }
+    }
+    if groups.is_empty() {
+        return Err(ConfigError::at(format!("{field}.groups"), "name at least one source"));
+    }
     let spec = TrainingSpec {
         steps: raw.steps.unwrap_or(20),
         lr: raw.lr.unwrap_or(1e-3),
         rank: raw.rank.unwrap_or(8),
         min_examples: raw.min_examples.unwrap_or(4),
         group_size: raw.group_size.unwrap_or(4),
+        groups,
+        max_staleness: raw.max_staleness.unwrap_or(2),
     };
     if spec.steps == 0 || spec.rank == 0 || spec.group_size < 2 {
         return Err(ConfigError::at(field, "steps and rank must be ≥ 1, group_size ≥ 2"));
@@ -666,9 +738,9 @@ fn optimisers_from_raw(
         let spec = match name.as_str() {
             "examples" => examples(&ofield, tables.examples.take().unwrap_or_default(), providers)?,
             "model" => model(&ofield, tables.model.take().unwrap_or_default(), providers)?,
-            "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take())?),
-            "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take())?),
-            "sft" => OptimiserSpec::Sft(training(&ofield, tables.sft.take())?),
+            "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take(), true)?),
+            "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take(), false)?),
+            "sft" => OptimiserSpec::Sft(training(&ofield, tables.sft.take(), false)?),
             other => {
                 return Err(ConfigError::at(
                     format!("{field}.optimisers[{i}]"),

@@ -4,7 +4,8 @@
 //! of the rollouts, and the trainer gets the calls' exact token ids with the
 //! sampler's logprobs: its importance ratios leave 1 and clipping acts,
 //! which re-rendered text without logprobs can never do (ratio ≡ 1).
-//! `sft` and `dpo` train on recorded tokens too. And weight candidates
+//! `sft` and `dpo` train on recorded tokens too; `grpo` on production
+//! episodes corrects those other weights served and drops stale ones. And weight candidates
 //! build on the champion's adapter, so gains accumulate across cycles.
 
 use crate::support::{learner, World};
@@ -264,5 +265,111 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
     assert!(
         (loss - expected).abs() < 1e-3,
         "loss {loss} vs recorded {expected}\n{metrics}"
+    );
+}
+
+/// `groups = "production"`: GRPO on the train half's production episodes
+/// with their own rewards, no rollout. Served by the champion they are on
+/// its policy (ratio 1 on the first step); once another version is the
+/// champion, the same kind of episodes are corrected with truncated
+/// importance weights, or dropped as stale past `max_staleness`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
+    let table = |agent: &str, staleness: u32| {
+        format!(
+            "[agents.{agent}.reward]\npass_threshold = 0.5\n[agents.{agent}.reward.critics.answer]\ntype = \"regex\"\n\
+             pattern = \"[a-z]\"\n[agents.{agent}.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\n\
+             [agents.{agent}.learn.grpo]\nsteps = 4\nlr = 0.05\nrank = 4\nmin_examples = 2\ngroups = \"production\"\n\
+             max_staleness = {staleness}\n"
+        )
+    };
+    let config = format!(
+        "{}[agents.strict.versions.v1]\nprovider = {{ type = \"local\", model = \"MODEL\" }}\ntemperature = 1.0\n\
+         max_tokens = 6\n[agents.strict.deployment]\nchampion = \"v1\"\n{}",
+        table("prod", 2),
+        table("strict", 0)
+    );
+    // Both agents on the same tiny model (its path is only known once written).
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let config = config.replace("\"MODEL\"", &format!("{:?}", model.path().display().to_string()));
+    let (_unused, w) = tiny_world("prod", &config).await;
+    let (learner, lines) = learner(&w);
+    let traffic = |agent: &'static str, prefix: &'static str| {
+        let w = &w;
+        async move {
+            for i in 0..16 {
+                w.ask(
+                    agent,
+                    &format!("{agent}-{prefix}-{i}"),
+                    &format!("Say a word, please ({prefix} {i})"),
+                )
+                .await;
+            }
+        }
+    };
+
+    // Cycle 1: episodes the champion served, trained on as they were sampled.
+    let mut adapters = Vec::new();
+    for agent in ["prod", "strict"] {
+        traffic(agent, "a").await;
+        let cycle = learner.run_cycle(agent, "manual").await.unwrap();
+        let log = lines.lock().unwrap().join("\n");
+        assert!(!log.contains("rolling out"), "production groups need no rollout\n{log}");
+        assert!(log.contains(&format!("{agent}: grpo: 8 production episodes")), "{log}");
+        let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+        assert!(
+            (steps[0]["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
+            "{metrics}"
+        );
+        assert!(steps[0]["extra"].get("is_weight").is_none(), "on-policy: {metrics}");
+        assert!(steps.iter().all(|s| s["reward"].is_number()), "{metrics}");
+        let candidate = w.store.candidates(agent, Some(&cycle.id)).unwrap().remove(0);
+        adapters.push(candidate.version_id);
+    }
+
+    // New traffic still served by v1; then the candidate becomes the champion.
+    for (agent, candidate) in ["prod", "strict"].into_iter().zip(adapters) {
+        traffic(agent, "b").await;
+        w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
+        let spec = &w.config.agents[agent];
+        let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, spec).unwrap();
+        deployment.previous.push(deployment.champion.clone());
+        deployment.champion = candidate;
+        assert!(w
+            .store
+            .change_deployment(&deployment, revision, &[], &[], None, 1)
+            .unwrap());
+    }
+
+    // One promotion back, other weights: corrected against the new champion.
+    let cycle = learner.run_cycle("prod", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(
+        log.contains("prod: grpo: 8 production episodes as single-answer groups (8 served by other weights"),
+        "{log}"
+    );
+    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+    assert!(
+        (steps[0]["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
+        "{metrics}"
+    );
+    let weight = steps[0]["extra"]["is_weight"].as_f64().unwrap();
+    assert!(weight > 0.0 && weight <= 2.0, "{metrics}");
+
+    // `max_staleness = 0`: the same episodes are left out, nothing is trained.
+    let cycle = learner.run_cycle("strict", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(log.contains("strict: grpo: 0 production episodes"), "{log}");
+    assert!(log.contains("left out: 8 stale"), "{log}");
+    assert!(
+        w.store.candidates("strict", Some(&cycle.id)).unwrap().is_empty(),
+        "{log}"
     );
 }

@@ -76,6 +76,10 @@ pub struct TrainConfig {
     pub replay_weight: f64,
     /// EWC strength (0: off); needs replay data for the Fisher.
     pub ewc_lambda: f64,
+    /// Where each agent's running reward baseline starts (baseline mode);
+    /// an agent not listed starts at its first reward.
+    #[serde(default)]
+    pub baselines: BTreeMap<String, f64>,
 }
 
 impl Default for TrainConfig {
@@ -94,6 +98,7 @@ impl Default for TrainConfig {
             replay_per_batch: 0,
             replay_weight: 1.0,
             ewc_lambda: 0.0,
+            baselines: BTreeMap::new(),
         }
     }
 }
@@ -189,6 +194,9 @@ impl Trainer {
             .unwrap_or_else(|| (config.epochs * data.len()).div_ceil(per_step))
             .max(1);
         let optimizer = AdamW::new(config.optim.clone(), &lora.tensors())?;
+        let baseline = Baseline {
+            values: config.baselines.clone(),
+        };
         let mut trainer = Self {
             model,
             base: base.to_path_buf(),
@@ -199,7 +207,7 @@ impl Trainer {
             optimizer,
             step: 0,
             total_steps,
-            baseline: Baseline::default(),
+            baseline,
             reference: HashMap::new(),
             proximal: HashMap::new(),
             ewc: None,
@@ -510,14 +518,16 @@ impl Trainer {
         for &i in items {
             let group = &groups[i];
             let rs: Vec<f64> = group.samples.iter().map(|s| s.reward).collect();
-            let single = rs.len() == 1;
-            for r in &rs {
-                rewards.push((single.then(|| group.agent.clone()), *r));
-            }
             let episodes: Vec<Option<&str>> = group.samples.iter().map(|s| s.episode.as_deref()).collect();
+            // One answer (or the calls of one episode): baseline mode, each
+            // call's credit against the agent's running baseline, which the
+            // episode moves once.
+            let single = rs.len() == 1 || (episodes[0].is_some() && episodes.iter().all(|e| *e == episodes[0]));
             let advs = if single {
-                Some(vec![self.baseline.advantage(&group.agent, rs[0])])
+                rewards.push((Some(group.agent.clone()), rs.iter().sum::<f64>() / rs.len() as f64));
+                Some(rs.iter().map(|r| self.baseline.advantage(&group.agent, *r)).collect())
             } else {
+                rewards.extend(rs.iter().map(|r| (None, *r)));
                 episode_advantages(&rs, &episodes, &self.config.grpo)
             };
             if let Some(advs) = advs {

@@ -10,7 +10,7 @@
 //!   completions exactly as the engine sampled them.
 
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, push_row, rendered_rows, Method};
+use super::training::{local_base, propose_adapter, push_row, rendered_rows, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -46,7 +46,7 @@ impl Optimiser for Dpo {
                 "dpo: {} preference pairs ({lines} from the train half, {on_policy} on-policy as sampled tokens)",
                 lines + on_policy
             ));
-            propose_adapter(ctx, Method::Dpo, &self.spec, rows, lines + on_policy).await
+            propose_adapter(ctx, Method::Dpo, &self.spec, Examples::new(rows, lines + on_policy)).await
         })
     }
 }

@@ -1,6 +1,9 @@
-//! `grpo`: group-relative policy optimisation of a LoRA adapter on
-//! on-policy groups: each task of the cycle's train half rolled out
-//! `group_size` times (`rollouts`), each task's episodes one group.
+//! `grpo`: group-relative policy optimisation of a LoRA adapter on groups
+//! from the sources `groups` names: `rollouts` (default), each task of the
+//! cycle's train half rolled out `group_size` times, each task's episodes
+//! one group; `production`, the train half's production episodes
+//! themselves with their users' rewards, one answer each against a running
+//! baseline (`production.rs`).
 //!
 //! The trainer gets what the engine really sampled: every call's prompt and
 //! completion token ids with the sampler's logprobs (so the importance
@@ -10,13 +13,16 @@
 //! episode counts once in its group however many calls it made. With no
 //! reward source for the rollouts it proposes nothing and says why.
 
+use super::production;
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, push_row, Method};
+use super::training::{local_base, propose_adapter, push_row, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
-use hone_config::TrainingSpec;
+use hone_config::{GroupSource, TrainingSpec};
+use hone_types::Instance;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 pub struct Grpo {
     pub spec: TrainingSpec,
@@ -34,31 +40,86 @@ impl Optimiser for Grpo {
                 return Ok(Vec::new());
             }
             let items = ctx.store.dataset_items(&ctx.target.id)?;
-            let groups_by_item = match rollouts::scored(ctx, "grpo", &items, self.spec.group_size).await? {
-                Ok(groups) => groups,
-                Err(why) => {
-                    (ctx.progress)(&why);
-                    return Ok(Vec::new());
-                }
-            };
             let mut rows = Vec::new();
-            let (mut groups, mut missing_tokens) = (0u64, 0u64);
-            for group in groups_by_item.values() {
-                let completions = completions(group, &mut missing_tokens);
-                if completions.is_empty() {
-                    continue;
+            let mut groups = 0u64;
+            let mut baselines = BTreeMap::new();
+            for source in &self.spec.groups {
+                match source {
+                    GroupSource::Rollouts => {
+                        for row in self.rollout_groups(ctx, &items).await? {
+                            push_row(&mut rows, &row)?;
+                            groups += 1;
+                        }
+                    }
+                    GroupSource::Production => {
+                        let found = production::groups(ctx, &items, self.spec.max_staleness)?;
+                        (ctx.progress)(&format!(
+                            "grpo: {} production episodes as single-answer groups ({} served by other weights, \
+                             corrected; left out: {} stale, {} without token ids, {} without a reward); baseline {}",
+                            found.rows.len(),
+                            found.off_policy,
+                            found.stale,
+                            found.without_tokens,
+                            found.without_reward,
+                            found
+                                .baseline
+                                .map_or("from the first reward".to_owned(), |b| format!("{b:.3}")),
+                        ));
+                        if let Some(b) = found.baseline {
+                            baselines.insert(ctx.agent.name.clone(), b);
+                        }
+                        for row in &found.rows {
+                            push_row(&mut rows, row)?;
+                            groups += 1;
+                        }
+                    }
                 }
-                let row = json!({"agent": ctx.agent.name, "completions": completions});
-                push_row(&mut rows, &row)?;
-                groups += 1;
             }
-            if missing_tokens > 0 {
-                (ctx.progress)(&format!(
-                    "grpo: {missing_tokens} calls carried no token ids (not served by the embedded engine); left out"
-                ));
-            }
-            propose_adapter(ctx, Method::Grpo, &self.spec, rows, groups).await
+            propose_adapter(
+                ctx,
+                Method::Grpo,
+                &self.spec,
+                Examples {
+                    rows,
+                    count: groups,
+                    baselines,
+                },
+            )
+            .await
         })
+    }
+}
+
+impl Grpo {
+    /// The champion rolled out `group_size` times on each train task, one
+    /// group per task; none (with the reason said) when nothing scores
+    /// rollouts.
+    async fn rollout_groups(
+        &self,
+        ctx: &ProposeContext<'_>,
+        items: &[Instance],
+    ) -> Result<Vec<serde_json::Value>, LearnError> {
+        let groups_by_item = match rollouts::scored(ctx, "grpo", items, self.spec.group_size).await? {
+            Ok(groups) => groups,
+            Err(why) => {
+                (ctx.progress)(&why);
+                return Ok(Vec::new());
+            }
+        };
+        let mut rows = Vec::new();
+        let mut missing_tokens = 0u64;
+        for group in groups_by_item.values() {
+            let completions = completions(group, &mut missing_tokens);
+            if !completions.is_empty() {
+                rows.push(json!({"agent": ctx.agent.name, "completions": completions}));
+            }
+        }
+        if missing_tokens > 0 {
+            (ctx.progress)(&format!(
+                "grpo: {missing_tokens} calls carried no token ids (not served by the embedded engine); left out"
+            ));
+        }
+        Ok(rows)
     }
 }
 

@@ -10,6 +10,7 @@ mod dpo;
 mod examples;
 mod grpo;
 mod model;
+mod production;
 mod rollouts;
 mod sft;
 pub mod training;

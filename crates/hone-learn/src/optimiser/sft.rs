@@ -10,7 +10,7 @@
 //! which it is (`"source": "recorded" | "rendered"`), never mixed within an
 //! episode.
 
-use super::training::{propose_adapter, push_row, rendered_rows, Method};
+use super::training::{propose_adapter, push_row, rendered_rows, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -64,7 +64,7 @@ impl Optimiser for Sft {
                  the chat template (demonstrations, or episodes recorded without token ids)",
                 chosen.len()
             ));
-            propose_adapter(ctx, Method::Sft, &self.spec, rows, recorded + rendered).await
+            propose_adapter(ctx, Method::Sft, &self.spec, Examples::new(rows, recorded + rendered)).await
         })
     }
 }

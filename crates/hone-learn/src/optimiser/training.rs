@@ -15,6 +15,7 @@ use hone_config::{ProviderKind, TrainingSpec};
 use hone_train::data::{self, Renderer};
 use hone_train::{Data, LoraSpec, TrainConfig, Trainer};
 use hone_types::Instance;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,15 +79,34 @@ pub fn push_row(rows: &mut Vec<u8>, row: &serde_json::Value) -> Result<(), Learn
     Ok(())
 }
 
-/// Trains `method` on `rows` (`lines` JSONL rows of the trainer's format)
-/// and proposes the champion with the new adapter.
+/// What an optimiser trains on: JSONL rows of the trainer's format.
+pub struct Examples {
+    pub rows: Vec<u8>,
+    /// Rows (examples, pairs, groups).
+    pub count: u64,
+    /// Where each agent's running reward baseline starts (GRPO baseline mode).
+    pub baselines: BTreeMap<String, f64>,
+}
+
+impl Examples {
+    pub fn new(rows: Vec<u8>, count: u64) -> Self {
+        Self {
+            rows,
+            count,
+            baselines: BTreeMap::new(),
+        }
+    }
+}
+
+/// Trains `method` on `examples` and proposes the champion with the new
+/// adapter.
 pub async fn propose_adapter(
     ctx: &ProposeContext<'_>,
     method: Method,
     spec: &TrainingSpec,
-    rows: Vec<u8>,
-    lines: u64,
+    examples: Examples,
 ) -> Result<Vec<Proposal>, LearnError> {
+    let lines = examples.count;
     let (base, parent_adapter) = match local_base(ctx) {
         Ok(found) => found,
         Err(why) => {
@@ -125,7 +145,7 @@ pub async fn propose_adapter(
                 &spec,
                 &base,
                 parent_dir.as_deref(),
-                &rows,
+                &examples,
                 &adapters_dir,
                 &name2,
             )
@@ -147,7 +167,7 @@ fn train(
     spec: &TrainingSpec,
     base: &Path,
     parent: Option<&Path>,
-    rows: &[u8],
+    examples: &Examples,
     adapters_dir: &Path,
     name: &str,
 ) -> Result<String, LearnError> {
@@ -156,7 +176,7 @@ fn train(
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial).map_err(|e| failed(&format!("{}: {e}", partial.display())))?;
     let data_path = partial.join("data.jsonl");
-    std::fs::write(&data_path, rows).map_err(|e| failed(&format!("{}: {e}", data_path.display())))?;
+    std::fs::write(&data_path, &examples.rows).map_err(|e| failed(&format!("{}: {e}", data_path.display())))?;
     let tokenizer = hone_engine::Tokenizer::load(base).map_err(|e| failed(&e))?;
     let renderer = Renderer {
         tokenizer: Some(&tokenizer),
@@ -170,10 +190,18 @@ fn train(
         lora: LoraSpec {
             rank: spec.rank,
             alpha: 2.0 * spec.rank as f64,
+            // RL's importance ratios compare the policy with the one that
+            // sampled (or its proximal stand-in): no dropout, or a ratio
+            // leaves 1 from noise alone.
+            dropout: match method {
+                Method::Sft => LoraSpec::default().dropout,
+                Method::Grpo | Method::Dpo => 0.0,
+            },
             ..LoraSpec::default()
         },
         steps: Some(spec.steps),
         batch_size: 4,
+        baselines: examples.baselines.clone(),
         ..TrainConfig::default()
     };
     config.optim.lr = spec.lr;

@@ -205,6 +205,7 @@ pub fn run(algorithm: Algorithm, args: TrainArgs) -> Result<ExitCode> {
         },
         replay_weight: args.replay_weight,
         ewc_lambda: args.ewc,
+        baselines: Default::default(),
     };
     // Token-id data needs no tokenizer; chat data fails clearly without one.
     let tokenizer = hone_engine::Tokenizer::load(&args.base)
