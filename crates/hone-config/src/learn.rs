@@ -65,6 +65,20 @@ pub struct RawLearn {
     pub sft: Option<RawTraining>,
     pub gate: Option<RawGate>,
     pub monitor: Option<RawMonitor>,
+    pub replay: Option<RawReplay>,
+}
+
+/// `[agents.NAME.learn.replay]`: earlier successes the weight optimisers
+/// keep training on, so a candidate does not forget what its champion did.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplay {
+    /// Most recent passing production episodes kept (0: off).
+    pub size: Option<usize>,
+    /// Share of each training batch drawn from them.
+    pub share: Option<f64>,
+    /// EWC strength anchoring the adapter where it started (0: off).
+    pub ewc: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -551,6 +565,45 @@ pub struct LearnSpec {
     pub concurrency: usize,
     pub gate: GateSpec,
     pub monitor: MonitorSpec,
+    pub replay: ReplaySpec,
+}
+
+/// The weight optimisers' replay buffer: the agent's most recent `size`
+/// passing production episodes from before the cycle's window (never an
+/// instance the cycle gates on), a `share` of every batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplaySpec {
+    pub size: usize,
+    pub share: f64,
+    pub ewc: f64,
+}
+
+impl Default for ReplaySpec {
+    fn default() -> Self {
+        Self {
+            size: 256,
+            share: 0.25,
+            ewc: 0.0,
+        }
+    }
+}
+
+impl ReplaySpec {
+    fn from_raw(field: &str, raw: RawReplay) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let spec = Self {
+            size: raw.size.unwrap_or(d.size),
+            share: raw.share.unwrap_or(d.share),
+            ewc: raw.ewc.unwrap_or(d.ewc),
+        };
+        if !(0.0..0.9).contains(&spec.share) {
+            return Err(ConfigError::at(format!("{field}.replay.share"), "must be in [0, 0.9)"));
+        }
+        if !(spec.ewc.is_finite() && spec.ewc >= 0.0) {
+            return Err(ConfigError::at(format!("{field}.replay.ewc"), "must be a number ≥ 0"));
+        }
+        Ok(spec)
+    }
 }
 
 impl Default for LearnSpec {
@@ -578,6 +631,7 @@ impl Default for LearnSpec {
                 webhook: None,
                 bounds: default_bounds(),
             },
+            replay: ReplaySpec::default(),
         }
     }
 }
@@ -669,6 +723,7 @@ impl LearnSpec {
             sft,
             gate,
             monitor,
+            replay,
         } = raw;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
@@ -711,6 +766,7 @@ impl LearnSpec {
             concurrency,
             gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
+            replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
         })
     }
 }

@@ -539,6 +539,7 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
         status: CandidateStatus::OnFront,
         reason: None,
         scores: None,
+        training: None,
         created_at: now,
         updated_at: now,
     };

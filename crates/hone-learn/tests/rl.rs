@@ -176,6 +176,36 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
     let adapter2 = format!("{}-sft", second.id);
     assert_eq!(adapter_of(&w, &c2[0].version_id), Some(adapter2.clone()));
     assert_eq!(c2[0].parent, c1[0].version_id);
+    // Cycle 2 replays cycle 1's successes, none it gates on.
+    let gated: std::collections::HashSet<_> = [&second.detail.target, &second.detail.regression]
+        .into_iter()
+        .flatten()
+        .flat_map(|d| w.store.dataset_items(d).unwrap())
+        .filter_map(|i| i.episode_id)
+        .collect();
+    let earlier = (0..24)
+        .filter(|i| !gated.contains(&hone_types::EpisodeId::parse(&format!("a-{i}")).unwrap()))
+        .count();
+    assert!(earlier > 0 && earlier < 24, "{gated:?}");
+    assert!(
+        log.contains(&format!(
+            "acc: replay: {earlier} earlier successful episodes ({earlier} calls)"
+        )),
+        "{log}"
+    );
+    let (steps, metrics) = trainer_steps(&w, &adapter2);
+    assert!(
+        steps.iter().all(|s| s["extra"]["replay_nll"].as_f64().unwrap() > 0.0),
+        "{metrics}"
+    );
+    // Each candidate says how far its adapter is from the base.
+    let training = |c: &hone_types::Candidate| c.training.clone().unwrap();
+    assert_eq!(training(&c1[0]).steps, 6);
+    assert_eq!(training(&c1[0]).replayed, 0);
+    assert_eq!(training(&c2[0]).replayed, earlier as u64);
+    assert!(training(&c2[0]).kl_to_base > 0.0, "{:?}", c2[0].training);
+    assert!(c2[0].diff.contains("KL to base"), "{}", c2[0].diff);
+
     let ((fresh, trained), (continued, _)) = (losses(&w, &adapter1), losses(&w, &adapter2));
     assert!(
         fresh - trained > 0.1,

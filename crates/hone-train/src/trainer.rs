@@ -104,7 +104,7 @@ impl Default for TrainConfig {
 }
 
 /// What one optimiser step did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepReport {
     pub step: usize,
     pub total_steps: usize,

@@ -211,8 +211,26 @@ pub struct Candidate {
     /// Why it was pruned or rolled back; what the gate saw when it passed.
     pub reason: Option<String>,
     pub scores: Option<CandidateScores>,
+    /// How a weight candidate's adapter was trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingSummary>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// A weight candidate's training, from its last step: how far it moved
+/// from the base checkpoint (forgetting shows here first) and on what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSummary {
+    pub steps: u64,
+    pub final_loss: f64,
+    /// Mean k3 KL(candidate ‖ base checkpoint) over the last step's scored
+    /// tokens: the adapter's distance from the base, accumulated over every
+    /// cycle it continues.
+    pub kl_to_base: f64,
+    /// Training examples (rows) and earlier successes replayed with them.
+    pub examples: u64,
+    pub replayed: u64,
 }
 
 /// An agent's live traffic split as the learner left it (the config's

@@ -21,6 +21,7 @@ pub mod version;
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
+    TrainingSummary,
 };
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};

@@ -48,6 +48,7 @@ impl Optimiser for Examples {
                 proposals.push(Proposal {
                     diff: describe_diff(ctx.champion, &spec),
                     spec,
+                    training: None,
                 });
             }
             proposals.truncate(*max_candidates);

@@ -11,6 +11,7 @@ mod examples;
 mod grpo;
 mod model;
 mod production;
+pub mod replay;
 mod rollouts;
 mod sft;
 pub mod training;
@@ -29,6 +30,8 @@ use std::sync::Arc;
 pub struct Proposal {
     pub spec: VersionSpec,
     pub diff: String,
+    /// How a weight candidate's adapter was trained.
+    pub training: Option<hone_types::TrainingSummary>,
 }
 
 /// What an optimiser may look at.
@@ -47,6 +50,8 @@ pub struct ProposeContext<'a> {
     pub via: &'a crate::eval::Target,
     /// Where trained adapters go (`<adapters_dir>/<name>`).
     pub adapters_dir: PathBuf,
+    /// Earlier successes the weight optimisers replay (`replay.rs`).
+    pub replay: &'a replay::Replay,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 

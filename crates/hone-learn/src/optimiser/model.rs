@@ -51,6 +51,7 @@ impl Optimiser for ModelSwap {
                 proposals.push(Proposal {
                     diff: describe_diff(parent, &spec),
                     spec,
+                    training: None,
                 });
             }
             proposals.truncate(*max_candidates);

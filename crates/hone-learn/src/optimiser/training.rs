@@ -12,9 +12,11 @@ use super::{describe_diff, Proposal, ProposeContext};
 use crate::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainingSpec};
+use hone_train::data::SftExample;
 use hone_train::data::{self, Renderer};
-use hone_train::{Data, LoraSpec, TrainConfig, Trainer};
-use hone_types::Instance;
+use hone_train::policy::Sequence;
+use hone_train::{Data, LoraSpec, StepReport, TrainConfig, Trainer};
+use hone_types::{Instance, TrainingSummary};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -116,9 +118,9 @@ pub async fn propose_adapter(
     };
     let name = format!("{}-{}", ctx.cycle_id, method.name());
     let done = ctx.adapters_dir.join(&name);
-    let summary = if done.join("adapter_config.json").exists() {
+    let resumed = done.join("adapter_config.json").exists();
+    if resumed {
         (ctx.progress)(&format!("{}: adapter {name} already trained (resumed)", method.name()));
-        "trained earlier in this cycle".to_owned()
     } else {
         if (lines as usize) < spec.min_examples {
             (ctx.progress)(&format!(
@@ -129,63 +131,129 @@ pub async fn propose_adapter(
             return Ok(Vec::new());
         }
         (ctx.progress)(&format!(
-            "{}: training adapter {name} on {lines} examples, {} steps",
+            "{}: training adapter {name} on {lines} examples{}, {} steps",
             method.name(),
+            if ctx.replay.calls.is_empty() {
+                String::new()
+            } else {
+                format!(" and {} replayed calls", ctx.replay.calls.len())
+            },
             spec.steps
         ));
-        let (spec, adapters_dir, parent_dir) = (
-            spec.clone(),
-            ctx.adapters_dir.clone(),
-            parent_adapter.map(|a| ctx.adapters_dir.join(a)),
-        );
-        let name2 = name.clone();
-        tokio::task::spawn_blocking(move || {
-            train(
-                method,
-                &spec,
-                &base,
-                parent_dir.as_deref(),
-                &examples,
-                &adapters_dir,
-                &name2,
-            )
-        })
-        .await??
-    };
+        let job = Job {
+            method,
+            spec: spec.clone(),
+            replay: replay_settings(ctx),
+            base,
+            parent: parent_adapter.map(|a| ctx.adapters_dir.join(a)),
+            adapters_dir: ctx.adapters_dir.clone(),
+            name: name.clone(),
+        };
+        tokio::task::spawn_blocking(move || train(&job, &examples)).await??;
+    }
+    let training = summary(&done, lines, ctx.replay.calls.len() as u64)?;
     let mut child = ctx.champion.clone();
     if let Some(first) = child.routes.first_mut() {
         first.adapter = Some(name.clone());
     }
     Ok(vec![Proposal {
-        diff: format!("{} ({} {summary})", describe_diff(ctx.champion, &child), method.name()),
+        diff: format!(
+            "{} ({} {} steps, final loss {:.4}, KL to base {:.4}{})",
+            describe_diff(ctx.champion, &child),
+            method.name(),
+            training.steps,
+            training.final_loss,
+            training.kl_to_base,
+            if resumed { ", trained earlier in this cycle" } else { "" }
+        ),
         spec: child,
+        training: Some(training),
     }])
 }
 
-fn train(
+/// The replay buffer as the trainer takes it, and how much of each batch.
+struct ReplaySettings {
+    examples: Vec<SftExample>,
+    per_batch: usize,
+    ewc: f64,
+}
+
+fn replay_settings(ctx: &ProposeContext<'_>) -> ReplaySettings {
+    let spec = &ctx.agent.learn.replay;
+    let examples: Vec<SftExample> = ctx
+        .replay
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(line, t)| SftExample {
+            line: line + 1,
+            sequence: Sequence::prompt_completion(&t.prompt, &t.completion),
+        })
+        .collect();
+    // `share` of a batch of BATCH rows: replayed = BATCH·share/(1 − share).
+    let per_batch = if examples.is_empty() {
+        0
+    } else {
+        ((BATCH as f64 * spec.share / (1.0 - spec.share)).round() as usize).max(1)
+    };
+    ReplaySettings {
+        examples,
+        per_batch,
+        ewc: if per_batch > 0 { spec.ewc } else { 0.0 },
+    }
+}
+
+/// Rows per training batch.
+const BATCH: usize = 4;
+
+/// The training of the adapter in `dir`, from its `metrics.jsonl`.
+fn summary(dir: &Path, examples: u64, replayed: u64) -> Result<TrainingSummary, LearnError> {
+    let path = dir.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(|e| LearnError::training(format!("{}: {e}", path.display())))?;
+    let last: StepReport = text
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| LearnError::training(format!("{}: {e}", path.display())))?
+        .ok_or_else(|| LearnError::training(format!("{}: no step", path.display())))?;
+    Ok(TrainingSummary {
+        steps: last.step as u64,
+        final_loss: last.loss,
+        kl_to_base: last.kl,
+        examples,
+        replayed,
+    })
+}
+
+/// One adapter to train.
+struct Job {
     method: Method,
-    spec: &TrainingSpec,
-    base: &Path,
-    parent: Option<&Path>,
-    examples: &Examples,
-    adapters_dir: &Path,
-    name: &str,
-) -> Result<String, LearnError> {
+    spec: TrainingSpec,
+    replay: ReplaySettings,
+    base: PathBuf,
+    parent: Option<PathBuf>,
+    adapters_dir: PathBuf,
+    name: String,
+}
+
+fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
-    let partial = adapters_dir.join(format!("{name}.partial"));
+    let partial = job.adapters_dir.join(format!("{}.partial", job.name));
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial).map_err(|e| failed(&format!("{}: {e}", partial.display())))?;
     let data_path = partial.join("data.jsonl");
     std::fs::write(&data_path, &examples.rows).map_err(|e| failed(&format!("{}: {e}", data_path.display())))?;
-    let tokenizer = hone_engine::Tokenizer::load(base).map_err(|e| failed(&e))?;
+    let tokenizer = hone_engine::Tokenizer::load(&job.base).map_err(|e| failed(&e))?;
     let renderer = Renderer {
         tokenizer: Some(&tokenizer),
     };
-    let data = match method {
+    let data = match job.method {
         Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(|e| failed(&e))?),
         Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(|e| failed(&e))?),
         Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(|e| failed(&e))?),
     };
+    let spec = &job.spec;
     let mut config = TrainConfig {
         lora: LoraSpec {
             rank: spec.rank,
@@ -193,30 +261,35 @@ fn train(
             // RL's importance ratios compare the policy with the one that
             // sampled (or its proximal stand-in): no dropout, or a ratio
             // leaves 1 from noise alone.
-            dropout: match method {
+            dropout: match job.method {
                 Method::Sft => LoraSpec::default().dropout,
                 Method::Grpo | Method::Dpo => 0.0,
             },
             ..LoraSpec::default()
         },
         steps: Some(spec.steps),
-        batch_size: 4,
+        batch_size: BATCH,
         baselines: examples.baselines.clone(),
+        replay_per_batch: job.replay.per_batch,
+        ewc_lambda: job.replay.ewc,
         ..TrainConfig::default()
     };
     config.optim.lr = spec.lr;
-    let mut trainer = Trainer::new(base, &candle_core::Device::Cpu, config, data, Vec::new(), parent)
-        .map_err(|e| failed(&format!("cannot start training: {e}")))?;
-    let mut last = None;
+    let mut trainer = Trainer::new(
+        &job.base,
+        &candle_core::Device::Cpu,
+        config,
+        data,
+        job.replay.examples.clone(),
+        job.parent.as_deref(),
+    )
+    .map_err(|e| failed(&format!("cannot start training: {e}")))?;
     trainer
-        .run(&partial, &mut |report| last = Some((report.step, report.loss)))
+        .run(&partial, &mut |_| {})
         .map_err(|e| failed(&format!("training failed: {e}")))?;
     let _ = std::fs::remove_file(&data_path);
     let _ = std::fs::remove_dir_all(partial.join("checkpoints"));
-    let done = adapters_dir.join(name);
+    let done = job.adapters_dir.join(&job.name);
     std::fs::rename(&partial, &done).map_err(|e| failed(&format!("{}: {e}", done.display())))?;
-    Ok(match last {
-        Some((steps, loss)) => format!("{steps} steps, final loss {loss:.4}"),
-        None => "0 steps".to_owned(),
-    })
+    Ok(())
 }

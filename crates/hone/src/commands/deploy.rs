@@ -78,6 +78,9 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             format!("{:.0}%", s.regression_pass_rate * 100.0),
             format!("{:.6}", s.mean_cost_usd),
             format!("{:.0}", s.mean_latency_ms),
+            c.training
+                .as_ref()
+                .map_or("-".into(), |t| format!("{:.4}", t.kl_to_base)),
             c.cycle_id.clone(),
             c.diff.clone(),
         ]);
@@ -110,6 +113,7 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             "REGRESSION",
             "COST $",
             "LATENCY ms",
+            "KL TO BASE",
             "CYCLE",
             "CHANGE",
         ],

@@ -6,8 +6,9 @@
 
 use super::{Learner, Stepped};
 use crate::error::{LearnError, Result};
+use crate::optimiser::replay::{self, Replay};
 use crate::optimiser::{self, ProposeContext};
-use hone_config::AgentConfig;
+use hone_config::{AgentConfig, OptimiserSpec};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionRecord};
 
@@ -31,6 +32,7 @@ pub(super) async fn run(
     let adapters_dir = learner
         .config
         .adapters_dir(champion.spec.routes.first().map_or("", |r| r.provider.as_str()));
+    let replay = replay_buffer(learner, agent, &detail, &evaluator.rewarder.spec_version)?;
     let ctx = ProposeContext {
         config: &learner.config,
         agent,
@@ -42,6 +44,7 @@ pub(super) async fn run(
         evaluator: &evaluator,
         via: &via,
         adapters_dir,
+        replay: &replay,
         progress: &progress,
     };
     let now = now_ms();
@@ -90,6 +93,7 @@ pub(super) async fn run(
                 status: CandidateStatus::Proposed,
                 reason: None,
                 scores: None,
+                training: p.training,
                 created_at: now,
                 updated_at: now,
             });
@@ -105,4 +109,50 @@ pub(super) async fn run(
         return Ok(Stepped::to(CycleState::Done, detail));
     }
     Ok(Stepped::next(cycle, detail))
+}
+
+/// The replay buffer when a weight optimiser will train: earlier successes
+/// from before the cycle's window, none the cycle gates on.
+fn replay_buffer(learner: &Learner, agent: &AgentConfig, detail: &CycleDetail, spec_version: &str) -> Result<Replay> {
+    let trains = agent.learn.optimisers.iter().any(|o| {
+        matches!(
+            o,
+            OptimiserSpec::Grpo(_) | OptimiserSpec::Dpo(_) | OptimiserSpec::Sft(_)
+        )
+    });
+    if !trains || agent.learn.replay.size == 0 || agent.learn.replay.share == 0.0 {
+        return Ok(Replay::default());
+    }
+    let mut gated = std::collections::HashSet::new();
+    for dataset in [&detail.target, &detail.regression].into_iter().flatten() {
+        gated.extend(
+            learner
+                .store
+                .dataset_items(dataset)?
+                .into_iter()
+                .filter_map(|i| i.episode_id),
+        );
+    }
+    let replay = replay::buffer(
+        learner.store.as_ref(),
+        &agent.name,
+        spec_version,
+        detail.since,
+        &gated,
+        agent.learn.replay.size,
+    )?;
+    learner.say(
+        &agent.name,
+        &format!(
+            "replay: {} earlier successful episodes ({} calls) for the weight optimisers{}",
+            replay.episodes,
+            replay.calls.len(),
+            if replay.without_tokens > 0 {
+                format!("; {} without token ids left out", replay.without_tokens)
+            } else {
+                String::new()
+            }
+        ),
+    );
+    Ok(replay)
 }
