@@ -66,6 +66,22 @@ pub struct RawLearn {
     pub gate: Option<RawGate>,
     pub monitor: Option<RawMonitor>,
     pub replay: Option<RawReplay>,
+    pub drift: Option<RawDrift>,
+}
+
+/// `[agents.NAME.learn.drift]`: when the cycle's window of traffic counts
+/// as moved away from the episodes before it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDrift {
+    /// Least Jensen–Shannon divergence (bits) of the task word mixes.
+    pub min_divergence: Option<f64>,
+    /// Largest permutation-test p-value.
+    pub alpha: Option<f64>,
+    /// Fewest episodes in the window and before it (0: never checked).
+    pub min_episodes: Option<usize>,
+    /// Earlier episodes compared against (the most recent ones).
+    pub reference: Option<usize>,
 }
 
 /// `[agents.NAME.learn.replay]`: earlier successes the weight optimisers
@@ -566,6 +582,59 @@ pub struct LearnSpec {
     pub gate: GateSpec,
     pub monitor: MonitorSpec,
     pub replay: ReplaySpec,
+    pub drift: DriftSpec,
+}
+
+/// When traffic counts as drifted (`hone_learn::drift`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriftSpec {
+    pub min_divergence: f64,
+    pub alpha: f64,
+    /// 0 turns the check off.
+    pub min_episodes: usize,
+    pub reference: usize,
+}
+
+impl Default for DriftSpec {
+    fn default() -> Self {
+        Self {
+            min_divergence: 0.05,
+            alpha: 0.01,
+            min_episodes: 20,
+            reference: 500,
+        }
+    }
+}
+
+impl DriftSpec {
+    fn from_raw(field: &str, raw: RawDrift) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let spec = Self {
+            min_divergence: raw.min_divergence.unwrap_or(d.min_divergence),
+            alpha: raw.alpha.unwrap_or(d.alpha),
+            min_episodes: raw.min_episodes.unwrap_or(d.min_episodes),
+            reference: raw.reference.unwrap_or(d.reference),
+        };
+        if !(0.0..=1.0).contains(&spec.min_divergence) {
+            return Err(ConfigError::at(
+                format!("{field}.drift.min_divergence"),
+                "must be in [0, 1] (bits)",
+            ));
+        }
+        if !(spec.alpha > 0.0 && spec.alpha < 1.0) {
+            return Err(ConfigError::at(
+                format!("{field}.drift.alpha"),
+                "must be between 0 and 1",
+            ));
+        }
+        if spec.reference == 0 {
+            return Err(ConfigError::at(
+                format!("{field}.drift.reference"),
+                "must be at least 1",
+            ));
+        }
+        Ok(spec)
+    }
 }
 
 /// The weight optimisers' replay buffer: the agent's most recent `size`
@@ -632,6 +701,7 @@ impl Default for LearnSpec {
                 bounds: default_bounds(),
             },
             replay: ReplaySpec::default(),
+            drift: DriftSpec::default(),
         }
     }
 }
@@ -724,6 +794,7 @@ impl LearnSpec {
             gate,
             monitor,
             replay,
+            drift,
         } = raw;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
@@ -767,6 +838,7 @@ impl LearnSpec {
             gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
             replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
+            drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
         })
     }
 }

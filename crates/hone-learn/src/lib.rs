@@ -9,7 +9,8 @@
 //! - [`cycle`]: the learning cycle, a persisted state machine per agent:
 //!   [`optimiser`]s propose candidates, the [`gate`] proves them, the
 //!   [`front`] keeps the Pareto-optimal ones, [`deploy`] ships one as a
-//!   canary; [`watch`] runs the online [`monitor`]s, promotes or rolls back.
+//!   canary; [`watch`] runs the online [`monitor`]s, promotes or rolls back;
+//!   [`drift`] notices when traffic moves away from what was learned on.
 //!
 //! Everything talks to models through the gateway ([`client`]), so judge and
 //! evaluation calls are recorded like production ones.
@@ -20,6 +21,7 @@ pub mod critics;
 pub mod cycle;
 pub mod dataset;
 pub mod deploy;
+pub mod drift;
 pub mod episode;
 pub mod error;
 pub mod eval;

@@ -639,3 +639,67 @@ async fn feedback_after_the_canarys_first_poll_is_counted() {
         assert_eq!(record.signals_seen, 1);
     }
 }
+
+const DRIFT: &str = r#"
+[agents.drift.versions.v1]
+provider = "up"
+model = "weak"
+[agents.drift.reward]
+reference_signal = "gold"
+[agents.drift.reward.critics.answer]
+type = "numeric"
+[agents.drift.learn]
+optimisers = ["model"]
+dataset_size = 20
+[agents.drift.learn.model]
+models = [{ provider = "up", model = "good" }]
+"#;
+
+/// Sums, then a window of a new kind of task: the second cycle raises a
+/// drift alert naming the rising words, and samples that window only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_task_mix_in_the_window_is_raised_as_drift_and_weighted() {
+    let w = World::start_with(DRIFT).await;
+    let (learner, lines) = learner(&w);
+    sums(&w, "drift", "s", 30).await;
+    learner.run_cycle("drift", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(!log.contains("DRIFT"), "the first cycle has nothing before it\n{log}");
+
+    // More sums: the same mix, no drift.
+    sums(&w, "drift", "t", 30).await;
+    learner.run_cycle("drift", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(!log.contains("DRIFT"), "{log}");
+    assert!(w.store.alerts(Some("drift"), 10).unwrap().is_empty());
+
+    for i in 0..30 {
+        w.ask(
+            "drift",
+            &format!("fr-{i}"),
+            &format!("Translate 'bonjour {i}' to English, please"),
+        )
+        .await;
+    }
+    let cycle = learner.run_cycle("drift", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let alerts = w.store.alerts(Some("drift"), 10).unwrap();
+    let alert = alerts.iter().find(|a| a.metric == "drift_task_mix").expect(&log);
+    assert_eq!(alert.canary_episodes, 30);
+    assert_eq!(alert.champion_episodes, 60);
+    assert!(alert.canary_rate > 0.3 && alert.p_value < 0.01, "{alert:?}");
+    assert!(alert.episodes.iter().all(|e| e.starts_with("fr-")), "{alert:?}");
+    assert!(log.contains("rising words: ") && log.contains("translate"), "{log}");
+    let history = w.store.history("drift", 50).unwrap();
+    assert!(history
+        .iter()
+        .any(|e| e.kind == "alert" && e.summary.starts_with("DRIFT drift: drift_task_mix")));
+    // The cycle's traffic sample is the new window only.
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    let target = w.store.dataset_items(cycle.detail.target.as_deref().unwrap()).unwrap();
+    assert!(
+        train.iter().chain(&target).all(|i| i.id.starts_with("fr-")),
+        "{:?}",
+        train.iter().chain(&target).map(|i| &i.id).collect::<Vec<_>>()
+    );
+}

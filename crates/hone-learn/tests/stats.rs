@@ -1,6 +1,7 @@
 //! The tests behind the monitors and the gate against scipy on fixed
 //! samples (`reference/monitor_stats.py` made `reference/monitor_stats.json`,
-//! latencies shaped like the ones issue 16 recorded among them).
+//! latencies shaped like the ones issue 16 recorded among them), and the
+//! drift measure against scipy (`reference/drift.py`).
 
 use hone_learn::stats::{fisher_greater_p, mean_greater_p, sign_test, two_proportion_p};
 use serde_json::Value;
@@ -130,4 +131,47 @@ fn fisher_exact_test_matches_scipy() {
         let expected = c["p"].as_f64().unwrap();
         assert!(close(p, expected), "{c}: ours {p} vs scipy {expected}");
     }
+}
+
+#[test]
+fn drift_divergence_matches_scipy() {
+    let r: Value = serde_json::from_str(include_str!("reference/drift.json")).unwrap();
+    let counts = |v: &Value| -> std::collections::BTreeMap<String, f64> {
+        v.as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, n)| (k.clone(), n.as_f64().unwrap()))
+            .collect()
+    };
+    for c in r["cases"].as_array().unwrap() {
+        let ours = hone_learn::drift::jensen_shannon(&counts(&c["p"]), &counts(&c["q"]));
+        let expected = c["divergence"].as_f64().unwrap();
+        assert!((ours - expected).abs() < 1e-9, "{c}: ours {ours} vs scipy {expected}");
+    }
+}
+
+/// The permutation test: two samples of one task mix are not drift; a
+/// window of new tasks is, at the smallest p-value 400 relabellings give.
+#[test]
+fn drift_permutation_test_separates_a_new_task_mix_from_the_same_one() {
+    use hone_learn::drift::{divergence_test, task_words, PERMUTATIONS};
+    let sums: Vec<Vec<String>> = (0..60)
+        .map(|i| task_words(&format!("What is {}+{}?", i, i % 7)))
+        .collect();
+    let mixed: Vec<Vec<String>> = (0..60)
+        .map(|i| {
+            if i % 2 == 0 {
+                task_words(&format!("What is {i} times 3?"))
+            } else {
+                task_words(&format!("What is {}+{}?", i, i % 7))
+            }
+        })
+        .collect();
+    let (same, p_same) = divergence_test(&sums[..30], &sums[30..], PERMUTATIONS, 1);
+    assert!(same < 1e-9 && p_same > 0.5, "{same} {p_same}");
+    let (moved, p_moved) = divergence_test(&mixed[30..], &sums[..30], PERMUTATIONS, 1);
+    assert!(moved > 0.05, "{moved}");
+    assert!((p_moved - 1.0 / (PERMUTATIONS + 1) as f64).abs() < 1e-12, "{p_moved}");
+    // Numbers are one token: different numbers are the same task.
+    assert_eq!(task_words("What is 12+7?"), task_words("what is 3 + 99"));
 }

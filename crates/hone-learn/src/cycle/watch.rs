@@ -153,7 +153,7 @@ fn expected(learner: &Learner, agent: &AgentConfig, canary: &hone_types::Version
     })
 }
 
-async fn notify(learner: &Learner, url: &str, alert: &Alert) {
+pub(crate) async fn notify(learner: &Learner, url: &str, alert: &Alert) {
     let sent = learner
         .gateway
         .http()

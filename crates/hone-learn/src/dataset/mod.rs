@@ -11,7 +11,7 @@ mod instance;
 mod select;
 mod split;
 
-pub use dedup::{fingerprint, Deduper, Fingerprint};
+pub use dedup::{fingerprint, normalise, Deduper, Fingerprint};
 pub use export::{export, rows as export_rows, ExportFormat};
 pub use import::read_instances;
 pub use instance::instance_from_episode;
@@ -74,6 +74,9 @@ pub struct BuildStats {
     pub kept: u64,
 }
 
+/// The last part of a traffic stratum of failed episodes.
+const FAILED: &str = "failed";
+
 fn class(f: &EpisodeFacts) -> &'static str {
     if f.any_error {
         "error"
@@ -122,7 +125,12 @@ pub fn build(
         stats.eligible += 1;
         match options.builder {
             Builder::Traffic => {
-                let stratum = format!("{}/{}", f.version_id, class(&f));
+                let outcome = match f.reward {
+                    Some((_, true)) => "passed",
+                    Some((_, false)) => FAILED,
+                    None => "unscored",
+                };
+                let stratum = format!("{}/{}/{outcome}", f.version_id, class(&f));
                 strata.offer(&stratum, sample_key(options.seed, f.id.as_str()), f.id);
             }
             // Most expensive first: the key is the cost's bits, inverted (costs are ≥ 0).
@@ -150,7 +158,11 @@ pub fn build(
             chosen.push((key, instance));
             Ok(true)
         };
-    for select::Allocation { quota, candidates, .. } in strata.allocate(options.size) {
+    // Hard-example mining: failed episodes weigh double in a traffic sample,
+    // so as the agent improves and failures get rarer, the datasets keep
+    // enough of them to learn from and to gate on.
+    let weight = |stratum: &str| if stratum.ends_with(FAILED) { 2.0 } else { 1.0 };
+    for select::Allocation { quota, candidates, .. } in strata.allocate_weighted(options.size, &weight) {
         let mut taken = 0;
         let mut rest = candidates.into_iter();
         for (key, id) in rest.by_ref() {

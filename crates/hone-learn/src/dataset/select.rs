@@ -61,17 +61,22 @@ impl<T: Ord> Strata<T> {
     /// should contribute to a sample of `size` (proportional to how many it
     /// saw, largest remainders first).
     pub fn allocate(self, size: usize) -> Vec<Allocation<T>> {
-        let total: u64 = self.seen.values().sum();
-        let mut shares: Vec<(String, usize, f64)> = self
+        self.allocate_weighted(size, &|_| 1.0)
+    }
+
+    /// As [`Strata::allocate`], a stratum's count multiplied by its weight.
+    pub fn allocate_weighted(self, size: usize, weight: &dyn Fn(&str) -> f64) -> Vec<Allocation<T>> {
+        let weighted: Vec<(String, f64)> = self
             .seen
             .iter()
+            .map(|(s, n)| (s.clone(), *n as f64 * weight(s).max(0.0)))
+            .collect();
+        let total: f64 = weighted.iter().map(|(_, w)| w).sum();
+        let mut shares: Vec<(String, usize, f64)> = weighted
+            .into_iter()
             .map(|(s, n)| {
-                let exact = if total == 0 {
-                    0.0
-                } else {
-                    size as f64 * *n as f64 / total as f64
-                };
-                (s.clone(), exact.floor() as usize, exact - exact.floor())
+                let exact = if total <= 0.0 { 0.0 } else { size as f64 * n / total };
+                (s, exact.floor() as usize, exact - exact.floor())
             })
             .collect();
         let assigned: usize = shares.iter().map(|s| s.1).sum();
@@ -93,5 +98,28 @@ impl<T: Ord> Strata<T> {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hard-example mining: 10 failed of 40 episodes are a quarter of the
+    /// traffic but, weighing double, 4 of a sample of 10.
+    #[test]
+    fn a_weighted_stratum_gets_its_weighted_share() {
+        let mut strata: Strata<u32> = Strata::new(20);
+        for i in 0..40u32 {
+            let stratum = if i % 4 == 0 { "v/ok/failed" } else { "v/ok/passed" };
+            strata.offer(stratum, sample_key(1, &i.to_string()), i);
+        }
+        let quotas: BTreeMap<String, usize> = strata
+            .allocate_weighted(10, &|s| if s.ends_with("failed") { 2.0 } else { 1.0 })
+            .into_iter()
+            .map(|a| (a.stratum, a.quota))
+            .collect();
+        assert_eq!(quotas["v/ok/failed"], 4);
+        assert_eq!(quotas["v/ok/passed"], 6);
     }
 }

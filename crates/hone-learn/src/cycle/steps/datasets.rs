@@ -6,14 +6,19 @@
 //!
 //! Training and gating never share an instance: a candidate gated on the
 //! prompts it was trained on would pass on memory, not on skill.
+//!
+//! First the window is checked for drift (`crate::drift`): when the task or
+//! failure mix moved, an alert is raised and this cycle's traffic sample is
+//! drawn from the window alone, so the new traffic weighs fully.
 
 use super::{Learner, Stepped};
 use crate::dataset::{self, BuildOptions, Builder};
+use crate::drift;
 use crate::error::Result;
 use hone_config::AgentConfig;
 use hone_store::EpisodeFilter;
 use hone_types::time::now_ms;
-use hone_types::{CycleDetail, CycleInfo, CycleState};
+use hone_types::{Alert, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionId};
 
 pub(super) async fn run(
     learner: &Learner,
@@ -24,11 +29,17 @@ pub(super) async fn run(
     let name = agent.name.as_str();
     let champion = super::champion(&detail)?.clone();
     let seed = cycle.id.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let drifted = check_drift(learner, agent, &detail, &champion, seed).await?;
     let options = |builder: Builder| BuildOptions {
         builder,
         name: format!("{name}.{}", builder.name()),
         filter: EpisodeFilter {
             agent: name.to_owned(),
+            since: if drifted && builder == Builder::Traffic {
+                detail.since
+            } else {
+                None
+            },
             until: detail.until,
             spec_version: Some(agent.reward.version()),
             ..EpisodeFilter::default()
@@ -68,4 +79,71 @@ pub(super) async fn run(
         return Ok(Stepped::to(CycleState::Done, detail));
     }
     Ok(Stepped::next(cycle, detail))
+}
+
+/// Runs the drift check on the cycle's window; each drift becomes an
+/// alert (stored with a history line, sent to the monitor's webhook).
+/// Whether any was found.
+async fn check_drift(
+    learner: &Learner,
+    agent: &AgentConfig,
+    detail: &CycleDetail,
+    champion: &VersionId,
+    seed: u64,
+) -> Result<bool> {
+    let (Some(since), spec) = (detail.since, &agent.learn.drift) else {
+        return Ok(false);
+    };
+    if spec.min_episodes == 0 {
+        return Ok(false);
+    }
+    let (store, name, until, spec2, version) = (
+        learner.store.clone(),
+        agent.name.clone(),
+        detail.until,
+        spec.clone(),
+        agent.reward.version(),
+    );
+    let drifts =
+        tokio::task::spawn_blocking(move || drift::check(store.as_ref(), &name, &version, since, until, &spec2, seed))
+            .await??;
+    for d in &drifts {
+        let line = format!(
+            "DRIFT {}: {} moved (Jensen–Shannon {:.3} bits, p = {:.4}; {} window episodes vs {} before); rising words: {}; \
+             this cycle samples the window only",
+            agent.name,
+            d.mix.metric(),
+            d.divergence,
+            d.p_value,
+            d.recent,
+            d.earlier,
+            d.rising.join(", ")
+        );
+        tracing::warn!(agent = %agent.name, metric = d.mix.metric(), "{line}");
+        learner.say(&agent.name, &line);
+        let alert = Alert {
+            id: 0,
+            agent: agent.name.clone(),
+            version_id: champion.clone(),
+            champion_id: champion.clone(),
+            metric: d.mix.metric().to_owned(),
+            canary_rate: d.divergence,
+            champion_rate: 0.0,
+            canary_episodes: d.recent as u64,
+            champion_episodes: d.earlier as u64,
+            p_value: d.p_value,
+            episodes: d.examples.iter().map(|e| e.to_string()).collect(),
+            action: "reweighted".to_owned(),
+            at: now_ms(),
+        };
+        let (deployment, revision) = crate::deploy::current(learner.store.as_ref(), agent)?;
+        let event = HistoryEvent::new(&agent.name, alert.at, "alert", &line).version(champion);
+        learner
+            .store
+            .change_deployment(&deployment, revision, &[], &[event], Some(&alert), alert.at)?;
+        if let Some(url) = &agent.learn.monitor.webhook {
+            crate::cycle::watch::notify(learner, url, &alert).await;
+        }
+    }
+    Ok(!drifts.is_empty())
 }
