@@ -53,6 +53,33 @@ impl DemoOptimiser {
     }
 }
 
+/// Where the demo's `grpo` takes its groups from (`--grpo-groups`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GrpoGroups {
+    /// The champion rolled out on each train task through the environment.
+    Rollouts,
+    /// The users' own episodes with their rewards, no rollout.
+    Production,
+}
+
+impl GrpoGroups {
+    pub const DEFAULT: [GrpoGroups; 2] = [GrpoGroups::Rollouts, GrpoGroups::Production];
+
+    fn name(self) -> &'static str {
+        match self {
+            GrpoGroups::Rollouts => "rollouts",
+            GrpoGroups::Production => "production",
+        }
+    }
+}
+
+/// What a user chose on the command line that shapes the config.
+pub struct Choices<'a> {
+    pub reward: RewardMode,
+    pub optimisers: &'a [DemoOptimiser],
+    pub grpo_groups: &'a [GrpoGroups],
+}
+
 impl std::fmt::Display for DemoOptimiser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -62,7 +89,12 @@ impl std::fmt::Display for DemoOptimiser {
 /// The config text. `data_dir` and `base` (the base policy's checkpoint)
 /// are absolute paths,
 /// `endpoint` the environment's `POST /run` URL.
-pub fn text(data_dir: &Path, base: &Path, endpoint: &str, reward: RewardMode, optimisers: &[DemoOptimiser]) -> String {
+pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>) -> String {
+    let Choices {
+        reward,
+        optimisers,
+        grpo_groups,
+    } = choices;
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
         RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
@@ -114,8 +146,11 @@ pass_threshold = 0.5
 [agents.{AGENT}.learn]
 every = {{ episodes = 64 }}
 # sft: LoRA on the accepted episodes; grpo: LoRA on groups of the champion's
-# rollouts through `endpoint` (exact tokens and logprobs, per-call credit);
-# dpo: LoRA on the best over the worst of the same rollouts, where they part.
+# rollouts through `endpoint` (exact tokens and logprobs, per-call credit)
+# and on the users' own episodes with their rewards (`groups`); dpo: LoRA on
+# the best over the worst of the same rollouts, where they part. All three
+# replay earlier accepted episodes ([agents.calc.learn.replay], by default
+# a quarter of every batch) so a candidate keeps what its champion learned.
 # Each learns from the cycle's train half; candidates are gated on the other
 # half. (`examples`, few-shot episodes in the prompt, is left out by default:
 # this small model knows only its own prompt layout and made invalid tool
@@ -143,7 +178,17 @@ min_episodes = 24
         optimisers = serde_json::json!(optimisers.iter().map(|o| o.name()).collect::<Vec<_>>()),
         tables = optimisers
             .iter()
-            .map(|o| format!("[agents.{AGENT}.learn.{}]\n{}\n\n", o.name(), o.table()))
+            .map(|o| {
+                let groups = if *o == DemoOptimiser::Grpo {
+                    format!(
+                        "\ngroups = {}",
+                        serde_json::json!(grpo_groups.iter().map(|g| g.name()).collect::<Vec<_>>())
+                    )
+                } else {
+                    String::new()
+                };
+                format!("[agents.{AGENT}.learn.{}]\n{}{groups}\n\n", o.name(), o.table())
+            })
             .collect::<String>(),
     )
 }

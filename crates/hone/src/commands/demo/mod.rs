@@ -22,7 +22,7 @@ use crate::output::{note, print_table};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use config::AGENT;
-pub use config::{DemoOptimiser, RewardMode};
+pub use config::{DemoOptimiser, GrpoGroups, RewardMode};
 use hone_envs::base_policy::{self, Recipe};
 use hone_envs::endpoint::router_with_user;
 use hone_envs::{Builtin, Runner, RunnerConfig, SimulatedUser};
@@ -67,6 +67,9 @@ pub struct DemoArgs {
     /// The optimisers the learning loop runs, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = DemoOptimiser::DEFAULT)]
     pub optimisers: Vec<DemoOptimiser>,
+    /// Where `grpo` takes its groups from, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = GrpoGroups::DEFAULT)]
+    pub grpo_groups: Vec<GrpoGroups>,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -232,7 +235,16 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     let config_path = data_dir.join("hone.toml");
     std::fs::write(
         &config_path,
-        config::text(&data_dir, &base_dir, &endpoint_url, args.reward, &args.optimisers),
+        config::text(
+            &data_dir,
+            &base_dir,
+            &endpoint_url,
+            &config::Choices {
+                reward: args.reward,
+                optimisers: &args.optimisers,
+                grpo_groups: &args.grpo_groups,
+            },
+        ),
     )
     .with_context(|| format!("cannot write {}", config_path.display()))?;
     let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
