@@ -67,6 +67,18 @@ pub struct RawLearn {
     pub monitor: Option<RawMonitor>,
     pub replay: Option<RawReplay>,
     pub drift: Option<RawDrift>,
+    pub shadow: Option<RawShadow>,
+}
+
+/// `[agents.NAME.learn.shadow]`: extra answers sampled for a share of live
+/// requests, which no user sees, for learning.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShadow {
+    /// Share of live, non-streamed requests on the embedded engine sampled.
+    pub share: Option<f64>,
+    /// Extra answers per sampled request.
+    pub n: Option<u32>,
 }
 
 /// `[agents.NAME.learn.drift]`: when the cycle's window of traffic counts
@@ -474,15 +486,19 @@ pub enum GroupSource {
     /// The train half's production episodes, one answer each, with the
     /// users' own (possibly late) rewards, against a running baseline.
     Production,
+    /// The train half's shadow samples: each sampled call's served answer
+    /// and its shadow samples, scored alike, one group.
+    Shadow,
 }
 
 impl GroupSource {
-    pub const NAMES: &'static str = "rollouts, production";
+    pub const NAMES: &'static str = "rollouts, production, shadow";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "rollouts" => Some(Self::Rollouts),
             "production" => Some(Self::Production),
+            "shadow" => Some(Self::Shadow),
             _ => None,
         }
     }
@@ -491,6 +507,7 @@ impl GroupSource {
         match self {
             Self::Rollouts => "rollouts",
             Self::Production => "production",
+            Self::Shadow => "shadow",
         }
     }
 }
@@ -583,6 +600,34 @@ pub struct LearnSpec {
     pub monitor: MonitorSpec,
     pub replay: ReplaySpec,
     pub drift: DriftSpec,
+    /// Shadow sampling in the gateway; `None`: off.
+    pub shadow: Option<ShadowSpec>,
+}
+
+/// For a `share` of live requests to a version whose routes all run on the
+/// embedded engine, the gateway samples `n` more answers from the same
+/// prompt (one request, the prompt's KV cache shared) and records them with
+/// the call as shadow samples; the client gets the first answer only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowSpec {
+    pub share: f64,
+    pub n: u32,
+}
+
+impl ShadowSpec {
+    fn from_raw(field: &str, raw: RawShadow) -> Result<Self, ConfigError> {
+        let spec = Self {
+            share: raw.share.unwrap_or(0.1),
+            n: raw.n.unwrap_or(4),
+        };
+        if !(spec.share > 0.0 && spec.share <= 1.0) {
+            return Err(ConfigError::at(format!("{field}.shadow.share"), "must be in (0, 1]"));
+        }
+        if !(1..=16).contains(&spec.n) {
+            return Err(ConfigError::at(format!("{field}.shadow.n"), "must be between 1 and 16"));
+        }
+        Ok(spec)
+    }
 }
 
 /// When traffic counts as drifted (`hone_learn::drift`).
@@ -702,6 +747,7 @@ impl Default for LearnSpec {
             },
             replay: ReplaySpec::default(),
             drift: DriftSpec::default(),
+            shadow: None,
         }
     }
 }
@@ -795,6 +841,7 @@ impl LearnSpec {
             monitor,
             replay,
             drift,
+            shadow,
         } = raw;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
@@ -839,6 +886,7 @@ impl LearnSpec {
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
             replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
             drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
+            shadow: shadow.map(|raw| ShadowSpec::from_raw(field, raw)).transpose()?,
         })
     }
 }

@@ -30,7 +30,7 @@ pub use error::ConfigError;
 pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
     Bound, Bounds, DeploymentPolicy, DriftSpec, ExamplesSpec, GateSpec, GroupSource, LearnBudget, LearnSpec, ModelSpec,
-    MonitorSpec, Objective, OptimiserSpec, ReplaySpec, TrainingSpec, MEAN_METRICS, RATE_METRICS,
+    MonitorSpec, Objective, OptimiserSpec, ReplaySpec, ShadowSpec, TrainingSpec, MEAN_METRICS, RATE_METRICS,
 };
 pub use load::{load_file, load_str};
 pub use metrics::MetricConfig;

@@ -13,10 +13,10 @@ use crate::error::LearnError;
 use crate::judge::{Judge, JudgeScore};
 use hone_config::{Aggregate, JudgeMode, RewardSpec};
 use hone_store::{LearnStore, StoreError};
-use hone_types::openai::task_of;
+use hone_types::openai::{task_of, Choice};
 use hone_types::{
     CallCredit, CallId, CallOutcome, ComponentKind, EpisodeDetail, EpisodeId, EpisodeQuery, RewardComponent,
-    RewardRecord, SignalValue,
+    RewardRecord, ShadowScores, SignalValue,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -288,8 +288,81 @@ impl Rewarder {
             failures,
             computed_at: now,
             signals_seen: u32::try_from(episode.signals.len()).unwrap_or(u32::MAX),
+            shadows: Vec::new(),
         }
     }
+}
+
+impl Rewarder {
+    /// Every call's shadow group scored alike: the served answer and each
+    /// shadow sample as the end of the episode so far (later calls cut,
+    /// behaviour flags of that answer, no user signal: no user saw the
+    /// samples), by the critics and penalties, and by the judge — in
+    /// relative mode one RULER ranking over the whole group, served answer
+    /// included. Empty when no call has shadow samples.
+    pub async fn shadow_scores(
+        &self,
+        episode: &EpisodeDetail,
+        reference: Option<&Value>,
+        now: i64,
+    ) -> Vec<ShadowScores> {
+        let mut out = Vec::new();
+        for (k, call) in episode.calls.iter().enumerate() {
+            let Some(served) = call.response.as_ref().and_then(|r| r.choices.first()) else {
+                continue;
+            };
+            if call.shadow.is_empty() {
+                continue;
+            }
+            let variants: Vec<EpisodeDetail> = std::iter::once(served)
+                .chain(&call.shadow)
+                .enumerate()
+                .filter_map(|(i, choice)| shadow_variant(episode, k, choice, i))
+                .collect();
+            let verdicts = self.judge(&variants).await;
+            let values = variants
+                .iter()
+                .map(|v| self.score(v, reference, verdicts.get(&v.summary.id), now).value)
+                .collect();
+            out.push(ShadowScores {
+                call_id: call.id,
+                values,
+            });
+        }
+        out
+    }
+}
+
+/// The episode as it would be had call `k` answered `choice` (alternative
+/// `i`) and ended there, with no user signal.
+fn shadow_variant(episode: &EpisodeDetail, k: usize, choice: &Choice, i: usize) -> Option<EpisodeDetail> {
+    let mut v = episode.clone();
+    v.calls.truncate(k + 1);
+    v.signals.clear();
+    v.summary.id = EpisodeId::parse(&format!("{}.shadow-{k}-{i}", episode.summary.id)).ok()?;
+    v.summary.call_count = v.calls.len() as u64;
+    let call = v.calls.last_mut()?;
+    call.shadow.clear();
+    let response = call.response.as_mut()?;
+    response.choices = vec![Choice {
+        index: 0,
+        ..choice.clone()
+    }];
+    call.flags = hone_types::behaviour::flags(&call.request, response);
+    Some(v)
+}
+
+/// Production episodes' rewards: the judge over the batch (a relative
+/// judge groups within it), then each episode, its shadow groups included.
+async fn score_all(rewarder: &Rewarder, episodes: &[EpisodeDetail], now: i64) -> Vec<RewardRecord> {
+    let verdicts = rewarder.judge(episodes).await;
+    let mut rewards = Vec::with_capacity(episodes.len());
+    for e in episodes {
+        let mut record = rewarder.score(e, None, verdicts.get(&e.summary.id), now);
+        record.shadows = rewarder.shadow_scores(e, None, now).await;
+        rewards.push(record);
+    }
+    rewards
 }
 
 /// What `hone rewards recompute` did.
@@ -331,11 +404,7 @@ pub async fn recompute(
             .into_iter()
             .filter(|e| !e.summary.id.is_evaluation())
             .collect();
-        let verdicts = rewarder.judge(&episodes).await;
-        let rewards: Vec<RewardRecord> = episodes
-            .iter()
-            .map(|e| rewarder.score(e, None, verdicts.get(&e.summary.id), now))
-            .collect();
+        let rewards = score_all(rewarder, &episodes, now).await;
         store.put_rewards(&rewards)?;
         for r in &rewards {
             report.episodes += 1;
@@ -389,11 +458,7 @@ pub async fn reward_pending(
                 episodes.push(e);
             }
         }
-        let verdicts = rewarder.judge(&episodes).await;
-        let rewards: Vec<RewardRecord> = episodes
-            .iter()
-            .map(|e| rewarder.score(e, None, verdicts.get(&e.summary.id), now))
-            .collect();
+        let rewards = score_all(rewarder, &episodes, now).await;
         store.put_rewards(&rewards)?;
         scored += rewards.len() as u64;
     }

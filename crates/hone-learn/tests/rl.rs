@@ -5,7 +5,8 @@
 //! sampler's logprobs: its importance ratios leave 1 and clipping acts,
 //! which re-rendered text without logprobs can never do (ratio ≡ 1).
 //! `sft` and `dpo` train on recorded tokens too; `grpo` on production
-//! episodes corrects those other weights served and drops stale ones. And weight candidates
+//! episodes corrects those other weights served and drops stale ones, and
+//! trains on the gateway's shadow samples, scored alike with the served answer. And weight candidates
 //! build on the champion's adapter, so gains accumulate across cycles.
 
 use crate::support::{learner, World};
@@ -401,5 +402,84 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
     assert!(
         w.store.candidates("strict", Some(&cycle.id)).unwrap().is_empty(),
         "{log}"
+    );
+}
+
+/// Shadow groups: for live requests the gateway samples more answers from
+/// the same prompt that the client never sees and records them with the
+/// call (not as calls); the reward step scores them alike with the served
+/// answer (critics, no user signal); `groups = "shadow"` trains GRPO on
+/// those groups, on the tokens as sampled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on() {
+    let rest = "[agents.sh.reward]\npass_threshold = 0.5\n[agents.sh.reward.critics.answer]\ntype = \"regex\"\n\
+                pattern = \"[a-z]\"\n[agents.sh.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\n\
+                [agents.sh.learn.shadow]\nshare = 1.0\nn = 3\n\
+                [agents.sh.learn.grpo]\nsteps = 4\nlr = 0.05\nrank = 4\nmin_examples = 2\ngroups = \"shadow\"\n";
+    let (_model, w) = tiny_world("sh", rest).await;
+    let r: Value = w
+        .http
+        .post(format!("{}/v1/chat/completions", w.url))
+        .header("x-hone-episode", "sh-first")
+        .json(&serde_json::json!({"model": "sh", "messages": [{"role": "user", "content": "Say a word"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        r["choices"].as_array().unwrap().len(),
+        1,
+        "the client sees one answer: {r}"
+    );
+    let served_tokens = r["choices"][0]["token_ids"].as_array().unwrap().len() as u64;
+    assert_eq!(r["usage"]["completion_tokens"].as_u64().unwrap(), served_tokens, "{r}");
+    assert!(r.get("shadow").is_none(), "{r}");
+
+    // Recorded with the call, visible in the episode API, not a call of its own.
+    let episode: Value = w
+        .http
+        .get(format!("{}/v1/episodes/sh-first", w.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let calls = episode["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{episode}");
+    let shadow = calls[0]["shadow"].as_array().unwrap();
+    assert_eq!(shadow.len(), 3, "{episode}");
+    assert!(shadow
+        .iter()
+        .all(|c| c["token_ids"].as_array().is_some_and(|t| !t.is_empty())));
+    assert_eq!(episode["call_count"].as_u64().unwrap_or(1), 1);
+
+    let (cycle, log) = one_cycle(&w, "sh", "grpo", 15).await;
+    // Scored alike: the served answer first, by the same critic.
+    let spec = hone_learn::reward::Rewarder::new("sh", &w.config.agents["sh"].reward, None)
+        .unwrap()
+        .spec_version
+        .clone();
+    let first = hone_types::EpisodeId::parse("sh-first").unwrap();
+    let reward = w.learn_store().reward(&first, &spec).unwrap().unwrap();
+    assert_eq!(reward.shadows.len(), 1);
+    assert_eq!(reward.shadows[0].values.len(), 4);
+    let detail = w.episode("sh-first").await;
+    let answers: Vec<String> = std::iter::once(&detail.calls[0].response.as_ref().unwrap().choices[0])
+        .chain(&detail.calls[0].shadow)
+        .map(|c| c.message.text())
+        .collect();
+    for (answer, value) in answers.iter().zip(&reward.shadows[0].values) {
+        let has_letter = answer.chars().any(|c| c.is_ascii_lowercase());
+        assert_eq!(*value >= 0.5, has_letter, "{answer:?} scored {value}");
+    }
+    assert!(log.contains("sh: grpo: 8 shadow groups"), "{log}");
+    assert!(!log.contains("rolling out"), "{log}");
+    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+    assert!(
+        (steps[0]["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
+        "{metrics}"
     );
 }

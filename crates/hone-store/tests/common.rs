@@ -34,6 +34,7 @@ pub fn call(episode: &EpisodeId, started_at: i64) -> CallRecord {
             clarifying_question: true,
             ..Default::default()
         },
+        shadow: vec![],
     }
 }
 

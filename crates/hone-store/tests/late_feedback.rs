@@ -32,6 +32,7 @@ fn reward(episode: &EpisodeId, value: f64, signals_seen: u32) -> RewardRecord {
         failures: vec![],
         computed_at: 10,
         signals_seen,
+        shadows: vec![],
     }
 }
 

@@ -3,7 +3,7 @@
 //! response.
 
 use crate::ids::{CallId, EpisodeId, VersionId};
-use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Usage};
+use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, Usage};
 use serde::{Deserialize, Serialize};
 
 /// How a call ended.
@@ -91,6 +91,11 @@ pub struct CallRecord {
     /// Time spent waiting on providers, retries and back-off included.
     pub upstream_ms: f64,
     pub flags: BehaviourFlags,
+    /// Shadow samples: further answers the engine sampled from the same
+    /// prompt that the client never saw (`[agents.X.learn.shadow]`), kept
+    /// for learning. Not calls: traffic counts never see them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<Choice>,
 }
 
 /// Where the embedded engine's answers carry their token ids: the
@@ -113,8 +118,13 @@ impl CallRecord {
     /// The first choice's tokens, when the provider recorded them (the
     /// embedded engine does) and they are consistent.
     pub fn sampled_tokens(&self) -> Option<SampledTokens> {
+        self.choice_tokens(self.response.as_ref()?.choices.first()?)
+    }
+
+    /// A choice's tokens (the served one or a shadow sample), sharing the
+    /// response's prompt token ids.
+    pub fn choice_tokens(&self, choice: &Choice) -> Option<SampledTokens> {
         let response = self.response.as_ref()?;
-        let choice = response.choices.first()?;
         let ids = |v: &serde_json::Value| -> Option<Vec<u32>> {
             v.as_array()?
                 .iter()

@@ -62,6 +62,19 @@ pub struct RewardRecord {
     /// later makes the reward stale, and the next reward step re-scores it.
     #[serde(default)]
     pub signals_seen: u32,
+    /// Per call with shadow samples: the served answer and each shadow
+    /// sample scored alike (critics, judge, penalties; no user signal, as
+    /// no user saw the samples), served first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<ShadowScores>,
+}
+
+/// One call's group: its served answer and its shadow samples, scored alike.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShadowScores {
+    pub call_id: CallId,
+    /// `values[0]` the served answer, `values[k]` shadow sample `k − 1`.
+    pub values: Vec<f64>,
 }
 
 /// One instance of a dataset: what to run, what a good answer is, and what

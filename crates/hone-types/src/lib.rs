@@ -27,6 +27,7 @@ pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
 pub use learn::{
     CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,
+    ShadowScores,
 };
 pub use signal::{FeedbackRequest, MetricLevel, MetricType, Signal, SignalSource, SignalValue};
 pub use version::{ExamplePolicy, Route, VersionRecord, VersionSpec};

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use hone_types::behaviour;
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Message};
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, Message};
 use hone_types::stream::StreamAccumulator;
 use hone_types::time::now_ms;
 use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId, Route, VersionId, VersionSpec};
@@ -49,6 +49,8 @@ struct CallContext {
 struct Outcome {
     outcome: CallOutcome,
     response: Option<ChatCompletionResponse>,
+    /// Shadow samples the client never saw.
+    shadow: Vec<Choice>,
     error: Option<CallError>,
     route: Option<Route>,
     attempts: Vec<Attempt>,
@@ -88,6 +90,7 @@ impl CallContext {
             ttft_ms: outcome.ttft_ms,
             upstream_ms: outcome.upstream_ms,
             flags,
+            shadow: outcome.shadow,
         }
     }
 
@@ -267,6 +270,7 @@ fn failed(state: &AppState, error: &ProviderError, attempts: Vec<Attempt>, upstr
     let outcome = Outcome {
         outcome: CallOutcome::UpstreamError,
         response: None,
+        shadow: Vec::new(),
         error: Some(CallError {
             status: api.status().as_u16(),
             message: error.to_string(),
@@ -322,17 +326,31 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         let state = task_state;
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
+        let shadow_n = shadow_samples(&state, &context);
+        let upstream = match shadow_n {
+            Some(n) => {
+                let mut request = context.request.clone();
+                request.n = Some(1 + n);
+                std::borrow::Cow::Owned(request)
+            }
+            None => std::borrow::Cow::Borrowed(&context.request),
+        };
         let result = dispatch::complete(
             &state.providers,
             &context.version,
-            &context.request,
+            &upstream,
             &context.examples,
             &mut attempts,
         )
         .await;
         let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
         let (mut outcome, client_reply) = match result {
-            Ok(Answered { route, value }) => {
+            Ok(Answered { route, mut value }) => {
+                let shadow = if shadow_n.is_some() {
+                    split_shadow(&mut value)
+                } else {
+                    Vec::new()
+                };
                 let body = serde_json::to_vec(&value).map(Bytes::from).map_err(|e| {
                     ApiError::new(
                         ErrorKind::Internal,
@@ -343,6 +361,7 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 let outcome = Outcome {
                     outcome: CallOutcome::Ok,
                     response: Some(value),
+                    shadow,
                     error: None,
                     route: Some(route),
                     attempts,
@@ -370,6 +389,51 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
         Ok(Err(error)) => with_headers(error.into_response(), headers),
         Err(_) => task_ended_without_answer(),
     }
+}
+
+/// How many shadow samples to draw for this call, if any: the agent has
+/// `[learn.shadow]`, the request is not streamed and asks for one answer,
+/// every route of the version runs on the embedded engine (a hosted
+/// fallback must never be billed for answers nobody sees), and the call's
+/// random draw falls within the share.
+fn shadow_samples(state: &AppState, context: &CallContext) -> Option<u32> {
+    let spec = state.config.agents.get(&context.agent)?.learn.shadow.as_ref()?;
+    if context.request.n.unwrap_or(1) != 1 || context.request.is_stream() {
+        return None;
+    }
+    let local = |r: &Route| {
+        state
+            .providers
+            .get(&r.provider)
+            .is_some_and(|p| p.config.kind == hone_config::ProviderKind::Local)
+    };
+    if context.version.routes.is_empty() || !context.version.routes.iter().all(local) {
+        return None;
+    }
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    context.id.hash(&mut hasher);
+    let draw = hasher.finish() as f64 / u64::MAX as f64;
+    (draw < spec.share).then_some(spec.n)
+}
+
+/// Takes every answer but the first out of `response` (the client's): the
+/// shadow samples. The usage left is the served answer's own.
+fn split_shadow(response: &mut ChatCompletionResponse) -> Vec<Choice> {
+    let shadow: Vec<Choice> = response.choices.drain(1..).collect();
+    if let Some(usage) = response.usage.as_mut() {
+        let served = response
+            .choices
+            .first()
+            .and_then(|c| c.extra.get(hone_types::call::TOKEN_IDS))
+            .and_then(|t| t.as_array())
+            .map(|t| t.len() as u64);
+        if let Some(tokens) = served {
+            usage.completion_tokens = tokens;
+            usage.total_tokens = usage.prompt_tokens + tokens;
+        }
+    }
+    shadow
 }
 
 fn task_ended_without_answer() -> Response {
@@ -486,6 +550,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         let finished = Outcome {
             outcome,
             response: (accumulator.chunks() > 0).then(|| accumulator.response()),
+            shadow: Vec::new(),
             error,
             route: Some(route),
             attempts,

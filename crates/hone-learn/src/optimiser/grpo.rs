@@ -3,7 +3,8 @@
 //! cycle's train half rolled out `group_size` times, each task's episodes
 //! one group; `production`, the train half's production episodes
 //! themselves with their users' rewards, one answer each against a running
-//! baseline (`production.rs`).
+//! baseline; `shadow`, their calls' shadow samples with the served answer,
+//! scored alike (`live.rs`).
 //!
 //! The trainer gets what the engine really sampled: every call's prompt and
 //! completion token ids with the sampler's logprobs (so the importance
@@ -13,7 +14,7 @@
 //! episode counts once in its group however many calls it made. With no
 //! reward source for the rollouts it proposes nothing and says why.
 
-use super::production;
+use super::live::{self, Live};
 use super::rollouts::{self, Rollout};
 use super::training::{local_base, propose_adapter, push_row, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
@@ -51,20 +52,34 @@ impl Optimiser for Grpo {
                             groups += 1;
                         }
                     }
-                    GroupSource::Production => {
-                        let found = production::groups(ctx, &items, self.spec.max_staleness)?;
-                        (ctx.progress)(&format!(
-                            "grpo: {} production episodes as single-answer groups ({} served by other weights, \
-                             corrected; left out: {} stale, {} without token ids, {} without a reward); baseline {}",
-                            found.rows.len(),
-                            found.off_policy,
-                            found.stale,
-                            found.without_tokens,
-                            found.without_reward,
-                            found
-                                .baseline
-                                .map_or("from the first reward".to_owned(), |b| format!("{b:.3}")),
-                        ));
+                    GroupSource::Production | GroupSource::Shadow => {
+                        let kind = if *source == GroupSource::Production {
+                            Live::Production
+                        } else {
+                            Live::Shadow
+                        };
+                        let found = live::groups(ctx, &items, kind, self.spec.max_staleness)?;
+                        (ctx.progress)(&match kind {
+                            Live::Production => format!(
+                                "grpo: {} production episodes as single-answer groups ({} served by other weights, \
+                                 corrected; left out: {} stale, {} without token ids, {} without a reward); baseline {}",
+                                found.rows.len(),
+                                found.off_policy,
+                                found.stale,
+                                found.without_tokens,
+                                found.without_reward,
+                                found.baseline.map_or("from the first reward".to_owned(), |b| format!("{b:.3}")),
+                            ),
+                            Live::Shadow => format!(
+                                "grpo: {} shadow groups ({} served by other weights, corrected; left out: {} stale \
+                                 episodes, {} without scored shadow samples, {} without a reward)",
+                                found.rows.len(),
+                                found.off_policy,
+                                found.stale,
+                                found.without_tokens,
+                                found.without_reward,
+                            ),
+                        });
                         if let Some(b) = found.baseline {
                             baselines.insert(ctx.agent.name.clone(), b);
                         }

@@ -9,8 +9,8 @@
 mod dpo;
 mod examples;
 mod grpo;
+mod live;
 mod model;
-mod production;
 pub mod replay;
 mod rollouts;
 mod sft;
