@@ -69,6 +69,17 @@ pub struct RewardRecord {
     pub shadows: Vec<ShadowScores>,
 }
 
+impl RewardRecord {
+    /// A call's credit: its own value where it was scored apart (its
+    /// penalties, call-level signals or critic scores), else the episode's.
+    pub fn credit(&self, call: CallId) -> f64 {
+        self.calls
+            .iter()
+            .find(|c| c.call_id == call)
+            .map_or(self.value, |c| c.value)
+    }
+}
+
 /// One call's group: its served answer and its shadow samples, scored alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShadowScores {

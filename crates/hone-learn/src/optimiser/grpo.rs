@@ -16,7 +16,7 @@
 
 use super::live::{self, Live};
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, push_row, Examples, Method};
+use super::training::{local_base, propose_adapter, push_row, token_completion, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -148,18 +148,9 @@ fn completions(group: &[Rollout], missing_tokens: &mut u64) -> Vec<serde_json::V
                 *missing_tokens += 1;
                 continue;
             };
-            let credit = reward
-                .calls
-                .iter()
-                .find(|c| c.call_id == call.id)
-                .map_or(reward.value, |c| c.value);
-            completions.push(json!({
-                "prompt_tokens": tokens.prompt,
-                "tokens": tokens.completion,
-                "logprobs": tokens.logprobs,
-                "reward": credit,
-                "episode": episode.summary.id.to_string(),
-            }));
+            let mut completion = token_completion(&tokens, reward.credit(call.id));
+            completion["episode"] = json!(episode.summary.id.to_string());
+            completions.push(completion);
         }
     }
     completions

@@ -14,6 +14,7 @@
 //! promotions back are dropped, as are episodes without token ids (a remote
 //! provider) or without a reward.
 
+use super::training::token_completion;
 use super::ProposeContext;
 use crate::error::LearnError;
 use hone_store::{CycleStore, EpisodeFilter};
@@ -110,19 +111,10 @@ fn production_row(
         let Some(tokens) = call.sampled_tokens() else {
             return Ok(None);
         };
-        let credit = reward
-            .calls
-            .iter()
-            .find(|c| c.call_id == call.id)
-            .map_or(reward.value, |c| c.value);
-        completions.push(json!({
-            "prompt_tokens": tokens.prompt,
-            "tokens": tokens.completion,
-            "logprobs": tokens.logprobs,
-            "reward": credit,
-            "episode": episode.summary.id.to_string(),
-            "off_policy": lineage.other_weights(store, &call.version_id)?,
-        }));
+        let mut completion = token_completion(&tokens, reward.credit(call.id));
+        completion["episode"] = json!(episode.summary.id.to_string());
+        completion["off_policy"] = json!(lineage.other_weights(store, &call.version_id)?);
+        completions.push(completion);
     }
     Ok((!completions.is_empty()).then(|| json!({"agent": ctx.agent.name, "completions": completions})))
 }
@@ -149,14 +141,9 @@ fn shadow_rows(
             .chain(&call.shadow)
             .zip(&scores.values)
             .filter_map(|(choice, value)| {
-                let tokens = call.choice_tokens(choice)?;
-                Some(json!({
-                    "prompt_tokens": tokens.prompt,
-                    "tokens": tokens.completion,
-                    "logprobs": tokens.logprobs,
-                    "reward": value,
-                    "off_policy": off_policy,
-                }))
+                let mut completion = token_completion(&call.choice_tokens(choice)?, *value);
+                completion["off_policy"] = json!(off_policy);
+                Some(completion)
             })
             .collect();
         if completions.len() >= 2 {

@@ -16,7 +16,7 @@ use hone_train::data::SftExample;
 use hone_train::data::{self, Renderer};
 use hone_train::policy::Sequence;
 use hone_train::{Data, LoraSpec, StepReport, TrainConfig, Trainer};
-use hone_types::{Instance, TrainingSummary};
+use hone_types::{Instance, SampledTokens, TrainingSummary};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -72,6 +72,17 @@ pub fn rendered_rows(instances: &[Instance], method: Method) -> Result<(Vec<u8>,
         push_row(&mut rows, &v)?;
     }
     Ok((rows, values.len() as u64))
+}
+
+/// A GRPO completion as the trainer takes it: the call's tokens as
+/// sampled, the sampler's logprobs, and its reward.
+pub fn token_completion(tokens: &SampledTokens, reward: f64) -> serde_json::Value {
+    serde_json::json!({
+        "prompt_tokens": tokens.prompt,
+        "tokens": tokens.completion,
+        "logprobs": tokens.logprobs,
+        "reward": reward,
+    })
 }
 
 /// Appends one JSONL row.
