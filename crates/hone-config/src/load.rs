@@ -165,4 +165,51 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
             load("[providers.gpu]\ntype = \"local\"\n[agents.a.versions.v1]\nprovider = \"gpu\"\n").unwrap_err();
         assert_eq!(missing_model.field.as_deref(), Some("agents.a.versions.v1.model"));
     }
+
+    #[test]
+    fn the_live_learning_tables_parse_and_refuse_bad_values() {
+        let c = load(&format!(
+            "{BASE}[agents.a.learn]\noptimisers = [\"grpo\"]\n[agents.a.learn.grpo]\ngroups = [\"production\", \"shadow\"]\n\
+             max_staleness = 1\n[agents.a.learn.shadow]\nshare = 0.2\nn = 2\n[agents.a.learn.replay]\nsize = 10\nshare = 0.5\n\
+             [agents.a.learn.drift]\nmin_divergence = 0.1\n"
+        ))
+        .unwrap();
+        let learn = &c.agents["a"].learn;
+        let crate::OptimiserSpec::Grpo(grpo) = &learn.optimisers[0] else {
+            panic!("{:?}", learn.optimisers)
+        };
+        assert_eq!(
+            grpo.groups,
+            vec![crate::GroupSource::Production, crate::GroupSource::Shadow]
+        );
+        assert_eq!(grpo.max_staleness, 1);
+        assert_eq!(learn.shadow, Some(crate::ShadowSpec { share: 0.2, n: 2 }));
+        assert_eq!((learn.replay.size, learn.replay.share), (10, 0.5));
+        assert_eq!(learn.drift.min_divergence, 0.1);
+        // Defaults: rollouts only, replay on, drift checked, no shadow sampling.
+        let d = load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"grpo\"]\n")).unwrap();
+        let crate::OptimiserSpec::Grpo(grpo) = &d.agents["a"].learn.optimisers[0] else {
+            panic!()
+        };
+        assert_eq!(grpo.groups, vec![crate::GroupSource::Rollouts]);
+        assert_eq!(d.agents["a"].learn.shadow, None);
+        for (table, field) in [
+            (
+                "[agents.a.learn.grpo]\ngroups = \"everything\"\n",
+                "agents.a.learn.grpo.groups",
+            ),
+            ("[agents.a.learn.shadow]\nshare = 0\n", "agents.a.learn.shadow.share"),
+            ("[agents.a.learn.shadow]\nn = 0\n", "agents.a.learn.shadow.n"),
+            ("[agents.a.learn.replay]\nshare = 0.95\n", "agents.a.learn.replay.share"),
+            ("[agents.a.learn.drift]\nalpha = 1.5\n", "agents.a.learn.drift.alpha"),
+        ] {
+            let e = load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"grpo\"]\n{table}")).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e}");
+        }
+        let e = load(&format!(
+            "{BASE}[agents.a.learn]\noptimisers = [\"sft\"]\n[agents.a.learn.sft]\ngroups = \"shadow\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("GRPO settings"), "{e}");
+    }
 }
