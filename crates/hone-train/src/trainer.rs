@@ -599,7 +599,12 @@ impl Trainer {
             ]);
             (output, extra)
         })?;
-        micro.kl = kl_of(&logprobs, &reference);
+        // Over the chosen completions only: DPO drives the rejected ones'
+        // probability towards 0, where a k3 estimate from the old samples
+        // grows without bound (exp(ℓ_ref − ℓ)) while saying nothing about
+        // what the policy now generates.
+        let chosen = |v: &[Vec<f32>]| v.iter().step_by(2).cloned().collect::<Vec<_>>();
+        micro.kl = kl_of(&chosen(&logprobs), &chosen(&reference));
         Ok(Some(micro))
     }
 
