@@ -483,3 +483,21 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
         "{metrics}"
     );
 }
+
+/// A relative judge as the reward source of GRPO rollouts ranks each
+/// task's group at once (RULER), not each rollout alone (a group of one
+/// cannot be ranked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_judge_ranks_each_task_s_rollouts_together() {
+    let rest = "[agents.rj.reward.judge]\nmode = \"relative\"\nprovider = \"up\"\nmodel = \"judge\"\n\
+                [agents.rj.learn]\noptimisers = [\"grpo\"]\ndataset_size = 8\n\
+                [agents.rj.learn.grpo]\nsteps = 2\nlr = 0.01\nrank = 4\ngroup_size = 3\nmin_examples = 1\n";
+    let (_model, w) = tiny_world("rj", rest).await;
+    let (_, log) = one_cycle(&w, "rj", "grpo", 8).await;
+    let prompts = w.upstream.judge_prompts.lock().unwrap().clone();
+    let ranked: Vec<usize> = prompts.iter().map(|p| p.matches("<trajectory id=").count()).collect();
+    assert!(
+        ranked.contains(&3),
+        "no prompt ranked a group of 3 rollouts: {ranked:?}\n{log}"
+    );
+}

@@ -68,13 +68,12 @@ pub async fn scored(
         let Some(rollouts) = episodes.remove(item.id.as_str()) else {
             continue;
         };
+        // One judge call over the task's whole group: a relative judge
+        // ranks the rollouts against each other (RULER), an absolute one
+        // scores each.
+        let verdicts = rewarder.judge(&rollouts).await;
         let mut group = Vec::new();
         for episode in rollouts {
-            let verdicts = if rewarder.has_judge() {
-                rewarder.judge(std::slice::from_ref(&episode)).await
-            } else {
-                Default::default()
-            };
             let reward = rewarder.score(
                 &episode,
                 item.reference.as_ref(),
