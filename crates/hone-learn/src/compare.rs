@@ -18,8 +18,9 @@ pub struct Flip {
     pub a_passes: u32,
     pub b_passes: u32,
     pub runs: u32,
-    /// True when the runs show A's pass rate above B's at 95% confidence
-    /// (see [`confirmed`]): a regression, not noise.
+    /// One-sided Fisher exact p-value of A's pass rate above B's.
+    pub p_value: f64,
+    /// `p_value ≤ 1 − confidence`: a regression, not noise.
     pub confirmed: bool,
 }
 
@@ -53,13 +54,12 @@ fn sampled(results: &[InstanceResult], samples: u32) -> BTreeMap<String, Instanc
         .collect()
 }
 
-/// Whether A passing `a` of `runs_a` and B `b` of `runs_b` is a regression,
-/// not noise: one-sided Fisher exact test at 95% (3 of 3 against 0 of 3 is
+/// Whether a one-sided Fisher p-value of A passing more often than B
+/// confirms a regression at `confidence` (at 95%, 3 of 3 against 0 of 3 is
 /// exactly p = 0.05, the least evidence that counts; 3 of 5 against 0 of 5
 /// is p = 0.08 and does not).
-fn confirmed(a: u32, runs_a: u32, b: u32, runs_b: u32) -> bool {
-    let p = crate::stats::fisher_greater_p(a.into(), runs_a.into(), b.into(), runs_b.into());
-    p <= 0.05 + 1e-12
+fn confirmed(p_value: f64, confidence: f64) -> bool {
+    p_value <= 1.0 - confidence + 1e-12
 }
 
 /// Whether A's samples mostly pass and B's mostly fail.
@@ -75,7 +75,7 @@ pub async fn compare(
     (a, b): (&VersionId, &VersionId),
     target: &Target,
     options: &EvalOptions,
-    reruns: u32,
+    (reruns, confidence): (u32, f64),
     progress: &(dyn Fn(&str, Progress) + Sync),
 ) -> Result<Comparison, StoreError> {
     let (_, results_a) = evaluator
@@ -109,7 +109,13 @@ pub async fn compare(
             .await?
             .1;
     }
-    Ok(judge_pairs(dataset, (a, b), (&all_a, &all_b), &regressed, samples))
+    Ok(judge_pairs(
+        dataset,
+        (a, b),
+        (&all_a, &all_b),
+        &regressed,
+        (samples, confidence),
+    ))
 }
 
 /// One instance under A and B: its mean score over the samples of each
@@ -155,7 +161,7 @@ pub fn judge_pairs(
     (a, b): (&VersionId, &VersionId),
     (results_a, results_b): (&[InstanceResult], &[InstanceResult]),
     regressed: &HashSet<String>,
-    samples: u32,
+    (samples, confidence): (u32, f64),
 ) -> Comparison {
     let mut diffs = Vec::new();
     let (mut wins, mut losses, mut ties) = (0, 0, 0);
@@ -185,12 +191,15 @@ pub fn judge_pairs(
             let (a_passes, runs_a) = passes(results_a, id);
             let (b_passes, runs_b) = passes(results_b, id);
             let runs = runs_a.min(runs_b);
+            let p_value =
+                crate::stats::fisher_greater_p(a_passes.into(), runs_a.into(), b_passes.into(), runs_b.into());
             Flip {
                 instance_id: id.clone(),
                 a_passes,
                 b_passes,
                 runs,
-                confirmed: confirmed(a_passes, runs_a, b_passes, runs_b),
+                p_value,
+                confirmed: confirmed(p_value, confidence),
             }
         })
         .collect();

@@ -62,7 +62,7 @@ async fn v1_against_v2(
     reruns: u32,
 ) -> hone_learn::compare::Comparison {
     let pair = (&version(w, "v1"), &version(w, "v2"));
-    compare(e, data, pair, &Target::Replay, opts, reruns, &|_, _| {})
+    compare(e, data, pair, &Target::Replay, opts, (reruns, 0.95), &|_, _| {})
         .await
         .unwrap()
 }
@@ -281,17 +281,17 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
     // One sample each: A's single pass against B's single failure is a flip.
     let (ra, rb) = (runs("q1", 1, 1), runs("q1", 0, 1));
     let flips = ["q1".to_owned()].into_iter().collect();
-    let one = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 1);
+    let one = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, (1, 0.95));
     assert_eq!(one.losses, 1);
     // Four samples: A passed 1 of 4 (a lucky pass), B 0 of 4 — A does not
     // mostly pass, so it is not a regression; the means differ by 0.25.
     let (ra, rb) = (runs("q1", 1, 4), runs("q1", 0, 4));
-    let four = judge_pairs(&w, (&a, &b), (&ra, &rb), &Default::default(), 4);
+    let four = judge_pairs(&w, (&a, &b), (&ra, &rb), &Default::default(), (4, 0.95));
     assert_eq!(four.mean_diff, Some(-0.25));
     assert!(four.regressions.is_empty());
     // A passing 4 of 4 and B none, confirmed over the samples.
     let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
-    let real = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 4);
+    let real = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, (4, 0.95));
     assert!(
         real.regressions.iter().all(|f| f.confirmed && f.runs == 4),
         "{:?}",
@@ -299,9 +299,17 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
     );
     // 3 of 5 against 0 of 5 is a flip, but not a confirmed one (Fisher p = 0.083).
     let (ra, rb) = (runs("q1", 3, 5), runs("q1", 0, 5));
-    let weak = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, 5);
+    let weak = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, (5, 0.95));
     assert_eq!(weak.regressions.len(), 1);
     assert!(!weak.regressions[0].confirmed);
+    assert!(
+        (weak.regressions[0].p_value - 0.083_333_333).abs() < 1e-6,
+        "{:?}",
+        weak.regressions
+    );
+    // A gate configured at 90% confidence takes that as confirmed.
+    let lenient = judge_pairs(&w, (&a, &b), (&ra, &rb), &flips, (5, 0.90));
+    assert!(lenient.regressions[0].confirmed);
 }
 
 /// An instance that is in both the target and the regression set and
@@ -313,10 +321,10 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
     let (a, b) = versions_a_b();
     let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
     let flips = ["q1".to_owned()].into_iter().collect();
-    let target = judge_pairs(&snapshot("target@1"), (&a, &b), (&ra, &rb), &flips, 4);
+    let target = judge_pairs(&snapshot("target@1"), (&a, &b), (&ra, &rb), &flips, (4, 0.95));
     // Other runs in the regression set (5 of 5 against 1 of 5: confirmed too).
     let (ra5, rb5) = (runs("q1", 5, 5), runs("q1", 1, 5));
-    let regression = judge_pairs(&snapshot("regression@1"), (&a, &b), (&ra5, &rb5), &flips, 5);
+    let regression = judge_pairs(&snapshot("regression@1"), (&a, &b), (&ra5, &rb5), &flips, (5, 0.95));
     assert!(target.regressions[0].confirmed && regression.regressions[0].confirmed);
     let spec = hone_config::LearnSpec::default().gate;
     let decision = decide(&GateInput {

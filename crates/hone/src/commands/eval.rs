@@ -43,6 +43,9 @@ pub enum EvalCommand {
         /// Re-runs of each instance that passed under A and failed under B.
         #[arg(long, default_value_t = 2)]
         reruns: u32,
+        /// Confidence at which re-runs confirm a regression (one-sided Fisher exact test).
+        #[arg(long, default_value_t = 0.95)]
+        confidence: f64,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -130,7 +133,18 @@ fn print_summary(o: &mut dyn Write, label: &str, s: &EvalSummary) -> std::io::Re
 
 pub fn run(args: EvalArgs) -> Result<ExitCode> {
     let (run, versions, reruns) = match args.command {
-        Some(EvalCommand::Compare { a, b, reruns, run }) => (run, vec![a, b], Some(reruns)),
+        Some(EvalCommand::Compare {
+            a,
+            b,
+            reruns,
+            confidence,
+            run,
+        }) => {
+            if !(confidence > 0.5 && confidence < 1.0) {
+                anyhow::bail!("--confidence must be between 0.5 and 1 (exclusive), got {confidence}");
+            }
+            (run, vec![a, b], Some((reruns, confidence)))
+        }
         None => {
             let version = args
                 .version

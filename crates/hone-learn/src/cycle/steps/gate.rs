@@ -30,10 +30,20 @@ pub(super) async fn run(
         let noop = |_: &str, _| {};
         let options = &bench.options;
         let pair = (champion, &c.version_id);
-        let mut comparisons: Vec<Comparison> =
-            vec![compare(evaluator, target, pair, via, options, spec.reruns, &noop).await?];
+        let mut comparisons: Vec<Comparison> = vec![
+            compare(
+                evaluator,
+                target,
+                pair,
+                via,
+                options,
+                (spec.reruns, spec.confidence),
+                &noop,
+            )
+            .await?,
+        ];
         if let Some(r) = &bench.regression {
-            comparisons.push(compare(evaluator, r, pair, via, options, spec.reruns, &noop).await?);
+            comparisons.push(compare(evaluator, r, pair, via, options, (spec.reruns, spec.confidence), &noop).await?);
         }
         let (cand_summary, cand_results) = stored_results(learner, &bench, &c.version_id)?;
         let diffs = gate::paired_diffs(&champ_results, &cand_results, options.samples);
