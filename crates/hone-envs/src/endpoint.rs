@@ -175,8 +175,8 @@ async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes)
     let mut signals = Vec::new();
     if let Some((user, rng)) = &served.user {
         let reaction = match rng.lock() {
-            Ok(mut rng) => user.react(outcome.score, &mut *rng),
-            Err(poisoned) => user.react(outcome.score, &mut *poisoned.into_inner()),
+            Ok(mut rng) => user.react(outcome.played.score, &mut *rng),
+            Err(poisoned) => user.react(outcome.played.score, &mut *poisoned.into_inner()),
         };
         for signal in reaction {
             runner
@@ -187,9 +187,9 @@ async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes)
         }
     }
     Ok(Json(RunResponse {
-        output: outcome.answer,
-        score: outcome.score,
-        calls: outcome.calls,
+        output: outcome.played.answer,
+        score: outcome.played.score,
+        calls: outcome.played.calls,
         signals,
     })
     .into_response())

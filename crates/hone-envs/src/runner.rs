@@ -6,7 +6,7 @@
 //!
 //! Only the loop lives here; serving it over HTTP is [`crate::endpoint`].
 
-use crate::episode::play;
+use crate::episode::{play, Played};
 use crate::{Environment, Task};
 use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Extra, Message};
 use hone_types::EpisodeId;
@@ -53,23 +53,11 @@ pub struct RunContext {
     pub version: Option<String>,
 }
 
-/// How a run went.
+/// How a run went: its episode, and the episode as played.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     pub episode: EpisodeId,
-    /// The final answer's text (the last assistant text if the run ran out of steps).
-    pub answer: String,
-    /// Model calls made.
-    pub calls: u32,
-    /// Tool calls executed, and how many of them the environment refused.
-    pub tool_calls: u32,
-    pub tool_errors: u32,
-    /// Whether the model gave a final answer within `max_steps`.
-    pub finished: bool,
-    /// The hidden score of `answer`.
-    pub score: f64,
-    /// The whole conversation, opening included.
-    pub messages: Vec<Message>,
+    pub played: Played,
 }
 
 /// Why a run could not finish talking to the gateway. A bad tool call or a
@@ -215,20 +203,14 @@ impl Runner {
         .await?;
         let outcome = RunOutcome {
             episode: episode.clone(),
-            answer: played.answer,
-            calls: played.calls,
-            tool_calls: played.tool_calls,
-            tool_errors: played.tool_errors,
-            finished: played.finished,
-            score: played.score,
-            messages: played.messages,
+            played,
         };
         tracing::debug!(
             environment = self.environment.name(),
             task = %task.id,
             episode = %episode,
-            calls = outcome.calls,
-            score = outcome.score,
+            calls = outcome.played.calls,
+            score = outcome.played.score,
             "run finished"
         );
         Ok(outcome)

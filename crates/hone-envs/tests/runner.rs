@@ -34,12 +34,19 @@ async fn a_calc_episode_calls_the_tool_then_answers() {
         .run(&task, &context("demo-ep-1", Some("v-test")))
         .await
         .unwrap();
-    assert_eq!((outcome.calls, outcome.tool_calls, outcome.tool_errors), (2, 1, 0));
-    assert!(outcome.finished);
-    assert_eq!(outcome.score, 1.0);
-    assert_eq!(outcome.answer, demonstration[2].text());
+    assert_eq!(
+        (
+            outcome.played.calls,
+            outcome.played.tool_calls,
+            outcome.played.tool_errors
+        ),
+        (2, 1, 0)
+    );
+    assert!(outcome.played.finished);
+    assert_eq!(outcome.played.score, 1.0);
+    assert_eq!(outcome.played.answer, demonstration[2].text());
     assert_eq!(outcome.episode.as_str(), "demo-ep-1");
-    assert_eq!(outcome.messages.len(), 2 + demonstration.len());
+    assert_eq!(outcome.played.messages.len(), 2 + demonstration.len());
 
     let seen = up.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
@@ -81,8 +88,15 @@ async fn a_two_customer_lookup_runs_parallel_tool_calls() {
         .run(&task, &RunContext::default())
         .await
         .unwrap();
-    assert_eq!((outcome.calls, outcome.tool_calls, outcome.tool_errors), (3, 4, 0));
-    assert_eq!(outcome.score, 1.0, "{}", outcome.answer);
+    assert_eq!(
+        (
+            outcome.played.calls,
+            outcome.played.tool_calls,
+            outcome.played.tool_errors
+        ),
+        (3, 4, 0)
+    );
+    assert_eq!(outcome.played.score, 1.0, "{}", outcome.played.answer);
     // Without a given episode the runner makes one, the same for every call.
     let seen = up.seen.lock().unwrap().clone();
     let episodes: Vec<_> = seen.iter().map(|s| s.episode.clone().unwrap()).collect();
@@ -100,10 +114,17 @@ async fn a_run_stops_after_max_steps_and_bad_tools_are_reported_to_the_model() {
         .run(&task, &RunContext::default())
         .await
         .unwrap();
-    assert_eq!((outcome.calls, outcome.tool_calls, outcome.tool_errors), (4, 4, 4));
-    assert!(!outcome.finished);
-    assert_eq!(outcome.score, 0.0);
-    assert_eq!(outcome.answer, "Let me try a tool.");
+    assert_eq!(
+        (
+            outcome.played.calls,
+            outcome.played.tool_calls,
+            outcome.played.tool_errors
+        ),
+        (4, 4, 4)
+    );
+    assert!(!outcome.played.finished);
+    assert_eq!(outcome.played.score, 0.0);
+    assert_eq!(outcome.played.answer, "Let me try a tool.");
     let seen = up.seen.lock().unwrap().clone();
     let last = seen[3].request.messages.last().unwrap();
     assert_eq!(last.role, Role::Tool);
@@ -125,8 +146,11 @@ async fn a_wrong_direct_answer_scores_zero_and_a_failing_gateway_is_an_error() {
         .run(&task, &RunContext::default())
         .await
         .unwrap();
-    assert_eq!((outcome.calls, outcome.tool_calls, outcome.score), (1, 0, 0.0));
-    assert!(outcome.finished);
+    assert_eq!(
+        (outcome.played.calls, outcome.played.tool_calls, outcome.played.score),
+        (1, 0, 0.0)
+    );
+    assert!(outcome.played.finished);
 
     let (_, base) = upstream(environment.clone(), Mode::Fails, &mut tasks).await;
     let error = runner(environment.clone(), &base)

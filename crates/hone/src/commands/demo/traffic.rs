@@ -48,7 +48,7 @@ pub async fn serve_users(
             // Each user reacts with a stream of their own, so the order in
             // which concurrent runs finish does not change any reaction.
             let mut rng = rand::rngs::StdRng::seed_from_u64(user.seed ^ index.wrapping_mul(0x9e37_79b9));
-            let reaction = user.react(outcome.score, &mut rng);
+            let reaction = user.react(outcome.played.score, &mut rng);
             tokio::time::sleep(user.delay(&mut rng)).await;
             for signal in &reaction {
                 runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
@@ -56,7 +56,7 @@ pub async fn serve_users(
             tick();
             Ok::<_, hone_envs::RunError>(Served {
                 at: started.elapsed().as_secs_f64(),
-                score: outcome.score,
+                score: outcome.played.score,
                 accepted: reaction.iter().any(|s| s.is_positive()),
             })
         })
@@ -93,7 +93,7 @@ pub async fn held_out(
             };
             let outcome = runner.run(&task, &context).await?;
             tick();
-            Ok::<_, hone_envs::RunError>(outcome.score >= 0.5)
+            Ok::<_, hone_envs::RunError>(outcome.played.score >= 0.5)
         })
         .buffered(concurrency.max(1));
     runs.collect::<Vec<_>>().await.into_iter().collect()
