@@ -68,6 +68,10 @@ pub struct RawLearn {
     pub replay: Option<RawReplay>,
     pub drift: Option<RawDrift>,
     pub shadow: Option<RawShadow>,
+    /// Behaviours (`invalid_tool_call`, …) whose episodes are left out of
+    /// the weight optimisers' training data.
+    #[serde(default)]
+    pub drop_from_training: Vec<String>,
 }
 
 /// `[agents.NAME.learn.shadow]`: extra answers sampled for a share of live
@@ -602,6 +606,12 @@ pub struct LearnSpec {
     pub drift: DriftSpec,
     /// Shadow sampling in the gateway; `None`: off.
     pub shadow: Option<ShadowSpec>,
+    /// Behaviour flags whose episodes the weight optimisers never train on.
+    /// A footgun, not a feature: Cursor's real-time RL discarded broken tool
+    /// calls this way and its model learned to break them on hard tasks;
+    /// `hone demo --reward naive` sets it to show what the gate and the
+    /// monitors then catch.
+    pub drop_from_training: Vec<String>,
 }
 
 /// For a `share` of live requests to a version whose routes all run on the
@@ -748,8 +758,30 @@ impl Default for LearnSpec {
             replay: ReplaySpec::default(),
             drift: DriftSpec::default(),
             shadow: None,
+            drop_from_training: Vec::new(),
         }
     }
+}
+
+/// The behaviour flags a call can show.
+pub const BEHAVIOUR_FLAGS: [&str; 5] = [
+    "invalid_tool_call",
+    "clarifying_question",
+    "refusal",
+    "empty",
+    "truncated",
+];
+
+fn flags_from_raw(field: &str, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for name in &names {
+        if !BEHAVIOUR_FLAGS.contains(&name.as_str()) {
+            return Err(ConfigError::at(
+                field,
+                format!("unknown behaviour `{name}` ({})", BEHAVIOUR_FLAGS.join(", ")),
+            ));
+        }
+    }
+    Ok(names)
 }
 
 fn confidence(field: &str, value: Option<f64>, default: f64) -> Result<f64, ConfigError> {
@@ -842,6 +874,7 @@ impl LearnSpec {
             replay,
             drift,
             shadow,
+            drop_from_training,
         } = raw;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
@@ -887,6 +920,7 @@ impl LearnSpec {
             replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
             drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
             shadow: shadow.map(|raw| ShadowSpec::from_raw(field, raw)).transpose()?,
+            drop_from_training: flags_from_raw(&format!("{field}.drop_from_training"), drop_from_training)?,
         })
     }
 }

@@ -501,3 +501,33 @@ async fn a_relative_judge_ranks_each_task_s_rollouts_together() {
         "no prompt ranked a group of 3 rollouts: {ranked:?}\n{log}"
     );
 }
+
+/// `drop_from_training` leaves episodes showing a behaviour out of every
+/// source of training data (here `truncated`, which six-token answers
+/// mostly are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn episodes_showing_a_dropped_behaviour_are_left_out_of_training() {
+    let rest = "[agents.dr.reward]\npass_threshold = 0.5\n[agents.dr.reward.critics.answer]\ntype = \"regex\"\n\
+                pattern = \"[a-z]\"\n[agents.dr.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\n\
+                drop_from_training = [\"truncated\"]\n[agents.dr.learn.grpo]\nsteps = 1\nlr = 0.01\nrank = 4\n\
+                group_size = 2\nmin_examples = 1\ngroups = [\"rollouts\", \"production\"]\n";
+    let (_model, w) = tiny_world("dr", rest).await;
+    for i in 0..16 {
+        w.ask("dr", &format!("dr-{i}"), &format!("Say a word ({i})")).await;
+    }
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("dr", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    let mut truncated = 0;
+    for item in &train {
+        let episode = w.store.episode(item.episode_id.as_ref().unwrap()).unwrap().unwrap();
+        truncated += usize::from(episode.calls.iter().any(|c| c.flags.truncated));
+    }
+    assert!(truncated > 0, "{log}");
+    assert!(log.contains(&format!("{truncated} by drop_from_training")), "{log}");
+    assert!(
+        log.contains("rollouts left out of training (drop_from_training: truncated)"),
+        "{log}"
+    );
+}

@@ -44,6 +44,21 @@ pub struct BehaviourFlags {
     pub truncated: bool,
 }
 
+impl BehaviourFlags {
+    /// The flag called `name` (as in monitors and config); false for any
+    /// other name.
+    pub fn named(&self, name: &str) -> bool {
+        match name {
+            "invalid_tool_call" => self.invalid_tool_call,
+            "clarifying_question" => self.clarifying_question,
+            "refusal" => self.refusal,
+            "empty" => self.empty,
+            "truncated" => self.truncated,
+            _ => false,
+        }
+    }
+}
+
 /// What went wrong upstream, as the client was told.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallError {

@@ -39,6 +39,8 @@ pub struct LiveGroups {
     /// Episodes with no token ids (production) or no shadow samples (shadow).
     pub without_tokens: u64,
     pub without_reward: u64,
+    /// Left out by `drop_from_training`.
+    pub dropped: u64,
     /// Production groups: the agent's mean reward over its recent
     /// production episodes, where the running baseline starts.
     pub baseline: Option<f64>,
@@ -72,6 +74,10 @@ pub fn groups(
         let Some(served) = episode.calls.first().map(|c| c.version_id.clone()) else {
             continue;
         };
+        if super::dropped(ctx.agent, &episode) {
+            out.dropped += 1;
+            continue;
+        }
         if lineage.staleness(store, &served)? > max_staleness {
             out.stale += 1;
             continue;

@@ -63,6 +63,13 @@ pub trait Optimiser: Send + Sync {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>>;
 }
 
+/// Whether the agent's config leaves `episode` out of training data (it
+/// shows a behaviour in `[learn] drop_from_training`).
+pub fn dropped(agent: &AgentConfig, episode: &hone_types::EpisodeDetail) -> bool {
+    let drop = &agent.learn.drop_from_training;
+    !drop.is_empty() && episode.calls.iter().any(|c| drop.iter().any(|f| c.flags.named(f)))
+}
+
 pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
     match spec {
         OptimiserSpec::Examples(e) => Box::new(examples::Examples { spec: e.clone() }),

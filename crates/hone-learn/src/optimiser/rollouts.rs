@@ -48,10 +48,21 @@ pub async fn scored(
         .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)
         .await?;
     let mut episodes: BTreeMap<&str, Vec<EpisodeDetail>> = BTreeMap::new();
+    let mut dropped = 0u64;
     for r in results.iter().filter(|r| r.score.is_some()) {
         if let Some(episode) = ctx.store.episode(&r.episode_id)? {
+            if super::dropped(ctx.agent, &episode) {
+                dropped += 1;
+                continue;
+            }
             episodes.entry(r.instance_id.as_str()).or_default().push(episode);
         }
+    }
+    if dropped > 0 {
+        (ctx.progress)(&format!(
+            "{optimiser}: {dropped} rollouts left out of training (drop_from_training: {})",
+            ctx.agent.learn.drop_from_training.join(", ")
+        ));
     }
     let spec = &ctx.agent.reward;
     let reads_rollouts =

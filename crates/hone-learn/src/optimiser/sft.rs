@@ -39,7 +39,7 @@ impl Optimiser for Sft {
             let mut rows = Vec::new();
             let (mut recorded, mut rendered) = (0u64, 0u64);
             for item in &chosen {
-                match recorded_calls(ctx.store.as_ref(), item)? {
+                match recorded_calls(ctx.store.as_ref(), ctx.agent, item)? {
                     Some(calls) => {
                         for t in calls {
                             let row = json!({
@@ -77,7 +77,12 @@ fn demonstrated(item: &Instance) -> bool {
 
 /// Every call of the item's episode with the tokens it sampled, in order;
 /// `None` for a demonstration, or when some call carries none.
-fn recorded_calls(store: &dyn CycleStore, item: &Instance) -> Result<Option<Vec<SampledTokens>>, LearnError> {
+/// An episode `drop_from_training` leaves out yields no call.
+fn recorded_calls(
+    store: &dyn CycleStore,
+    agent: &hone_config::AgentConfig,
+    item: &Instance,
+) -> Result<Option<Vec<SampledTokens>>, LearnError> {
     if demonstrated(item) {
         return Ok(None);
     }
@@ -87,6 +92,9 @@ fn recorded_calls(store: &dyn CycleStore, item: &Instance) -> Result<Option<Vec<
     let Some(episode) = store.episode(id)? else {
         return Ok(None);
     };
+    if super::dropped(agent, &episode) {
+        return Ok(Some(Vec::new()));
+    }
     if episode.calls.is_empty() {
         return Ok(None);
     }

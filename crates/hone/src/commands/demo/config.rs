@@ -15,7 +15,8 @@ pub enum RewardMode {
     /// answers and clarifying questions.
     Implicit,
     /// Implicit signals only: nothing penalises an invalid tool call or a
-    /// clarifying question (Cursor's two reward hacks), to show the gate and
+    /// clarifying question, and episodes with a broken tool call are left
+    /// out of training (Cursor's two reward hacks), to show the gate and
     /// the monitors catching what training on such a reward does.
     Naive,
 }
@@ -99,6 +100,14 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
         RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
     };
+    let dropped = match reward {
+        RewardMode::Implicit => "",
+        RewardMode::Naive => {
+            "\n# --reward naive: episodes with a broken tool call are left out of training,\n\
+             # as Cursor's pipeline once discarded them (a footgun, shown on purpose).\n\
+             drop_from_training = [\"invalid_tool_call\"]"
+        }
+    };
     format!(
         r#"# Written by `hone demo`: an agent that solves arithmetic word problems
 # with a calculator tool, served by the embedded engine from a small model
@@ -160,7 +169,7 @@ optimisers = {optimisers}
 dataset_size = 64
 endpoint = {endpoint}
 # The embedded engine decodes concurrent episodes in one batch.
-concurrency = 16
+concurrency = 16{dropped}
 
 {tables}[agents.{AGENT}.learn.gate]
 # Answers are sampled (temperature 0.7): every instance runs 3 times per
