@@ -6,7 +6,7 @@
 
 use crate::compare::Comparison;
 use crate::eval::EvalSummary;
-use crate::stats::{bootstrap_ci, mean};
+use crate::stats::{bootstrap_ci, fisher_greater_p, mean};
 use hone_config::{GateSpec, Objective};
 use hone_types::InstanceResult;
 use std::collections::BTreeMap;
@@ -45,6 +45,34 @@ pub fn rates(summary: &EvalSummary) -> BTreeMap<String, f64> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+/// For a rate (a share of samples, or of instances for `error`), the
+/// one-sided Fisher exact p-value of the candidate's change from the
+/// champion's — a rise, or for `tool_use` either way; `None` for a mean
+/// (`mean_length`), which its bound alone decides.
+fn rate_change_p(
+    metric: &str,
+    (champion, x): (&EvalSummary, f64),
+    (candidate, y): (&EvalSummary, f64),
+    samples: u32,
+) -> Option<f64> {
+    if metric == "mean_length" {
+        return None;
+    }
+    let per = if metric == "error" {
+        1
+    } else {
+        u64::from(samples.max(1))
+    };
+    let (na, nb) = (champion.instances as u64 * per, candidate.instances as u64 * per);
+    let hits = |rate: f64, n: u64| (rate * n as f64).round() as u64;
+    let (ha, hb) = (hits(x, na), hits(y, nb));
+    Some(if y >= x {
+        fisher_greater_p(hb, nb, ha, na)
+    } else {
+        fisher_greater_p(ha, na, hb, nb)
+    })
 }
 
 pub struct GateInput<'a> {
@@ -122,11 +150,19 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
             "mean_length" | "tool_use" => (y - x).abs(),
             _ => y - x,
         };
-        let out = bound.exceeded_by(*x, change);
-        if out {
-            reasons.push(format!(
+        if !bound.exceeded_by(*x, change) {
+            continue;
+        }
+        // A rate beyond its bound counts when the runs show it at the gate's
+        // confidence: two more invalid calls in 96 samples are noise.
+        match rate_change_p(metric, (input.champion, *x), (input.candidate, *y), spec.samples) {
+            Some(p) if p > 1.0 - spec.confidence => {}
+            Some(p) => reasons.push(format!(
+                "{metric} {y:.3} vs champion {x:.3} is beyond its bound {bound} (p = {p:.3})"
+            )),
+            None => reasons.push(format!(
                 "{metric} {y:.3} vs champion {x:.3} is beyond its bound {bound}"
-            ));
+            )),
         }
     }
     let evidence = format!(

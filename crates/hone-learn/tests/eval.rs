@@ -345,3 +345,49 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
         decision.reasons
     );
 }
+
+/// A behaviour rate beyond its bound prunes a candidate only when the runs
+/// show the rise at the gate's confidence: 3 invalid tool calls in 96
+/// samples against none is noise (Fisher p = 0.12), 15 is not.
+#[test]
+fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
+    use hone_learn::gate::{decide, GateInput};
+    let spec = hone_config::LearnSpec {
+        gate: hone_config::GateSpec {
+            samples: 3,
+            ..hone_config::LearnSpec::default().gate
+        },
+        ..hone_config::LearnSpec::default()
+    }
+    .gate;
+    let runs = |invalid: usize| -> Vec<hone_types::InstanceResult> {
+        (0..96)
+            .map(|i| {
+                let mut r = runs(&format!("q{}", i / 3), 3, 3).remove(i % 3);
+                r.flags.invalid_tool_call = i < invalid;
+                r
+            })
+            .collect()
+    };
+    let champion = runs(0);
+    let verdict = |invalid: usize| {
+        let candidate = runs(invalid);
+        decide(&GateInput {
+            spec: &spec,
+            objective: &[],
+            champion: &summarise("a", &champion, 3),
+            candidate: &summarise("b", &candidate, 3),
+            diffs: &hone_learn::gate::paired_diffs(&champion, &candidate, 3),
+            comparisons: &[],
+        })
+        .reasons
+    };
+    let noise = verdict(3);
+    assert!(noise.iter().all(|r| !r.starts_with("invalid_tool_call")), "{noise:?}");
+    let real = verdict(15);
+    assert!(
+        real.iter()
+            .any(|r| r.starts_with("invalid_tool_call 0.156 vs champion 0.000 is beyond its bound")),
+        "{real:?}"
+    );
+}
