@@ -395,26 +395,30 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
 /// `[learn.shadow]`, the request is not streamed and asks for one answer,
 /// every route of the version runs on the embedded engine (a hosted
 /// fallback must never be billed for answers nobody sees), and the call's
-/// random draw falls within the share.
+/// random draw falls within the share; never more than the engine's batch
+/// holds beside the served answer.
 fn shadow_samples(state: &AppState, context: &CallContext) -> Option<u32> {
     let spec = state.config.agents.get(&context.agent)?.learn.shadow.as_ref()?;
     if context.request.n.unwrap_or(1) != 1 || context.request.is_stream() {
         return None;
     }
-    let local = |r: &Route| {
-        state
-            .providers
-            .get(&r.provider)
-            .is_some_and(|p| p.config.kind == hone_config::ProviderKind::Local)
+    // The engine's largest batch, over every route (one request holds all
+    // the answers); `None` when a route is not on the embedded engine.
+    let batch = |r: &Route| {
+        let p = state.providers.get(&r.provider)?;
+        (p.config.kind == hone_config::ProviderKind::Local).then(|| p.config.local.as_ref().map_or(1, |l| l.max_batch))
     };
-    if context.version.routes.is_empty() || !context.version.routes.iter().all(local) {
+    let batch: Option<Vec<usize>> = context.version.routes.iter().map(batch).collect();
+    let room = batch?.into_iter().min()?.saturating_sub(1);
+    let n = spec.n.min(u32::try_from(room).unwrap_or(u32::MAX));
+    if n == 0 {
         return None;
     }
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     context.id.hash(&mut hasher);
     let draw = hasher.finish() as f64 / u64::MAX as f64;
-    (draw < spec.share).then_some(spec.n)
+    (draw < spec.share).then_some(n)
 }
 
 /// Takes every answer but the first out of `response` (the client's): the
