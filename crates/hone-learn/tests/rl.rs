@@ -114,6 +114,8 @@ steps = 6
 lr = 0.05
 rank = 4
 min_examples = 2
+[agents.acc.learn.replay]
+ewc = 1.0
 "#;
 
 fn adapter_of(w: &World, version: &hone_types::VersionId) -> Option<String> {
@@ -198,6 +200,18 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
     assert!(
         steps.iter().all(|s| s["extra"]["replay_nll"].as_f64().unwrap() > 0.0),
         "{metrics}"
+    );
+    // `ewc` anchors the adapter where the cycle started: no penalty at the
+    // first step, a positive one once it has moved.
+    assert_eq!(steps[0]["extra"]["ewc"].as_f64(), Some(0.0), "{metrics}");
+    assert!(
+        steps.last().unwrap()["extra"]["ewc"].as_f64().unwrap() > 0.0,
+        "{metrics}"
+    );
+    let (first_steps, _) = trainer_steps(&w, &adapter1);
+    assert!(
+        first_steps[0]["extra"].get("ewc").is_none(),
+        "nothing to replay, no EWC"
     );
     // Each candidate says how far its adapter is from the base.
     let training = |c: &hone_types::Candidate| c.training.clone().unwrap();
