@@ -59,15 +59,7 @@ fn version(w: &World, agent: &str, model: &str) -> VersionId {
 /// Waits until the gateway routes new episodes with `canary` in the split (or without any canary).
 async fn wait_for_split(w: &World, agent: &str, canary: Option<&VersionId>) {
     for _ in 0..50 {
-        let list: Value = w
-            .http
-            .get(format!("{}/admin/deployments", w.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = w.get("/admin/deployments").await;
         let split = list["data"]
             .as_array()
             .unwrap()

@@ -14,10 +14,8 @@ use hone_store::{CycleStore, LearnStore, Store};
 use hone_types::CycleState;
 use serde_json::Value;
 
-/// A random tiny Qwen2 checkpoint, and a world whose agent `agent` runs
-/// on it through the embedded engine (temperature 1, six tokens), with
-/// the rest of its config (reward and learn tables) in `rest`.
-async fn tiny_world(agent: &str, rest: &str) -> (tempfile::TempDir, World) {
+/// A random tiny Qwen2 checkpoint in a temporary directory.
+fn tiny_checkpoint() -> tempfile::TempDir {
     let model = tempfile::tempdir().unwrap();
     hone_engine::init::write_checkpoint(
         hone_engine::Arch::Qwen2,
@@ -26,10 +24,26 @@ async fn tiny_world(agent: &str, rest: &str) -> (tempfile::TempDir, World) {
         model.path(),
     )
     .unwrap();
+    model
+}
+
+/// The tables of an agent `agent` whose champion `v1` runs on the checkpoint
+/// in `model` through the embedded engine (temperature 1, six tokens).
+fn local_agent(agent: &str, model: &std::path::Path) -> String {
+    format!(
+        "[agents.{agent}.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
+         temperature = 1.0\nmax_tokens = 6\n[agents.{agent}.deployment]\nchampion = \"v1\"\n",
+        model.display().to_string()
+    )
+}
+
+/// A tiny checkpoint, and a world whose agent `agent` runs on it, with the
+/// rest of its config (reward and learn tables) in `rest`.
+async fn tiny_world(agent: &str, rest: &str) -> (tempfile::TempDir, World) {
+    let model = tiny_checkpoint();
     let config = format!(
-        "[providers.local]\ntype = \"local\"\n[agents.{agent}.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
-         temperature = 1.0\nmax_tokens = 6\n[agents.{agent}.deployment]\nchampion = \"v1\"\n{rest}",
-        model.path().display().to_string()
+        "[providers.local]\ntype = \"local\"\n{}{rest}",
+        local_agent(agent, model.path())
     );
     let w = World::start_with(&config).await;
     (model, w)
@@ -328,23 +342,16 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
              max_staleness = {staleness}\n"
         )
     };
+    // Both agents on the same tiny model.
+    let model = tiny_checkpoint();
     let config = format!(
-        "{}[agents.strict.versions.v1]\nprovider = {{ type = \"local\", model = \"MODEL\" }}\ntemperature = 1.0\n\
-         max_tokens = 6\n[agents.strict.deployment]\nchampion = \"v1\"\n{}",
+        "[providers.local]\ntype = \"local\"\n{}{}{}{}",
+        local_agent("prod", model.path()),
         table("prod", 2),
+        local_agent("strict", model.path()),
         table("strict", 0)
     );
-    // Both agents on the same tiny model (its path is only known once written).
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
-    let config = config.replace("\"MODEL\"", &format!("{:?}", model.path().display().to_string()));
-    let (_unused, w) = tiny_world("prod", &config).await;
+    let w = World::start_with(&config).await;
     let (learner, lines) = learner(&w);
     let traffic = |agent: &'static str, prefix: &'static str| {
         let w = &w;
@@ -452,15 +459,7 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
     assert!(r.get("shadow").is_none(), "{r}");
 
     // Recorded with the call, visible in the episode API, not a call of its own.
-    let episode: Value = w
-        .http
-        .get(format!("{}/v1/episodes/sh-first", w.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let episode = w.get("/v1/episodes/sh-first").await;
     let calls = episode["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{episode}");
     // 16 asked, but the engine's batch (16) holds 15 beside the served answer.

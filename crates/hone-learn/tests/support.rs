@@ -283,6 +283,18 @@ impl World {
         assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     }
 
+    /// `GET path` on the gateway, as JSON.
+    pub async fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn episode(&self, id: &str) -> EpisodeDetail {
         self.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
         self.store.episode(&EpisodeId::parse(id).unwrap()).unwrap().unwrap()
