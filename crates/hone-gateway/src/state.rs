@@ -52,9 +52,11 @@ pub struct AppState {
 impl AppState {
     /// Opens the store, records the declared versions, and starts the recorder.
     pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
-        let sqlite = Arc::new(SqliteStore::open(
+        // Calls wait on its writes: short waits, the recorder spools instead.
+        let sqlite = Arc::new(SqliteStore::open_with(
             &config.store.path,
             config.store.synchronous == hone_config::Synchronous::Full,
+            SqliteStore::RECORDING,
         )?);
         let store: Arc<dyn Store> = sqlite.clone();
         let cycles: Arc<dyn CycleStore> = sqlite;

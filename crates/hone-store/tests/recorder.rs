@@ -35,7 +35,7 @@ const FLUSH: Duration = Duration::from_secs(10);
 async fn concurrent_calls_are_batched_and_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hone.db");
-    let store = Arc::new(SqliteStore::open(&path, false).unwrap());
+    let store = Arc::new(SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap());
     let recorder = Arc::new(Recorder::start(store.clone(), options(dir.path())).unwrap());
     let episode = EpisodeId::new_v7();
     let mut tasks = Vec::new();
@@ -66,7 +66,7 @@ async fn concurrent_calls_are_batched_and_survive_reopen() {
     );
     assert_eq!(recorder.record(call(&episode, 999)).await, Err(RecorderError::Closed));
     drop(store);
-    let reopened = SqliteStore::open(&path, false).unwrap();
+    let reopened = SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap();
     assert_eq!(reopened.call_count().unwrap(), 200);
     assert_eq!(reopened.episode(&episode).unwrap().unwrap().summary.call_count, 200);
 }
@@ -75,7 +75,7 @@ async fn concurrent_calls_are_batched_and_survive_reopen() {
 async fn a_locked_database_keeps_calls_in_the_journal_until_it_returns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hone.db");
-    let store = Arc::new(SqliteStore::open(&path, false).unwrap());
+    let store = Arc::new(SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap());
     let recorder = Recorder::start(store.clone(), options(dir.path())).unwrap();
     let episode = EpisodeId::new_v7();
     recorder.record(call(&episode, 1)).await.unwrap();
@@ -123,7 +123,7 @@ async fn a_journal_left_by_a_crash_is_copied_at_start_and_a_torn_line_skipped() 
     let path = dir.path().join("hone.db");
     let episode = EpisodeId::new_v7();
     {
-        let store = Arc::new(SqliteStore::open(&path, false).unwrap());
+        let store = Arc::new(SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap());
         // It never retries, so only the next start can copy the journal.
         let recorder = Recorder::start(
             store.clone(),
@@ -154,7 +154,7 @@ async fn a_journal_left_by_a_crash_is_copied_at_start_and_a_torn_line_skipped() 
     file.write_all(&torn.as_bytes()[..torn.len() / 2]).unwrap();
     drop(file);
 
-    let store = Arc::new(SqliteStore::open(&path, false).unwrap());
+    let store = Arc::new(SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap());
     let recorder = Recorder::start(store.clone(), options(dir.path())).unwrap();
     recorder.flush(FLUSH).await.unwrap();
     assert_eq!(store.call_count().unwrap(), 5);
@@ -174,7 +174,7 @@ async fn a_corrupt_journal_line_is_kept_aside_and_does_not_block_recording() {
     let left = journal.join("000000000001.jsonl");
     std::fs::write(&left, format!("{}\nnot json at all\n{}\n", line(1), line(2))).unwrap();
 
-    let store = Arc::new(SqliteStore::open(&path, false).unwrap());
+    let store = Arc::new(SqliteStore::open_with(&path, false, SqliteStore::RECORDING).unwrap());
     let recorder = Recorder::start(store.clone(), options(dir.path())).unwrap();
     recorder.record(call(&episode, 3)).await.unwrap();
     recorder.flush(FLUSH).await.unwrap();

@@ -62,10 +62,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl SqliteStore {
+    /// How long the gateway's writes wait for another process's lock before
+    /// the recorder spools to its journal: short, calls are waiting.
+    pub const RECORDING: Duration = Duration::from_millis(250);
+
+    /// How long other writes (the learner's, the CLI's) wait: a cycle's step
+    /// should not fail because the gateway was committing a batch of calls.
+    pub const PATIENT: Duration = Duration::from_secs(10);
+
     /// Opens (creating if needed) the database file and applies migrations.
     /// `full_sync` makes every commit fsync (survives power loss); without it a
-    /// commit survives a process crash.
+    /// commit survives a process crash. A write waits up to [`Self::PATIENT`] for
+    /// another process's (a gateway's recorder, a learner's) to finish.
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
+        Self::open_with(path, full_sync, Self::PATIENT)
+    }
+
+    /// As [`SqliteStore::open`], a write giving up after `busy` when another
+    /// connection holds the lock. The gateway opens its store with
+    /// [`Self::RECORDING`]: a recorder that cannot write soon spools to its journal
+    /// instead of holding up calls.
+    pub fn open_with(path: &Path, full_sync: bool, busy: Duration) -> Result<Self, StoreError> {
         let open_err = |e: &dyn std::fmt::Display| StoreError::Open {
             path: path.display().to_string(),
             message: e.to_string(),
@@ -74,7 +91,7 @@ impl SqliteStore {
             crate::files::create_private_dir(parent).map_err(|e| open_err(&e))?;
         }
         crate::files::create_private_file(path).map_err(|e| open_err(&e))?;
-        let mut writer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
+        let mut writer = Self::connect(path, full_sync, busy).map_err(|e| open_err(&e))?;
         Self::migrate(&mut writer).map_err(|e| open_err(&e))?;
         // Checkpoints move the WAL into the database file. Run inside a
         // commit they stall it for milliseconds (the p99 of every call that
@@ -83,7 +100,7 @@ impl SqliteStore {
         writer
             .pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(|e| open_err(&e))?;
-        let checkpointer = Self::connect(path, full_sync).map_err(|e| open_err(&e))?;
+        let checkpointer = Self::connect(path, full_sync, Self::RECORDING).map_err(|e| open_err(&e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
         std::thread::Builder::new()
@@ -106,13 +123,12 @@ impl SqliteStore {
         })
     }
 
-    fn connect(path: &Path, full_sync: bool) -> rusqlite::Result<Connection> {
+    fn connect(path: &Path, full_sync: bool, busy: Duration) -> rusqlite::Result<Connection> {
         let conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", if full_sync { "FULL" } else { "NORMAL" })?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        // Short: a writer that cannot get the lock soon lets the recorder spool.
-        conn.busy_timeout(Duration::from_millis(250))?;
+        conn.busy_timeout(busy)?;
         Ok(conn)
     }
 
@@ -142,7 +158,7 @@ impl SqliteStore {
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
-            None => Self::connect(&self.path, self.full_sync)?,
+            None => Self::connect(&self.path, self.full_sync, Self::RECORDING)?,
         };
         let result = f(&conn);
         let mut pool = lock(&self.readers);
