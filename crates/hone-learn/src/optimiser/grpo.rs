@@ -59,29 +59,7 @@ impl Optimiser for Grpo {
                             Live::Shadow
                         };
                         let found = live::groups(ctx, &items, kind, self.spec.max_staleness)?;
-                        (ctx.progress)(&match kind {
-                            Live::Production => format!(
-                                "grpo: {} production episodes as single-answer groups ({} served by other weights, \
-                                 corrected; left out: {} stale, {} without token ids, {} without a reward, {} by drop_from_training); baseline {}",
-                                found.rows.len(),
-                                found.off_policy,
-                                found.stale,
-                                found.without_tokens,
-                                found.without_reward,
-                                found.dropped,
-                                found.baseline.map_or("from the first reward".to_owned(), |b| format!("{b:.3}")),
-                            ),
-                            Live::Shadow => format!(
-                                "grpo: {} shadow groups ({} served by other weights, corrected; left out: {} stale \
-                                 episodes, {} without scored shadow samples, {} without a reward, {} by drop_from_training)",
-                                found.rows.len(),
-                                found.off_policy,
-                                found.stale,
-                                found.without_tokens,
-                                found.without_reward,
-                                found.dropped,
-                            ),
-                        });
+                        (ctx.progress)(&format!("grpo: {}", found.summary(kind)));
                         if let Some(b) = found.baseline {
                             baselines.insert(ctx.agent.name.clone(), b);
                         }

@@ -46,6 +46,38 @@ pub struct LiveGroups {
     pub baseline: Option<f64>,
 }
 
+impl LiveGroups {
+    /// What was found and what was left out, for the cycle's log.
+    pub fn summary(&self, live: Live) -> String {
+        let left_out = format!(
+            "{} stale, {} without {}, {} without a reward, {} by drop_from_training",
+            self.stale,
+            self.without_tokens,
+            match live {
+                Live::Production => "token ids",
+                Live::Shadow => "scored shadow samples",
+            },
+            self.without_reward,
+            self.dropped
+        );
+        match live {
+            Live::Production => format!(
+                "{} production episodes as single-answer groups ({} served by other weights, corrected; \
+                 left out: {left_out}); baseline {}",
+                self.rows.len(),
+                self.off_policy,
+                self.baseline
+                    .map_or("from the first reward".to_owned(), |b| format!("{b:.3}")),
+            ),
+            Live::Shadow => format!(
+                "{} shadow groups ({} served by other weights, corrected; left out: {left_out})",
+                self.rows.len(),
+                self.off_policy,
+            ),
+        }
+    }
+}
+
 /// Recent rewarded production episodes the starting baseline averages.
 const BASELINE_WINDOW: usize = 200;
 
