@@ -1,7 +1,7 @@
 //! [`CycleStore`] on SQLite. Each method is one transaction; deployment
 //! changes compare the stored revision inside it.
 
-use super::{lock, traffic_only, SqliteStore};
+use super::{lock, traffic_only, write_tx, SqliteStore};
 use crate::{CandidateUpdate, CycleStore, Step, StoreError, Success, WindowEpisode};
 use hone_types::openai::{task_of, Message};
 use hone_types::{
@@ -81,7 +81,7 @@ impl CycleStore for SqliteStore {
 
     fn start_cycle(&self, agent: &str, trigger: &str, now: i64) -> Result<CycleInfo, StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let open: Option<String> = tx
             .query_row(
                 "SELECT record FROM cycles WHERE agent = ?1 AND state NOT IN ('done', 'failed')",
@@ -132,7 +132,7 @@ impl CycleStore for SqliteStore {
     fn advance_cycle(&self, id: &str, step: &Step<'_>, events: &[HistoryEvent], now: i64) -> Result<bool, StoreError> {
         let (from, to) = (step.from, step.to);
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let record: Option<String> = tx
             .query_row(
                 "SELECT record FROM cycles WHERE id = ?1 AND state = ?2",
@@ -177,7 +177,7 @@ impl CycleStore for SqliteStore {
         events: &[HistoryEvent],
     ) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         super::insert_versions(&tx, versions)?;
         {
             let mut stmt = tx.prepare_cached(
@@ -207,7 +207,7 @@ impl CycleStore for SqliteStore {
         now: i64,
     ) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         apply_updates(&tx, updates, now)?;
         insert_events(&tx, events)?;
         tx.commit()?;
@@ -242,7 +242,7 @@ impl CycleStore for SqliteStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let stored: Option<i64> = tx
             .query_row(
                 "SELECT revision FROM deployments WHERE agent = ?1",
@@ -281,7 +281,7 @@ impl CycleStore for SqliteStore {
 
     fn add_history(&self, events: &[HistoryEvent]) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         insert_events(&tx, events)?;
         tx.commit()?;
         Ok(())

@@ -1,7 +1,7 @@
 //! [`LearnStore`] on SQLite: rewards, dataset snapshots (made immutable by
 //! triggers in the schema), evaluation runs and results.
 
-use super::{lock, traffic_only, SqliteStore};
+use super::{lock, traffic_only, write_tx, SqliteStore};
 use crate::{EpisodeFacts, EpisodeFilter, LearnStore, StoreError};
 use hone_types::{DatasetInfo, EpisodeId, EvalRunInfo, Instance, InstanceResult, RewardRecord, VersionId};
 use rusqlite::{params, OptionalExtension};
@@ -82,7 +82,7 @@ pub fn content_hash(items: &[Instance]) -> Result<String, StoreError> {
 impl LearnStore for SqliteStore {
     fn put_rewards(&self, rewards: &[RewardRecord]) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         {
             let mut stmt = tx.prepare_cached(
                 // Stale from the start when a signal arrived between reading
@@ -198,7 +198,7 @@ impl LearnStore for SqliteStore {
     ) -> Result<DatasetInfo, StoreError> {
         let hash = content_hash(items)?;
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let latest: i64 = tx.query_row(
             "SELECT COALESCE(MAX(version), 0) FROM datasets WHERE name = ?1",
             [name],

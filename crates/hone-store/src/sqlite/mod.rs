@@ -61,6 +61,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A write transaction that takes the write lock at `BEGIN` (`IMMEDIATE`),
+/// waiting for it under the busy timeout. A deferred one that reads first
+/// and then writes fails at once with "database is locked" when another
+/// connection wrote in between: SQLite cannot wait there without risking a
+/// deadlock, so it does not call the busy handler.
+pub(crate) fn write_tx(conn: &mut Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+}
+
 impl SqliteStore {
     /// How long the gateway's writes wait for another process's lock before
     /// the recorder spools to its journal: short, calls are waiting.
@@ -144,7 +153,7 @@ impl SqliteStore {
             if version <= applied {
                 continue;
             }
-            let tx = conn.transaction()?;
+            let tx = write_tx(conn)?;
             tx.execute_batch(sql)?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, strftime('%s','now') * 1000)",
@@ -241,7 +250,7 @@ fn to_summary(
 impl Store for SqliteStore {
     fn write_calls(&self, calls: &[CallRecord]) -> Result<usize, StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let mut written = 0;
         {
             let mut insert = tx.prepare_cached(
@@ -298,7 +307,7 @@ impl Store for SqliteStore {
 
     fn upsert_versions(&self, versions: &[VersionRecord]) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         insert_versions(&tx, versions)?;
         tx.commit()?;
         Ok(())
@@ -342,7 +351,7 @@ impl Store for SqliteStore {
 
     fn insert_signal(&self, signal: &Signal) -> Result<(), StoreError> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction()?;
+        let tx = write_tx(&mut conn)?;
         let episode_known: bool = tx.query_row(
             "SELECT EXISTS (SELECT 1 FROM episodes WHERE id = ?1)",
             [signal.episode_id.as_str()],
