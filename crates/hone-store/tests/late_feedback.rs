@@ -1,7 +1,8 @@
 //! Late feedback: a signal stored after an episode's reward marks the reward
 //! stale in the signal's own transaction, and a reward computed from fewer
 //! signals than the episode has when it is stored stays stale (the signal
-//! arrived while it was being computed).
+//! arrived while it was being computed). Rewards stored before the
+//! migration are judged by time.
 
 use crate::common::call;
 use hone_store::{EpisodeFilter, LearnStore, SqliteStore, Store};
@@ -81,4 +82,47 @@ fn a_signal_after_the_reward_makes_it_stale_until_rescored() {
     store.put_rewards(&[reward(&e, 1.0, 2)]).unwrap();
     assert_eq!(facts(&store, &e), (Some((1.0, true)), false));
     assert_eq!(store.reward(&e, "spec").unwrap().unwrap().signals_seen, 2);
+}
+
+/// A database from before late feedback was tracked: migration 4 judges
+/// its rewards by time — a signal after a reward's computation makes it
+/// stale, and the signals before it count as seen.
+#[test]
+fn rewards_from_before_the_migration_are_judged_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hone.db");
+    let (early, late) = (EpisodeId::new_v7(), EpisodeId::new_v7());
+    {
+        let store = SqliteStore::open(&path, false).unwrap();
+        store.write_calls(&[call(&early, 1), call(&late, 1)]).unwrap();
+        for e in [&early, &late] {
+            store.insert_signal(&signal(e, 5)).unwrap();
+        }
+        store
+            .put_rewards(&[reward(&early, 1.0, 1), reward(&late, 1.0, 1)])
+            .unwrap();
+        store.insert_signal(&signal(&late, 3_600_000)).unwrap();
+    }
+    // Back to schema 3: the rewards as an older hone stored them.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP INDEX rewards_stale; ALTER TABLE rewards DROP COLUMN stale;
+         ALTER TABLE rewards DROP COLUMN signals_seen; DELETE FROM schema_migrations WHERE version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path, false).unwrap();
+    assert_eq!(facts(&store, &early), (Some((1.0, true)), false));
+    assert_eq!(facts(&store, &late), (Some((1.0, true)), true));
+    let seen = |e: &EpisodeId| -> i64 {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.query_row(
+            "SELECT signals_seen FROM rewards WHERE episode_id = ?1",
+            [e.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!((seen(&early), seen(&late)), (1, 1));
 }
