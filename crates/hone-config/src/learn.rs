@@ -763,21 +763,13 @@ impl Default for LearnSpec {
     }
 }
 
-/// The behaviour flags a call can show.
-pub const BEHAVIOUR_FLAGS: [&str; 5] = [
-    "invalid_tool_call",
-    "clarifying_question",
-    "refusal",
-    "empty",
-    "truncated",
-];
-
 fn flags_from_raw(field: &str, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let known = hone_types::BehaviourFlags::NAMES;
     for name in &names {
-        if !BEHAVIOUR_FLAGS.contains(&name.as_str()) {
+        if !known.contains(&name.as_str()) {
             return Err(ConfigError::at(
                 field,
-                format!("unknown behaviour `{name}` ({})", BEHAVIOUR_FLAGS.join(", ")),
+                format!("unknown behaviour `{name}` ({})", known.join(", ")),
             ));
         }
     }

@@ -27,7 +27,7 @@ use hone_types::openai::task_of;
 use hone_types::EpisodeId;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 /// Which traffic a drift was measured on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,25 +140,21 @@ pub fn check(
     seed: u64,
 ) -> Result<Vec<Drift>, StoreError> {
     let scan = |since: Option<i64>, until: Option<i64>, keep: usize| -> Result<Vec<(EpisodeId, bool)>, StoreError> {
-        let mut found = VecDeque::new();
-        store.scan_episodes(
-            &EpisodeFilter {
-                agent: agent.to_owned(),
-                since,
-                until,
-                spec_version: Some(spec_version.to_owned()),
-                ..EpisodeFilter::default()
-            },
-            &mut |facts| {
-                if found.len() == keep {
-                    found.pop_front();
-                }
-                let failed = facts.any_error || facts.reward.is_some_and(|(_, passed)| !passed);
-                found.push_back((facts.id, failed));
-                Ok(())
-            },
-        )?;
-        Ok(found.into())
+        let filter = EpisodeFilter {
+            agent: agent.to_owned(),
+            since,
+            until,
+            spec_version: Some(spec_version.to_owned()),
+            ..EpisodeFilter::default()
+        };
+        Ok(store
+            .last_episodes(&filter, keep, &|_| true)?
+            .into_iter()
+            .map(|f| {
+                let failed = f.any_error || f.reward.is_some_and(|(_, passed)| !passed);
+                (f.id, failed)
+            })
+            .collect())
     };
     let recent = scan(Some(since), until, usize::MAX)?;
     let earlier = scan(None, Some(since), spec.reference)?;

@@ -456,17 +456,12 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
                 [agents.sh.learn.shadow]\nshare = 1.0\nn = 16\n\
                 [agents.sh.learn.grpo]\nsteps = 4\nlr = 0.05\nrank = 4\nmin_examples = 2\ngroups = \"shadow\"\n";
     let (_model, w) = tiny_world("sh", rest).await;
-    let r: Value = w
-        .http
-        .post(format!("{}/v1/chat/completions", w.url))
-        .header("x-hone-episode", "sh-first")
-        .json(&serde_json::json!({"model": "sh", "messages": [{"role": "user", "content": "Say a word"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = w
+        .chat(
+            "sh-first",
+            &serde_json::json!({"model": "sh", "messages": [{"role": "user", "content": "Say a word"}]}),
+        )
+        .await;
     assert_eq!(
         r["choices"].as_array().unwrap().len(),
         1,

@@ -254,16 +254,22 @@ impl World {
         if let Some(t) = tools {
             body["tools"] = t;
         }
+        self.chat(episode, &body).await["choices"][0]["message"].clone()
+    }
+
+    /// `POST /v1/chat/completions` with `body` in `episode`; the whole
+    /// response, which must be a success.
+    pub async fn chat(&self, episode: &str, body: &Value) -> Value {
         let r = self
             .http
             .post(format!("{}/v1/chat/completions", self.url))
             .header("x-hone-episode", episode)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .unwrap();
         assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-        r.json::<Value>().await.unwrap()["choices"][0]["message"].clone()
+        r.json().await.unwrap()
     }
 
     /// A single-call episode asking `text`.

@@ -59,6 +59,30 @@ pub trait LearnStore: Store {
         visit: &mut dyn FnMut(EpisodeFacts) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
+    /// The last `n` episodes matching the filter that `keep` accepts, oldest
+    /// first (memory bounded by `n`).
+    fn last_episodes(
+        &self,
+        filter: &EpisodeFilter,
+        n: usize,
+        keep: &dyn Fn(&EpisodeFacts) -> bool,
+    ) -> Result<Vec<EpisodeFacts>, StoreError> {
+        let mut last = std::collections::VecDeque::new();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.scan_episodes(filter, &mut |facts| {
+            if keep(&facts) {
+                if last.len() == n {
+                    last.pop_front();
+                }
+                last.push_back(facts);
+            }
+            Ok(())
+        })?;
+        Ok(last.into())
+    }
+
     /// Writes a new snapshot `name@N` (N one more than the latest) with its
     /// instances, in one transaction, and returns it.
     fn create_dataset(

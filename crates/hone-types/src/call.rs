@@ -45,8 +45,16 @@ pub struct BehaviourFlags {
 }
 
 impl BehaviourFlags {
-    /// The flag called `name` (as in monitors and config); false for any
-    /// other name.
+    /// Every flag's name (as in monitors and config).
+    pub const NAMES: [&'static str; 5] = [
+        "invalid_tool_call",
+        "clarifying_question",
+        "refusal",
+        "empty",
+        "truncated",
+    ];
+
+    /// The flag called `name` (one of [`Self::NAMES`]); false for any other.
     pub fn named(&self, name: &str) -> bool {
         match name {
             "invalid_tool_call" => self.invalid_tool_call,

@@ -194,24 +194,17 @@ fn shadow_rows(
 /// The mean reward of the agent's last [`BASELINE_WINDOW`] rewarded
 /// production episodes.
 fn recent_mean_reward(store: &dyn CycleStore, agent: &str, spec_version: &str) -> Result<Option<f64>, LearnError> {
-    let mut rewards = std::collections::VecDeque::with_capacity(BASELINE_WINDOW);
-    store.scan_episodes(
-        &EpisodeFilter {
-            agent: agent.to_owned(),
-            spec_version: Some(spec_version.to_owned()),
-            ..EpisodeFilter::default()
-        },
-        &mut |facts| {
-            if let Some((value, _)) = facts.reward {
-                if rewards.len() == BASELINE_WINDOW {
-                    rewards.pop_front();
-                }
-                rewards.push_back(value);
-            }
-            Ok(())
-        },
-    )?;
-    Ok((!rewards.is_empty()).then(|| rewards.iter().sum::<f64>() / rewards.len() as f64))
+    let filter = EpisodeFilter {
+        agent: agent.to_owned(),
+        spec_version: Some(spec_version.to_owned()),
+        ..EpisodeFilter::default()
+    };
+    let rewards: Vec<f64> = store
+        .last_episodes(&filter, BASELINE_WINDOW, &|f| f.reward.is_some())?
+        .into_iter()
+        .filter_map(|f| f.reward.map(|(value, _)| value))
+        .collect();
+    Ok(crate::stats::mean(&rewards))
 }
 
 /// How far a serving version is from the champion being trained on.

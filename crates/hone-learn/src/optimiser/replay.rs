@@ -8,7 +8,7 @@
 use crate::error::LearnError;
 use hone_store::{CycleStore, EpisodeFilter};
 use hone_types::{EpisodeId, SampledTokens};
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 
 /// Earlier successes, one entry per call, and how many episodes they span.
 #[derive(Debug, Default, Clone)]
@@ -33,26 +33,17 @@ pub fn buffer(
     if size == 0 {
         return Ok(replay);
     }
-    let mut recent = VecDeque::with_capacity(size);
-    store.scan_episodes(
-        &EpisodeFilter {
-            agent: agent.to_owned(),
-            until: before,
-            spec_version: Some(spec_version.to_owned()),
-            ..EpisodeFilter::default()
-        },
-        &mut |facts| {
-            if facts.reward.is_some_and(|(_, passed)| passed) && !exclude.contains(&facts.id) {
-                if recent.len() == size {
-                    recent.pop_front();
-                }
-                recent.push_back(facts.id);
-            }
-            Ok(())
-        },
-    )?;
-    for id in recent {
-        let Some(episode) = store.episode(&id)? else { continue };
+    let filter = EpisodeFilter {
+        agent: agent.to_owned(),
+        until: before,
+        spec_version: Some(spec_version.to_owned()),
+        ..EpisodeFilter::default()
+    };
+    let passed = |f: &hone_store::EpisodeFacts| f.reward.is_some_and(|(_, passed)| passed) && !exclude.contains(&f.id);
+    for facts in store.last_episodes(&filter, size, &passed)? {
+        let Some(episode) = store.episode(&facts.id)? else {
+            continue;
+        };
         let calls: Option<Vec<SampledTokens>> = episode.calls.iter().map(|c| c.sampled_tokens()).collect();
         match calls {
             Some(calls) if !calls.is_empty() => {
