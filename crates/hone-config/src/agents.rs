@@ -21,7 +21,7 @@ use crate::error::{is_name, ConfigError};
 use crate::learn::{DeploymentPolicy, LearnSpec, RawLearn, RawPolicy};
 use crate::providers::{default_local_provider, ProviderConfig, ProviderKind};
 use crate::reward::{RawReward, RewardSpec, JUDGE_AGENT};
-use hone_types::{Route, VersionId, VersionSpec};
+use hone_types::{Route, Setting, VersionId, VersionSpec};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -55,6 +55,10 @@ pub struct RawVersion {
     pub top_p: Option<f64>,
     pub max_tokens: Option<u32>,
     pub reasoning_effort: Option<String>,
+    /// Settings whose version value wins over the client's
+    /// (`temperature`, `top_p`, `reasoning_effort`); the others are defaults.
+    #[serde(default)]
+    pub enforce: Vec<String>,
 }
 
 /// A version's provider: a declared provider's name, or an inline local
@@ -257,7 +261,7 @@ fn version_spec(
     check_routes(field, &routes, providers.declared)?;
     let system = system_prompt(field, raw.system, raw.system_file, env)?;
     check_sampling(field, raw.temperature, raw.top_p, raw.max_tokens)?;
-    Ok(VersionSpec {
+    let mut spec = VersionSpec {
         agent: agent.to_owned(),
         routes,
         system,
@@ -266,7 +270,28 @@ fn version_spec(
         max_tokens: raw.max_tokens,
         reasoning_effort: raw.reasoning_effort,
         examples: None,
-    })
+        enforce: Vec::new(),
+    };
+    for (i, name) in raw.enforce.iter().enumerate() {
+        let at = || format!("{field}.enforce[{i}]");
+        let setting = Setting::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = Setting::ALL.iter().map(|s| s.name()).collect();
+            ConfigError::at(at(), format!("`{name}` cannot be enforced (one of: {})", names.join(", ")))
+        })?;
+        let set = match setting {
+            Setting::Temperature => spec.temperature.is_some(),
+            Setting::TopP => spec.top_p.is_some(),
+            Setting::ReasoningEffort => spec.reasoning_effort.is_some(),
+        };
+        if !set {
+            return Err(ConfigError::at(
+                at(),
+                format!("enforces `{name}` but the version does not set it"),
+            ));
+        }
+        spec.enforce(setting);
+    }
+    Ok(spec)
 }
 
 /// The version's own route: a declared provider by name with `model` (and
@@ -548,6 +573,7 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
                 max_tokens: None,
                 reasoning_effort: None,
                 examples: None,
+                enforce: Vec::new(),
             };
             let id = spec.id();
             (label.clone(), DeclaredVersion { label, id, spec })

@@ -91,6 +91,23 @@ model = "m"
     }
 
     #[test]
+    fn a_version_enforces_only_settings_it_sets() {
+        let c = load(&format!("{BASE}temperature = 0.2\nenforce = [\"temperature\"]\n")).unwrap();
+        let v = &c.agents["a"].versions["v1"];
+        assert!(v.spec.enforces(hone_types::Setting::Temperature));
+        assert_ne!(
+            v.id,
+            load(&format!("{BASE}temperature = 0.2\n")).unwrap().agents["a"].versions["v1"].id,
+            "enforcing is part of the version"
+        );
+        let e = load(&format!("{BASE}enforce = [\"top_p\"]\n")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.versions.v1.enforce[0]"));
+        assert!(e.message.contains("does not set it"), "{e}");
+        let e = load(&format!("{BASE}max_tokens = 9\nenforce = [\"max_tokens\"]\n")).unwrap_err();
+        assert!(e.message.contains("cannot be enforced"), "{e}");
+    }
+
+    #[test]
     fn a_changed_version_gets_a_new_id() {
         let a = load(BASE).unwrap();
         let b = load(&format!("{BASE}temperature = 0.2\n")).unwrap();

@@ -7,7 +7,7 @@
 //! type = "openai"
 //! base_url = "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
 //! api_key_env = "OPENAI_API_KEY"
-//! prices = { "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 } }
+//! prices = { "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6, cached_input_per_mtok = 0.075 } }
 //! [providers.gpu]
 //! type = "local"
 //! dtype = "bf16"
@@ -68,6 +68,10 @@ pub struct RawHttpProvider {
 pub struct RawPrice {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// Prompt tokens read from the provider's prompt cache (default: the input price).
+    pub cached_input_per_mtok: Option<f64>,
+    /// Prompt tokens written to the prompt cache (default: the input price).
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,11 +106,23 @@ pub struct LocalOptions {
 pub struct Price {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    pub cached_input_per_mtok: f64,
+    pub cache_write_per_mtok: f64,
 }
 
 impl Price {
-    pub fn cost_usd(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
-        (prompt_tokens as f64 * self.input_per_mtok + completion_tokens as f64 * self.output_per_mtok) / 1e6
+    /// What a call's tokens cost: prompt tokens read from or written to the
+    /// provider's prompt cache at their own prices, the rest at the input
+    /// price, completion tokens at the output price.
+    pub fn cost_usd(&self, usage: &hone_types::openai::Usage) -> f64 {
+        let cached = usage.cached_prompt_tokens();
+        let written = usage.cache_write_tokens();
+        let uncached = usage.prompt_tokens.saturating_sub(cached + written);
+        (uncached as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok
+            + written as f64 * self.cache_write_per_mtok
+            + usage.completion_tokens as f64 * self.output_per_mtok)
+            / 1e6
     }
 }
 
@@ -258,7 +274,12 @@ fn base_url(field: &str, raw: Option<&str>, default: Option<&str>, env: &Env) ->
 fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<String, Price>, ConfigError> {
     let mut prices = BTreeMap::new();
     for (model, price) in raw {
-        if !(price.input_per_mtok >= 0.0 && price.output_per_mtok >= 0.0) {
+        let cached = price.cached_input_per_mtok.unwrap_or(price.input_per_mtok);
+        let write = price.cache_write_per_mtok.unwrap_or(price.input_per_mtok);
+        if ![price.input_per_mtok, price.output_per_mtok, cached, write]
+            .iter()
+            .all(|p| *p >= 0.0 && p.is_finite())
+        {
             return Err(ConfigError::at(
                 format!("{field}.prices.{model}"),
                 "prices must be non-negative numbers",
@@ -269,6 +290,8 @@ fn prices(field: &str, raw: BTreeMap<String, RawPrice>) -> Result<BTreeMap<Strin
             Price {
                 input_per_mtok: price.input_per_mtok,
                 output_per_mtok: price.output_per_mtok,
+                cached_input_per_mtok: cached,
+                cache_write_per_mtok: write,
             },
         );
     }
@@ -296,5 +319,61 @@ pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderCon
             max_batch: 16,
             adapters_dir: default_adapters_dir(data_dir),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hone_types::openai::Usage;
+
+    #[test]
+    fn cached_and_cache_written_prompt_tokens_are_priced_apart() {
+        let raw = BTreeMap::from([(
+            "m".to_owned(),
+            RawPrice {
+                input_per_mtok: 2.0,
+                output_per_mtok: 8.0,
+                cached_input_per_mtok: Some(0.5),
+                cache_write_per_mtok: Some(2.5),
+            },
+        )]);
+        let price = prices("providers.p", raw).unwrap()["m"];
+        let usage: Usage = serde_json::from_value(serde_json::json!({
+            "prompt_tokens": 1_000_000, "completion_tokens": 100_000, "total_tokens": 1_100_000,
+            "prompt_tokens_details": {"cached_tokens": 600_000},
+            "cache_creation_input_tokens": 100_000
+        }))
+        .unwrap();
+        // 300k uncached × 2 + 600k cached × 0.5 + 100k written × 2.5 + 100k out × 8, per million.
+        let expected = 0.6 + 0.3 + 0.25 + 0.8;
+        assert!((price.cost_usd(&usage) - expected).abs() < 1e-12, "{}", price.cost_usd(&usage));
+
+        // Without cache prices every prompt token costs the input price.
+        let plain = prices(
+            "providers.p",
+            BTreeMap::from([(
+                "m".to_owned(),
+                RawPrice {
+                    input_per_mtok: 2.0,
+                    output_per_mtok: 8.0,
+                    cached_input_per_mtok: None,
+                    cache_write_per_mtok: None,
+                },
+            )]),
+        )
+        .unwrap()["m"];
+        assert!((plain.cost_usd(&usage) - (2.0 + 0.8)).abs() < 1e-12);
+
+        let negative = BTreeMap::from([(
+            "m".to_owned(),
+            RawPrice {
+                input_per_mtok: 2.0,
+                output_per_mtok: 8.0,
+                cached_input_per_mtok: Some(-1.0),
+                cache_write_per_mtok: None,
+            },
+        )]);
+        assert!(prices("providers.p", negative).is_err());
     }
 }

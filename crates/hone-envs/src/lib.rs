@@ -284,6 +284,7 @@ pub fn assistant_tool_calls(calls: Vec<(String, String, String)>) -> Message {
         tool_call_id: None,
         refusal: None,
         extra: Extra::new(),
+        nulls: Default::default(),
     }
 }
 
@@ -297,6 +298,7 @@ pub fn tool_result(tool_call_id: &str, content: String) -> Message {
         tool_call_id: Some(tool_call_id.to_owned()),
         refusal: None,
         extra: Extra::new(),
+        nulls: Default::default(),
     }
 }
 

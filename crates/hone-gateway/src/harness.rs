@@ -1,11 +1,18 @@
 //! Applies a version to a client's request before it goes upstream: the
-//! version's system prompt goes first, its sampling settings win over the
-//! client's (the version is what hone optimises), retrieved few-shot
-//! examples go before the conversation, and `model` becomes the route's
-//! upstream model.
+//! version's system prompt goes first, retrieved few-shot examples go before
+//! the conversation, `model` becomes the route's upstream model, and the
+//! version's sampling settings apply by one rule, written here only:
+//!
+//! - `temperature`, `top_p`, `reasoning_effort`: the version's value is a
+//!   default the client may override, unless the version lists the setting
+//!   in `enforce` (then the version's value wins). Candidates of the `model`
+//!   optimiser enforce what they change, so the setting they were proven
+//!   with is the one that serves.
+//! - `max_tokens`: a ceiling. The answer never exceeds what the client
+//!   asked, nor the version's limit.
 
 use hone_types::openai::{ChatCompletionRequest, Message, Role};
-use hone_types::{Route, VersionSpec};
+use hone_types::{Route, Setting, VersionSpec};
 
 pub fn apply(
     request: &ChatCompletionRequest,
@@ -27,21 +34,22 @@ pub fn apply(
     if let Some(system) = &version.system {
         upstream.messages.insert(0, Message::new(Role::System, system.clone()));
     }
-    if version.temperature.is_some() {
+    let wins = |setting: Setting, client_set: bool| !client_set || version.enforces(setting);
+    if version.temperature.is_some() && wins(Setting::Temperature, upstream.temperature.is_some()) {
         upstream.temperature = version.temperature;
     }
-    if version.top_p.is_some() {
+    if version.top_p.is_some() && wins(Setting::TopP, upstream.top_p.is_some()) {
         upstream.top_p = version.top_p;
     }
-    if let Some(limit) = version.max_tokens {
-        if upstream.max_completion_tokens.is_some() {
-            upstream.max_completion_tokens = Some(limit);
-        } else {
-            upstream.max_tokens = Some(limit);
-        }
-    }
-    if version.reasoning_effort.is_some() {
+    if version.reasoning_effort.is_some() && wins(Setting::ReasoningEffort, upstream.reasoning_effort.is_some()) {
         upstream.reasoning_effort.clone_from(&version.reasoning_effort);
+    }
+    if let Some(limit) = version.max_tokens {
+        match (upstream.max_completion_tokens, upstream.max_tokens) {
+            (Some(asked), _) => upstream.max_completion_tokens = Some(asked.min(limit)),
+            (None, Some(asked)) => upstream.max_tokens = Some(asked.min(limit)),
+            (None, None) => upstream.max_tokens = Some(limit),
+        }
     }
     upstream
 }
@@ -65,6 +73,7 @@ mod tests {
             max_tokens: Some(10),
             reasoning_effort: None,
             examples: None,
+            enforce: Vec::new(),
         };
         let route = Route {
             provider: "up".into(),
@@ -75,9 +84,22 @@ mod tests {
         assert_eq!(out.model, "gpt-x");
         assert_eq!(out.messages[0].text(), "Be brief.");
         assert_eq!(out.messages[1].text(), "hi");
-        assert_eq!(out.temperature, Some(0.2));
-        assert_eq!(out.max_completion_tokens, Some(10));
+        assert_eq!(out.temperature, Some(1.0), "the client's temperature overrides a default");
+        assert_eq!(out.max_completion_tokens, Some(10), "the version's ceiling");
         assert_eq!(out.max_tokens, None);
+
+        let mut enforcing = version.clone();
+        enforcing.enforce(Setting::Temperature);
+        let out = apply(&request, &enforcing, &route, &[]);
+        assert_eq!(out.temperature, Some(0.2), "an enforced setting wins");
+
+        let bare = ChatCompletionRequest::from_json(
+            br#"{"model":"assistant","messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#,
+        )
+        .unwrap();
+        let out = apply(&bare, &version, &route, &[]);
+        assert_eq!(out.temperature, Some(0.2), "the version's default when the client sets none");
+        assert_eq!(out.max_tokens, Some(4), "never more than the client asked");
 
         let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];
         let out = apply(&request, &version, &route, &shots);

@@ -20,6 +20,7 @@ fn story(store: &dyn Store) {
         max_tokens: None,
         reasoning_effort: None,
         examples: None,
+        enforce: Vec::new(),
     };
     let record = VersionRecord {
         id: spec.id(),

@@ -30,4 +30,4 @@ pub use learn::{
     ShadowScores,
 };
 pub use signal::{FeedbackRequest, MetricLevel, MetricType, Signal, SignalSource, SignalValue};
-pub use version::{ExamplePolicy, Route, VersionRecord, VersionSpec};
+pub use version::{ExamplePolicy, Route, Setting, VersionRecord, VersionSpec};

@@ -258,22 +258,92 @@ pub enum Role {
     Function,
 }
 
-/// One chat message, in a request or as a choice's answer.
+/// One chat message, in a request or as a choice's answer. A `content` or
+/// `refusal` the sender wrote as `null` is written back as `null` (OpenAI's
+/// answers carry both, and clients check for them); one it left out stays out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "WireMessage", into = "WireMessage")]
 pub struct Message {
     pub role: Role,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Content>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
-    #[serde(flatten)]
     pub extra: Extra,
+    /// Which of the fields above that are `None` were sent as an explicit `null`.
+    pub nulls: Nulls,
+}
+
+/// Fields of a [`Message`] that were present as `null`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Nulls {
+    pub content: bool,
+    pub refusal: bool,
+}
+
+/// A [`Message`] on the wire: absent and `null` told apart.
+#[derive(Serialize, Deserialize)]
+struct WireMessage {
+    role: Role,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    content: Option<Option<Content>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    refusal: Option<Option<String>>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+/// `Some(None)` for an explicit `null`; a field left out stays `None` (`default`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// `None` written as `null` when it was sent so, left out otherwise.
+fn with_null<T>(value: Option<T>, null: bool) -> Option<Option<T>> {
+    match value {
+        Some(v) => Some(Some(v)),
+        None if null => Some(None),
+        None => None,
+    }
+}
+
+impl From<WireMessage> for Message {
+    fn from(w: WireMessage) -> Self {
+        Self {
+            role: w.role,
+            nulls: Nulls {
+                content: matches!(w.content, Some(None)),
+                refusal: matches!(w.refusal, Some(None)),
+            },
+            content: w.content.flatten(),
+            name: w.name,
+            tool_calls: w.tool_calls,
+            tool_call_id: w.tool_call_id,
+            refusal: w.refusal.flatten(),
+            extra: w.extra,
+        }
+    }
+}
+
+impl From<Message> for WireMessage {
+    fn from(m: Message) -> Self {
+        Self {
+            role: m.role,
+            content: with_null(m.content, m.nulls.content),
+            name: m.name,
+            tool_calls: m.tool_calls,
+            tool_call_id: m.tool_call_id,
+            refusal: with_null(m.refusal, m.nulls.refusal),
+            extra: m.extra,
+        }
+    }
 }
 
 impl Message {
@@ -286,6 +356,27 @@ impl Message {
             tool_call_id: None,
             refusal: None,
             extra: Extra::new(),
+            nulls: Nulls::default(),
+        }
+    }
+
+    /// An assistant's answer in the one shape hone stores and returns
+    /// whichever path made it (a stream, the engine, Anthropic), OpenAI's:
+    /// `content` is `null` when the answer only calls tools, `refusal` is `null`.
+    pub fn answer(text: String, tool_calls: Vec<ToolCall>, refusal: Option<String>) -> Self {
+        let only_calls = text.is_empty() && !tool_calls.is_empty();
+        Self {
+            role: Role::Assistant,
+            content: (!only_calls).then_some(Content::Text(text)),
+            name: None,
+            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+            tool_call_id: None,
+            refusal,
+            extra: Extra::new(),
+            nulls: Nulls {
+                content: true,
+                refusal: true,
+            },
         }
     }
 
@@ -463,10 +554,23 @@ pub struct Choice {
     pub message: Message,
     #[serde(default)]
     pub finish_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `Some(Value::Null)` when the upstream sent `"logprobs": null`, which is kept.
+    #[serde(default, deserialize_with = "keep_null", skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Value>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+impl Choice {
+    /// The choice's logprobs, if it has any (not `null`).
+    pub fn logprobs(&self) -> Option<&Value> {
+        self.logprobs.as_ref().filter(|v| !v.is_null())
+    }
+}
+
+/// A present field as `Some`, an explicit `null` included.
+fn keep_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -480,6 +584,31 @@ pub struct Usage {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+impl Usage {
+    /// Prompt tokens served from the provider's prompt cache
+    /// (`prompt_tokens_details.cached_tokens`; Anthropic's cache reads are
+    /// mapped there).
+    pub fn cached_prompt_tokens(&self) -> u64 {
+        self.extra
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    }
+
+    /// Prompt tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    pub fn cache_write_tokens(&self) -> u64 {
+        self.extra
+            .get(CACHE_WRITE_TOKENS)
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    }
+}
+
+/// The usage field counting prompt tokens written to a prompt cache.
+pub const CACHE_WRITE_TOKENS: &str = "cache_creation_input_tokens";
 
 /// One `data:` event of a streamed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

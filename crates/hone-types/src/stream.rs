@@ -6,7 +6,7 @@
 //! same answer the client assembled, also when the stream was cut short.
 
 use crate::openai::{
-    ChatCompletionChunk, ChatCompletionResponse, Choice, Content, Extra, FunctionCall, Message, Role, ToolCall, Usage,
+    ChatCompletionChunk, ChatCompletionResponse, Choice, Extra, FunctionCall, Message, ToolCall, Usage,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -22,7 +22,6 @@ struct ToolCallParts {
 #[derive(Debug, Default)]
 struct ChoiceParts {
     text: String,
-    saw_text: bool,
     refusal: Option<String>,
     tool_calls: BTreeMap<u32, ToolCallParts>,
     finish_reason: Option<String>,
@@ -89,7 +88,6 @@ impl StreamAccumulator {
             let parts = self.choices.entry(choice.index).or_default();
             if let Some(text) = &choice.delta.content {
                 parts.text.push_str(text);
-                parts.saw_text = true;
             }
             if let Some(refusal) = &choice.delta.refusal {
                 parts.refusal.get_or_insert_with(String::new).push_str(refusal);
@@ -143,17 +141,9 @@ impl StreamAccumulator {
                     .collect();
                 Choice {
                     index,
-                    message: Message {
-                        role: Role::Assistant,
-                        content: (parts.saw_text || tool_calls.is_empty()).then(|| Content::Text(parts.text.clone())),
-                        name: None,
-                        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-                        tool_call_id: None,
-                        refusal: parts.refusal.clone(),
-                        extra: Extra::new(),
-                    },
+                    message: Message::answer(parts.text.clone(), tool_calls, parts.refusal.clone()),
                     finish_reason: parts.finish_reason.clone(),
-                    logprobs: parts.logprobs.clone().filter(|v| !v.is_null()),
+                    logprobs: Some(parts.logprobs.clone().unwrap_or(Value::Null)),
                     extra: parts.extra.clone(),
                 }
             })
@@ -196,9 +186,14 @@ mod tests {
         assert_eq!(m.tool_calls()[0].function.name, "get_weather");
         assert_eq!(m.tool_calls()[0].function.arguments, r#"{"city":"Paris"}"#);
         assert!(m.content.is_none());
+        // Stored as a non-streamed OpenAI answer is: content and refusal null.
+        let stored = serde_json::to_value(&r.choices[0]).unwrap();
+        assert_eq!(stored["message"]["content"], Value::Null);
+        assert!(stored["message"].as_object().unwrap().contains_key("content"));
+        assert!(stored["message"].as_object().unwrap().contains_key("refusal"));
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(
-            r.choices[0].logprobs.as_ref().unwrap()["content"]
+            r.choices[0].logprobs().unwrap()["content"]
                 .as_array()
                 .unwrap()
                 .len(),

@@ -39,6 +39,37 @@ pub struct VersionSpec {
     /// (episodic memory), inserted before the client's messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub examples: Option<ExamplePolicy>,
+    /// Sampling settings of this version that win over the client's. The
+    /// rest of `temperature`, `top_p` and `reasoning_effort` are defaults a
+    /// client may override; `max_tokens` is a ceiling either way (see
+    /// `hone_gateway::harness::apply`, the one place the rule is written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enforce: Vec<Setting>,
+}
+
+/// A sampling setting a version may enforce over the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Setting {
+    Temperature,
+    TopP,
+    ReasoningEffort,
+}
+
+impl Setting {
+    pub const ALL: [Setting; 3] = [Setting::Temperature, Setting::TopP, Setting::ReasoningEffort];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::Temperature => "temperature",
+            Setting::TopP => "top_p",
+            Setting::ReasoningEffort => "reasoning_effort",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 /// How a version retrieves examples: the `k` most similar successful
@@ -58,6 +89,18 @@ impl VersionSpec {
     pub fn canonical_json(&self) -> String {
         // Serialising a struct of strings, numbers and vectors cannot fail.
         serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether the version's value of `setting` wins over the client's.
+    pub fn enforces(&self, setting: Setting) -> bool {
+        self.enforce.contains(&setting)
+    }
+
+    /// Marks `setting` enforced (kept sorted and unique, so the id is canonical).
+    pub fn enforce(&mut self, setting: Setting) {
+        if let Err(at) = self.enforce.binary_search(&setting) {
+            self.enforce.insert(at, setting);
+        }
     }
 
     pub fn id(&self) -> VersionId {
@@ -98,6 +141,7 @@ mod tests {
             max_tokens: None,
             reasoning_effort: None,
             examples: None,
+            enforce: Vec::new(),
         }
     }
 

@@ -201,6 +201,10 @@ async fn tool_calls_round_trip_and_bad_tool_calls_are_flagged() {
     let body: Value = response.json().await.unwrap();
     let call = body["choices"][0]["message"]["tool_calls"][0].clone();
     assert_eq!(call["function"]["name"], "get_weather");
+    // The nulls the upstream sent reach the client.
+    let message = body["choices"][0]["message"].as_object().unwrap();
+    assert_eq!((&message["content"], &message["refusal"]), (&Value::Null, &Value::Null));
+    assert!(body["choices"][0].as_object().unwrap()["logprobs"].is_null());
     let follow_up = client()
         .post(hone.url("/v1/chat/completions"))
         .header("X-Hone-Episode", &episode_id)
@@ -251,6 +255,12 @@ async fn tool_calls_round_trip_and_bad_tool_calls_are_flagged() {
         r#"{"city": "Paris"}"#
     );
     assert_eq!(calls[2]["response"]["choices"][0]["finish_reason"], "tool_calls");
+    // A tool-call answer is stored one way, streamed (whose first delta
+    // carried `content: ""`) or not.
+    assert_eq!(
+        calls[2]["response"]["choices"][0]["message"],
+        calls[0]["response"]["choices"][0]["message"]
+    );
     assert_eq!(calls[3]["flags"]["invalid_tool_call"], true);
     assert_eq!(calls[4]["flags"]["clarifying_question"], true);
 }

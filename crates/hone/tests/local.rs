@@ -138,6 +138,54 @@ async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs()
     assert_eq!(events.last().unwrap()["usage"]["completion_tokens"], ids.len());
 }
 
+/// `examples/local.toml` sets `temperature = 0.7` and `max_tokens = 512`
+/// on its version: defaults, which a client asking for greedy decoding and
+/// 12 tokens overrides.
+#[tokio::test]
+async fn the_clients_own_sampling_settings_win_over_the_versions_defaults() {
+    let hone = start();
+    let greedy = |seed: u64| {
+        let mut body = ask("assistant", seed);
+        body["temperature"] = json!(0);
+        body["max_tokens"] = json!(12);
+        body["logprobs"] = json!(true);
+        body["top_logprobs"] = json!(5);
+        body
+    };
+    let (status, first, _) = post(&hone, greedy(1)).await;
+    assert_eq!(status, 200, "{first}");
+    let tokens = first["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!tokens.is_empty() && tokens.len() <= 12, "{} tokens", tokens.len());
+    assert!(first["usage"]["completion_tokens"].as_u64().unwrap() <= 12);
+    for (i, entry) in tokens.iter().enumerate() {
+        let best = entry["top_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["logprob"].as_f64().unwrap())
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(entry["logprob"].as_f64().unwrap(), best, "token {i} is the argmax");
+    }
+    let (_, second, _) = post(&hone, greedy(99)).await;
+    assert_eq!(
+        second["choices"][0]["token_ids"], first["choices"][0]["token_ids"],
+        "greedy decoding does not depend on the seed"
+    );
+
+    // Without the client's settings the version's defaults apply: sampled at
+    // 0.7, so some token is not the argmax.
+    let mut sampled = ask("assistant", 1);
+    sampled["logprobs"] = json!(true);
+    sampled["top_logprobs"] = json!(5);
+    let (_, body, _) = post(&hone, sampled).await;
+    let content = body["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(content.len() > 12, "the version's 512-token ceiling, not 12");
+    assert!(content.iter().any(|entry| {
+        let best = entry["top_logprobs"][0]["logprob"].as_f64().unwrap();
+        entry["logprob"].as_f64().unwrap() < best
+    }));
+}
+
 #[tokio::test]
 async fn n_samples_logprobs_tools_and_bad_requests() {
     let hone = start();

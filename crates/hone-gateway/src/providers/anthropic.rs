@@ -327,21 +327,25 @@ struct AnthropicUsage {
     cache_read_input_tokens: Option<u64>,
 }
 
+/// Anthropic counts cache reads and writes apart from `input_tokens`;
+/// OpenAI's `prompt_tokens` includes them, with the reads in
+/// `prompt_tokens_details.cached_tokens` — so prices and budgets see every
+/// prompt token once, at its own price.
 fn usage(u: &AnthropicUsage) -> Usage {
+    let read = u.cache_read_input_tokens.unwrap_or(0);
+    let written = u.cache_creation_input_tokens.unwrap_or(0);
+    let prompt = u.input_tokens + read + written;
     let mut extra = Extra::new();
-    let cache = [
-        ("cache_creation_input_tokens", u.cache_creation_input_tokens),
-        ("cache_read_input_tokens", u.cache_read_input_tokens),
-    ];
-    for (key, tokens) in cache {
-        if let Some(tokens) = tokens {
-            extra.insert(key.to_owned(), tokens.into());
-        }
+    if u.cache_read_input_tokens.is_some() {
+        extra.insert("prompt_tokens_details".to_owned(), serde_json::json!({"cached_tokens": read}));
+    }
+    if let Some(written) = u.cache_creation_input_tokens {
+        extra.insert(hone_types::openai::CACHE_WRITE_TOKENS.to_owned(), written.into());
     }
     Usage {
-        prompt_tokens: u.input_tokens,
+        prompt_tokens: prompt,
         completion_tokens: u.output_tokens,
-        total_tokens: u.input_tokens + u.output_tokens,
+        total_tokens: prompt + u.output_tokens,
         extra,
     }
 }
@@ -380,17 +384,9 @@ fn from_anthropic(message: MessagesResponse, created: i64) -> ChatCompletionResp
         model: message.model,
         choices: vec![Choice {
             index: 0,
-            message: Message {
-                role: Role::Assistant,
-                content: (!text.is_empty() || tool_calls.is_empty()).then_some(Content::Text(text)),
-                name: None,
-                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-                tool_call_id: None,
-                refusal: None,
-                extra: Extra::new(),
-            },
+            message: Message::answer(text, tool_calls, None),
             finish_reason: message.stop_reason.as_deref().map(finish_reason),
-            logprobs: None,
+            logprobs: Some(Value::Null),
             extra: Extra::new(),
         }],
         usage: Some(usage(&message.usage)),
@@ -768,10 +764,10 @@ mod tests {
         let usage = response.usage.unwrap();
         assert_eq!(
             (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
-            (12, 7, 19)
+            (42, 7, 49),
+            "prompt tokens include the 30 read from the cache"
         );
-        assert_eq!(usage.extra["cache_read_input_tokens"], 30);
-        assert_eq!(usage.extra["cache_creation_input_tokens"], 0);
+        assert_eq!((usage.cached_prompt_tokens(), usage.cache_write_tokens()), (30, 0));
 
         for (stop, finish) in [
             ("end_turn", "stop"),
@@ -883,9 +879,9 @@ data: {"type":"message_stop"}
         let usage = response.usage.unwrap();
         assert_eq!(
             (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
-            (472, 89, 561)
+            (572, 89, 661)
         );
-        assert_eq!(usage.extra["cache_read_input_tokens"], 100);
+        assert_eq!(usage.cached_prompt_tokens(), 100);
     }
 
     #[test]

@@ -353,24 +353,19 @@ impl Provider for LocalProvider {
             } else {
                 "tool_calls"
             };
-            let mut message = Message::new(Role::Assistant, content.clone());
-            if content.is_empty() && !calls.is_empty() {
-                message.content = None;
-            }
-            if !calls.is_empty() {
-                message.tool_calls = Some(calls);
-            }
             choices.push(Choice {
                 index: index as u32,
-                message,
+                message: Message::answer(content, calls, None),
                 finish_reason: Some(finish.into()),
-                logprobs: prepared.logprobs.then(|| {
+                logprobs: Some(if prepared.logprobs {
                     logprobs_json(
                         &prepared.engine,
                         &generation.tokens,
                         &generation.logprobs,
                         &generation.top_logprobs,
                     )
+                } else {
+                    Value::Null
                 }),
                 extra: token_extra(&generation, &malformed),
             });

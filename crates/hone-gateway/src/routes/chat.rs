@@ -68,7 +68,7 @@ impl CallContext {
         let usage = outcome.response.as_ref().and_then(|r| r.usage.clone());
         let cost_usd = outcome.route.as_ref().zip(usage.as_ref()).and_then(|(route, usage)| {
             let price = state.providers.get(&route.provider)?.config.prices.get(&route.model)?;
-            Some(price.cost_usd(usage.prompt_tokens, usage.completion_tokens))
+            Some(price.cost_usd(usage))
         });
         CallRecord {
             id: self.id,

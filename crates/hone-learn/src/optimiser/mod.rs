@@ -130,6 +130,17 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
             lines.push(format!("{name}: {a} → {b}"));
         }
     }
+    if parent.enforce != child.enforce {
+        let e = |s: &VersionSpec| {
+            let names: Vec<&str> = s.enforce.iter().map(|s| s.name()).collect();
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        };
+        lines.push(format!("enforced: {} → {}", e(parent), e(child)));
+    }
     if parent.examples != child.examples {
         let e = |s: &VersionSpec| match &s.examples {
             None => "none".to_owned(),
@@ -171,6 +182,7 @@ mod tests {
             max_tokens: None,
             reasoning_effort: None,
             examples: None,
+            enforce: Vec::new(),
         };
         let mut child = parent.clone();
         assert_eq!(describe_diff(&parent, &child), "no change");

@@ -1,10 +1,13 @@
 //! `model`: the same harness on another model (a cheaper one), with another
 //! temperature, or a lower reasoning effort — the cost side of the front.
+//! A candidate enforces the setting it changes: it is proven, and then
+//! served, with that value whatever its clients ask.
 
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::ModelSpec;
+use hone_types::Setting;
 
 pub struct ModelSwap {
     pub spec: ModelSpec,
@@ -36,11 +39,13 @@ impl Optimiser for ModelSwap {
             for t in temperatures {
                 let mut spec = parent.clone();
                 spec.temperature = Some(*t);
+                spec.enforce(Setting::Temperature);
                 specs.push(spec);
             }
             for effort in reasoning_efforts {
                 let mut spec = parent.clone();
                 spec.reasoning_effort = Some(effort.clone());
+                spec.enforce(Setting::ReasoningEffort);
                 specs.push(spec);
             }
             let mut proposals: Vec<Proposal> = Vec::new();

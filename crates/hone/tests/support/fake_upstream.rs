@@ -254,7 +254,7 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
             Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage})).into_response()
         }
         (Script::Tool(name), false) => Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\": \"Paris\"}"}}]}, "finish_reason": "tool_calls"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\": \"Paris\"}"}}]}, "logprobs": null, "finish_reason": "tool_calls"}],
             "usage": usage})).into_response(),
         (script, true) => {
             let chunk = |delta: Value, finish: Value| {
