@@ -35,6 +35,9 @@ pub struct RawAgent {
     pub deployment: Option<RawDeployment>,
     pub reward: Option<RawReward>,
     pub learn: Option<RawLearn>,
+    /// Where `POST /v1/embeddings` with this agent as `model` goes:
+    /// `{ provider = "openai", model = "text-embedding-3-small" }`.
+    pub embeddings: Option<RawRoute>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +115,8 @@ pub struct AgentConfig {
     pub reward: RewardSpec,
     /// The learning cycle (no optimisers: the agent is only monitored).
     pub learn: LearnSpec,
+    /// The agent's embeddings route (`POST /v1/embeddings`), if it has one.
+    pub embeddings: Option<Route>,
 }
 
 impl AgentConfig {
@@ -230,6 +235,25 @@ impl AgentConfig {
         let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions)?;
         let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
         let learn = LearnSpec::from_raw(&format!("{field}.learn"), raw.learn.unwrap_or_default(), names)?;
+        let embeddings = match raw.embeddings {
+            None => None,
+            Some(raw) => {
+                let efield = format!("{field}.embeddings");
+                let route = Route {
+                    provider: raw.provider,
+                    model: env.expand(&format!("{efield}.model"), &raw.model)?,
+                    adapter: None,
+                };
+                check_routes(&efield, std::slice::from_ref(&route), providers.declared)?;
+                if providers.declared.get(&route.provider).map(|p| p.kind) != Some(ProviderKind::OpenAi) {
+                    return Err(ConfigError::at(
+                        format!("{efield}.provider"),
+                        "embeddings come from an OpenAI-compatible provider (`type = \"openai\"`)",
+                    ));
+                }
+                Some(route)
+            }
+        };
         Ok(AgentConfig {
             name,
             description: raw.description,
@@ -237,6 +261,7 @@ impl AgentConfig {
             deployment,
             reward,
             learn,
+            embeddings,
         })
     }
 }
@@ -587,6 +612,7 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
         deployment: DeploymentConfig::new(champion),
         reward: RewardSpec::default(),
         learn: LearnSpec::default(),
+        embeddings: None,
     })
 }
 

@@ -65,10 +65,16 @@ pub fn sha256_hex(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// The caller's key: `Authorization: Bearer <key>`, or `x-api-key: <key>`
+/// as the Anthropic SDK sends it.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    match headers.get(axum::http::header::AUTHORIZATION) {
+        Some(value) => {
+            let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        }
+        None => headers.get("x-api-key")?.to_str().ok().map(str::trim),
+    }
 }
 
 impl Auth {

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod dispatch;
+pub mod doors;
 pub mod error;
 pub mod harness;
 pub mod memory;

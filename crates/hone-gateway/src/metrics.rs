@@ -64,17 +64,37 @@ pub enum RouteName {
     Episodes,
     Admin,
     Other,
+    Responses,
+    Messages,
+    Embeddings,
+    Traces,
 }
 
-const ROUTES: [&str; 6] = ["chat", "models", "feedback", "episodes", "admin", "other"];
+const ROUTES: [&str; 10] = [
+    "chat",
+    "models",
+    "feedback",
+    "episodes",
+    "admin",
+    "other",
+    "responses",
+    "messages",
+    "embeddings",
+    "traces",
+];
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 #[derive(Default)]
 pub struct Metrics {
-    requests: [[AtomicU64; 5]; 6],
+    requests: [[AtomicU64; 5]; ROUTES.len()],
     pub upstream_errors: AtomicU64,
     pub upstream_retries: AtomicU64,
     pub client_disconnects: AtomicU64,
+    /// `POST /v1/embeddings` answered, the input tokens they counted, and
+    /// their cost in nano-dollars (from the provider's `prices`).
+    pub embedding_requests: AtomicU64,
+    pub embedding_tokens: AtomicU64,
+    pub embedding_cost_nanousd: AtomicU64,
     pub request_seconds: Histogram,
     pub upstream_seconds: Histogram,
     pub overhead_seconds: Histogram,
@@ -100,7 +120,17 @@ impl Metrics {
             }
         }
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let lines: [(&str, &str, u64); 16] = [
+        let lines: [(&str, &str, u64); 18] = [
+            (
+                "hone_embedding_requests_total",
+                "Embedding requests answered (not episodes).",
+                load(&self.embedding_requests),
+            ),
+            (
+                "hone_embedding_tokens_total",
+                "Input tokens of answered embedding requests.",
+                load(&self.embedding_tokens),
+            ),
             (
                 "hone_upstream_errors_total",
                 "Chat calls that failed on every provider.",
@@ -182,6 +212,11 @@ impl Metrics {
                 recorder.queue_depth(),
             ),
         ];
+        let cost = load(&self.embedding_cost_nanousd) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "# HELP hone_embedding_cost_usd_total What embedding requests cost (from `prices`).\n# TYPE hone_embedding_cost_usd_total counter\nhone_embedding_cost_usd_total {cost}"
+        );
         for (name, help, value) in lines {
             // Sizes and states go up and down: gauges; everything named _total only counts up.
             let kind = if name.ends_with("_total") { "counter" } else { "gauge" };

@@ -35,6 +35,7 @@ pub fn call(episode: &EpisodeId, started_at: i64) -> CallRecord {
             ..Default::default()
         },
         shadow: vec![],
+        door: Default::default(),
     }
 }
 

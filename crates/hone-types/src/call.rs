@@ -119,6 +119,44 @@ pub struct CallRecord {
     /// for learning. Not calls: traffic counts never see them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadow: Vec<Choice>,
+    /// The API the client called through; `request` and `response` are its
+    /// call in chat-completions form either way.
+    #[serde(default, skip_serializing_if = "Door::is_chat")]
+    pub door: Door,
+}
+
+/// The API a call came in by, with what its own request said that the
+/// chat-completions form cannot hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "api", rename_all = "snake_case")]
+pub enum Door {
+    /// `POST /v1/chat/completions`.
+    #[default]
+    ChatCompletions,
+    /// `POST /v1/messages` (Anthropic's Messages API).
+    Messages,
+    /// `POST /v1/responses` (OpenAI's Responses API).
+    Responses(ResponsesCall),
+}
+
+/// A Responses API call's own settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResponsesCall {
+    /// `instructions`, which became the request's first (system) message;
+    /// a later response chained to this one does not inherit them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Option<String>,
+    /// The caller's `metadata`, returned with the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+}
+
+impl Door {
+    pub fn is_chat(&self) -> bool {
+        matches!(self, Door::ChatCompletions)
+    }
 }
 
 /// Where the embedded engine's answers carry their token ids: the

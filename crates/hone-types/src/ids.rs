@@ -86,8 +86,14 @@ impl CallId {
         Self(uuid::Uuid::now_v7())
     }
 
+    /// Parses the hyphenated or the 32-hex-digit form.
     pub fn parse(raw: &str) -> Option<Self> {
         uuid::Uuid::parse_str(raw).ok().map(Self)
+    }
+
+    /// The 32 hex digits without hyphens (the tail of `resp_…`/`msg_…` ids).
+    pub fn hex(&self) -> String {
+        self.0.simple().to_string()
     }
 }
 

@@ -1,6 +1,8 @@
-//! The official `openai` Python SDK drives the gateway: a plain call, a
-//! streaming call and a tool-calling round trip; the episodes are read back.
-//! `scripts/test` installs the SDK; without it this test fails and says so.
+//! Real client libraries drive the gateway: the official `openai` Python SDK
+//! (chat completions: a plain call, a streaming call and a tool-calling round
+//! trip), and through every other door the Responses API, the OpenAI Agents
+//! SDK, the `anthropic` SDK and embeddings; the episodes are read back.
+//! `scripts/test` installs the SDKs; without them these tests fail and say so.
 
 use crate::support::{client, config, FakeUpstream, Hone};
 use serde_json::Value;
@@ -67,4 +69,112 @@ async fn the_openai_python_sdk_round_trips() {
     );
     assert_eq!(tools["calls"][1]["request"]["messages"][2]["role"], "tool");
     assert_eq!(tools["signals"][0]["name"], "resolved");
+}
+
+/// Runs `script` against a gateway and returns its last stdout line as JSON.
+async fn run_python(script: &'static str, env: Vec<(&'static str, String)>) -> Value {
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .envs(env)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+async fn get(hone: &Hone, path: &str) -> Value {
+    client().get(hone.url(path)).send().await.unwrap().json().await.unwrap()
+}
+
+async fn episode(hone: &Hone, id: &str) -> Value {
+    get(hone, &format!("/v1/episodes/{id}")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_door_round_trips_with_real_clients() {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import openai, agents, anthropic"])
+        .output()
+        .expect("python3 is needed");
+    assert!(
+        probe.status.success(),
+        "the openai, openai-agents and anthropic Python packages are needed (scripts/test installs them)"
+    );
+    let upstream = FakeUpstream::start().await;
+    let hone = Hone::start(&config(&upstream));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/doors.py");
+    let report = run_python(script, vec![("HONE_URL", hone.url(""))]).await;
+    hone.wait_caught_up();
+
+    // Responses: recorded as calls in chat-completions form, marked by door.
+    let plain = episode(&hone, report["responses_plain"]["episode"].as_str().unwrap()).await;
+    let call = &plain["calls"][0];
+    assert_eq!(call["door"]["api"], "responses");
+    assert_eq!(call["door"]["instructions"], "Answer briefly.");
+    assert_eq!(call["request"]["messages"][0]["content"], "Answer briefly.");
+    assert_eq!(call["response"]["choices"][0]["message"]["content"], "Echo: hello responses");
+    // The version's system prompt went upstream before the instructions.
+    let sent = upstream.bodies("/v1/chat/completions");
+    let first_sent = &sent[0]["messages"];
+    assert_eq!(
+        (first_sent[0]["content"].as_str(), first_sent[1]["content"].as_str()),
+        (Some("You are terse."), Some("Answer briefly."))
+    );
+
+    // A chained tool round trip is one episode whose second call holds the history.
+    let tools = episode(&hone, report["responses_tools"].as_str().unwrap()).await;
+    let calls = tools["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2);
+    let history: Vec<&str> = calls[1]["request"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(history, ["user", "assistant", "tool"]);
+    let first_id = calls[0]["id"].as_str().unwrap().replace('-', "");
+    assert_eq!(calls[1]["door"]["previous_response_id"], format!("resp_{first_id}"));
+
+    // The Agents SDK's responses are stored and readable.
+    for id in report["agents_sdk"].as_array().unwrap() {
+        let response = get(&hone, &format!("/v1/responses/{}", id.as_str().unwrap())).await;
+        assert_eq!(response["status"], "completed", "{response}");
+    }
+    assert_eq!(report["agents_sdk"].as_array().unwrap().len(), 2, "a tool call, then the answer");
+
+    // Anthropic: recorded the same way.
+    for (key, calls) in [("anthropic_plain", 1), ("anthropic_stream", 1), ("anthropic_tools", 2)] {
+        let e = episode(&hone, report[key].as_str().unwrap()).await;
+        let recorded = e["calls"].as_array().unwrap();
+        assert_eq!(recorded.len(), calls, "{key}");
+        assert!(recorded.iter().all(|c| c["door"]["api"] == "messages" && c["outcome"] == "ok"), "{key}");
+    }
+    let tools = episode(&hone, report["anthropic_tools"].as_str().unwrap()).await;
+    let second = &tools["calls"][1]["request"]["messages"];
+    assert_eq!(second[1]["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(second[2]["role"], "tool");
+
+    // Exactly the successful calls were recorded: 5 Responses, 2 from the
+    // Agents SDK, 5 Anthropic; the bad inputs and embeddings wrote nothing.
+    let metrics = client()
+        .get(hone.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("hone_recorder_rows_journaled_total 12\n"), "{metrics}");
+    assert!(metrics.contains("hone_embedding_requests_total 1\n"), "{metrics}");
+    assert!(metrics.contains("hone_embedding_tokens_total 3\n"), "{metrics}");
+    assert_eq!(upstream.bodies("/v1/embeddings")[0]["model"], "fake-embed");
 }

@@ -274,6 +274,17 @@ fn anthropic_tool(tool: &Tool) -> AnthropicTool<'_> {
     }
 }
 
+/// An Anthropic `tool_choice` as OpenAI's; [`tool_choice`] is the other way.
+pub(crate) fn openai_tool_choice(choice: &Value) -> Option<Value> {
+    Some(match (choice["type"].as_str()?, choice["name"].as_str()) {
+        ("auto", _) => json!("auto"),
+        ("any", _) => json!("required"),
+        ("none", _) => json!("none"),
+        ("tool", Some(name)) => json!({"type": "function", "function": {"name": name}}),
+        _ => return None,
+    })
+}
+
 fn tool_choice(choice: &Value) -> Result<Value, ProviderError> {
     Ok(
         match (
@@ -350,7 +361,9 @@ fn usage(u: &AnthropicUsage) -> Usage {
     }
 }
 
-fn finish_reason(stop_reason: &str) -> String {
+/// Anthropic's `stop_reason` as an OpenAI `finish_reason`; [`stop_reason`]
+/// is the other way (the `/v1/messages` door).
+pub(crate) fn finish_reason(stop_reason: &str) -> String {
     match stop_reason {
         "max_tokens" => "length",
         "tool_use" => "tool_calls",
@@ -358,6 +371,15 @@ fn finish_reason(stop_reason: &str) -> String {
         _ => "stop", // end_turn, stop_sequence, pause_turn
     }
     .to_owned()
+}
+
+pub(crate) fn stop_reason(finish_reason: &str) -> &'static str {
+    match finish_reason {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ => "end_turn",
+    }
 }
 
 fn from_anthropic(message: MessagesResponse, created: i64) -> ChatCompletionResponse {
@@ -777,6 +799,9 @@ mod tests {
             ("refusal", "content_filter"),
         ] {
             assert_eq!(finish_reason(stop), finish);
+            if stop != "stop_sequence" {
+                assert_eq!(stop_reason(finish), stop, "the two directions agree");
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! `type` chooses from. Retries and fallback live in [`crate::dispatch`], not here:
 //! a provider makes exactly one attempt.
 
-mod anthropic;
+pub(crate) mod anthropic;
 mod local;
 mod openai;
 

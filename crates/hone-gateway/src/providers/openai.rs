@@ -52,7 +52,7 @@ impl OpenAiProvider {
 
 impl OpenAiProvider {
     /// POSTs JSON to `{base_url}{path}`; the body of a successful answer.
-    async fn post_json(&self, path: &str, body: serde_json::Value) -> Result<bytes::Bytes, ProviderError> {
+    pub(crate) async fn post_json(&self, path: &str, body: serde_json::Value) -> Result<bytes::Bytes, ProviderError> {
         let response = self
             .post_to(&format!("{}{path}", self.base_url), body.to_string().into_bytes())
             .timeout(self.timeout)

@@ -3,11 +3,13 @@
 
 mod adapters;
 mod admin;
-mod chat;
+mod call;
+mod embeddings;
 mod episodes;
 mod feedback;
 mod models;
 mod ops;
+mod responses;
 
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::RouteName;
@@ -28,7 +30,11 @@ pub const VERSION_HEADER: HeaderName = HeaderName::from_static("x-hone-version")
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/chat/completions", post(call::chat_completions))
+        .route("/v1/responses", post(call::responses))
+        .route("/v1/responses/{id}", get(responses::show))
+        .route("/v1/messages", post(call::messages))
+        .route("/v1/embeddings", post(embeddings::create))
         .route("/v1/models", get(models::list))
         .route("/v1/feedback", post(feedback::post_feedback))
         .route("/v1/episodes", get(episodes::list))
@@ -65,6 +71,14 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
     let path = request.uri().path();
     let route = if path == "/v1/chat/completions" {
         RouteName::Chat
+    } else if path.starts_with("/v1/responses") {
+        RouteName::Responses
+    } else if path == "/v1/messages" {
+        RouteName::Messages
+    } else if path == "/v1/embeddings" {
+        RouteName::Embeddings
+    } else if path == "/v1/traces" {
+        RouteName::Traces
     } else if path == "/v1/models" {
         RouteName::Models
     } else if path == "/v1/feedback" {

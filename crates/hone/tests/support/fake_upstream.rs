@@ -14,6 +14,9 @@
 //! - `JSONSTREAM`: answers a stream request with one JSON document
 //! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
 //!
+//! `/v1/embeddings` answers one 3-dimensional vector per input, counting a
+//! token per word.
+//!
 //! Every request body it receives is kept for assertions.
 
 use axum::body::Body;
@@ -45,6 +48,7 @@ impl FakeUpstream {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(seen.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -355,4 +359,23 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
     frames.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 9}})));
     frames.push(event("message_stop", json!({"type": "message_stop"})));
     sse(frames, Duration::ZERO, false)
+}
+
+async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    seen.lock()
+        .unwrap()
+        .requests
+        .push(("/v1/embeddings".into(), body.clone(), headers));
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items.iter().map(|i| i.as_str().unwrap_or("x").to_owned()).collect(),
+        _ => return fail(StatusCode::BAD_REQUEST, None),
+    };
+    let tokens: usize = inputs.iter().map(|i| i.split_whitespace().count()).sum();
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| json!({"object": "embedding", "index": i, "embedding": [text.len() as f64, 1.0, 0.5]}))
+        .collect();
+    Json(json!({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})).into_response()
 }

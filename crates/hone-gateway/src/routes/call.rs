@@ -1,5 +1,7 @@
-//! `POST /v1/chat/completions`: choose the version, call its providers,
-//! record the call, and only then hand the answer to the client.
+//! The call pipeline behind every door (`POST /v1/chat/completions`,
+//! `/v1/responses`, `/v1/messages`): choose the version, call its
+//! providers, record the call, and only then hand the answer to the client,
+//! written by the door it came in by ([`crate::doors`]).
 //!
 //! A call goes through four parts: [`accept`] (everything that can refuse
 //! it before an upstream is paid), [`recall`] (few-shot examples from
@@ -13,6 +15,7 @@
 
 use super::{header_value, read_body, CALL_HEADER, EPISODE_HEADER, VERSION_HEADER};
 use crate::dispatch::{self, Answered};
+use crate::doors::{self, Door, Incoming};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::ProviderError;
 use crate::state::AppState;
@@ -23,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use hone_types::behaviour;
+use hone_types::call::Door as DoorRecord;
 use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, Message};
 use hone_types::stream::StreamAccumulator;
 use hone_types::time::now_ms;
@@ -39,6 +43,7 @@ struct CallContext {
     version_id: VersionId,
     version: Arc<VersionSpec>,
     request: ChatCompletionRequest,
+    door: DoorRecord,
     /// Few-shot examples from episodic memory (the version's `examples` policy).
     examples: Vec<Message>,
     started_at: i64,
@@ -91,6 +96,7 @@ impl CallContext {
             upstream_ms: outcome.upstream_ms,
             flags,
             shadow: outcome.shadow,
+            door: self.door.clone(),
         }
     }
 
@@ -104,25 +110,47 @@ impl CallContext {
 }
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    serve(state, &headers, body, Arc::new(doors::ChatDoor)).await
+}
+
+pub async fn responses(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    serve(state, &headers, body, Arc::new(doors::ResponsesDoor)).await
+}
+
+pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    serve(state, &headers, body, Arc::new(doors::MessagesDoor)).await
+}
+
+/// One call through `door`, from request to recorded answer.
+async fn serve(state: Arc<AppState>, headers: &HeaderMap, body: Body, door: Arc<dyn Door>) -> Response {
     let received = Instant::now();
-    let mut result = accept(&state, &headers, body, received).await;
+    let mut result = accept(&state, headers, body, door.as_ref(), received).await;
     if let Ok(context) = &mut result {
         context.examples = recall(&state, context).await;
     }
     match result {
-        Ok(context) if context.request.is_stream() => stream(state, context).await,
-        Ok(context) => complete(state, context).await,
-        Err(error) => error.into_response(),
+        Ok(context) if context.request.is_stream() => stream(state, context, door).await,
+        Ok(context) => complete(state, context, door).await,
+        Err(error) => door.error(error),
     }
 }
 
 /// Everything that can refuse a request before any upstream is called.
-async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Instant) -> Result<CallContext, ApiError> {
+async fn accept(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    door: &dyn Door,
+    received: Instant,
+) -> Result<CallContext, ApiError> {
     let started_at = now_ms();
     let principal = state.auth.data_plane(headers)?;
     let bytes = read_body(body, headers, state.config.gateway.max_body_bytes).await?;
-    let request = ChatCompletionRequest::from_json(&bytes)
-        .map_err(|e| ApiError::invalid("invalid_request", e.message).with_param(e.param))?;
+    let Incoming {
+        request,
+        episode: continued,
+        door: door_record,
+    } = door.parse(state, &bytes).await?;
     let agent = state.agents.get(&request.model).ok_or_else(|| {
         let mut names: Vec<_> = state.agents.keys().map(|n| format!("`{n}`")).collect();
         names.sort();
@@ -141,7 +169,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         .with_param(Some("model".into()))
     })?;
     principal.check_agent(&agent.name)?;
-    let given_episode = headers.get(&EPISODE_HEADER).is_some();
+    let given_episode = headers.get(&EPISODE_HEADER).is_some() || continued.is_some();
     let episode = match headers.get(&EPISODE_HEADER) {
         Some(value) => {
             let text = value
@@ -150,7 +178,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
             EpisodeId::parse(text)
                 .map_err(|e| ApiError::invalid("invalid_episode_id", format!("X-Hone-Episode `{text}` {e}")))?
         }
-        None => EpisodeId::new_v7(),
+        None => continued.unwrap_or_else(EpisodeId::new_v7),
     };
     let (version_id, version) = match headers.get(&VERSION_HEADER) {
         Some(value) => {
@@ -195,6 +223,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, received: Ins
         version_id,
         version,
         request,
+        door: door_record,
         examples: Vec::new(),
         started_at,
         received,
@@ -216,7 +245,7 @@ fn recordable(state: &AppState) -> Result<(), ApiError> {
 }
 
 /// The client-facing error for a failed upstream.
-fn upstream_error(error: &ProviderError) -> ApiError {
+pub(crate) fn upstream_error(error: &ProviderError) -> ApiError {
     match error {
         ProviderError::Status {
             status: 429, message, ..
@@ -294,7 +323,14 @@ fn recorder_error(e: hone_store::RecorderError) -> ApiError {
 /// The tail of every call, streamed or not: a departed client counted, the
 /// record built (behaviour flags, cost) and made durable, timings observed.
 /// Only after this may the client see the end of its answer.
-async fn finish_call(state: &AppState, context: &CallContext, outcome: Outcome) -> Result<(), ApiError> {
+/// `answer` writes what the client gets from the finished record (its
+/// door's format) before the record goes to the recorder.
+async fn finish_call<T>(
+    state: &AppState,
+    context: &CallContext,
+    outcome: Outcome,
+    answer: impl FnOnce(&CallRecord) -> T,
+) -> Result<T, ApiError> {
     if outcome.outcome == CallOutcome::ClientDisconnected {
         state
             .metrics
@@ -302,9 +338,11 @@ async fn finish_call(state: &AppState, context: &CallContext, outcome: Outcome) 
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let (upstream_ms, retries) = (outcome.upstream_ms, outcome.attempts.len());
-    let durable = state.recorder.record(context.record(state, outcome)).await;
+    let record = context.record(state, outcome);
+    let answer = answer(&record);
+    let durable = state.recorder.record(record).await;
     observe(state, context, upstream_ms, retries);
-    durable.map(|_| ()).map_err(recorder_error)
+    durable.map(|_| answer).map_err(recorder_error)
 }
 
 fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {
@@ -318,12 +356,13 @@ fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: u
         .fetch_add(retries.saturating_sub(1) as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
-async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
+async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>) -> Response {
     let headers = context.headers();
     let (reply, answer) = oneshot::channel::<Result<Bytes, ApiError>>();
     let task_state = state.clone();
+    let task_door = door.clone();
     state.tasks.spawn(async move {
-        let state = task_state;
+        let (state, door) = (task_state, task_door);
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
         let shadow_n = shadow_samples(&state, &context);
@@ -351,13 +390,6 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                 } else {
                     Vec::new()
                 };
-                let body = serde_json::to_vec(&value).map(Bytes::from).map_err(|e| {
-                    ApiError::new(
-                        ErrorKind::Internal,
-                        "encode_failed",
-                        format!("cannot encode the response: {e}"),
-                    )
-                });
                 let outcome = Outcome {
                     outcome: CallOutcome::Ok,
                     response: Some(value),
@@ -368,26 +400,30 @@ async fn complete(state: Arc<AppState>, context: CallContext) -> Response {
                     upstream_ms,
                     ttft_ms: None,
                 };
-                (outcome, body)
+                (outcome, None)
             }
             Err(error) => {
                 let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
-                (outcome, Err(api))
+                (outcome, Some(api))
             }
         };
         if reply.is_closed() {
             outcome.outcome = CallOutcome::ClientDisconnected;
         }
-        let durable = finish_call(&state, &context, outcome).await;
-        let _ = reply.send(durable.and(client_reply));
+        let durable = finish_call(&state, &context, outcome, |record| match client_reply {
+            None => door.answer(record),
+            Some(error) => Err(error),
+        })
+        .await;
+        let _ = reply.send(durable.and_then(|body| body));
     });
     match answer.await {
         Ok(Ok(body)) => with_headers(
             ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
             headers,
         ),
-        Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => task_ended_without_answer(),
+        Ok(Err(error)) => with_headers(door.error(error), headers),
+        Err(_) => door.error(task_ended_without_answer()),
     }
 }
 
@@ -440,13 +476,12 @@ fn split_shadow(response: &mut ChatCompletionResponse) -> Vec<Choice> {
     shadow
 }
 
-fn task_ended_without_answer() -> Response {
+fn task_ended_without_answer() -> ApiError {
     ApiError::new(
         ErrorKind::Internal,
         "call_task_failed",
         "the call's task ended without an answer",
     )
-    .into_response()
 }
 
 fn with_headers(mut response: Response, headers: [(axum::http::HeaderName, HeaderValue); 3]) -> Response {
@@ -454,25 +489,14 @@ fn with_headers(mut response: Response, headers: [(axum::http::HeaderName, Heade
     response
 }
 
-fn sse_frame(json: &[u8]) -> Bytes {
-    let mut frame = Vec::with_capacity(json.len() + 8);
-    frame.extend_from_slice(b"data: ");
-    frame.extend_from_slice(json);
-    frame.extend_from_slice(b"\n\n");
-    Bytes::from(frame)
-}
-
-fn sse_error(error: &ApiError) -> Bytes {
-    sse_frame(&serde_json::to_vec(&error.body()).unwrap_or_default())
-}
-
-async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
+async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>) -> Response {
     let headers = context.headers();
     let (started, start) = oneshot::channel::<Result<(), ApiError>>();
     let (frames, body) = mpsc::channel::<Bytes>(64);
     let task_state = state.clone();
+    let task_door = door.clone();
     state.tasks.spawn(async move {
-        let state = task_state;
+        let (state, door) = (task_state, task_door);
         let mut attempts = Vec::new();
         let upstream_started = Instant::now();
         let result = dispatch::stream(
@@ -491,7 +515,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
             Err(error) => {
                 let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
                 let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
-                let durable = finish_call(&state, &context, outcome).await;
+                let durable = finish_call(&state, &context, outcome, |_| ()).await;
                 let _ = started.send(Err(durable.err().unwrap_or(api)));
                 return;
             }
@@ -499,7 +523,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
         if started.send(Ok(())).is_err() {
             // The client left while we connected; the stream still gets recorded below.
         }
-        let wants_usage = context.request.wants_stream_usage();
+        let mut encoder = door.encoder(context.id, &context.request, &context.door);
         let mut accumulator = StreamAccumulator::new();
         let mut ttft_ms = None;
         let mut outcome = CallOutcome::Ok;
@@ -516,7 +540,8 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                 None => break,
                 Some(Ok(event)) => {
                     accumulator.push(&event.chunk);
-                    if event.chunk.choices.is_empty() && event.chunk.usage.is_some() && !wants_usage {
+                    let out = encoder.event(&event);
+                    if out.is_empty() {
                         continue;
                     }
                     if ttft_ms.is_none()
@@ -528,11 +553,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                     {
                         ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
                     }
-                    let frame = match &event.raw {
-                        Some(raw) => sse_frame(raw),
-                        None => sse_frame(&serde_json::to_vec(&event.chunk).unwrap_or_default()),
-                    };
-                    if frames.send(frame).await.is_err() {
+                    if send_all(&frames, out).await.is_err() {
                         outcome = CallOutcome::ClientDisconnected;
                         break;
                     }
@@ -544,7 +565,7 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
                         message: e.to_string(),
                     });
                     outcome = CallOutcome::UpstreamError;
-                    let _ = frames.send(sse_error(&api)).await;
+                    let _ = frames.send(encoder.error(&api)).await;
                     break;
                 }
             }
@@ -561,13 +582,19 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
             upstream_ms,
             ttft_ms,
         };
-        let durable = finish_call(&state, &context, finished).await;
-        if outcome == CallOutcome::Ok {
-            let last = match durable {
-                Ok(()) => Bytes::from_static(b"data: [DONE]\n\n"),
-                Err(e) => sse_error(&e),
-            };
-            let _ = frames.send(last).await;
+        let durable = finish_call(&state, &context, finished, |record| {
+            (outcome == CallOutcome::Ok).then(|| encoder.done(record))
+        })
+        .await;
+        match durable {
+            Ok(Some(last)) => {
+                let _ = send_all(&frames, last).await;
+            }
+            Ok(None) => {}
+            Err(e) if outcome == CallOutcome::Ok => {
+                let _ = frames.send(encoder.error(&e)).await;
+            }
+            Err(_) => {}
         }
     });
     match start.await {
@@ -587,9 +614,16 @@ async fn stream(state: Arc<AppState>, context: CallContext) -> Response {
             h.extend(headers);
             response
         }
-        Ok(Err(error)) => with_headers(error.into_response(), headers),
-        Err(_) => task_ended_without_answer(),
+        Ok(Err(error)) => with_headers(door.error(error), headers),
+        Err(_) => door.error(task_ended_without_answer()),
     }
+}
+
+async fn send_all(frames: &mpsc::Sender<Bytes>, out: Vec<Bytes>) -> Result<(), mpsc::error::SendError<Bytes>> {
+    for frame in out {
+        frames.send(frame).await?;
+    }
+    Ok(())
 }
 
 /// A version's spec, from memory or (once, on first use of a version created
