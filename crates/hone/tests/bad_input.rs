@@ -370,3 +370,191 @@ fn hone_key_hash(key: &str) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// An Anthropic-style error: `{"type":"error","error":{"type","message"}}`.
+async fn expect_anthropic_error(response: reqwest::Response, status: u16, kind: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "for {kind}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], kind, "{body}");
+    assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+    body
+}
+
+#[tokio::test]
+async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing() {
+    let upstream = FakeUpstream::start().await;
+    let all = hone_key_hash("key-all");
+    let claude_only = hone_key_hash("key-claude");
+    let gateway = format!(
+        "[gateway]\nmax_body_bytes = 4096\napi_keys = [{{ name = \"all\", sha256 = \"{all}\", agents = [\"*\"] }}, {{ name = \"claude-only\", sha256 = \"{claude_only}\", agents = [\"claude\"] }}]\n"
+    );
+    let hone = Hone::start(&format!("{gateway}{}", config(&upstream)));
+    let post = |path: &str, key: &str, body: Vec<u8>| {
+        client()
+            .post(hone.url(path))
+            .header("content-type", "application/json")
+            .header("x-api-key", key)
+            .body(body)
+            .send()
+    };
+
+    // The Responses API answers in OpenAI's format.
+    let e = expect_error(
+        post("/v1/responses", "key-all", b"{\"model\":".to_vec()).await.unwrap(),
+        400,
+        "invalid_json",
+    )
+    .await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("not valid JSON"));
+    let e = expect_error(
+        post("/v1/responses", "key-all", br#"{"model":"assistant","input":"x","tools":[{"type":"file_search"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert_eq!(e["error"]["param"], "tools[0].type");
+    let e = expect_error(
+        post("/v1/responses", "key-all", br#"{"model":"assistant","input":[{"role":"wizard","content":"x"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert_eq!(e["error"]["param"], "input[0]");
+    expect_error(
+        post("/v1/responses", "key-all", br#"{"model":"nobody","input":"x"}"#.to_vec())
+            .await
+            .unwrap(),
+        404,
+        "model_not_found",
+    )
+    .await;
+    expect_error(
+        post("/v1/responses", "key-all", vec![b' '; 5000]).await.unwrap(),
+        413,
+        "body_too_large",
+    )
+    .await;
+    expect_error(
+        post("/v1/responses", "key-claude", br#"{"model":"assistant","input":"x"}"#.to_vec())
+            .await
+            .unwrap(),
+        403,
+        "agent_not_allowed",
+    )
+    .await;
+
+    // A response of one agent is invisible through another agent's key,
+    // read back or chained to.
+    let made: Value = post("/v1/responses", "key-all", br#"{"model":"assistant","input":"secret plans"}"#.to_vec())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = made["id"].as_str().unwrap();
+    let read = |key: &'static str, id: String| client().get(hone.url(&format!("/v1/responses/{id}"))).bearer_auth(key).send();
+    assert_eq!(read("key-all", id.to_owned()).await.unwrap().status(), 200);
+    expect_error(read("key-claude", id.to_owned()).await.unwrap(), 404, "response_not_found").await;
+    expect_error(read("key-all", "resp_nonsense".into()).await.unwrap(), 404, "response_not_found").await;
+    let chained = format!(r#"{{"model":"claude","input":"more","previous_response_id":"{id}"}}"#);
+    expect_error(
+        post("/v1/responses", "key-claude", chained.into_bytes()).await.unwrap(),
+        404,
+        "previous_response_not_found",
+    )
+    .await;
+
+    // The Messages API answers in Anthropic's format.
+    expect_anthropic_error(
+        post("/v1/messages", "key-all", b"not json".to_vec()).await.unwrap(),
+        400,
+        "invalid_request_error",
+    )
+    .await;
+    let e = expect_anthropic_error(
+        post("/v1/messages", "key-all", br#"{"model":"assistant","messages":[{"role":"user","content":"x"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_request_error",
+    )
+    .await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_tokens"), "{e}");
+    expect_anthropic_error(
+        post("/v1/messages", "key-all", br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document"}]}]}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_request_error",
+    )
+    .await;
+    expect_anthropic_error(
+        post("/v1/messages", "key-all", br#"{"model":"nobody","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        404,
+        "not_found_error",
+    )
+    .await;
+    expect_anthropic_error(
+        post("/v1/messages", "wrong-key", br#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        401,
+        "authentication_error",
+    )
+    .await;
+    expect_anthropic_error(
+        post("/v1/messages", "key-claude", br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
+            .await
+            .unwrap(),
+        403,
+        "permission_error",
+    )
+    .await;
+
+    // Embeddings.
+    let e = expect_error(
+        post("/v1/embeddings", "key-all", br#"{"model":"assistant/e","input":[1.5]}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert_eq!(e["error"]["param"], "input");
+    expect_error(
+        post("/v1/embeddings", "key-all", br#"{"model":"assistant","input":"x"}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "no_embeddings_route",
+    )
+    .await;
+    expect_error(
+        post("/v1/embeddings", "key-all", br#"{"model":"claude/e","input":"x"}"#.to_vec())
+            .await
+            .unwrap(),
+        400,
+        "embeddings_unsupported",
+    )
+    .await;
+    expect_error(
+        post("/v1/embeddings", "key-claude", br#"{"model":"assistant/e","input":"x"}"#.to_vec())
+            .await
+            .unwrap(),
+        403,
+        "agent_not_allowed",
+    )
+    .await;
+
+    assert_eq!(upstream.bodies("/v1/chat/completions").len(), 1, "only the valid call went upstream");
+    assert!(upstream.bodies("/v1/messages").is_empty());
+    assert!(upstream.bodies("/v1/embeddings").is_empty());
+    assert_eq!(count(&hone, "calls"), 1);
+}
