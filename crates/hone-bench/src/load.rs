@@ -70,9 +70,10 @@ async fn read_response(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<u
     }
 }
 
-pub async fn run(port: u16, body: &[u8], rate: f64, seconds: f64) -> Result<Report> {
+/// Open-loop load of `POST path` with `body` at `rate` per second.
+pub async fn run(port: u16, path: &str, body: &[u8], rate: f64, seconds: f64) -> Result<Report> {
     let mut request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();

@@ -3,7 +3,8 @@
 //! It starts a fast upstream (a fixed `chat.completion`) and `hone serve`
 //! (release build, recording on and durable) as separate processes, then for
 //! each rate sends the same open-loop load first straight to the upstream and
-//! then through hone, and prints latency percentiles, the overhead (through
+//! then through hone — by chat completions and by the Responses API (the
+//! same call, translated) — and prints latency percentiles, the overhead (through
 //! hone minus direct), hone's CPU time per request, and rows written vs.
 //! responses received. Output is a report for a person; nothing is asserted.
 
@@ -121,16 +122,27 @@ fn gateway(args: &[String]) -> Result<()> {
         "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is the capital of France?"}],
         "temperature": 0.2
     }))?;
+    // The same call through OpenAI's Responses API (translated to chat completions).
+    let responses_body = serde_json::to_vec(&serde_json::json!({
+        "model": "assistant",
+        "instructions": "You are a helpful assistant.",
+        "input": "What is the capital of France?",
+        "temperature": 0.2
+    }))?;
+    const CHAT: &str = "/v1/chat/completions";
+    const RESPONSES: &str = "/v1/responses";
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (a response is sent only after its call is in the journal, which survives kill -9; SQLite WAL batches follow)");
     println!("hone: {}  (pid {hone_pid})\n", hone.display());
     // Warm both paths (connection pools, page cache).
-    runtime.block_on(load::run(upstream_port, &body, 500.0, 1.0))?;
-    runtime.block_on(load::run(hone_port, &body, 500.0, 1.0))?;
+    runtime.block_on(load::run(upstream_port, CHAT, &body, 500.0, 1.0))?;
+    runtime.block_on(load::run(hone_port, CHAT, &body, 500.0, 1.0))?;
+    runtime.block_on(load::run(hone_port, RESPONSES, &responses_body, 500.0, 1.0))?;
 
     println!(
-        "{:>6} | {:>10} {:>10} | {:>10} {:>10} | {:>9} {:>9} | {:>9} | {:>6} | {:>12}",
+        "{:>6} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>9} {:>9} | {:>9} | {:>6} | {:>12}",
         "rate",
+        "route",
         "direct p50",
         "direct p99",
         "hone p50",
@@ -143,27 +155,30 @@ fn gateway(args: &[String]) -> Result<()> {
     );
     let mut received = 0u64;
     for &rate in &rates {
-        let direct = runtime.block_on(load::run(upstream_port, &body, rate, seconds))?;
-        let cpu_before = cpu_seconds(hone_pid)?;
-        let through = runtime.block_on(load::run(hone_port, &body, rate, seconds))?;
-        let cpu = cpu_seconds(hone_pid)? - cpu_before;
-        received += through.ok;
-        println!(
-            "{:>6} | {:>8.3}ms {:>8.3}ms | {:>8.3}ms {:>8.3}ms | {:>7.3}ms {:>7.3}ms | {:>7.0}/s | {:>6} | {:>10.3}ms",
-            rate,
-            direct.p(0.50),
-            direct.p(0.99),
-            through.p(0.50),
-            through.p(0.99),
-            through.p(0.50) - direct.p(0.50),
-            through.p(0.99) - direct.p(0.99),
-            through.achieved_rate(),
-            through.errors + direct.errors,
-            cpu * 1000.0 / through.ok.max(1) as f64,
-        );
+        let direct = runtime.block_on(load::run(upstream_port, CHAT, &body, rate, seconds))?;
+        for (route, path, request) in [("chat", CHAT, &body), ("responses", RESPONSES, &responses_body)] {
+            let cpu_before = cpu_seconds(hone_pid)?;
+            let through = runtime.block_on(load::run(hone_port, path, request, rate, seconds))?;
+            let cpu = cpu_seconds(hone_pid)? - cpu_before;
+            received += through.ok;
+            println!(
+                "{:>6} {:>10} | {:>8.3}ms {:>8.3}ms | {:>8.3}ms {:>8.3}ms | {:>7.3}ms {:>7.3}ms | {:>7.0}/s | {:>6} | {:>10.3}ms",
+                rate,
+                route,
+                direct.p(0.50),
+                direct.p(0.99),
+                through.p(0.50),
+                through.p(0.99),
+                through.p(0.50) - direct.p(0.50),
+                through.p(0.99) - direct.p(0.99),
+                through.achieved_rate(),
+                through.errors + direct.errors,
+                cpu * 1000.0 / through.ok.max(1) as f64,
+            );
+        }
     }
     // Warm-up runs were recorded too.
-    let warmup = 500;
+    let warmup = 1000;
     std::thread::sleep(Duration::from_millis(300));
     let metrics = runtime.block_on(load::get(hone_port, "/metrics"))?;
     let written: u64 = metrics
