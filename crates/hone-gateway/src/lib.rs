@@ -20,6 +20,7 @@ pub mod routing;
 pub mod server;
 pub mod sse;
 pub mod state;
+pub mod traces;
 
 use hone_config::Config;
 use state::{AppState, StartError};

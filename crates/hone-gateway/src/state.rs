@@ -47,6 +47,8 @@ pub struct AppState {
     pub memory: crate::memory::EpisodicMemory,
     /// Which agent owns each episode id.
     pub owners: crate::owners::EpisodeOwners,
+    /// Versions registered for calls seen in OpenTelemetry traces.
+    pub observed_versions: std::sync::Mutex<std::collections::HashSet<VersionId>>,
 }
 
 impl AppState {
@@ -188,6 +190,7 @@ impl AppState {
             cycles,
             memory,
             owners: crate::owners::EpisodeOwners::default(),
+            observed_versions: Default::default(),
         };
         state.refresh_deployments()?;
         Ok(Arc::new(state))

@@ -137,6 +137,9 @@ pub enum Door {
     Messages,
     /// `POST /v1/responses` (OpenAI's Responses API).
     Responses(ResponsesCall),
+    /// A model call the agent made elsewhere, seen in an OpenTelemetry
+    /// trace sent to `POST /v1/traces`.
+    Traces { trace_id: String, span_id: String },
 }
 
 /// A Responses API call's own settings.

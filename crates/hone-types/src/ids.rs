@@ -91,6 +91,10 @@ impl CallId {
         uuid::Uuid::parse_str(raw).ok().map(Self)
     }
 
+    pub fn from_uuid(id: uuid::Uuid) -> Self {
+        Self(id)
+    }
+
     /// The 32 hex digits without hyphens (the tail of `resp_…`/`msg_…` ids).
     pub fn hex(&self) -> String {
         self.0.simple().to_string()

@@ -4,7 +4,8 @@
 //! - `local`: the embedded engine behind the gateway (`examples/local.toml`), adapters via the admin API
 //! - `hardening`: one regression test per finding of the hostile review (issue 14)
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
-//! - `python_sdk`: the official `openai` Python SDK drives the gateway
+//! - `python_sdk`: real client libraries drive every door (openai, the Agents SDK, anthropic)
+//! - `otel`: OpenTelemetry GenAI traces become episodes; hone's own spans go out over OTLP
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
 //! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
@@ -22,5 +23,6 @@ mod e2e;
 mod hardening;
 mod learn_crash;
 mod local;
+mod otel;
 mod python_sdk;
 mod support;

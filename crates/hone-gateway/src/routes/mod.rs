@@ -10,6 +10,7 @@ mod feedback;
 mod models;
 mod ops;
 mod responses;
+mod traces;
 
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::RouteName;
@@ -35,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/responses/{id}", get(responses::show))
         .route("/v1/messages", post(call::messages))
         .route("/v1/embeddings", post(embeddings::create))
+        .route("/v1/traces", post(traces::ingest))
         .route("/v1/models", get(models::list))
         .route("/v1/feedback", post(feedback::post_feedback))
         .route("/v1/episodes", get(episodes::list))
