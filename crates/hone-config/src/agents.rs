@@ -301,7 +301,10 @@ fn version_spec(
         let at = || format!("{field}.enforce[{i}]");
         let setting = Setting::parse(name).ok_or_else(|| {
             let names: Vec<&str> = Setting::ALL.iter().map(|s| s.name()).collect();
-            ConfigError::at(at(), format!("`{name}` cannot be enforced (one of: {})", names.join(", ")))
+            ConfigError::at(
+                at(),
+                format!("`{name}` cannot be enforced (one of: {})", names.join(", ")),
+            )
         })?;
         let set = match setting {
             Setting::Temperature => spec.temperature.is_some(),

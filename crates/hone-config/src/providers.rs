@@ -347,7 +347,11 @@ mod tests {
         .unwrap();
         // 300k uncached × 2 + 600k cached × 0.5 + 100k written × 2.5 + 100k out × 8, per million.
         let expected = 0.6 + 0.3 + 0.25 + 0.8;
-        assert!((price.cost_usd(&usage) - expected).abs() < 1e-12, "{}", price.cost_usd(&usage));
+        assert!(
+            (price.cost_usd(&usage) - expected).abs() < 1e-12,
+            "{}",
+            price.cost_usd(&usage)
+        );
 
         // Without cache prices every prompt token costs the input price.
         let plain = prices(

@@ -84,7 +84,11 @@ mod tests {
         assert_eq!(out.model, "gpt-x");
         assert_eq!(out.messages[0].text(), "Be brief.");
         assert_eq!(out.messages[1].text(), "hi");
-        assert_eq!(out.temperature, Some(1.0), "the client's temperature overrides a default");
+        assert_eq!(
+            out.temperature,
+            Some(1.0),
+            "the client's temperature overrides a default"
+        );
         assert_eq!(out.max_completion_tokens, Some(10), "the version's ceiling");
         assert_eq!(out.max_tokens, None);
 
@@ -98,7 +102,11 @@ mod tests {
         )
         .unwrap();
         let out = apply(&bare, &version, &route, &[]);
-        assert_eq!(out.temperature, Some(0.2), "the version's default when the client sets none");
+        assert_eq!(
+            out.temperature,
+            Some(0.2),
+            "the version's default when the client sets none"
+        );
         assert_eq!(out.max_tokens, Some(4), "never more than the client asked");
 
         let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];

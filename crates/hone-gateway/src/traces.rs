@@ -121,7 +121,10 @@ impl Attributes {
     }
 
     fn has_prefix(&self, prefix: &str) -> bool {
-        self.0.range(prefix.to_owned()..).next().is_some_and(|(k, _)| k.starts_with(prefix))
+        self.0
+            .range(prefix.to_owned()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(prefix))
     }
 
     /// `prefix.N.rest` for N = 0, 1, … while present, as maps of `rest`.
@@ -268,10 +271,7 @@ fn openinference_messages(items: Vec<BTreeMap<String, Value>>) -> Vec<(Message, 
                 })
                 .collect();
             let text = str_of(&m, "message.content").unwrap_or_default();
-            Some((
-                message(role, text, calls, str_of(&m, "message.tool_call_id")),
-                None,
-            ))
+            Some((message(role, text, calls, str_of(&m, "message.tool_call_id")), None))
         })
         .collect()
 }
@@ -344,14 +344,25 @@ fn read_span(span: &Span, a: &Attributes) -> Result<ObservedCall, String> {
 
     let model = a.first_text(&["gen_ai.request.model", "gen_ai.response.model", "llm.model_name"]);
     let usage = match (
-        a.number(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"]),
-        a.number(&["gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion"]),
+        a.number(&[
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.prompt_tokens",
+            "llm.token_count.prompt",
+        ]),
+        a.number(&[
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+            "llm.token_count.completion",
+        ]),
     ) {
         (None, None) => None,
         (prompt, completion) => {
             let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
             let mut extra = Map::new();
-            if let Some(cached) = a.number(&["gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens"]) {
+            if let Some(cached) = a.number(&[
+                "gen_ai.usage.cache_read.input_tokens",
+                "gen_ai.usage.cache_read_input_tokens",
+            ]) {
                 extra.insert("prompt_tokens_details".into(), json!({"cached_tokens": cached}));
             }
             Some(Usage {
@@ -386,7 +397,10 @@ fn read_span(span: &Span, a: &Attributes) -> Result<ObservedCall, String> {
             .unwrap_or_else(|| hex::encode(&span.span_id)),
         object: "chat.completion".to_owned(),
         created: (span.start_time_unix_nano / 1_000_000_000) as i64,
-        model: a.text("gen_ai.response.model").or_else(|| model.clone()).unwrap_or_default(),
+        model: a
+            .text("gen_ai.response.model")
+            .or_else(|| model.clone())
+            .unwrap_or_default(),
         choices,
         usage: usage.clone(),
         extra: Map::new(),
@@ -508,7 +522,10 @@ mod tests {
             s("gen_ai.operation.name", "chat"),
             s("gen_ai.provider.name", "openai"),
             s("gen_ai.request.model", "gpt-4o-mini"),
-            s("gen_ai.system_instructions", r#"[{"type":"text","content":"Be brief."}]"#),
+            s(
+                "gen_ai.system_instructions",
+                r#"[{"type":"text","content":"Be brief."}]"#,
+            ),
             s(
                 "gen_ai.input.messages",
                 r#"[{"role":"user","parts":[{"type":"text","content":"Weather?"}]}]"#,
@@ -545,7 +562,10 @@ mod tests {
             s("llm.input_messages.1.message.content", "Weather?"),
             s("llm.output_messages.0.message.role", "assistant"),
             s("llm.output_messages.0.message.tool_calls.0.tool_call.id", "c1"),
-            s("llm.output_messages.0.message.tool_calls.0.tool_call.function.name", "get_weather"),
+            s(
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+                "get_weather",
+            ),
             s(
                 "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments",
                 r#"{"city":"Paris"}"#,
@@ -566,7 +586,10 @@ mod tests {
             assert_eq!(arguments, json!({"city": "Paris"}));
             let usage = call.usage.as_ref().unwrap();
             assert_eq!((usage.prompt_tokens, usage.completion_tokens), (12, 5));
-            assert_eq!((call.provider.as_deref(), call.model.as_deref()), (Some("openai"), Some("gpt-4o-mini")));
+            assert_eq!(
+                (call.provider.as_deref(), call.model.as_deref()),
+                (Some("openai"), Some("gpt-4o-mini"))
+            );
             assert_eq!(call.agent.as_deref(), Some("assistant"));
             assert_eq!(call.episode.as_str(), "07".repeat(16));
             assert_eq!((call.started_at, call.duration_ms), (1_700_000_000_000, 250.0));
@@ -580,7 +603,10 @@ mod tests {
     fn calls_attributes() -> Vec<KeyValue> {
         vec![
             s("gen_ai.operation.name", "chat"),
-            s("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#),
+            s(
+                "gen_ai.input.messages",
+                r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#,
+            ),
         ]
     }
 
@@ -596,7 +622,9 @@ mod tests {
         bad.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![1, 2];
         let (_, unreadable) = observe(&bad);
         assert!(unreadable[0].reason.contains("16-byte trace id"));
-        let (calls, _) = observe(&export(vec![[calls_attributes(), vec![s("session.id", "ticket-42")]].concat()]));
+        let (calls, _) = observe(&export(vec![
+            [calls_attributes(), vec![s("session.id", "ticket-42")]].concat()
+        ]));
         assert_eq!(calls[0].episode.as_str(), "ticket-42", "a session id names the episode");
     }
 }

@@ -600,10 +600,7 @@ impl Usage {
     /// Prompt tokens written to the provider's prompt cache (Anthropic's
     /// `cache_creation_input_tokens`).
     pub fn cache_write_tokens(&self) -> u64 {
-        self.extra
-            .get(CACHE_WRITE_TOKENS)
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
+        self.extra.get(CACHE_WRITE_TOKENS).and_then(Value::as_u64).unwrap_or(0)
     }
 }
 

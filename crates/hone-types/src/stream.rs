@@ -192,13 +192,7 @@ mod tests {
         assert!(stored["message"].as_object().unwrap().contains_key("content"));
         assert!(stored["message"].as_object().unwrap().contains_key("refusal"));
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("tool_calls"));
-        assert_eq!(
-            r.choices[0].logprobs().unwrap()["content"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
-        );
+        assert_eq!(r.choices[0].logprobs().unwrap()["content"].as_array().unwrap().len(), 2);
         assert_eq!(r.usage.unwrap().total_tokens, 7);
     }
 }

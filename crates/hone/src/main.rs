@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod context;
 mod output;
+mod telemetry;
 
 use clap::Parser;
 use std::io::Write;
@@ -22,7 +23,7 @@ fn main() -> ExitCode {
     } else {
         "info"
     };
-    init_logging(cli.log_format, level);
+    let _telemetry = init_logging(cli.log_format, level);
     match cli::run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -32,14 +33,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: cli::LogFormat, level: &str) {
+/// Logs to stderr (text or JSON) and, when the OpenTelemetry variables ask
+/// for it, spans over OTLP; the returned guard flushes them at exit.
+fn init_logging(format: cli::LogFormat, level: &str) -> Option<telemetry::Telemetry> {
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        cli::LogFormat::Text => builder.init(),
-        cli::LogFormat::Json => builder.json().init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        cli::LogFormat::Text => fmt.boxed(),
+        cli::LogFormat::Json => fmt.json().boxed(),
+    };
+    let (otlp, guard, problem) = match telemetry::otlp_layer() {
+        Ok(Some((layer, guard))) => (Some(layer), Some(guard), None),
+        Ok(None) => (None, None, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    tracing_subscriber::registry().with(filter).with(fmt).with(otlp).init();
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}; spans are not exported");
     }
+    guard
 }

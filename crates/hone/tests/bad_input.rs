@@ -408,27 +408,39 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
     .await;
     assert!(e["error"]["message"].as_str().unwrap().contains("not valid JSON"));
     let e = expect_error(
-        post("/v1/responses", "key-all", br#"{"model":"assistant","input":"x","tools":[{"type":"file_search"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/responses",
+            "key-all",
+            br#"{"model":"assistant","input":"x","tools":[{"type":"file_search"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "invalid_request",
     )
     .await;
     assert_eq!(e["error"]["param"], "tools[0].type");
     let e = expect_error(
-        post("/v1/responses", "key-all", br#"{"model":"assistant","input":[{"role":"wizard","content":"x"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/responses",
+            "key-all",
+            br#"{"model":"assistant","input":[{"role":"wizard","content":"x"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "invalid_request",
     )
     .await;
     assert_eq!(e["error"]["param"], "input[0]");
     expect_error(
-        post("/v1/responses", "key-all", br#"{"model":"nobody","input":"x"}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/responses",
+            "key-all",
+            br#"{"model":"nobody","input":"x"}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         404,
         "model_not_found",
     )
@@ -440,9 +452,13 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
     )
     .await;
     expect_error(
-        post("/v1/responses", "key-claude", br#"{"model":"assistant","input":"x"}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/responses",
+            "key-claude",
+            br#"{"model":"assistant","input":"x"}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         403,
         "agent_not_allowed",
     )
@@ -450,17 +466,36 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
 
     // A response of one agent is invisible through another agent's key,
     // read back or chained to.
-    let made: Value = post("/v1/responses", "key-all", br#"{"model":"assistant","input":"secret plans"}"#.to_vec())
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let made: Value = post(
+        "/v1/responses",
+        "key-all",
+        br#"{"model":"assistant","input":"secret plans"}"#.to_vec(),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
     let id = made["id"].as_str().unwrap();
-    let read = |key: &'static str, id: String| client().get(hone.url(&format!("/v1/responses/{id}"))).bearer_auth(key).send();
+    let read = |key: &'static str, id: String| {
+        client()
+            .get(hone.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(key)
+            .send()
+    };
     assert_eq!(read("key-all", id.to_owned()).await.unwrap().status(), 200);
-    expect_error(read("key-claude", id.to_owned()).await.unwrap(), 404, "response_not_found").await;
-    expect_error(read("key-all", "resp_nonsense".into()).await.unwrap(), 404, "response_not_found").await;
+    expect_error(
+        read("key-claude", id.to_owned()).await.unwrap(),
+        404,
+        "response_not_found",
+    )
+    .await;
+    expect_error(
+        read("key-all", "resp_nonsense".into()).await.unwrap(),
+        404,
+        "response_not_found",
+    )
+    .await;
     let chained = format!(r#"{{"model":"claude","input":"more","previous_response_id":"{id}"}}"#);
     expect_error(
         post("/v1/responses", "key-claude", chained.into_bytes()).await.unwrap(),
@@ -477,42 +512,63 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
     )
     .await;
     let e = expect_anthropic_error(
-        post("/v1/messages", "key-all", br#"{"model":"assistant","messages":[{"role":"user","content":"x"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/messages",
+            "key-all",
+            br#"{"model":"assistant","messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "invalid_request_error",
     )
     .await;
     assert!(e["error"]["message"].as_str().unwrap().contains("max_tokens"), "{e}");
     expect_anthropic_error(
-        post("/v1/messages", "key-all", br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document"}]}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/messages",
+            "key-all",
+            br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document"}]}]}"#
+                .to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "invalid_request_error",
     )
     .await;
     expect_anthropic_error(
-        post("/v1/messages", "key-all", br#"{"model":"nobody","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/messages",
+            "key-all",
+            br#"{"model":"nobody","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         404,
         "not_found_error",
     )
     .await;
     expect_anthropic_error(
-        post("/v1/messages", "wrong-key", br#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/messages",
+            "wrong-key",
+            br#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         401,
         "authentication_error",
     )
     .await;
     expect_anthropic_error(
-        post("/v1/messages", "key-claude", br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/messages",
+            "key-claude",
+            br#"{"model":"assistant","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         403,
         "permission_error",
     )
@@ -520,40 +576,60 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
 
     // Embeddings.
     let e = expect_error(
-        post("/v1/embeddings", "key-all", br#"{"model":"assistant/e","input":[1.5]}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/embeddings",
+            "key-all",
+            br#"{"model":"assistant/e","input":[1.5]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "invalid_request",
     )
     .await;
     assert_eq!(e["error"]["param"], "input");
     expect_error(
-        post("/v1/embeddings", "key-all", br#"{"model":"assistant","input":"x"}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/embeddings",
+            "key-all",
+            br#"{"model":"assistant","input":"x"}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "no_embeddings_route",
     )
     .await;
     expect_error(
-        post("/v1/embeddings", "key-all", br#"{"model":"claude/e","input":"x"}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/embeddings",
+            "key-all",
+            br#"{"model":"claude/e","input":"x"}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         400,
         "embeddings_unsupported",
     )
     .await;
     expect_error(
-        post("/v1/embeddings", "key-claude", br#"{"model":"assistant/e","input":"x"}"#.to_vec())
-            .await
-            .unwrap(),
+        post(
+            "/v1/embeddings",
+            "key-claude",
+            br#"{"model":"assistant/e","input":"x"}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
         403,
         "agent_not_allowed",
     )
     .await;
 
-    assert_eq!(upstream.bodies("/v1/chat/completions").len(), 1, "only the valid call went upstream");
+    assert_eq!(
+        upstream.bodies("/v1/chat/completions").len(),
+        1,
+        "only the valid call went upstream"
+    );
     assert!(upstream.bodies("/v1/messages").is_empty());
     assert!(upstream.bodies("/v1/embeddings").is_empty());
     assert_eq!(count(&hone, "calls"), 1);

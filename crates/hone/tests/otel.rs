@@ -7,7 +7,11 @@ use crate::support::{client, config, FakeUpstream, Hone};
 use serde_json::{json, Value};
 
 async fn episode(hone: &Hone, id: &str) -> (u16, Value) {
-    let response = client().get(hone.url(&format!("/v1/episodes/{id}"))).send().await.unwrap();
+    let response = client()
+        .get(hone.url(&format!("/v1/episodes/{id}")))
+        .send()
+        .await
+        .unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
@@ -49,8 +53,14 @@ async fn genai_spans_from_the_python_sdk_become_episodes() {
     assert_eq!(calls.len(), 2, "{turn}");
     let first = &calls[0];
     assert_eq!(first["door"]["api"], "traces");
-    assert_eq!((first["provider"].as_str(), first["model"].as_str()), (Some("openai"), Some("gpt-4o-mini")));
-    assert_eq!(first["request"]["messages"][0]["content"], "You answer weather questions.");
+    assert_eq!(
+        (first["provider"].as_str(), first["model"].as_str()),
+        (Some("openai"), Some("gpt-4o-mini"))
+    );
+    assert_eq!(
+        first["request"]["messages"][0]["content"],
+        "You answer weather questions."
+    );
     assert_eq!(first["request"]["temperature"], 0.3);
     assert_eq!(
         first["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
@@ -65,7 +75,10 @@ async fn genai_spans_from_the_python_sdk_become_episodes() {
         .map(|m| m["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool"]);
-    assert_eq!(second["response"]["choices"][0]["message"]["content"], "It is sunny and 21C in Paris.");
+    assert_eq!(
+        second["response"]["choices"][0]["message"]["content"],
+        "It is sunny and 21C in Paris."
+    );
     assert_eq!(second["outcome"], "ok");
 
     // OpenLLMetry's form reads the same way.
@@ -129,18 +142,32 @@ async fn an_otlp_json_export_is_read_once_and_bad_payloads_change_nothing() {
     }
     hone.wait_caught_up();
     let (_, e) = episode(&hone, trace).await;
-    assert_eq!(e["calls"].as_array().unwrap().len(), 1, "sent twice, recorded once: {e}");
+    assert_eq!(
+        e["calls"].as_array().unwrap().len(),
+        1,
+        "sent twice, recorded once: {e}"
+    );
     assert_eq!(e["calls"][0]["response"]["choices"][0]["message"]["content"], "pong");
     assert_eq!(e["calls"][0]["latency_ms"], 500.0);
 
     // Refused spans are named in an OTLP partial success.
-    let other = serde_json::to_vec(&json_export("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "stranger")).unwrap();
+    let other = serde_json::to_vec(&json_export(
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
+        "stranger",
+    ))
+    .unwrap();
     let body: Value = post("application/json", other).await.unwrap().json().await.unwrap();
     assert_eq!(body["partialSuccess"]["rejectedSpans"], 1, "{body}");
-    assert!(body["partialSuccess"]["errorMessage"].as_str().unwrap().contains("`stranger` is not a configured agent"));
+    assert!(body["partialSuccess"]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("`stranger` is not a configured agent"));
 
     // Malformed payloads: 400 with a google.rpc.Status body in the request's encoding.
-    let response = post("application/json", b"{\"resourceSpans\": 5}".to_vec()).await.unwrap();
+    let response = post("application/json", b"{\"resourceSpans\": 5}".to_vec())
+        .await
+        .unwrap();
     assert_eq!(response.status(), 400);
     let status: Value = response.json().await.unwrap();
     assert_eq!(status["code"], 3);
@@ -155,4 +182,104 @@ async fn an_otlp_json_export_is_read_once_and_bad_payloads_change_nothing() {
     let conn = rusqlite::Connection::open(hone.db_path()).unwrap();
     let calls: i64 = conn.query_row("SELECT COUNT(*) FROM calls", [], |r| r.get(0)).unwrap();
     assert_eq!(calls, 1, "only the one good span was recorded");
+}
+
+/// A collector on loopback: keeps the spans of every OTLP/HTTP protobuf export.
+async fn collector() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
+    let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = spans.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let kept = kept.clone();
+            async move {
+                let export = ExportTraceServiceRequest::decode(body).unwrap();
+                for resource in export.resource_spans {
+                    for scope in resource.scope_spans {
+                        kept.lock().unwrap().extend(scope.spans);
+                    }
+                }
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, spans)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hones_own_spans_go_out_over_otlp_when_configured() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    let (collector_url, spans) = collector().await;
+    let upstream = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap().keep();
+    let hone = Hone::start_in(
+        &dir,
+        &config(&upstream),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector_url.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let response = client()
+        .post(hone.url("/v1/chat/completions"))
+        .header("X-Hone-Episode", "traced-1")
+        .json(&crate::support::chat("assistant", "hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut found = None;
+    for _ in 0..100 {
+        if let Some(span) = spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.name == "chat assistant")
+            .cloned()
+        {
+            found = Some(span);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let span = found.unwrap_or_else(|| {
+        let names: Vec<String> = spans.lock().unwrap().iter().map(|s| s.name.clone()).collect();
+        panic!(
+            "no `chat assistant` span reached the collector (got {names:?}); log:\n{}",
+            hone.log()
+        )
+    });
+    let attribute = |key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.clone())
+    };
+    assert_eq!(
+        attribute("gen_ai.operation.name"),
+        Some(Any::StringValue("chat".into()))
+    );
+    assert_eq!(
+        attribute("gen_ai.request.model"),
+        Some(Any::StringValue("assistant".into()))
+    );
+    assert_eq!(
+        attribute("gen_ai.response.model"),
+        Some(Any::StringValue("fake-model".into()))
+    );
+    assert_eq!(attribute("gen_ai.usage.input_tokens"), Some(Any::IntValue(11)));
+    assert_eq!(attribute("hone.episode_id"), Some(Any::StringValue("traced-1".into())));
+    assert_eq!(
+        attribute("hone.door"),
+        Some(Any::StringValue("chat_completions".into()))
+    );
+    assert_eq!(attribute("hone.outcome"), Some(Any::StringValue("Ok".into())));
 }

@@ -121,7 +121,10 @@ async fn every_door_round_trips_with_real_clients() {
     assert_eq!(call["door"]["api"], "responses");
     assert_eq!(call["door"]["instructions"], "Answer briefly.");
     assert_eq!(call["request"]["messages"][0]["content"], "Answer briefly.");
-    assert_eq!(call["response"]["choices"][0]["message"]["content"], "Echo: hello responses");
+    assert_eq!(
+        call["response"]["choices"][0]["message"]["content"],
+        "Echo: hello responses"
+    );
     // The version's system prompt went upstream before the instructions.
     let sent = upstream.bodies("/v1/chat/completions");
     let first_sent = &sent[0]["messages"];
@@ -149,14 +152,23 @@ async fn every_door_round_trips_with_real_clients() {
         let response = get(&hone, &format!("/v1/responses/{}", id.as_str().unwrap())).await;
         assert_eq!(response["status"], "completed", "{response}");
     }
-    assert_eq!(report["agents_sdk"].as_array().unwrap().len(), 2, "a tool call, then the answer");
+    assert_eq!(
+        report["agents_sdk"].as_array().unwrap().len(),
+        2,
+        "a tool call, then the answer"
+    );
 
     // Anthropic: recorded the same way.
     for (key, calls) in [("anthropic_plain", 1), ("anthropic_stream", 1), ("anthropic_tools", 2)] {
         let e = episode(&hone, report[key].as_str().unwrap()).await;
         let recorded = e["calls"].as_array().unwrap();
         assert_eq!(recorded.len(), calls, "{key}");
-        assert!(recorded.iter().all(|c| c["door"]["api"] == "messages" && c["outcome"] == "ok"), "{key}");
+        assert!(
+            recorded
+                .iter()
+                .all(|c| c["door"]["api"] == "messages" && c["outcome"] == "ok"),
+            "{key}"
+        );
     }
     let tools = episode(&hone, report["anthropic_tools"].as_str().unwrap()).await;
     let second = &tools["calls"][1]["request"]["messages"];

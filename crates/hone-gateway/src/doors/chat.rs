@@ -17,6 +17,10 @@ use hone_types::{CallId, CallRecord};
 pub struct ChatDoor;
 
 impl Door for ChatDoor {
+    fn name(&self) -> &'static str {
+        "chat_completions"
+    }
+
     fn parse<'a>(&'a self, _state: &'a AppState, body: &'a [u8]) -> BoxFuture<'a, Result<Incoming, ApiError>> {
         Box::pin(async move {
             let request = ChatCompletionRequest::from_json(body)

@@ -258,6 +258,10 @@ fn to_chat(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> 
 }
 
 impl Door for MessagesDoor {
+    fn name(&self) -> &'static str {
+        "messages"
+    }
+
     fn parse<'a>(&'a self, _state: &'a AppState, body: &'a [u8]) -> BoxFuture<'a, Result<Incoming, ApiError>> {
         Box::pin(async move {
             let request: MessagesRequest = crate::routes::parse_json(body)?;
@@ -555,7 +559,8 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
         let e = chat(json!({"model": "a", "max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]})).unwrap_err();
         assert!(e.message.contains("not allowed"), "{}", e.message);
-        let e = chat(json!({"model": "a", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})).unwrap_err();
+        let e =
+            chat(json!({"model": "a", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
     }
 }

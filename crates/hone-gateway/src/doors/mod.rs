@@ -36,6 +36,9 @@ pub struct Incoming {
 
 /// One API's wire format around the call pipeline.
 pub trait Door: Send + Sync {
+    /// The API's name in spans and logs (`chat_completions`, `responses`, `messages`).
+    fn name(&self) -> &'static str;
+
     /// Reads a request body. May read the store (a chained response).
     fn parse<'a>(&'a self, state: &'a AppState, body: &'a [u8]) -> BoxFuture<'a, Result<Incoming, ApiError>>;
 

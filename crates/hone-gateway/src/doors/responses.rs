@@ -211,11 +211,7 @@ impl MessageContent {
 fn push_items(messages: &mut Vec<Value>, items: Vec<Value>) -> Result<(), ApiError> {
     for (i, item) in items.into_iter().enumerate() {
         let at = format!("input[{i}]");
-        let kind = item
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("message")
-            .to_owned();
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message").to_owned();
         match kind.as_str() {
             "message" => {
                 let message: MessageItem = typed(item, &at)?;
@@ -324,7 +320,10 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
         ("max_completion_tokens", request.max_output_tokens.map(Value::from)),
         ("parallel_tool_calls", request.parallel_tool_calls.map(Value::from)),
         ("user", request.user.map(Value::from)),
-        ("reasoning_effort", request.reasoning.and_then(|r| r.effort).map(Value::from)),
+        (
+            "reasoning_effort",
+            request.reasoning.and_then(|r| r.effort).map(Value::from),
+        ),
     ];
     for (key, value) in fields {
         if let Some(value) = value {
@@ -398,6 +397,10 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
 }
 
 impl Door for ResponsesDoor {
+    fn name(&self) -> &'static str {
+        "responses"
+    }
+
     fn parse<'a>(&'a self, state: &'a AppState, body: &'a [u8]) -> BoxFuture<'a, Result<Incoming, ApiError>> {
         Box::pin(async move {
             let request: ResponsesRequest = crate::routes::parse_json(body)?;
@@ -561,7 +564,10 @@ pub(crate) fn response_object(call: &CallRecord) -> Value {
         response.insert("incomplete_details".into(), json!({"reason": "max_output_tokens"}));
     }
     if let Some(error) = &call.error {
-        response.insert("error".into(), json!({"code": "server_error", "message": error.message}));
+        response.insert(
+            "error".into(),
+            json!({"code": "server_error", "message": error.message}),
+        );
     }
     response.insert("output".into(), json!(output));
     if let Some(u) = &call.usage {
@@ -792,7 +798,8 @@ mod tests {
     use super::*;
 
     fn chat(body: Value) -> Result<ChatCompletionRequest, ApiError> {
-        let request: ResponsesRequest = serde_json::from_value(body).map_err(|e| ApiError::invalid("x", e.to_string()))?;
+        let request: ResponsesRequest =
+            serde_json::from_value(body).map_err(|e| ApiError::invalid("x", e.to_string()))?;
         to_chat(request, Vec::new()).map(|(chat, _)| chat)
     }
 
@@ -823,7 +830,10 @@ mod tests {
         assert_eq!(m[1], json!({"role": "user", "content": "Weather in Paris?"}));
         assert_eq!(m[2]["content"], "Checking.");
         assert_eq!(m[2]["tool_calls"].as_array().unwrap().len(), 2, "{m}");
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}));
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"})
+        );
         assert_eq!(m[4]["content"], "rain");
         assert_eq!(request.tools.as_ref().unwrap()[0].function.strict, Some(true));
         assert_eq!(
@@ -832,7 +842,9 @@ mod tests {
         );
         assert_eq!(
             request.response_format,
-            Some(json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}}))
+            Some(
+                json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})
+            )
         );
         assert_eq!(request.max_completion_tokens, Some(50));
         assert_eq!(request.reasoning_effort.as_deref(), Some("low"));
@@ -844,7 +856,10 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("tools[0].type"));
         let e = chat(json!({"model": "a", "input": [{"type": "item_reference", "id": "x"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("input[0].type"));
-        let e = chat(json!({"model": "a", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})).unwrap_err();
+        let e = chat(
+            json!({"model": "a", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}),
+        )
+        .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("input[0].content[0]"));
         let e = chat(json!({"model": "a", "input": []})).unwrap_err();
         assert!(e.message.contains("`input` must not be empty"), "{}", e.message);

@@ -348,7 +348,10 @@ fn usage(u: &AnthropicUsage) -> Usage {
     let prompt = u.input_tokens + read + written;
     let mut extra = Extra::new();
     if u.cache_read_input_tokens.is_some() {
-        extra.insert("prompt_tokens_details".to_owned(), serde_json::json!({"cached_tokens": read}));
+        extra.insert(
+            "prompt_tokens_details".to_owned(),
+            serde_json::json!({"cached_tokens": read}),
+        );
     }
     if let Some(written) = u.cache_creation_input_tokens {
         extra.insert(hone_types::openai::CACHE_WRITE_TOKENS.to_owned(), written.into());

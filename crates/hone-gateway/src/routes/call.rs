@@ -34,6 +34,7 @@ use hone_types::{Attempt, CallError, CallId, CallOutcome, CallRecord, EpisodeId,
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 /// Everything known about a call before the upstream answers.
 struct CallContext {
@@ -48,6 +49,8 @@ struct CallContext {
     examples: Vec<Message>,
     started_at: i64,
     received: Instant,
+    /// The call's span (exported over OTLP when configured).
+    span: tracing::Span,
 }
 
 /// What the upstream part of a call produced.
@@ -126,7 +129,8 @@ async fn serve(state: Arc<AppState>, headers: &HeaderMap, body: Body, door: Arc<
     let received = Instant::now();
     let mut result = accept(&state, headers, body, door.as_ref(), received).await;
     if let Ok(context) = &mut result {
-        context.examples = recall(&state, context).await;
+        let span = context.span.clone();
+        context.examples = recall(&state, context).instrument(span).await;
     }
     match result {
         Ok(context) if context.request.is_stream() => stream(state, context, door).await,
@@ -169,6 +173,7 @@ async fn accept(
         .with_param(Some("model".into()))
     })?;
     principal.check_agent(&agent.name)?;
+    let span = call_span(door.name(), &agent.name);
     let given_episode = headers.get(&EPISODE_HEADER).is_some() || continued.is_some();
     let episode = match headers.get(&EPISODE_HEADER) {
         Some(value) => {
@@ -216,8 +221,12 @@ async fn accept(
         .claim(&state.store, &state.recorder, &episode, &agent.name, !given_episode)
         .await?;
     recordable(state)?;
+    let id = CallId::new_v7();
+    span.record("hone.episode_id", episode.as_str());
+    span.record("hone.call_id", id.to_string());
+    span.record("hone.version_id", version_id.as_str());
     Ok(CallContext {
-        id: CallId::new_v7(),
+        id,
         episode,
         agent: agent.name.clone(),
         version_id,
@@ -227,6 +236,7 @@ async fn accept(
         examples: Vec::new(),
         started_at,
         received,
+        span,
     })
 }
 
@@ -339,10 +349,53 @@ async fn finish_call<T>(
     }
     let (upstream_ms, retries) = (outcome.upstream_ms, outcome.attempts.len());
     let record = context.record(state, outcome);
+    observe_in_span(&context.span, &record);
     let answer = answer(&record);
     let durable = state.recorder.record(record).await;
     observe(state, context, upstream_ms, retries);
     durable.map(|_| answer).map_err(recorder_error)
+}
+
+/// A call's span, named and described by the GenAI conventions
+/// (`chat <agent>`); what is known later is recorded into it.
+fn call_span(door: &'static str, agent: &str) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        "otel.name" = format!("chat {agent}"),
+        "otel.kind" = "server",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.request.model" = agent,
+        "gen_ai.provider.name" = tracing::field::Empty,
+        "gen_ai.response.model" = tracing::field::Empty,
+        "gen_ai.usage.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.output_tokens" = tracing::field::Empty,
+        "hone.door" = door,
+        "hone.episode_id" = tracing::field::Empty,
+        "hone.call_id" = tracing::field::Empty,
+        "hone.version_id" = tracing::field::Empty,
+        "hone.outcome" = tracing::field::Empty,
+        "hone.cost_usd" = tracing::field::Empty,
+    )
+}
+
+/// What the call's span reports once it is recorded.
+fn observe_in_span(span: &tracing::Span, record: &CallRecord) {
+    if let Some(provider) = &record.provider {
+        span.record("gen_ai.provider.name", provider.as_str());
+    }
+    if let Some(model) = &record.model {
+        span.record("gen_ai.response.model", model.as_str());
+    }
+    if let Some(usage) = &record.usage {
+        // As signed integers: OTLP has no unsigned type (a u64 would go out as text).
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+        span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+    }
+    if let Some(cost) = record.cost_usd {
+        span.record("hone.cost_usd", cost);
+    }
+    span.record("hone.outcome", format!("{:?}", record.outcome).as_str());
 }
 
 fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {
@@ -361,62 +414,66 @@ async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door
     let (reply, answer) = oneshot::channel::<Result<Bytes, ApiError>>();
     let task_state = state.clone();
     let task_door = door.clone();
-    state.tasks.spawn(async move {
-        let (state, door) = (task_state, task_door);
-        let mut attempts = Vec::new();
-        let upstream_started = Instant::now();
-        let shadow_n = shadow_samples(&state, &context);
-        let upstream = match shadow_n {
-            Some(n) => {
-                let mut request = context.request.clone();
-                request.n = Some(1 + n);
-                std::borrow::Cow::Owned(request)
+    let span = context.span.clone();
+    state.tasks.spawn(
+        async move {
+            let (state, door) = (task_state, task_door);
+            let mut attempts = Vec::new();
+            let upstream_started = Instant::now();
+            let shadow_n = shadow_samples(&state, &context);
+            let upstream = match shadow_n {
+                Some(n) => {
+                    let mut request = context.request.clone();
+                    request.n = Some(1 + n);
+                    std::borrow::Cow::Owned(request)
+                }
+                None => std::borrow::Cow::Borrowed(&context.request),
+            };
+            let result = dispatch::complete(
+                &state.providers,
+                &context.version,
+                &upstream,
+                &context.examples,
+                &mut attempts,
+            )
+            .await;
+            let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+            let (mut outcome, client_reply) = match result {
+                Ok(Answered { route, mut value }) => {
+                    let shadow = if shadow_n.is_some() {
+                        split_shadow(&mut value)
+                    } else {
+                        Vec::new()
+                    };
+                    let outcome = Outcome {
+                        outcome: CallOutcome::Ok,
+                        response: Some(value),
+                        shadow,
+                        error: None,
+                        route: Some(route),
+                        attempts,
+                        upstream_ms,
+                        ttft_ms: None,
+                    };
+                    (outcome, None)
+                }
+                Err(error) => {
+                    let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
+                    (outcome, Some(api))
+                }
+            };
+            if reply.is_closed() {
+                outcome.outcome = CallOutcome::ClientDisconnected;
             }
-            None => std::borrow::Cow::Borrowed(&context.request),
-        };
-        let result = dispatch::complete(
-            &state.providers,
-            &context.version,
-            &upstream,
-            &context.examples,
-            &mut attempts,
-        )
-        .await;
-        let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-        let (mut outcome, client_reply) = match result {
-            Ok(Answered { route, mut value }) => {
-                let shadow = if shadow_n.is_some() {
-                    split_shadow(&mut value)
-                } else {
-                    Vec::new()
-                };
-                let outcome = Outcome {
-                    outcome: CallOutcome::Ok,
-                    response: Some(value),
-                    shadow,
-                    error: None,
-                    route: Some(route),
-                    attempts,
-                    upstream_ms,
-                    ttft_ms: None,
-                };
-                (outcome, None)
-            }
-            Err(error) => {
-                let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
-                (outcome, Some(api))
-            }
-        };
-        if reply.is_closed() {
-            outcome.outcome = CallOutcome::ClientDisconnected;
+            let durable = finish_call(&state, &context, outcome, |record| match client_reply {
+                None => door.answer(record),
+                Some(error) => Err(error),
+            })
+            .await;
+            let _ = reply.send(durable.and_then(|body| body));
         }
-        let durable = finish_call(&state, &context, outcome, |record| match client_reply {
-            None => door.answer(record),
-            Some(error) => Err(error),
-        })
-        .await;
-        let _ = reply.send(durable.and_then(|body| body));
-    });
+        .instrument(span),
+    );
     match answer.await {
         Ok(Ok(body)) => with_headers(
             ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
@@ -495,108 +552,112 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
     let (frames, body) = mpsc::channel::<Bytes>(64);
     let task_state = state.clone();
     let task_door = door.clone();
-    state.tasks.spawn(async move {
-        let (state, door) = (task_state, task_door);
-        let mut attempts = Vec::new();
-        let upstream_started = Instant::now();
-        let result = dispatch::stream(
-            &state.providers,
-            &context.version,
-            &context.request,
-            &context.examples,
-            &mut attempts,
-        )
-        .await;
-        let Answered {
-            route,
-            value: mut upstream,
-        } = match result {
-            Ok(answered) => answered,
-            Err(error) => {
-                let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-                let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
-                let durable = finish_call(&state, &context, outcome, |_| ()).await;
-                let _ = started.send(Err(durable.err().unwrap_or(api)));
-                return;
-            }
-        };
-        if started.send(Ok(())).is_err() {
-            // The client left while we connected; the stream still gets recorded below.
-        }
-        let mut encoder = door.encoder(context.id, &context.request, &context.door);
-        let mut accumulator = StreamAccumulator::new();
-        let mut ttft_ms = None;
-        let mut outcome = CallOutcome::Ok;
-        let mut error = None;
-        loop {
-            let item = tokio::select! {
-                item = upstream.next() => item,
-                () = frames.closed() => {
-                    outcome = CallOutcome::ClientDisconnected;
-                    break;
+    let span = context.span.clone();
+    state.tasks.spawn(
+        async move {
+            let (state, door) = (task_state, task_door);
+            let mut attempts = Vec::new();
+            let upstream_started = Instant::now();
+            let result = dispatch::stream(
+                &state.providers,
+                &context.version,
+                &context.request,
+                &context.examples,
+                &mut attempts,
+            )
+            .await;
+            let Answered {
+                route,
+                value: mut upstream,
+            } = match result {
+                Ok(answered) => answered,
+                Err(error) => {
+                    let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+                    let (outcome, api) = failed(&state, &error, attempts, upstream_ms);
+                    let durable = finish_call(&state, &context, outcome, |_| ()).await;
+                    let _ = started.send(Err(durable.err().unwrap_or(api)));
+                    return;
                 }
             };
-            match item {
-                None => break,
-                Some(Ok(event)) => {
-                    accumulator.push(&event.chunk);
-                    let out = encoder.event(&event);
-                    if out.is_empty() {
-                        continue;
-                    }
-                    if ttft_ms.is_none()
-                        && event
-                            .chunk
-                            .choices
-                            .iter()
-                            .any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some())
-                    {
-                        ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    if send_all(&frames, out).await.is_err() {
+            if started.send(Ok(())).is_err() {
+                // The client left while we connected; the stream still gets recorded below.
+            }
+            let mut encoder = door.encoder(context.id, &context.request, &context.door);
+            let mut accumulator = StreamAccumulator::new();
+            let mut ttft_ms = None;
+            let mut outcome = CallOutcome::Ok;
+            let mut error = None;
+            loop {
+                let item = tokio::select! {
+                    item = upstream.next() => item,
+                    () = frames.closed() => {
                         outcome = CallOutcome::ClientDisconnected;
                         break;
                     }
+                };
+                match item {
+                    None => break,
+                    Some(Ok(event)) => {
+                        accumulator.push(&event.chunk);
+                        let out = encoder.event(&event);
+                        if out.is_empty() {
+                            continue;
+                        }
+                        if ttft_ms.is_none()
+                            && event
+                                .chunk
+                                .choices
+                                .iter()
+                                .any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some())
+                        {
+                            ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
+                        }
+                        if send_all(&frames, out).await.is_err() {
+                            outcome = CallOutcome::ClientDisconnected;
+                            break;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let api = upstream_error(&e);
+                        error = Some(CallError {
+                            status: api.status().as_u16(),
+                            message: e.to_string(),
+                        });
+                        outcome = CallOutcome::UpstreamError;
+                        let _ = frames.send(encoder.error(&api)).await;
+                        break;
+                    }
                 }
-                Some(Err(e)) => {
-                    let api = upstream_error(&e);
-                    error = Some(CallError {
-                        status: api.status().as_u16(),
-                        message: e.to_string(),
-                    });
-                    outcome = CallOutcome::UpstreamError;
-                    let _ = frames.send(encoder.error(&api)).await;
-                    break;
+            }
+            drop(upstream);
+            let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+            let finished = Outcome {
+                outcome,
+                response: (accumulator.chunks() > 0).then(|| accumulator.response()),
+                shadow: Vec::new(),
+                error,
+                route: Some(route),
+                attempts,
+                upstream_ms,
+                ttft_ms,
+            };
+            let durable = finish_call(&state, &context, finished, |record| {
+                (outcome == CallOutcome::Ok).then(|| encoder.done(record))
+            })
+            .await;
+            match durable {
+                Ok(Some(last)) => {
+                    let _ = send_all(&frames, last).await;
                 }
+                Ok(None) => {}
+                Err(e) if outcome == CallOutcome::Ok => {
+                    let _ = frames.send(encoder.error(&e)).await;
+                }
+                Err(_) => {}
             }
         }
-        drop(upstream);
-        let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
-        let finished = Outcome {
-            outcome,
-            response: (accumulator.chunks() > 0).then(|| accumulator.response()),
-            shadow: Vec::new(),
-            error,
-            route: Some(route),
-            attempts,
-            upstream_ms,
-            ttft_ms,
-        };
-        let durable = finish_call(&state, &context, finished, |record| {
-            (outcome == CallOutcome::Ok).then(|| encoder.done(record))
-        })
-        .await;
-        match durable {
-            Ok(Some(last)) => {
-                let _ = send_all(&frames, last).await;
-            }
-            Ok(None) => {}
-            Err(e) if outcome == CallOutcome::Ok => {
-                let _ = frames.send(encoder.error(&e)).await;
-            }
-            Err(_) => {}
-        }
-    });
+        .instrument(span),
+    );
     match start.await {
         Ok(Ok(())) => {
             let stream = futures::stream::unfold(body, |mut body| async move {

@@ -35,7 +35,9 @@ fn check_input(input: &Value) -> Result<(), ApiError> {
     let ok = match input {
         Value::String(s) => !s.is_empty(),
         Value::Array(items) if !items.is_empty() => {
-            items.iter().all(|i| i.as_str().is_some_and(|s| !s.is_empty())) || items.iter().all(token) || items.iter().all(tokens)
+            items.iter().all(|i| i.as_str().is_some_and(|s| !s.is_empty()))
+                || items.iter().all(token)
+                || items.iter().all(tokens)
         }
         _ => false,
     };

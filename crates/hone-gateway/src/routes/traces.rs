@@ -105,7 +105,9 @@ fn encoding_of(headers: &HeaderMap) -> Result<Encoding, (Encoding, ApiError)> {
     {
         let mut e = ApiError::invalid(
             "unsupported_encoding",
-            format!("hone takes uncompressed OTLP (`{coding}` is not supported: set OTEL_EXPORTER_OTLP_COMPRESSION=none)"),
+            format!(
+                "hone takes uncompressed OTLP (`{coding}` is not supported: set OTEL_EXPORTER_OTLP_COMPRESSION=none)"
+            ),
         );
         e.status = Some(StatusCode::UNSUPPORTED_MEDIA_TYPE);
         return Err((encoding, e));
@@ -148,7 +150,10 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, encoding: Enc
         .collect();
     for call in calls {
         let Some(agent) = named.clone().or_else(|| call.agent.clone()) else {
-            refused.push(format!("span {}: no agent (set X-Hone-Agent, hone.agent or service.name)", call.span_id));
+            refused.push(format!(
+                "span {}: no agent (set X-Hone-Agent, hone.agent or service.name)",
+                call.span_id
+            ));
             continue;
         };
         if !state.config.agents.contains_key(&agent) {
@@ -252,12 +257,15 @@ fn record(state: &AppState, agent: String, version: VersionId, call: ObservedCal
         .as_ref()
         .map(|r| behaviour::flags(&request, r))
         .unwrap_or_default();
-    let cost_usd = call.provider.as_ref().zip(call.model.as_ref()).zip(call.usage.as_ref()).and_then(
-        |((provider, model), usage)| {
+    let cost_usd = call
+        .provider
+        .as_ref()
+        .zip(call.model.as_ref())
+        .zip(call.usage.as_ref())
+        .and_then(|((provider, model), usage)| {
             let price = state.providers.get(provider)?.config.prices.get(model)?;
             Some(price.cost_usd(usage))
-        },
-    );
+        });
     let outcome = match (&call.error, &call.response) {
         (Some(_), _) | (None, None) => CallOutcome::UpstreamError,
         (None, Some(_)) => CallOutcome::Ok,
