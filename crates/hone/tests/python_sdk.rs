@@ -157,6 +157,21 @@ async fn every_door_round_trips_with_real_clients() {
         2,
         "a tool call, then the answer"
     );
+    // The SDK sends the first response's output items back as input: the
+    // second call continues the first one's episode, with no header.
+    let conn = rusqlite::Connection::open(hone.db_path()).unwrap();
+    let episodes: Vec<String> = report["agents_sdk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| {
+            let hex = id.as_str().unwrap().strip_prefix("resp_").unwrap();
+            let call = uuid::Uuid::parse_str(hex).unwrap().to_string();
+            conn.query_row("SELECT episode_id FROM calls WHERE id = ?1", [call], |r| r.get(0))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(episodes[0], episodes[1], "one Agents SDK run is one episode");
 
     // Anthropic: recorded the same way.
     for (key, calls) in [("anthropic_plain", 1), ("anthropic_stream", 1), ("anthropic_tools", 2)] {

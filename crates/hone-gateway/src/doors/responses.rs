@@ -35,6 +35,21 @@ fn call_of(response_id: &str) -> Option<CallId> {
     CallId::parse(response_id.strip_prefix("resp_")?)
 }
 
+/// The call whose output a client sends back as input: clients that keep
+/// the conversation themselves (the OpenAI Agents SDK by default) echo the
+/// output items with their ids, `msg_<call>` and `fc_<call>_<n>`. The
+/// newest such item names the call the request continues.
+fn echoed_call(input: Option<&Input>) -> Option<CallId> {
+    let Some(Input::Items(items)) = input else {
+        return None;
+    };
+    items.iter().rev().find_map(|item| {
+        let id = item.get("id")?.as_str()?;
+        let rest = id.strip_prefix("msg_").or_else(|| id.strip_prefix("fc_"))?;
+        CallId::parse(rest.split('_').next()?)
+    })
+}
+
 #[derive(Debug, Deserialize)]
 struct ResponsesRequest {
     model: String,
@@ -287,6 +302,16 @@ async fn previous_call(state: &AppState, id: &str, agent: &str) -> Result<CallRe
     Ok(call)
 }
 
+/// The episode of the call whose output items the request sends back, when
+/// it was this agent's; otherwise none (the request starts an episode).
+async fn echoed_episode(state: &AppState, request: &ResponsesRequest) -> Option<EpisodeId> {
+    let call = echoed_call(request.input.as_ref())?;
+    match stored(state, &response_id(call)).await {
+        Ok(Some(previous)) if previous.agent == request.model => Some(previous.episode_id),
+        _ => None,
+    }
+}
+
 /// The recorded call a response id names, once the recorder has caught up.
 pub(crate) async fn stored(state: &AppState, id: &str) -> Result<Option<CallRecord>, ApiError> {
     let Some(call) = call_of(id) else {
@@ -409,7 +434,7 @@ impl Door for ResponsesDoor {
                     let previous = previous_call(state, id, &request.model).await?;
                     (history(&previous), Some(previous.episode_id))
                 }
-                None => (Vec::new(), None::<EpisodeId>),
+                None => (Vec::new(), echoed_episode(state, &request).await),
             };
             let (request, call) = to_chat(request, history)?;
             Ok(Incoming {
@@ -864,6 +889,14 @@ mod tests {
         let e = chat(json!({"model": "a", "input": []})).unwrap_err();
         assert!(e.message.contains("`input` must not be empty"), "{}", e.message);
         assert_eq!(call_of("resp_zz"), None);
+        let echoed = CallId::new_v7();
+        let items = Input::Items(vec![
+            json!({"role": "user", "content": "x"}),
+            json!({"type": "function_call", "id": format!("fc_{}_0", echoed.hex()), "call_id": "c", "name": "f"}),
+            json!({"type": "function_call_output", "call_id": "c", "output": "y"}),
+        ]);
+        assert_eq!(echoed_call(Some(&items)), Some(echoed));
+        assert_eq!(echoed_call(Some(&Input::Text("x".into()))), None);
         let id = CallId::new_v7();
         assert_eq!(call_of(&response_id(id)), Some(id));
     }
