@@ -3,7 +3,7 @@
 //! episode, so feedback by trace id works); an OTLP JSON export reads the
 //! same; malformed payloads get OTLP's error body and write nothing.
 
-use crate::support::{client, config, FakeUpstream, Hone};
+use crate::support::{client, config, run_python, FakeUpstream, Hone};
 use serde_json::{json, Value};
 
 async fn episode(hone: &Hone, id: &str) -> (u16, Value) {
@@ -17,33 +17,14 @@ async fn episode(hone: &Hone, id: &str) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn genai_spans_from_the_python_sdk_become_episodes() {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http"])
-        .output()
-        .expect("python3 is needed");
-    assert!(
-        probe.status.success(),
-        "opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http are needed (scripts/test installs them)"
-    );
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&config(&upstream));
-    let url = hone.url("");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/otel_traces.py"))
-            .env("HONE_URL", url)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "otel_traces.py failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let traces: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let traces = run_python(
+        "otel_traces.py",
+        "opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http",
+        vec![("HONE_URL", hone.url(""))],
+    )
+    .await;
     hone.wait_caught_up();
 
     // The agent turn: two model calls (the tool and agent spans are not calls).

@@ -4,39 +4,14 @@
 //! SDK, the `anthropic` SDK and embeddings; the episodes are read back.
 //! `scripts/test` installs the SDKs; without them these tests fail and say so.
 
-use crate::support::{client, config, FakeUpstream, Hone};
+use crate::support::{client, config, run_python, FakeUpstream, Hone};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_sdk_round_trips() {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import openai"])
-        .output()
-        .expect("python3 is needed");
-    assert!(
-        probe.status.success(),
-        "the openai Python SDK is not installed: run `pip install openai` (scripts/test does)"
-    );
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&config(&upstream));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sdk_roundtrip.py");
-    let base_url = hone.url("/v1");
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .env("HONE_BASE_URL", base_url)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "SDK script failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let report = run_python("sdk_roundtrip.py", "openai", vec![("HONE_BASE_URL", hone.url("/v1"))]).await;
 
     for (key, calls) in [("plain", 1), ("stream", 1), ("tools", 2)] {
         let id = report[key].as_str().unwrap();
@@ -71,26 +46,6 @@ async fn the_openai_python_sdk_round_trips() {
     assert_eq!(tools["signals"][0]["name"], "resolved");
 }
 
-/// Runs `script` against a gateway and returns its last stdout line as JSON.
-async fn run_python(script: &'static str, env: Vec<(&'static str, String)>) -> Value {
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .envs(env)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{script} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
-}
-
 async fn get(hone: &Hone, path: &str) -> Value {
     client().get(hone.url(path)).send().await.unwrap().json().await.unwrap()
 }
@@ -101,18 +56,14 @@ async fn episode(hone: &Hone, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_door_round_trips_with_real_clients() {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import openai, agents, anthropic"])
-        .output()
-        .expect("python3 is needed");
-    assert!(
-        probe.status.success(),
-        "the openai, openai-agents and anthropic Python packages are needed (scripts/test installs them)"
-    );
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&config(&upstream));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/doors.py");
-    let report = run_python(script, vec![("HONE_URL", hone.url(""))]).await;
+    let report = run_python(
+        "doors.py",
+        "openai, agents, anthropic",
+        vec![("HONE_URL", hone.url(""))],
+    )
+    .await;
     hone.wait_caught_up();
 
     // Responses: recorded as calls in chat-completions form, marked by door.

@@ -7,7 +7,7 @@
 //! tables shared with the Anthropic provider (stop reasons, tool choice)
 //! live in `providers::anthropic`.
 
-use super::{encode, sse_frame, Door, Encoder, Incoming};
+use super::{chat_request, encode, set_settings, sse_frame, Door, Encoder, Incoming};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::anthropic::{openai_tool_choice, stop_reason};
 use crate::providers::StreamEvent;
@@ -216,21 +216,13 @@ fn to_chat(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> 
         "messages": messages,
         "max_tokens": request.max_tokens,
     });
-    let fields = [
+    let fields = vec![
         ("temperature", request.temperature.map(Value::from)),
         ("top_p", request.top_p.map(Value::from)),
         ("stop", request.stop_sequences.map(Value::from)),
         ("user", request.metadata.and_then(|m| m.user_id).map(Value::from)),
     ];
-    for (key, value) in fields {
-        if let Some(value) = value {
-            chat[key] = value;
-        }
-    }
-    if request.stream {
-        chat["stream"] = json!(true);
-        chat["stream_options"] = json!({"include_usage": true});
-    }
+    set_settings(&mut chat, fields, request.stream);
     if let Some(tools) = request.tools {
         chat["tools"] = tools
             .into_iter()
@@ -249,12 +241,7 @@ fn to_chat(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> 
             chat["parallel_tool_calls"] = json!(false);
         }
     }
-    let request: ChatCompletionRequest = serde_json::from_value(chat)
-        .map_err(|e| ApiError::invalid("invalid_request", format!("invalid request: {e}")))?;
-    request
-        .validate()
-        .map_err(|e| ApiError::invalid("invalid_request", e.message))?;
-    Ok(request)
+    chat_request(chat).map_err(|e| ApiError::invalid("invalid_request", e.message))
 }
 
 impl Door for MessagesDoor {

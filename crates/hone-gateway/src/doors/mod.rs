@@ -88,3 +88,30 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Bytes, ApiError> 
         )
     })
 }
+
+/// Sets on a chat request (as JSON) the settings a door's request gave
+/// (`None` stays unset), and for a stream asks for the usage chunk, which
+/// every door's answer reports.
+pub(crate) fn set_settings(chat: &mut serde_json::Value, fields: Vec<(&str, Option<serde_json::Value>)>, stream: bool) {
+    for (key, value) in fields {
+        if let Some(value) = value {
+            chat[key] = value;
+        }
+    }
+    if stream {
+        chat["stream"] = serde_json::json!(true);
+        chat["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+}
+
+/// The chat request a door built, read and checked as one sent to
+/// `/v1/chat/completions` would be.
+pub(crate) fn chat_request(chat: serde_json::Value) -> Result<ChatCompletionRequest, hone_types::openai::RequestError> {
+    let request: ChatCompletionRequest =
+        serde_json::from_value(chat).map_err(|e| hone_types::openai::RequestError {
+            param: None,
+            message: format!("invalid request: {e}"),
+        })?;
+    request.validate()?;
+    Ok(request)
+}

@@ -11,7 +11,7 @@
 //! digits, so `previous_response_id` and `GET` read the store, and a chained
 //! response joins its predecessor's episode.
 
-use super::{encode, sse_frame, Door, Encoder, Incoming};
+use super::{chat_request, encode, set_settings, sse_frame, Door, Encoder, Incoming};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::StreamEvent;
 use crate::state::AppState;
@@ -339,7 +339,7 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
         None => {}
     }
     let mut chat = json!({"model": request.model, "messages": messages});
-    let fields = [
+    let fields = vec![
         ("temperature", request.temperature.map(Value::from)),
         ("top_p", request.top_p.map(Value::from)),
         ("max_completion_tokens", request.max_output_tokens.map(Value::from)),
@@ -350,15 +350,7 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
             request.reasoning.and_then(|r| r.effort).map(Value::from),
         ),
     ];
-    for (key, value) in fields {
-        if let Some(value) = value {
-            chat[key] = value;
-        }
-    }
-    if request.stream {
-        chat["stream"] = json!(true);
-        chat["stream_options"] = json!({"include_usage": true});
-    }
+    set_settings(&mut chat, fields, request.stream);
     if let Some(tools) = request.tools {
         let mut chat_tools = Vec::new();
         for (i, tool) in tools.into_iter().enumerate() {
@@ -403,9 +395,7 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
             }
         }
     }
-    let chat: ChatCompletionRequest = serde_json::from_value(chat)
-        .map_err(|e| ApiError::invalid("invalid_request", format!("invalid request: {e}")))?;
-    chat.validate().map_err(|e| {
+    let chat = chat_request(chat).map_err(|e| {
         let message = if e.param.as_deref() == Some("messages") {
             "`input` must not be empty".to_owned()
         } else {

@@ -238,3 +238,35 @@ pub async fn get_json(url: &str) -> serde_json::Value {
 pub fn chat(model: &str, text: &str) -> serde_json::Value {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
 }
+
+/// Runs a script of `tests/python/` with `env` once `imports` import (the
+/// packages `scripts/test` installs; a missing one fails the test, naming
+/// them), and returns the JSON of its last stdout line.
+pub async fn run_python(script: &str, imports: &str, env: Vec<(&'static str, String)>) -> serde_json::Value {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", &format!("import {imports}")])
+        .output()
+        .expect("python3 is needed");
+    assert!(
+        probe.status.success(),
+        "the Python packages `{imports}` are needed (scripts/test installs them): {}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(&path)
+            .envs(env)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
