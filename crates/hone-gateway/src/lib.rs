@@ -31,13 +31,22 @@ use tokio::net::TcpListener;
 /// A started gateway: store open, recorder running, not yet listening.
 pub struct Gateway {
     state: Arc<AppState>,
+    /// More routes served by the same process (the dashboard at `/ui`).
+    extra: Option<axum::Router>,
 }
 
 impl Gateway {
     pub fn start(config: Config) -> Result<Self, StartError> {
         Ok(Self {
             state: AppState::start(config)?,
+            extra: None,
         })
+    }
+
+    /// Serves `routes` beside the gateway's own (they must not overlap).
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.extra = Some(routes);
+        self
     }
 
     pub fn state(&self) -> &Arc<AppState> {
@@ -50,7 +59,7 @@ impl Gateway {
     /// running then was never acknowledged; what was acknowledged is in the
     /// journal and reaches the store at the next start.
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
@@ -65,7 +74,10 @@ impl Gateway {
             header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
             "serving"
         );
-        let app = routes::router(self.state.clone());
+        let app = match self.extra.take() {
+            Some(extra) => routes::router(self.state.clone()).merge(extra),
+            None => routes::router(self.state.clone()),
+        };
         #[allow(clippy::disallowed_methods, reason = "aborted below when serving stops")]
         let refresher = tokio::spawn(follow_deployments(self.state.clone()));
         let connections = tokio_util::task::TaskTracker::new();

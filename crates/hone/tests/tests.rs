@@ -8,6 +8,7 @@
 //! - `otel`: OpenTelemetry GenAI traces become episodes; hone's own spans go out over OTLP
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
 //! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals
+//! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -26,3 +27,4 @@ mod local;
 mod otel;
 mod python_sdk;
 mod support;
+mod ui;

@@ -48,11 +48,38 @@ pub fn run(
         let bound = listener.local_addr()?;
         let agents: Vec<_> = config.agents.keys().cloned().collect();
         let data_dir = config.gateway.data_dir.clone();
-        let gateway = hone_gateway::Gateway::start(config).context("cannot start the gateway")?;
-        tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1");
+        let dashboard = dashboard(&config, bound)?;
+        let gateway = hone_gateway::Gateway::start(config)
+            .context("cannot start the gateway")?
+            .with_routes(dashboard);
+        tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1, the dashboard is at http://{bound}/ui");
         gateway.serve(listener, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The dashboard's routes (`/ui`), over their own connection to the store
+/// (patient: a page may wait on the recorder's writes), acting through this
+/// gateway as `hone approve` would.
+fn dashboard(config: &hone_config::Config, bound: SocketAddr) -> Result<axum::Router> {
+    let full = config.store.synchronous == hone_config::Synchronous::Full;
+    let store = hone_store::SqliteStore::open_with(&config.store.path, full, hone_store::SqliteStore::PATIENT)
+        .context("cannot open the store for the dashboard")?;
+    let admin_token = config
+        .gateway
+        .admin_token_env
+        .as_ref()
+        .and_then(|name| std::env::var(name).ok())
+        .filter(|t| !t.is_empty());
+    let gateway =
+        hone_learn::client::GatewayClient::new(format!("http://{bound}"), None, std::time::Duration::from_secs(120))?
+            .with_admin_token(admin_token.clone());
+    Ok(hone_ui::router(hone_ui::Ui {
+        config: std::sync::Arc::new(config.clone()),
+        store: std::sync::Arc::new(store),
+        gateway,
+        admin_token,
+    }))
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is

@@ -1,0 +1,67 @@
+//! hone's dashboard, served by `hone serve` at `/ui`: what each agent
+//! learned, why, and what shipped. Pages are rendered on the server with
+//! minijinja templates (`templates/`, built into the binary) and charts are
+//! SVG drawn by plotters (`charts.rs`); no JavaScript is needed and no Node
+//! runs anywhere. Everything is read through the store traits
+//! (`CycleStore` and the traits under it), so the dashboard works unchanged
+//! on every store backend. The **Approve** and **Roll back** buttons call
+//! the same `hone_learn::deploy` functions as `hone approve` and
+//! `hone rollback`.
+//!
+//! One file per page under `pages/`; `auth.rs` keeps the dashboard behind
+//! the admin token when one is configured (a login form sets a cookie).
+
+mod auth;
+mod charts;
+mod error;
+mod pages;
+mod render;
+
+use axum::routing::{get, post};
+use axum::Router;
+use hone_config::Config;
+use hone_learn::client::GatewayClient;
+use hone_store::CycleStore;
+use std::sync::Arc;
+
+pub use error::UiError;
+
+/// What the pages read and act through.
+pub struct Ui {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn CycleStore>,
+    /// The gateway serving this dashboard, for deploy actions that load
+    /// adapters (vLLM candidates), as `hone approve` does.
+    pub gateway: GatewayClient,
+    /// The admin token; `None` leaves the dashboard open (loopback only, as
+    /// the gateway's admin routes are).
+    pub admin_token: Option<String>,
+}
+
+/// The `/ui` routes.
+pub fn router(ui: Ui) -> Router {
+    let ui = Arc::new(ui);
+    let pages = Router::new()
+        .route("/ui", get(pages::overview::show))
+        .route("/ui/agents/{agent}", get(pages::agent::show))
+        .route("/ui/agents/{agent}/approve", post(pages::agent::approve))
+        .route("/ui/agents/{agent}/rollback", post(pages::agent::rollback))
+        .route("/ui/episodes", get(pages::episodes::list))
+        .route("/ui/episodes/{id}", get(pages::episode::show))
+        .route_layer(axum::middleware::from_fn_with_state(ui.clone(), auth::require));
+    Router::new()
+        .route("/ui/login", get(auth::login_form).post(auth::login))
+        .merge(pages)
+        .with_state(ui)
+}
+
+/// Runs a page's store reads off the event loop and renders the result.
+pub(crate) async fn blocking<T: Send + 'static>(
+    ui: &Arc<Ui>,
+    work: impl FnOnce(&Ui) -> Result<T, UiError> + Send + 'static,
+) -> Result<T, UiError> {
+    let ui = ui.clone();
+    tokio::task::spawn_blocking(move || work(&ui))
+        .await
+        .map_err(|e| UiError::internal(format!("the page's task failed: {e}")))?
+}

@@ -1,0 +1,68 @@
+//! `/ui`: every agent with its champion, canary and share, online reward
+//! and its trend, recent alerts, and the cycle step it is in.
+
+use super::{html, version_name};
+use crate::render::page;
+use crate::{blocking, Ui, UiError};
+use axum::extract::State;
+use axum::response::Response;
+use serde::Serialize;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+struct AgentRow {
+    name: String,
+    champion: String,
+    canary: Option<String>,
+    canary_share: f64,
+    rewarded: u64,
+    reward: Option<f64>,
+    /// Mean reward of the champion's newest 50 rewarded episodes and of the 50 before.
+    recent: Option<f64>,
+    before: Option<f64>,
+    alerts: usize,
+    last_alert: Option<i64>,
+    cycle: Option<String>,
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+fn rows(ui: &Ui) -> Result<Vec<AgentRow>, UiError> {
+    let store = ui.store.as_ref();
+    let mut rows = Vec::new();
+    for agent in ui.config.agents.values() {
+        let (deployment, _) = hone_learn::deploy::current(store, agent)?;
+        let spec = agent.reward.version();
+        let (rewarded, reward) = store.reward_summary(&agent.name, &spec)?;
+        let window = store.version_window(&agent.name, &deployment.champion, 0, &spec, 100)?;
+        let rewards: Vec<f64> = window.iter().filter_map(|e| e.reward).collect();
+        let (recent, before) = rewards.split_at(rewards.len().min(50));
+        let alerts = store.alerts(Some(&agent.name), 100)?;
+        rows.push(AgentRow {
+            name: agent.name.clone(),
+            champion: version_name(agent, &deployment.champion),
+            canary: deployment.canary.as_ref().map(|c| version_name(agent, c)),
+            canary_share: deployment.canary_share,
+            rewarded,
+            reward,
+            recent: mean(recent),
+            before: mean(before),
+            alerts: alerts.len(),
+            last_alert: alerts.first().map(|a| a.at),
+            cycle: store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned()),
+        });
+    }
+    Ok(rows)
+}
+
+pub async fn show(State(ui): State<Arc<Ui>>) -> Response {
+    html(
+        blocking(&ui, |ui| {
+            let agents = rows(ui)?;
+            page("overview.html", minijinja::context! { title => "Agents", agents => minijinja::Value::from(minijinja::value::Serde(&agents)) })
+        })
+        .await,
+    )
+}

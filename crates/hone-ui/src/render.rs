@@ -1,0 +1,39 @@
+//! The templates, built into the binary, and their one environment.
+
+use crate::UiError;
+use minijinja::Environment;
+use std::sync::OnceLock;
+
+const TEMPLATES: [(&str, &str); 7] = [
+    ("base.html", include_str!("../templates/base.html")),
+    ("error.html", include_str!("../templates/error.html")),
+    ("login.html", include_str!("../templates/login.html")),
+    ("overview.html", include_str!("../templates/overview.html")),
+    ("agent.html", include_str!("../templates/agent.html")),
+    ("episodes.html", include_str!("../templates/episodes.html")),
+    ("episode.html", include_str!("../templates/episode.html")),
+];
+
+fn environment() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+        for (name, source) in TEMPLATES {
+            if let Err(e) = env.add_template(name, source) {
+                tracing::error!(template = name, error = %e, "a dashboard template does not parse");
+            }
+        }
+        env.add_filter("time", |ms: i64| hone_types::time::format_rfc3339(ms));
+        env.add_filter("short", |id: String| id.chars().take(8).collect::<String>());
+        env
+    })
+}
+
+/// A page rendered from `template` with `context`.
+pub fn page(template: &str, context: minijinja::Value) -> Result<String, UiError> {
+    environment()
+        .get_template(template)
+        .and_then(|t| t.render(context))
+        .map_err(|e| UiError::internal(format!("cannot render {template}: {e}")))
+}

@@ -1,0 +1,350 @@
+//! The dashboard at `/ui`, on a store filled by a real learning cycle: a
+//! `hone serve` records 48 arithmetic episodes with gold feedback and one
+//! that uses a tool, `hone learn --once` (the `model` optimiser, manual
+//! deployment) proposes, gates and fronts candidates, and the restarted
+//! server shows them. The pages need the admin token; the front chart has
+//! one point per scored candidate; Approve starts a canary and Roll back
+//! removes it (checked through `/admin/deployments`); an episode shows its
+//! tool calls and reward parts.
+
+use crate::support::Hone;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+
+const ADMIN: &str = "dashboard-secret";
+
+/// `What is A+B?`: `weak` gets even sums wrong, the others are right.
+/// `Use the tool: A+B` first calls `add`, then answers from its result.
+async fn chat(Json(body): Json<Value>) -> Json<Value> {
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    let text = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let numbers: Vec<i64> = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let sum: i64 = numbers.iter().sum();
+    let message = if text.starts_with("Use the tool") && last["role"] == "user" {
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
+            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]})
+    } else {
+        let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
+        json!({"role": "assistant", "content": format!("The answer is {answer}.")})
+    };
+    let finish = if message["tool_calls"].is_null() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    Json(json!({
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    }))
+}
+
+fn config(upstream: &str) -> String {
+    format!(
+        r#"
+[gateway]
+admin_token_env = "HONE_TEST_ADMIN"
+
+[providers.up]
+type = "openai"
+base_url = "{upstream}/v1"
+max_retries = 0
+[providers.up.prices."weak"]
+input_per_mtok = 0.5
+output_per_mtok = 1.0
+[providers.up.prices."good"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+[providers.up.prices."pricey"]
+input_per_mtok = 5.0
+output_per_mtok = 10.0
+
+[agents.story]
+description = "Adds two numbers."
+[agents.story.versions.v1]
+provider = "up"
+model = "weak"
+[agents.story.deployment]
+champion = "v1"
+[agents.story.reward]
+reference_signal = "gold"
+[agents.story.reward.critics.answer]
+type = "numeric"
+[agents.story.learn]
+optimisers = ["model"]
+dataset_size = 48
+[agents.story.learn.model]
+models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
+"#
+    )
+}
+
+fn query(db: &Path, sql: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    stmt.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A client that does not follow redirects, so they can be checked.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn page(hone: &Hone, path: &str) -> String {
+    let response = browser()
+        .get(hone.url(path))
+        .header("cookie", format!("hone_admin={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.text().await.unwrap()
+}
+
+async fn form(hone: &Hone, path: &str, body: &str) -> String {
+    let response = browser()
+        .post(hone.url(path))
+        .header("cookie", format!("hone_admin={ADMIN}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.text().await.unwrap()
+}
+
+/// The canary the gateway serves, once it equals `expected` (the gateway
+/// follows the stored deployment within half a second), or what it is
+/// after five seconds.
+async fn canary(hone: &Hone, expected: Option<&str>) -> Option<String> {
+    let mut seen = None;
+    for _ in 0..50 {
+        let all: Value = browser()
+            .get(hone.url("/admin/deployments"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        seen = all["data"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["agent"] == "story"))
+            .and_then(|d| d["split"].as_array())
+            .and_then(|s| s.iter().find(|v| v["role"] == "canary"))
+            .and_then(|v| v["version"].as_str().map(str::to_owned));
+        if seen.as_deref() == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+/// The text of the element with `id` (up to its closing `</div>`/`</table>`).
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let start = html.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id}"));
+    let rest = &html[start..];
+    let end = rest
+        .find("</table>")
+        .or_else(|| rest.find("</div>"))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&upstream);
+    let mut hone = Hone::start_in(dir.path(), &text, &[("HONE_TEST_ADMIN", ADMIN)]);
+    let http = reqwest::Client::new();
+    for i in 0..48 {
+        let (a, b) = (10 + i, i % 5 + 1);
+        let episode = format!("s-{i}");
+        let r = http
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", &episode)
+            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {a}+{b}?")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        http.post(hone.url("/v1/feedback"))
+            .json(&json!({"episode_id": episode, "name": "gold", "value": a + b}))
+            .send()
+            .await
+            .unwrap();
+    }
+    // One episode with a tool round trip.
+    let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]);
+    let mut messages = vec![json!({"role": "user", "content": "Use the tool: 20+22"})];
+    for _ in 0..2 {
+        let answer: Value = http
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", "tool-1")
+            .json(&json!({"model": "story", "tools": tools, "messages": messages}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let message = answer["choices"][0]["message"].clone();
+        messages.push(message.clone());
+        if let Some(call) = message["tool_calls"][0]["id"].as_str() {
+            messages.push(json!({"role": "tool", "tool_call_id": call, "content": "42"}));
+        }
+    }
+    http.post(hone.url("/v1/feedback"))
+        .json(&json!({"episode_id": "tool-1", "name": "gold", "value": 42}))
+        .send()
+        .await
+        .unwrap();
+    hone.wait_caught_up();
+    assert!(hone.terminate().success());
+
+    // A real cycle on that store.
+    let learn = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(["learn", "story", "--once", "--config"])
+        .arg(dir.path().join("hone.toml"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("HONE_TEST_ADMIN", ADMIN)
+        .output()
+        .unwrap();
+    assert!(learn.status.success(), "{}", String::from_utf8_lossy(&learn.stderr));
+    let db = dir.path().join("data").join("hone.db");
+    let scored = query(
+        &db,
+        "SELECT version_id FROM candidates WHERE json_extract(record, '$.scores') IS NOT NULL",
+    );
+    let on_front = query(&db, "SELECT version_id FROM candidates WHERE status = 'on_front'");
+    assert!(!scored.is_empty() && on_front.len() == 1, "{scored:?} {on_front:?}");
+    hone.restart();
+
+    // Without the admin token: to the login page, and a wrong token is refused.
+    let r = browser().get(hone.url("/ui")).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/ui/login");
+    let r = browser()
+        .post(hone.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = browser()
+        .post(hone.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert!(r.headers()["set-cookie"].to_str().unwrap().contains("HttpOnly"));
+    let r = browser()
+        .post(hone.url("/ui/agents/story/rollback"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "an action without the token changes nothing");
+
+    // The overview.
+    let overview = page(&hone, "/ui").await;
+    let agents = section(&overview, "agents");
+    assert!(
+        agents.contains("/ui/agents/story") && agents.contains("v1 ("),
+        "{agents}"
+    );
+
+    // The agent: one front point per scored candidate, Approve on the fronted one.
+    let agent = page(&hone, "/ui/agents/story").await;
+    let chart = section(&agent, "front-chart");
+    assert_eq!(chart.matches("<circle").count(), scored.len(), "{chart}");
+    assert!(section(&agent, "candidates").contains("class=\"approve\""));
+    assert!(
+        section(&agent, "history").contains("front"),
+        "the cycle's events are on the timeline"
+    );
+    assert!(section(&agent, "reward-chart").contains("<svg"));
+
+    // Approve starts a canary; Roll back removes it.
+    let approved = form(&hone, "/ui/agents/story/approve", &format!("candidate={}", on_front[0])).await;
+    assert!(
+        section(&approved, "notice").contains("canary"),
+        "{}",
+        section(&approved, "notice")
+    );
+    assert_eq!(
+        canary(&hone, Some(&on_front[0])).await.as_deref(),
+        Some(on_front[0].as_str())
+    );
+    let rolled = form(&hone, "/ui/agents/story/rollback", "").await;
+    assert!(
+        section(&rolled, "notice").contains("roll"),
+        "{}",
+        section(&rolled, "notice")
+    );
+    assert_eq!(canary(&hone, None).await, None);
+
+    // Episodes, and one as a transcript with its tool call and reward parts.
+    // The cycle's evaluation episodes come first (newest): page back.
+    let mut path = "/ui/episodes?agent=story".to_owned();
+    let mut pages = 0;
+    loop {
+        let list = page(&hone, &path).await;
+        pages += 1;
+        if section(&list, "episodes").contains("/ui/episodes/tool-1") {
+            break;
+        }
+        let next = list
+            .split("id=\"next\" href=\"")
+            .nth(1)
+            .expect("tool-1 is on some page");
+        path = next[..next.find('"').unwrap()].replace("&amp;", "&");
+        assert!(pages < 50, "paging never ends");
+    }
+    let episode = page(&hone, "/ui/episodes/tool-1").await;
+    assert!(episode.contains("→ <b>add</b>"), "the tool call is shown");
+    assert!(episode.contains("result of call_add"), "the tool result is shown");
+    let parts = section(&episode, "reward-parts");
+    assert!(parts.contains("answer") && parts.contains("critic"), "{parts}");
+    assert!(section(&episode, "signals").contains("gold"));
+
+    // A bad filter is a page that says why.
+    let r = browser()
+        .get(hone.url("/ui/episodes?since=yesterday"))
+        .header("cookie", format!("hone_admin={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("RFC 3339"));
+}
