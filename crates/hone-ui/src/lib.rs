@@ -48,6 +48,10 @@ pub fn router(ui: Ui) -> Router {
         .route("/ui/agents/{agent}/rollback", post(pages::agent::rollback))
         .route("/ui/episodes", get(pages::episodes::list))
         .route("/ui/episodes/{id}", get(pages::episode::show))
+        .route("/ui/cycles", get(pages::cycles::list))
+        .route("/ui/cycles/{id}", get(pages::cycles::show))
+        .route("/ui/datasets", get(pages::datasets::list))
+        .route("/ui/datasets/{id}", get(pages::datasets::show))
         .route_layer(axum::middleware::from_fn_with_state(ui.clone(), auth::require));
     Router::new()
         .route("/ui/login", get(auth::login_form).post(auth::login))

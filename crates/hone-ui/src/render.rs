@@ -4,7 +4,7 @@ use crate::UiError;
 use minijinja::Environment;
 use std::sync::OnceLock;
 
-const TEMPLATES: [(&str, &str); 7] = [
+const TEMPLATES: [(&str, &str); 11] = [
     ("base.html", include_str!("../templates/base.html")),
     ("error.html", include_str!("../templates/error.html")),
     ("login.html", include_str!("../templates/login.html")),
@@ -12,6 +12,10 @@ const TEMPLATES: [(&str, &str); 7] = [
     ("agent.html", include_str!("../templates/agent.html")),
     ("episodes.html", include_str!("../templates/episodes.html")),
     ("episode.html", include_str!("../templates/episode.html")),
+    ("cycles.html", include_str!("../templates/cycles.html")),
+    ("cycle.html", include_str!("../templates/cycle.html")),
+    ("datasets.html", include_str!("../templates/datasets.html")),
+    ("dataset.html", include_str!("../templates/dataset.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {

@@ -338,6 +338,37 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     assert!(parts.contains("answer") && parts.contains("critic"), "{parts}");
     assert!(section(&episode, "signals").contains("gold"));
 
+    // The cycle: its steps in order with timings, candidates with reasons, its datasets.
+    let cycles = page(&hone, "/ui/cycles").await;
+    assert!(section(&cycles, "cycles").contains("/ui/cycles/story-1"));
+    let cycle = page(&hone, "/ui/cycles/story-1").await;
+    let steps = section(&cycle, "steps");
+    for kind in ["gate", "front"] {
+        assert!(steps.contains(kind), "step {kind} missing: {steps}");
+    }
+    let pruned = query(
+        &db,
+        "SELECT json_extract(record, '$.reason') FROM candidates WHERE status = 'pruned'",
+    );
+    let listed = section(&cycle, "cycle-candidates");
+    for reason in &pruned {
+        assert!(
+            listed.contains(&reason.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")),
+            "{reason} not in {listed}"
+        );
+    }
+    let target = query(
+        &db,
+        "SELECT json_extract(record, '$.detail.target') FROM cycles WHERE id = 'story-1'",
+    );
+    let datasets = page(&hone, "/ui/datasets").await;
+    assert!(section(&datasets, "datasets").contains(&format!("/ui/datasets/{}", target[0])));
+    let dataset = page(&hone, &format!("/ui/datasets/{}", target[0])).await;
+    assert!(
+        section(&dataset, "instances").contains("What is"),
+        "instances show their input"
+    );
+
     // A bad filter is a page that says why.
     let r = browser()
         .get(hone.url("/ui/episodes?since=yesterday"))

@@ -2,6 +2,8 @@
 //! the event loop) into plain serialisable rows and renders its template.
 
 pub mod agent;
+pub mod cycles;
+pub mod datasets;
 pub mod episode;
 pub mod episodes;
 pub mod overview;

@@ -1,0 +1,136 @@
+//! `/ui/cycles` and `/ui/cycles/{id}`: learning cycles, and one cycle's
+//! steps (its history events, timed from the cycle's start), what each
+//! step decided, and its candidates with their gate reasons.
+
+use super::{html, short};
+use crate::render::page;
+use crate::{blocking, Ui, UiError};
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+pub struct Filter {
+    agent: Option<String>,
+}
+
+#[derive(Serialize)]
+struct CycleRow {
+    id: String,
+    agent: String,
+    state: String,
+    trigger: String,
+    started_at: i64,
+    updated_at: i64,
+    seconds: f64,
+    candidates: Option<u64>,
+    decision: Option<String>,
+    note: Option<String>,
+    error: Option<String>,
+}
+
+fn row(c: &hone_types::CycleInfo) -> CycleRow {
+    CycleRow {
+        id: c.id.clone(),
+        agent: c.agent.clone(),
+        state: c.state.as_str().to_owned(),
+        trigger: c.trigger.clone(),
+        started_at: c.started_at,
+        updated_at: c.updated_at,
+        seconds: (c.updated_at - c.started_at) as f64 / 1000.0,
+        candidates: c.detail.candidates,
+        decision: c.detail.decision.clone(),
+        note: c.detail.note.clone(),
+        error: c.error.clone(),
+    }
+}
+
+pub async fn list(State(ui): State<Arc<Ui>>, Query(filter): Query<Filter>) -> Response {
+    html(
+        blocking(&ui, move |ui| {
+            let agent = filter.agent.filter(|a| !a.is_empty());
+            if let Some(a) = &agent {
+                super::agent_config(ui, a)?;
+            }
+            let rows: Vec<CycleRow> = ui.store.cycles(agent.as_deref(), 100)?.iter().map(row).collect();
+            page(
+                "cycles.html",
+                minijinja::context! { title => "Cycles", rows => minijinja::Value::from(minijinja::value::Serde(&rows)) },
+            )
+        })
+        .await,
+    )
+}
+
+#[derive(Serialize)]
+struct Step {
+    at: i64,
+    after_s: f64,
+    kind: String,
+    summary: String,
+}
+
+#[derive(Serialize)]
+struct CandidateRow {
+    version: String,
+    optimiser: String,
+    status: String,
+    reason: Option<String>,
+    diff: String,
+    reward: Option<f64>,
+    regression_pass: Option<f64>,
+    cost_usd: Option<f64>,
+}
+
+fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
+    let cycle = ui
+        .store
+        .cycle(id)?
+        .ok_or_else(|| UiError::not_found(format!("no cycle `{id}`")))?;
+    let steps: Vec<Step> = ui
+        .store
+        .history(&cycle.agent, 2000)?
+        .into_iter()
+        .filter(|e| e.cycle_id.as_deref() == Some(id))
+        .map(|e| Step {
+            at: e.at,
+            after_s: (e.at - cycle.started_at) as f64 / 1000.0,
+            kind: e.kind,
+            summary: e.summary,
+        })
+        .collect();
+    let candidates: Vec<CandidateRow> = ui
+        .store
+        .candidates(&cycle.agent, Some(id))?
+        .into_iter()
+        .map(|c| CandidateRow {
+            version: short(c.version_id.as_str()),
+            optimiser: c.optimiser,
+            status: c.status.as_str().to_owned(),
+            reason: c.reason,
+            diff: c.diff,
+            reward: c.scores.as_ref().and_then(|s| s.target_mean),
+            regression_pass: c.scores.as_ref().map(|s| s.regression_pass_rate),
+            cost_usd: c.scores.as_ref().map(|s| s.mean_cost_usd),
+        })
+        .collect();
+    let detail = serde_json::to_string_pretty(&cycle.detail).unwrap_or_default();
+    page(
+        "cycle.html",
+        minijinja::context! {
+            title => format!("Cycle {id}"),
+            cycle => minijinja::Value::from(minijinja::value::Serde(&row(&cycle))),
+            detail,
+            target => cycle.detail.target.clone(),
+            train => cycle.detail.train.clone(),
+            regression => cycle.detail.regression.clone(),
+            steps => minijinja::Value::from(minijinja::value::Serde(&steps)),
+            candidates => minijinja::Value::from(minijinja::value::Serde(&candidates)),
+        },
+    )
+}
+
+pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
+    html(blocking(&ui, move |ui| render(ui, &id)).await)
+}

@@ -1,0 +1,66 @@
+//! `/ui/datasets` and `/ui/datasets/{id}`: the immutable dataset snapshots
+//! (built by cycles and `hone dataset build`) and their instances.
+
+use super::html;
+use crate::render::page;
+use crate::{blocking, Ui, UiError};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Instances shown on a dataset's page.
+const INSTANCES_SHOWN: usize = 200;
+
+#[derive(Serialize)]
+struct InstanceRow {
+    id: String,
+    episode: Option<String>,
+    input: String,
+}
+
+pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
+    html(
+        blocking(&ui, |ui| {
+            let mut datasets = ui.store.datasets()?;
+            datasets.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            page(
+                "datasets.html",
+                minijinja::context! { title => "Datasets", datasets => minijinja::Value::from(minijinja::value::Serde(&datasets)) },
+            )
+        })
+        .await,
+    )
+}
+
+fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
+    let dataset = ui
+        .store
+        .dataset(id)?
+        .ok_or_else(|| UiError::not_found(format!("no dataset `{id}`")))?;
+    let items = ui.store.dataset_items(&dataset.id)?;
+    let instances: Vec<InstanceRow> = items
+        .iter()
+        .take(INSTANCES_SHOWN)
+        .map(|i| InstanceRow {
+            id: i.id.clone(),
+            episode: i.episode_id.as_ref().map(ToString::to_string),
+            input: serde_json::to_string_pretty(&i.input).unwrap_or_default(),
+        })
+        .collect();
+    let params = serde_json::to_string_pretty(&dataset.params).unwrap_or_default();
+    page(
+        "dataset.html",
+        minijinja::context! {
+            title => format!("Dataset {}", dataset.name),
+            dataset => minijinja::Value::from(minijinja::value::Serde(&dataset)),
+            params,
+            shown => instances.len(),
+            instances => minijinja::Value::from(minijinja::value::Serde(&instances)),
+        },
+    )
+}
+
+pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
+    html(blocking(&ui, move |ui| render(ui, &id)).await)
+}
