@@ -23,7 +23,7 @@ pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
     html(
         blocking(&ui, |ui| {
             let mut datasets = ui.store.datasets()?;
-            datasets.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            datasets.sort_by_key(|d| std::cmp::Reverse(d.created_at));
             page(
                 "datasets.html",
                 minijinja::context! { title => "Datasets", datasets => minijinja::Value::from(minijinja::value::Serde(&datasets)) },
