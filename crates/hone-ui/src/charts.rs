@@ -40,7 +40,8 @@ fn span(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    let pad = ((hi - lo) * 0.1).max(1e-9);
+    // A tenth of the range each side; one value (or nearly) gets ±5% of it.
+    let pad = ((hi - lo) * 0.1).max(hi.abs().max(lo.abs()) * 0.05).max(1e-6);
     (lo - pad, hi + pad)
 }
 
@@ -115,7 +116,14 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
         let (t0, t1) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let (t0, t1) = if t0 > t1 { (0, 1) } else { (t0, t1.max(t0 + 1)) };
         let (y0, y1) = span(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
-        let hours = |t: i64| (t - t0) as f64 / 3_600_000.0;
+        // The unit that gives the span readable numbers.
+        let (unit_ms, unit) = match t1 - t0 {
+            d if d < 2 * 60_000 => (1_000.0, "seconds"),
+            d if d < 2 * 3_600_000 => (60_000.0, "minutes"),
+            d if d < 3 * 86_400_000 => (3_600_000.0, "hours"),
+            _ => (86_400_000.0, "days"),
+        };
+        let hours = |t: i64| (t - t0) as f64 / unit_ms;
         let mut chart = ChartBuilder::on(root)
             .margin(12)
             .x_label_area_size(42)
@@ -124,7 +132,7 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("hours since the first point")
+            .x_desc(format!("{unit} since the first point"))
             .y_desc("mean reward (rolling)")
             .label_style((FONT, 12))
             .draw()

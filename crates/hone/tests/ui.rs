@@ -174,8 +174,18 @@ fn section<'a>(html: &'a str, id: &str) -> &'a str {
     &rest[..end]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
+/// A store filled by a real cycle, served again: the server, its directory
+/// (kept while the server lives), the database, the scored candidates and
+/// the one on the front.
+struct Filled {
+    hone: Hone,
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+    scored: Vec<String>,
+    on_front: Vec<String>,
+}
+
+async fn filled() -> Filled {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
@@ -247,6 +257,24 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     let on_front = query(&db, "SELECT version_id FROM candidates WHERE status = 'on_front'");
     assert!(!scored.is_empty() && on_front.len() == 1, "{scored:?} {on_front:?}");
     hone.restart();
+    Filled {
+        hone,
+        db,
+        scored,
+        on_front,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
+    let Filled {
+        hone,
+        _dir,
+        db,
+        scored,
+        on_front,
+    } = filled().await;
 
     // Without the admin token: to the login page, and a wrong token is refused.
     let r = browser().get(hone.url("/ui")).send().await.unwrap();
@@ -378,4 +406,185 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("RFC 3339"));
+}
+
+/// chromedriver on a free port, stopped when dropped.
+struct Driver(std::process::Child, String);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn chromedriver() -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("chromedriver is needed (scripts/test installs Debian's chromium and chromium-driver)");
+    let url = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Driver(child, url)
+}
+
+/// chromedriver's browser log (`goog:loggingPrefs`), read through its
+/// Selenium endpoint, which fantoccini has no method for.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type":"browser"}"#.to_owned()))
+    }
+}
+
+/// Console messages at level SEVERE since the last read.
+async fn console_errors(browser: &fantoccini::Client) -> Vec<String> {
+    let log = browser.issue_cmd(BrowserLog).await.unwrap();
+    log.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["level"] == "SEVERE")
+        .map(|entry| entry["message"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Where screenshots go: an artefact directory under the target directory.
+fn screenshots() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Opens `path`, checks the console stayed clean, and saves a screenshot.
+async fn visit(browser: &fantoccini::Client, hone: &Hone, path: &str, shot: &str) {
+    browser.goto(&hone.url(path)).await.unwrap();
+    let errors = console_errors(browser).await;
+    assert!(errors.is_empty(), "console errors on {path}: {errors:?}");
+    let png = browser.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{shot}.png")), png).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_real_browser() {
+    use fantoccini::Locator;
+    let Filled {
+        hone,
+        _dir,
+        scored,
+        on_front,
+        ..
+    } = filled().await;
+    let driver = chromedriver();
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": "/usr/bin/chromium", "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1366,1800"]}),
+    );
+    capabilities.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
+    let browser = fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.1)
+        .await
+        .expect("chromium starts under chromedriver");
+
+    // Signing in with the admin token through the form.
+    browser.goto(&hone.url("/ui")).await.unwrap();
+    assert!(browser.current_url().await.unwrap().path().ends_with("/ui/login"));
+    browser
+        .find(Locator::Css("input[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN)
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css("button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(browser.current_url().await.unwrap().path(), "/ui");
+
+    visit(&browser, &hone, "/ui", "1-overview").await;
+    let agents = browser
+        .find(Locator::Css("#agents"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(agents.contains("story"), "{agents}");
+
+    visit(&browser, &hone, "/ui/agents/story", "2-agent").await;
+    let points = browser.find_all(Locator::Css("#front-chart circle")).await.unwrap();
+    assert_eq!(points.len(), scored.len(), "one point per scored candidate");
+
+    // Approve, then Roll back, by clicking.
+    browser
+        .find(Locator::Css("button.approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = browser
+        .wait()
+        .at_most(std::time::Duration::from_secs(20))
+        .for_element(Locator::Css("#notice"))
+        .await
+        .unwrap_or_else(|e| panic!("no notice after Approve ({e}); log:\n{}", hone.log()))
+        .text()
+        .await
+        .unwrap();
+    assert!(notice.contains("canary"), "{notice}");
+    assert_eq!(
+        canary(&hone, Some(&on_front[0])).await.as_deref(),
+        Some(on_front[0].as_str())
+    );
+    let png = browser.screenshot().await.unwrap();
+    std::fs::write(screenshots().join("3-approved.png"), png).unwrap();
+    browser
+        .find(Locator::Css("#rollback"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .at_most(std::time::Duration::from_secs(20))
+        .for_element(Locator::Css("#notice"))
+        .await
+        .unwrap();
+    assert_eq!(canary(&hone, None).await, None);
+
+    visit(&browser, &hone, "/ui/episodes/tool-1", "4-episode").await;
+    let calls = browser.find_all(Locator::Css(".tool-call")).await.unwrap();
+    assert!(!calls.is_empty(), "the tool call is shown");
+    let parts = browser.find_all(Locator::Css("#reward-parts tr")).await.unwrap();
+    assert!(parts.len() >= 2, "a header and the reward's parts");
+
+    visit(&browser, &hone, "/ui/episodes", "5-episodes").await;
+    visit(&browser, &hone, "/ui/cycles/story-1", "6-cycle").await;
+    visit(&browser, &hone, "/ui/datasets", "7-datasets").await;
+    browser.close().await.unwrap();
 }
