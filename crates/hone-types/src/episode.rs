@@ -32,6 +32,25 @@ pub struct EpisodeQuery {
     pub limit: u32,
     /// Opaque position returned as `next_cursor` by the previous page.
     pub cursor: Option<i64>,
+    /// Only episodes with a call served by this version.
+    pub version: Option<crate::VersionId>,
+    /// Only episodes with a call that raised this behaviour flag (one of
+    /// `BehaviourFlags::NAMES`; another name matches nothing).
+    pub flag: Option<String>,
+    /// Only episodes with a signal of this name.
+    pub signal: Option<String>,
+    /// Only episodes whose reward under a spec lies in a range.
+    pub reward: Option<RewardRange>,
+    /// Leave out the evaluation episodes learning cycles make.
+    pub production_only: bool,
+}
+
+/// Rewards from `min` to `max` (inclusive) under spec `spec_version`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RewardRange {
+    pub spec_version: String,
+    pub min: f64,
+    pub max: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
     TrainingSummary,
 };
-pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary};
+pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary, RewardRange};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
 pub use learn::{
     CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,

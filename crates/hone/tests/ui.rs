@@ -359,6 +359,31 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         path = next[..next.find('"').unwrap()].replace("&amp;", "&");
         assert!(pages < 50, "paging never ends");
     }
+    // Filters: production episodes by default, rewards in a range, signals.
+    let rows = |html: &str| {
+        section(html, "episodes")
+            .matches("<tr><td><a href=\"/ui/episodes/")
+            .count()
+    };
+    let production = page(&hone, "/ui/episodes?agent=story").await;
+    assert_eq!(
+        rows(&production),
+        49,
+        "48 arithmetic episodes and tool-1, no evaluation episodes"
+    );
+    let with_evaluations = page(&hone, "/ui/episodes?agent=story&evaluations=on").await;
+    assert!(section(&with_evaluations, "episodes").contains("/ui/episodes/eval."));
+    let passing = query(
+        &db,
+        "SELECT CAST(COUNT(*) AS TEXT) FROM rewards WHERE agent = 'story' AND value >= 1 AND episode_id NOT LIKE 'eval.%'",
+    );
+    let high = page(&hone, "/ui/episodes?agent=story&min_reward=1").await;
+    assert_eq!(rows(&high).to_string(), passing[0], "reward filter");
+    assert!(rows(&high) > 0 && rows(&high) < 49);
+    let with_gold = page(&hone, "/ui/episodes?agent=story&signal=gold").await;
+    assert_eq!(rows(&with_gold), 49);
+    let none = page(&hone, "/ui/episodes?agent=story&signal=thumbs").await;
+    assert_eq!(rows(&none), 0);
     let episode = page(&hone, "/ui/episodes/tool-1").await;
     assert!(episode.contains("→ <b>add</b>"), "the tool call is shown");
     assert!(episode.contains("result of call_add"), "the tool result is shown");
@@ -406,6 +431,15 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("RFC 3339"));
+    for bad in ["flag=nonsense", "min_reward=lots&agent=story", "min_reward=1"] {
+        let r = browser()
+            .get(hone.url(&format!("/ui/episodes?{bad}")))
+            .header("cookie", format!("hone_admin={ADMIN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
 }
 
 /// chromedriver on a free port, stopped when dropped.

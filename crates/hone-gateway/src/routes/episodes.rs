@@ -94,6 +94,7 @@ pub async fn list(
         until: time_param("until", params.until.as_deref())?,
         limit,
         cursor,
+        ..Default::default()
     };
     state.caught_up(false).await?;
     let store = state.store.clone();

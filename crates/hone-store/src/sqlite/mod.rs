@@ -414,18 +414,51 @@ impl Store for SqliteStore {
     fn episodes(&self, query: &EpisodeQuery) -> Result<EpisodePage, StoreError> {
         self.with_reader(|conn| {
             let agents = query.agents.as_ref().map(serde_json::to_string).transpose()?;
-            let mut stmt = conn.prepare_cached(
+            // A flag is a column of `calls`: only the known names reach the SQL.
+            let flag = match query.flag.as_deref() {
+                None => "",
+                Some(name) => match hone_types::call::BehaviourFlags::NAMES.iter().find(|n| **n == name) {
+                    Some(column) => column,
+                    None => return Ok(EpisodePage { episodes: Vec::new(), next_cursor: None }),
+                },
+            };
+            let flag_filter = if flag.is_empty() {
+                String::new()
+            } else {
+                format!(" AND EXISTS (SELECT 1 FROM calls f WHERE f.episode_id = episodes.id AND f.{flag} = 1)")
+            };
+            let sql = format!(
                 "SELECT seq, id, agent, started_at, last_call_at, call_count FROM episodes
                  WHERE (?1 IS NULL OR agent IN (SELECT value FROM json_each(?1)))
                    AND (?2 IS NULL OR started_at >= ?2)
                    AND (?3 IS NULL OR started_at < ?3)
                    AND (?4 IS NULL OR seq < ?4)
+                   AND (?6 IS NULL OR EXISTS (SELECT 1 FROM calls v WHERE v.episode_id = episodes.id AND v.version_id = ?6))
+                   AND (?7 IS NULL OR EXISTS (SELECT 1 FROM signals s WHERE s.episode_id = episodes.id AND s.name = ?7))
+                   AND (?8 IS NULL OR EXISTS (SELECT 1 FROM rewards r WHERE r.episode_id = episodes.id
+                        AND r.spec_version = ?8 AND r.value >= ?9 AND r.value <= ?10))
+                   AND (?11 = 0 OR id NOT LIKE '{}%'){flag_filter}
                  ORDER BY seq DESC LIMIT ?5",
-            )?;
+                hone_types::ids::EVALUATION_PREFIX
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
             let limit = i64::from(query.limit.max(1));
+            let reward = query.reward.as_ref();
             let rows: Vec<_> = stmt
                 .query_map(
-                    params![agents, query.since, query.until, query.cursor, limit + 1],
+                    params![
+                        agents,
+                        query.since,
+                        query.until,
+                        query.cursor,
+                        limit + 1,
+                        query.version.as_ref().map(|v| v.as_str()),
+                        query.signal,
+                        reward.map(|r| r.spec_version.as_str()),
+                        reward.map(|r| r.min),
+                        reward.map(|r| r.max),
+                        query.production_only,
+                    ],
                     summary_from_row,
                 )?
                 .collect::<Result<_, _>>()?;

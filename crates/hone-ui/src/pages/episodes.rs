@@ -13,12 +13,59 @@ use std::sync::Arc;
 
 const PAGE: u32 = 50;
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
 pub struct Filter {
     agent: Option<String>,
     since: Option<String>,
     until: Option<String>,
+    version: Option<String>,
+    flag: Option<String>,
+    signal: Option<String>,
+    min_reward: Option<String>,
+    max_reward: Option<String>,
+    /// `on` lists the cycles' evaluation episodes too.
+    evaluations: Option<String>,
     cursor: Option<String>,
+}
+
+impl Filter {
+    /// This filter's query string, at another cursor.
+    fn href(&self, cursor: &str) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        let fields = [
+            ("agent", &self.agent),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("version", &self.version),
+            ("flag", &self.flag),
+            ("signal", &self.signal),
+            ("min_reward", &self.min_reward),
+            ("max_reward", &self.max_reward),
+            ("evaluations", &self.evaluations),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                query.append_pair(key, value);
+            }
+        }
+        query.append_pair("cursor", cursor);
+        format!("/ui/episodes?{}", query.finish())
+    }
+}
+
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+fn number(name: &str, value: &Option<String>) -> Result<Option<f64>, UiError> {
+    given(value)
+        .map(|v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| UiError::bad_request(format!("`{name}` must be a number, got `{v}`")))
+        })
+        .transpose()
 }
 
 #[derive(Serialize)]
@@ -56,12 +103,50 @@ fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
                 .map_err(|_| UiError::bad_request("`cursor` is not one this page made"))?,
         ),
     };
+    let version = given(&filter.version)
+        .map(|v| {
+            hone_types::VersionId::parse(v).ok_or_else(|| UiError::bad_request(format!("`{v}` is not a version id")))
+        })
+        .transpose()?;
+    let flag = given(&filter.flag).map(str::to_owned);
+    if let Some(f) = &flag {
+        if !hone_types::call::BehaviourFlags::NAMES.contains(&f.as_str()) {
+            return Err(UiError::bad_request(format!(
+                "`{f}` is not a behaviour flag ({})",
+                hone_types::call::BehaviourFlags::NAMES.join(", ")
+            )));
+        }
+    }
+    let (min, max) = (
+        number("min_reward", &filter.min_reward)?,
+        number("max_reward", &filter.max_reward)?,
+    );
+    let reward = match (min, max) {
+        (None, None) => None,
+        (min, max) => {
+            let Some(a) = &agent else {
+                return Err(UiError::bad_request(
+                    "choose an agent to filter by reward: rewards are scored by each agent's own spec",
+                ));
+            };
+            Some(hone_types::RewardRange {
+                spec_version: super::agent_config(ui, a)?.reward.version(),
+                min: min.unwrap_or(f64::NEG_INFINITY),
+                max: max.unwrap_or(f64::INFINITY),
+            })
+        }
+    };
     let query = EpisodeQuery {
         agents: agent.clone().map(|a| vec![a]),
         since: time("since", filter.since.as_deref())?,
         until: time("until", filter.until.as_deref())?,
         limit: PAGE,
         cursor,
+        version,
+        flag,
+        signal: given(&filter.signal).map(str::to_owned),
+        reward,
+        production_only: given(&filter.evaluations) != Some("on"),
     };
     let found = ui.store.episodes(&query)?;
     let rows: Vec<Row> = found
@@ -109,7 +194,8 @@ fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
             rows => minijinja::Value::from(minijinja::value::Serde(&rows)),
             agents,
             filter => minijinja::Value::from(minijinja::value::Serde(&filter)),
-            next_cursor => found.next_cursor,
+            next => found.next_cursor.as_deref().map(|c| filter.href(c)),
+            flags => hone_types::call::BehaviourFlags::NAMES.to_vec(),
         },
     )
 }
