@@ -148,6 +148,18 @@ pub trait CycleStore: LearnStore {
         limit: usize,
     ) -> Result<Vec<WindowEpisode>, StoreError>;
 
+    /// The newest `limit` non-evaluation episodes the version served, newest
+    /// first: each one's start (unix ms) and reward under `spec_version`
+    /// (`None` when not scored). Reads only those episodes' calls, however
+    /// long the version has served (the dashboard's charts).
+    fn version_rewards(
+        &self,
+        agent: &str,
+        version: &VersionId,
+        spec_version: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, Option<f64>)>, StoreError>;
+
     /// The agent's most recent `limit` non-evaluation episodes whose reward
     /// under `spec_version` is at least `min_reward` and that ended in a
     /// text answer, newest first.

@@ -106,7 +106,8 @@ fn rewards_from_before_the_migration_are_judged_by_time() {
     // Back to schema 3: the rewards as an older hone stored them.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "DROP INDEX rewards_stale; ALTER TABLE rewards DROP COLUMN stale;
+        "DROP INDEX rewards_agent_value; DELETE FROM schema_migrations WHERE version = 5;
+         DROP INDEX rewards_stale; ALTER TABLE rewards DROP COLUMN stale;
          ALTER TABLE rewards DROP COLUMN signals_seen; DELETE FROM schema_migrations WHERE version = 4;",
     )
     .unwrap();

@@ -123,6 +123,22 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// The dashboard's page times on a store of `--baseline` calls and of
+    /// `--calls` calls, with their ratio.
+    Ui {
+        /// Calls in the large store.
+        #[arg(long, default_value_t = 1_000_000)]
+        calls: u64,
+        /// Calls in the baseline store (the same store, measured first).
+        #[arg(long, default_value_t = 10_000)]
+        baseline: u64,
+        /// Requests per page; the median is reported.
+        #[arg(long, default_value_t = 9)]
+        reps: usize,
+        /// Where the store lives (kept, so a second run skips the filling).
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// One GRPO training step of hone-train next to TRL's GRPOTrainer on the
     /// same weights and batch, with GFLOP/s against a measured matmul peak.
     Train {
@@ -294,6 +310,20 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Bench {
             command: BenchCommand::Dataset { calls, size, dir },
         } => bench::dataset::run(bench::dataset::Options { calls, size, dir }),
+        Command::Bench {
+            command:
+                BenchCommand::Ui {
+                    calls,
+                    baseline,
+                    reps,
+                    dir,
+                },
+        } => bench::ui::run(bench::ui::Options {
+            calls,
+            baseline,
+            reps,
+            dir,
+        }),
         Command::Bench {
             command:
                 BenchCommand::Engine {

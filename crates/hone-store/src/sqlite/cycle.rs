@@ -315,6 +315,32 @@ impl CycleStore for SqliteStore {
         parse_records(rows)
     }
 
+    fn version_rewards(
+        &self,
+        agent: &str,
+        version: &VersionId,
+        spec_version: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
+        self.with_reader(|conn| {
+            // The newest calls through the (version_id, started_at) index; an
+            // episode has a few calls, so 4 × limit calls hold `limit` episodes.
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT x.episode_id, MIN(x.started_at) AS t,
+                        (SELECT r.value FROM rewards r WHERE r.episode_id = x.episode_id AND r.spec_version = ?3)
+                 FROM (SELECT episode_id, started_at FROM calls
+                       WHERE version_id = ?2 AND agent = ?1 AND {traffic}
+                       ORDER BY started_at DESC LIMIT ?4 * 4) x
+                 GROUP BY x.episode_id ORDER BY t DESC LIMIT ?4",
+                traffic = traffic_only("episode_id")
+            ))?;
+            let rows = stmt.query_map(params![agent, version.as_str(), spec_version, limit as i64], |r| {
+                Ok((r.get::<_, i64>(1)?, r.get::<_, Option<f64>>(2)?))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
     fn version_window(
         &self,
         agent: &str,

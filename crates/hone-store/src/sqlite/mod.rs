@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0002_learn.sql"),
     include_str!("../../migrations/sqlite/0003_cycle.sql"),
     include_str!("../../migrations/sqlite/0004_late_feedback.sql"),
+    include_str!("../../migrations/sqlite/0005_dashboard.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -437,9 +438,9 @@ impl Store for SqliteStore {
                    AND (?7 IS NULL OR EXISTS (SELECT 1 FROM signals s WHERE s.episode_id = episodes.id AND s.name = ?7))
                    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM rewards r WHERE r.episode_id = episodes.id
                         AND r.spec_version = ?8 AND r.value >= ?9 AND r.value <= ?10))
-                   AND (?11 = 0 OR id NOT LIKE '{}%'){flag_filter}
+                   AND (?11 = 0 OR {traffic}){flag_filter}
                  ORDER BY seq DESC LIMIT ?5",
-                hone_types::ids::EVALUATION_PREFIX
+                traffic = traffic_only("id")
             );
             let mut stmt = conn.prepare_cached(&sql)?;
             let limit = i64::from(query.limit.max(1));

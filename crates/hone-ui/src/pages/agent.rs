@@ -134,9 +134,9 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
     let mut series = Vec::new();
     for version in versions {
         let mut points: Vec<(i64, f64)> = store
-            .version_window(&agent.name, &version, 0, &spec, EPISODES_CHARTED)?
+            .version_rewards(&agent.name, &version, &spec, EPISODES_CHARTED)?
             .into_iter()
-            .filter_map(|e| Some((e.started_at, e.reward?)))
+            .filter_map(|(at, reward)| Some((at, reward?)))
             .collect();
         points.sort_by_key(|p| p.0);
         if !points.is_empty() {

@@ -36,8 +36,8 @@ fn rows(ui: &Ui) -> Result<Vec<AgentRow>, UiError> {
         let (deployment, _) = hone_learn::deploy::current(store, agent)?;
         let spec = agent.reward.version();
         let (rewarded, reward) = store.reward_summary(&agent.name, &spec)?;
-        let window = store.version_window(&agent.name, &deployment.champion, 0, &spec, 100)?;
-        let rewards: Vec<f64> = window.iter().filter_map(|e| e.reward).collect();
+        let window = store.version_rewards(&agent.name, &deployment.champion, &spec, 100)?;
+        let rewards: Vec<f64> = window.iter().filter_map(|e| e.1).collect();
         let (recent, before) = rewards.split_at(rewards.len().min(50));
         let alerts = store.alerts(Some(&agent.name), 100)?;
         rows.push(AgentRow {

@@ -58,7 +58,7 @@ fn template() -> Result<CallRecord> {
 
 /// Fills the store with `calls` calls in episodes of 1–3 calls over three
 /// versions, with 5% flagged and 1% failed calls.
-fn fill(store: &SqliteStore, calls: u64) -> Result<()> {
+pub(crate) fn fill(store: &SqliteStore, calls: u64) -> Result<()> {
     let have = store.call_count()?;
     if have >= calls {
         progress(format!("store already holds {have} calls"));

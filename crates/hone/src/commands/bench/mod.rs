@@ -6,3 +6,4 @@ pub mod dataset;
 pub mod engine;
 mod support;
 pub mod train;
+pub mod ui;
