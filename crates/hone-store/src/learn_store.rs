@@ -110,6 +110,9 @@ pub trait LearnStore: Store {
 
     fn eval_run(&self, run_id: &str) -> Result<Option<EvalRunInfo>, StoreError>;
 
+    /// Evaluation runs newest first (of one agent, or all).
+    fn eval_runs(&self, agent: Option<&str>, limit: usize) -> Result<Vec<EvalRunInfo>, StoreError>;
+
     fn put_eval_result(&self, run_id: &str, result: &InstanceResult) -> Result<(), StoreError>;
 
     /// Every result of the run, by instance then attempt.

@@ -8,7 +8,8 @@
 //! the same `hone_learn::deploy` functions as `hone approve` and
 //! `hone rollback`.
 //!
-//! One file per page under `pages/`; `auth.rs` keeps the dashboard behind
+//! Pages: agents, an agent, episodes, an episode, cycles, datasets,
+//! evaluation runs and paired comparisons. One file per page under `pages/`; `auth.rs` keeps the dashboard behind
 //! the admin token when one is configured (a login form sets a cookie).
 
 mod auth;
@@ -52,6 +53,9 @@ pub fn router(ui: Ui) -> Router {
         .route("/ui/cycles/{id}", get(pages::cycles::show))
         .route("/ui/datasets", get(pages::datasets::list))
         .route("/ui/datasets/{id}", get(pages::datasets::show))
+        .route("/ui/evals", get(pages::evals::list))
+        .route("/ui/evals/compare", get(pages::evals::compare))
+        .route("/ui/evals/{id}", get(pages::evals::show))
         .route_layer(axum::middleware::from_fn_with_state(ui.clone(), auth::require));
     Router::new()
         .route("/ui/login", get(auth::login_form).post(auth::login))

@@ -4,7 +4,7 @@ use crate::UiError;
 use minijinja::Environment;
 use std::sync::OnceLock;
 
-const TEMPLATES: [(&str, &str); 11] = [
+const TEMPLATES: [(&str, &str); 14] = [
     ("base.html", include_str!("../templates/base.html")),
     ("error.html", include_str!("../templates/error.html")),
     ("login.html", include_str!("../templates/login.html")),
@@ -16,6 +16,9 @@ const TEMPLATES: [(&str, &str); 11] = [
     ("cycle.html", include_str!("../templates/cycle.html")),
     ("datasets.html", include_str!("../templates/datasets.html")),
     ("dataset.html", include_str!("../templates/dataset.html")),
+    ("evals.html", include_str!("../templates/evals.html")),
+    ("eval.html", include_str!("../templates/eval.html")),
+    ("compare.html", include_str!("../templates/compare.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {

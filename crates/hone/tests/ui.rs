@@ -422,6 +422,44 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         "instances show their input"
     );
 
+    // Evaluation runs, and the champion's run paired with the fronted candidate's.
+    let evals = page(&hone, "/ui/evals").await;
+    let runs = query(
+        &db,
+        &format!(
+            "SELECT id FROM eval_runs WHERE dataset_id = '{}' ORDER BY created_at",
+            target[0]
+        ),
+    );
+    assert!(runs.len() >= 2, "{runs:?}");
+    for run in &runs {
+        assert!(section(&evals, "evals").contains(&format!("/ui/evals/{run}")));
+    }
+    let run_of = |version: &str| {
+        query(
+            &db,
+            &format!(
+                "SELECT id FROM eval_runs WHERE dataset_id = '{}' AND version_id = '{version}' ORDER BY created_at DESC LIMIT 1",
+                target[0]
+            ),
+        )
+        .remove(0)
+    };
+    let champion = query(
+        &db,
+        "SELECT json_extract(record, '$.detail.champion') FROM cycles WHERE id = 'story-1'",
+    );
+    let (a, b) = (run_of(&champion[0]), run_of(&on_front[0]));
+    let results = page(&hone, &format!("/ui/evals/{a}")).await;
+    assert!(section(&results, "results").contains("transcript"));
+    let compared = page(&hone, &format!("/ui/evals/compare?a={a}&b={b}")).await;
+    let summary = section(&compared, "summary");
+    assert!(summary.contains("paired instances"), "{summary}");
+    let pairs = section(&compared, "pairs").matches("<tr").count() - 1;
+    assert!(pairs > 0);
+    // `weak` gets even sums wrong, `good` none: B is better and A never wins.
+    assert!(summary.contains("loses 0"), "{summary}");
+
     // A bad filter is a page that says why.
     let r = browser()
         .get(hone.url("/ui/episodes?since=yesterday"))
@@ -620,5 +658,6 @@ async fn the_dashboard_in_a_real_browser() {
     visit(&browser, &hone, "/ui/episodes", "5-episodes").await;
     visit(&browser, &hone, "/ui/cycles/story-1", "6-cycle").await;
     visit(&browser, &hone, "/ui/datasets", "7-datasets").await;
+    visit(&browser, &hone, "/ui/evals", "8-evals").await;
     browser.close().await.unwrap();
 }

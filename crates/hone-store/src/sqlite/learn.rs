@@ -322,6 +322,17 @@ impl LearnStore for SqliteStore {
         })
     }
 
+    fn eval_runs(&self, agent: Option<&str>, limit: usize) -> Result<Vec<EvalRunInfo>, StoreError> {
+        self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, dataset_id, agent, version_id, target, created_at, finished_at FROM eval_runs
+                 WHERE (?1 IS NULL OR agent = ?1) ORDER BY created_at DESC, id DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![agent, limit as i64], run_row)?;
+            rows.map(|r| to_run(r?)).collect()
+        })
+    }
+
     fn put_eval_result(&self, run_id: &str, result: &InstanceResult) -> Result<(), StoreError> {
         let conn = lock(&self.writer);
         conn.execute(

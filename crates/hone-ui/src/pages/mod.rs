@@ -6,6 +6,7 @@ pub mod cycles;
 pub mod datasets;
 pub mod episode;
 pub mod episodes;
+pub mod evals;
 pub mod overview;
 
 use crate::{Ui, UiError};
