@@ -48,6 +48,37 @@ impl Default for Expected {
     }
 }
 
+/// One monitored measure of the canary against the champion right now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub metric: String,
+    pub canary: f64,
+    pub champion: f64,
+    pub canary_episodes: u64,
+    pub champion_episodes: u64,
+    /// The effect the change must exceed (towards worse).
+    pub bound: hone_config::Bound,
+    pub p_value: f64,
+    /// Beyond the bound, significant, and over enough canary episodes.
+    pub fires: bool,
+    /// Canary episodes that show it (at most 10).
+    pub episodes: Vec<String>,
+}
+
+impl From<Reading> for Firing {
+    fn from(r: Reading) -> Self {
+        Firing {
+            metric: r.metric,
+            canary_rate: r.canary,
+            champion_rate: r.champion,
+            canary_episodes: r.canary_episodes,
+            champion_episodes: r.champion_episodes,
+            p_value: r.p_value,
+            episodes: r.episodes,
+        }
+    }
+}
+
 /// Every monitor that fires for the canary against the champion.
 pub fn check(
     spec: &MonitorSpec,
@@ -55,11 +86,28 @@ pub fn check(
     champion: &[WindowEpisode],
     expected: Expected,
 ) -> Vec<Firing> {
+    readings(spec, canary, champion, expected)
+        .into_iter()
+        .filter(|r| r.fires)
+        .map(Firing::from)
+        .collect()
+}
+
+/// Every monitored measure (each metric with a bound) of the canary
+/// against the champion, firing or not: what `check` decides on, and what
+/// the dashboard shows against each bound.
+pub fn readings(
+    spec: &MonitorSpec,
+    canary: &[WindowEpisode],
+    champion: &[WindowEpisode],
+    expected: Expected,
+) -> Vec<Reading> {
     let alpha = 1.0 - spec.confidence;
     let mut out = Vec::new();
-    if canary.len() < spec.min_episodes || champion.is_empty() {
+    if canary.is_empty() || champion.is_empty() {
         return out;
     }
+    let enough = canary.len() >= spec.min_episodes;
     let (nc, nh) = (canary.len() as u64, champion.len() as u64);
     for metric in RATE_METRICS {
         let Some(bound) = spec.bounds.get(metric) else { continue };
@@ -71,22 +119,22 @@ pub fn check(
         } else {
             (rc - rh, two_proportion_p(hh, nh, hc, nc))
         };
-        if bound.exceeded_by(rh, rise) && p < alpha {
-            out.push(Firing {
-                metric: metric.to_owned(),
-                canary_rate: rc,
-                champion_rate: rh,
-                canary_episodes: nc,
-                champion_episodes: nh,
-                p_value: p,
-                episodes: canary
-                    .iter()
-                    .filter(|e| e.shows(metric) == Some(true))
-                    .take(10)
-                    .map(|e| e.id.to_string())
-                    .collect(),
-            });
-        }
+        out.push(Reading {
+            metric: metric.to_owned(),
+            canary: rc,
+            champion: rh,
+            canary_episodes: nc,
+            champion_episodes: nh,
+            bound: *bound,
+            p_value: p,
+            fires: enough && bound.exceeded_by(rh, rise) && p < alpha,
+            episodes: canary
+                .iter()
+                .filter(|e| e.shows(metric) == Some(true))
+                .take(10)
+                .map(|e| e.id.to_string())
+                .collect(),
+        });
     }
     let means: [(&str, Measure); 4] = [
         ("reward", |e| e.reward),
@@ -100,9 +148,6 @@ pub fn check(
         let (Some(mc), Some(mh)) = (mean(&c), mean(&h)) else {
             continue;
         };
-        if c.len() < spec.min_episodes {
-            continue;
-        }
         let (beyond, p) = match metric {
             // A drop.
             "reward" => (bound.exceeded_by(mh, mh - mc), mean_greater_p(&c, &h)),
@@ -120,17 +165,39 @@ pub fn check(
                 (bound.exceeded_by(predicted, mc - predicted), mean_greater_p(&h, &c))
             }
         };
-        if beyond && p < alpha {
-            out.push(Firing {
-                metric: metric.to_owned(),
-                canary_rate: mc,
-                champion_rate: mh,
-                canary_episodes: c.len() as u64,
-                champion_episodes: h.len() as u64,
-                p_value: p,
-                episodes: canary.iter().take(10).map(|e| e.id.to_string()).collect(),
-            });
-        }
+        out.push(Reading {
+            metric: metric.to_owned(),
+            canary: mc,
+            champion: mh,
+            canary_episodes: c.len() as u64,
+            champion_episodes: h.len() as u64,
+            bound: *bound,
+            p_value: p,
+            fires: c.len() >= spec.min_episodes && beyond && p < alpha,
+            episodes: canary.iter().take(10).map(|e| e.id.to_string()).collect(),
+        });
     }
     out
+}
+
+/// What evaluation predicted of `canary` against the champion it was
+/// evaluated with (its cost and latency ratios), from its candidate record.
+pub fn expected(
+    store: &dyn hone_store::CycleStore,
+    agent: &str,
+    canary: &hone_types::VersionId,
+) -> Result<Expected, crate::LearnError> {
+    let Some(candidate) = crate::deploy::candidate_of(store, agent, canary)? else {
+        return Ok(Expected::default());
+    };
+    let champion: Option<hone_types::CandidateScores> =
+        store.cycle(&candidate.cycle_id)?.and_then(|c| c.detail.champion_scores);
+    let (Some(s), Some(h)) = (candidate.scores, champion) else {
+        return Ok(Expected::default());
+    };
+    let ratio = |a: f64, b: f64| if b > 0.0 && a > 0.0 { a / b } else { 1.0 };
+    Ok(Expected {
+        cost_ratio: ratio(s.mean_cost_usd, h.mean_cost_usd),
+        latency_ratio: ratio(s.mean_latency_ms, h.mean_latency_ms),
+    })
 }

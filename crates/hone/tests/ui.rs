@@ -334,6 +334,28 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         canary(&hone, Some(&on_front[0])).await.as_deref(),
         Some(on_front[0].as_str())
     );
+    // New traffic: a tenth goes to the canary, whose measures show against their bounds.
+    let traffic_from = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    for i in 0..100 {
+        let r = reqwest::Client::new()
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", format!("after-{i}"))
+            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {i}+2?")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    hone.wait_caught_up();
+    let watched = page(&hone, "/ui/agents/story").await;
+    let monitors = section(&watched, "monitors");
+    assert!(
+        monitors.contains("within bound") || monitors.contains("fires"),
+        "{monitors}"
+    );
     let rolled = form(&hone, "/ui/agents/story/rollback", "").await;
     assert!(
         section(&rolled, "notice").contains("roll"),
@@ -356,7 +378,10 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
             .split("id=\"next\" href=\"")
             .nth(1)
             .expect("tool-1 is on some page");
-        path = next[..next.find('"').unwrap()].replace("&amp;", "&");
+        // The href as the browser reads it (the template escapes `/` and `&`).
+        path = next[..next.find('"').unwrap()]
+            .replace("&#x2f;", "/")
+            .replace("&amp;", "&");
         assert!(pages < 50, "paging never ends");
     }
     // Filters: production episodes by default, rewards in a range, signals.
@@ -365,24 +390,40 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
             .matches("<tr><td><a href=\"/ui/episodes/")
             .count()
     };
-    let production = page(&hone, "/ui/episodes?agent=story").await;
+    let production = page(&hone, &format!("/ui/episodes?agent=story&until={traffic_from}")).await;
     assert_eq!(
         rows(&production),
         49,
         "48 arithmetic episodes and tool-1, no evaluation episodes"
     );
-    let with_evaluations = page(&hone, "/ui/episodes?agent=story&evaluations=on").await;
+    let with_evaluations = page(
+        &hone,
+        &format!("/ui/episodes?agent=story&evaluations=on&until={traffic_from}"),
+    )
+    .await;
     assert!(section(&with_evaluations, "episodes").contains("/ui/episodes/eval."));
     let passing = query(
         &db,
         "SELECT CAST(COUNT(*) AS TEXT) FROM rewards WHERE agent = 'story' AND value >= 1 AND episode_id NOT LIKE 'eval.%'",
     );
-    let high = page(&hone, "/ui/episodes?agent=story&min_reward=1").await;
+    let high = page(
+        &hone,
+        &format!("/ui/episodes?agent=story&min_reward=1&until={traffic_from}"),
+    )
+    .await;
     assert_eq!(rows(&high).to_string(), passing[0], "reward filter");
     assert!(rows(&high) > 0 && rows(&high) < 49);
-    let with_gold = page(&hone, "/ui/episodes?agent=story&signal=gold").await;
+    let with_gold = page(
+        &hone,
+        &format!("/ui/episodes?agent=story&signal=gold&until={traffic_from}"),
+    )
+    .await;
     assert_eq!(rows(&with_gold), 49);
-    let none = page(&hone, "/ui/episodes?agent=story&signal=thumbs").await;
+    let none = page(
+        &hone,
+        &format!("/ui/episodes?agent=story&signal=thumbs&until={traffic_from}"),
+    )
+    .await;
     assert_eq!(rows(&none), 0);
     let episode = page(&hone, "/ui/episodes/tool-1").await;
     assert!(episode.contains("→ <b>add</b>"), "the tool call is shown");

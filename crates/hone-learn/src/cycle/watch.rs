@@ -5,7 +5,7 @@
 use super::Learner;
 use crate::deploy::{self, Change};
 use crate::error::{LearnError, Result};
-use crate::monitor::{check, Expected, Firing};
+use crate::monitor::{check, Firing};
 use crate::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p};
 use hone_config::AgentConfig;
@@ -61,7 +61,8 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
             .version_window(name, v, since, &rewarder.spec_version, spec.window)
     };
     let (c, h) = (window(&canary)?, window(&deployment.champion)?);
-    let firings = check(spec, &c, &h, expected(learner, agent, &canary)?);
+    let predicted = crate::monitor::expected(learner.store.as_ref(), name, &canary)?;
+    let firings = check(spec, &c, &h, predicted);
     if let Some(first) = firings.first() {
         let action = if spec.rollback { "rolled_back" } else { "alerted" };
         let alert = alert_of(&deployment, first, action).ok_or_else(|| LearnError::state("no canary"))?;
@@ -135,24 +136,6 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
 
 /// The canary's offline cost and latency relative to the champion's in
 /// the cycle that proposed it.
-fn expected(learner: &Learner, agent: &AgentConfig, canary: &hone_types::VersionId) -> Result<Expected> {
-    let Some(candidate) = deploy::candidate_of(learner.store.as_ref(), &agent.name, canary)? else {
-        return Ok(Expected::default());
-    };
-    let champion: Option<hone_types::CandidateScores> = learner
-        .store
-        .cycle(&candidate.cycle_id)?
-        .and_then(|c| c.detail.champion_scores);
-    let (Some(s), Some(h)) = (candidate.scores, champion) else {
-        return Ok(Expected::default());
-    };
-    let ratio = |a: f64, b: f64| if b > 0.0 && a > 0.0 { a / b } else { 1.0 };
-    Ok(Expected {
-        cost_ratio: ratio(s.mean_cost_usd, h.mean_cost_usd),
-        latency_ratio: ratio(s.mean_latency_ms, h.mean_latency_ms),
-    })
-}
-
 pub(crate) async fn notify(learner: &Learner, url: &str, alert: &Alert) {
     let sent = learner
         .gateway

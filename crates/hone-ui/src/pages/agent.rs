@@ -52,6 +52,18 @@ struct EventRow {
 }
 
 #[derive(Serialize)]
+struct MonitorRow {
+    metric: String,
+    canary: f64,
+    champion: f64,
+    canary_episodes: u64,
+    champion_episodes: u64,
+    bound: String,
+    p_value: f64,
+    fires: bool,
+}
+
+#[derive(Serialize)]
 struct AlertRow {
     at: i64,
     metric: String,
@@ -190,6 +202,30 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
             action: a.action,
         })
         .collect();
+    // The canary's monitored measures against their bounds, over the
+    // windows the canary watcher reads.
+    let monitors: Vec<MonitorRow> = match (&deployment.canary, deployment.canary_since) {
+        (Some(canary), Some(since)) => {
+            let monitor = &agent.learn.monitor;
+            let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
+            let (c, h) = (window(canary)?, window(&deployment.champion)?);
+            let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
+            hone_learn::monitor::readings(monitor, &c, &h, expected)
+                .into_iter()
+                .map(|r| MonitorRow {
+                    metric: r.metric,
+                    canary: r.canary,
+                    champion: r.champion,
+                    canary_episodes: r.canary_episodes,
+                    champion_episodes: r.champion_episodes,
+                    bound: r.bound.to_string(),
+                    p_value: r.p_value,
+                    fires: r.fires,
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
     let cycle = store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned());
     page(
         "agent.html",
@@ -208,6 +244,7 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
             front_points => points.len(),
             reward_svg => minijinja::Value::from_safe_string(charts::reward_over_time(&series, &markers)),
             alerts => minijinja::Value::from(minijinja::value::Serde(&alerts)),
+            monitors => minijinja::Value::from(minijinja::value::Serde(&monitors)),
             timeline => minijinja::Value::from(minijinja::value::Serde(&timeline)),
             notice,
         },
