@@ -21,6 +21,8 @@ pub struct FrontPoint {
     pub reward: f64,
     /// Pruned (gate or front): drawn grey.
     pub pruned: bool,
+    /// What hovering the point shows (its status and reason).
+    pub title: String,
 }
 
 /// One version's online reward: (unix ms, mean reward of a window) points.
@@ -70,8 +72,40 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Reward × cost per call, one point per candidate.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// plotters writes one `<circle …/>` per point, in the order drawn; each
+/// gets a `<title>`, which browsers show on hover.
+fn with_titles(svg: String, titles: &[String]) -> String {
+    let mut out = String::with_capacity(svg.len() + titles.iter().map(String::len).sum::<usize>() * 2);
+    let mut rest = svg.as_str();
+    for title in titles {
+        let Some(at) = rest.find("<circle") else { break };
+        let Some(close) = rest[at..].find("/>") else { break };
+        let end = at + close;
+        out.push_str(&rest[..end]);
+        out.push_str("><title>");
+        out.push_str(&escape(title));
+        out.push_str("</title></circle>");
+        rest = &rest[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Reward × cost per call, one point per candidate, its status and reason
+/// on hover.
 pub fn front(points: &[FrontPoint]) -> String {
+    let svg = front_svg(points);
+    with_titles(svg, &points.iter().map(|p| p.title.clone()).collect::<Vec<_>>())
+}
+
+fn front_svg(points: &[FrontPoint]) -> String {
     draw(|root| {
         let (x0, x1) = span(points.iter().map(|p| p.cost_usd));
         let (y0, y1) = span(points.iter().map(|p| p.reward));
@@ -168,4 +202,30 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_front_point_is_a_circle_with_its_reason_as_title() {
+        let points: Vec<FrontPoint> = (0..3)
+            .map(|i| FrontPoint {
+                label: (i + 1).to_string(),
+                cost_usd: 0.001 * f64::from(i + 1),
+                reward: 0.5 + 0.1 * f64::from(i),
+                pruned: i == 0,
+                title: format!("#{} pruned: dominated by <{i}> & more", i + 1),
+            })
+            .collect();
+        let svg = front(&points);
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert_eq!(svg.matches("</title></circle>").count(), 3);
+        assert!(
+            svg.contains("<title>#1 pruned: dominated by &lt;0&gt; &amp; more</title>"),
+            "{svg}"
+        );
+        assert!(front(&[]).contains("<svg"), "an empty front is still a chart");
+    }
 }

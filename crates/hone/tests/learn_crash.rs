@@ -3,72 +3,11 @@
 //! each candidate stored once, one version per candidate, the canary
 //! deployed exactly once (one revision, one `canary` event).
 
-use crate::support::{client, Hone};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use crate::support::{client, story, Hone};
+use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `What is A+B?`: `weak` gets even sums wrong, every other model is right.
-async fn chat(Json(body): Json<Value>) -> Json<Value> {
-    let model = body["model"].as_str().unwrap_or("").to_owned();
-    let text = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
-    let sum: i64 = text
-        .trim_start_matches("What is ")
-        .trim_end_matches('?')
-        .split('+')
-        .filter_map(|n| n.trim().parse::<i64>().ok())
-        .sum();
-    let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
-    Json(json!({
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("The answer is {answer}.")}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    }))
-}
-
-fn config(upstream: &str) -> String {
-    format!(
-        r#"
-[providers.up]
-type = "openai"
-base_url = "{upstream}/v1"
-max_retries = 0
-[providers.up.prices."weak"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-[providers.up.prices."good"]
-input_per_mtok = 1.0
-output_per_mtok = 2.0
-[providers.up.prices."pricey"]
-input_per_mtok = 5.0
-output_per_mtok = 10.0
-
-[agents.story.versions.v1]
-provider = "up"
-model = "weak"
-[agents.story.deployment]
-champion = "v1"
-policy = {{ type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }}
-[agents.story.reward]
-reference_signal = "gold"
-[agents.story.reward.critics.answer]
-type = "numeric"
-[agents.story.learn]
-optimisers = ["model"]
-dataset_size = 48
-[agents.story.learn.model]
-models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
-"#
-    )
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -124,15 +63,17 @@ fn query(db: &Path, sql: &str) -> Vec<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
+    let upstream = story::upstream().await;
 
     // Traffic recorded by a real `hone serve`, with gold answers as feedback:
     // 48 episodes, so the gate half of the sample (24) has the power to
     // tell `good` from `weak`.
     let seed = tempfile::tempdir().unwrap();
-    let text = config(&upstream);
+    let text = story::config(
+        &upstream,
+        "",
+        "policy = { type = \"auto\", min_gain = 0.05, max_cost_ratio = 3.0 }",
+    );
     let mut hone = Hone::start_in(seed.path(), &text, &[]);
     let http = client();
     for i in 0..48 {

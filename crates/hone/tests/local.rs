@@ -193,10 +193,26 @@ async fn n_samples_logprobs_tools_and_bad_requests() {
     many["n"] = json!(3);
     many["logprobs"] = json!(true);
     many["top_logprobs"] = json!(2);
-    let (status, body, _) = post(&hone, many).await;
+    let (status, body, episode) = post(&hone, many).await;
     assert_eq!(status, 200, "{body}");
     let choices = body["choices"].as_array().unwrap();
     assert_eq!(choices.len(), 3);
+    // The dashboard's transcript shows the served answer's token logprobs.
+    hone.wait_caught_up();
+    let transcript = client()
+        .get(hone.url(&format!("/ui/episodes/{episode}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let shown = transcript.matches("class=\"token\"").count();
+    assert_eq!(
+        shown,
+        choices[0]["logprobs"]["content"].as_array().unwrap().len(),
+        "one token per sampled token"
+    );
     for choice in choices {
         let content = choice["logprobs"]["content"].as_array().unwrap();
         assert_eq!(content.len(), choice["token_ids"].as_array().unwrap().len());

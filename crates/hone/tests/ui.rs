@@ -7,91 +7,12 @@
 //! removes it (checked through `/admin/deployments`); an episode shows its
 //! tool calls and reward parts.
 
-use crate::support::Hone;
-use axum::routing::post;
-use axum::{Json, Router};
+use crate::support::{story, Hone};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
 
 const ADMIN: &str = "dashboard-secret";
-
-/// `What is A+B?`: `weak` gets even sums wrong, the others are right.
-/// `Use the tool: A+B` first calls `add`, then answers from its result.
-async fn chat(Json(body): Json<Value>) -> Json<Value> {
-    let model = body["model"].as_str().unwrap_or("").to_owned();
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let last = messages.last().cloned().unwrap_or(Value::Null);
-    let text = messages
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
-    let numbers: Vec<i64> = text
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    let sum: i64 = numbers.iter().sum();
-    let message = if text.starts_with("Use the tool") && last["role"] == "user" {
-        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
-            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]})
-    } else {
-        let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
-        json!({"role": "assistant", "content": format!("The answer is {answer}.")})
-    };
-    let finish = if message["tool_calls"].is_null() {
-        "stop"
-    } else {
-        "tool_calls"
-    };
-    Json(json!({
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    }))
-}
-
-fn config(upstream: &str) -> String {
-    format!(
-        r#"
-[gateway]
-admin_token_env = "HONE_TEST_ADMIN"
-
-[providers.up]
-type = "openai"
-base_url = "{upstream}/v1"
-max_retries = 0
-[providers.up.prices."weak"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-[providers.up.prices."good"]
-input_per_mtok = 1.0
-output_per_mtok = 2.0
-[providers.up.prices."pricey"]
-input_per_mtok = 5.0
-output_per_mtok = 10.0
-
-[agents.story]
-description = "Adds two numbers."
-[agents.story.versions.v1]
-provider = "up"
-model = "weak"
-[agents.story.deployment]
-champion = "v1"
-[agents.story.reward]
-reference_signal = "gold"
-[agents.story.reward.critics.answer]
-type = "numeric"
-[agents.story.learn]
-optimisers = ["model"]
-dataset_size = 48
-[agents.story.learn.model]
-models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
-"#
-    )
-}
 
 fn query(db: &Path, sql: &str) -> Vec<String> {
     let conn = rusqlite::Connection::open(db).unwrap();
@@ -186,12 +107,10 @@ struct Filled {
 }
 
 async fn filled() -> Filled {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
+    let upstream = story::upstream().await;
 
     let dir = tempfile::tempdir().unwrap();
-    let text = config(&upstream);
+    let text = story::config(&upstream, "[gateway]\nadmin_token_env = \"HONE_TEST_ADMIN\"", "");
     let mut hone = Hone::start_in(dir.path(), &text, &[("HONE_TEST_ADMIN", ADMIN)]);
     let http = reqwest::Client::new();
     for i in 0..48 {
@@ -595,6 +514,19 @@ async fn visit(browser: &fantoccini::Client, hone: &Hone, path: &str, shot: &str
     std::fs::write(screenshots().join(format!("{shot}.png")), png).unwrap();
 }
 
+/// The notice an action's page shows, once it has loaded.
+async fn notice(browser: &fantoccini::Client) -> String {
+    browser
+        .wait()
+        .at_most(std::time::Duration::from_secs(20))
+        .for_element(fantoccini::Locator::Css("#notice"))
+        .await
+        .expect("the action's page shows a notice")
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_in_a_real_browser() {
     use fantoccini::Locator;
@@ -650,6 +582,22 @@ async fn the_dashboard_in_a_real_browser() {
     visit(&browser, &hone, "/ui/agents/story", "2-agent").await;
     let points = browser.find_all(Locator::Css("#front-chart circle")).await.unwrap();
     assert_eq!(points.len(), scored.len(), "one point per scored candidate");
+    let mut titles = Vec::new();
+    for point in &points {
+        titles.push(
+            point
+                .find(Locator::Css("title"))
+                .await
+                .unwrap()
+                .html(true)
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(
+        titles.iter().any(|t| t.contains("pruned") && t.contains("dominated")),
+        "{titles:?}"
+    );
 
     // Approve, then Roll back, by clicking.
     browser
@@ -659,16 +607,8 @@ async fn the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    let notice = browser
-        .wait()
-        .at_most(std::time::Duration::from_secs(20))
-        .for_element(Locator::Css("#notice"))
-        .await
-        .unwrap_or_else(|e| panic!("no notice after Approve ({e}); log:\n{}", hone.log()))
-        .text()
-        .await
-        .unwrap();
-    assert!(notice.contains("canary"), "{notice}");
+    let approved = notice(&browser).await;
+    assert!(approved.contains("canary"), "{approved}");
     assert_eq!(
         canary(&hone, Some(&on_front[0])).await.as_deref(),
         Some(on_front[0].as_str())
@@ -682,12 +622,7 @@ async fn the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    browser
-        .wait()
-        .at_most(std::time::Duration::from_secs(20))
-        .for_element(Locator::Css("#notice"))
-        .await
-        .unwrap();
+    assert!(notice(&browser).await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);
 
     visit(&browser, &hone, "/ui/episodes/tool-1", "4-episode").await;

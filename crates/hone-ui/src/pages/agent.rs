@@ -135,6 +135,13 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
                 cost_usd: c.cost_usd?,
                 reward: c.reward?,
                 pruned: !c.live,
+                title: format!(
+                    "#{} {} {}: {}",
+                    c.n,
+                    &c.version[..8.min(c.version.len())],
+                    c.status,
+                    c.reason.as_deref().unwrap_or("")
+                ),
             })
         })
         .collect();

@@ -2,6 +2,7 @@
 //! process listening on a loopback port.
 
 pub mod fake_upstream;
+pub mod story;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
