@@ -514,17 +514,21 @@ async fn visit(browser: &fantoccini::Client, hone: &Hone, path: &str, shot: &str
     std::fs::write(screenshots().join(format!("{shot}.png")), png).unwrap();
 }
 
-/// The notice an action's page shows, once it has loaded.
-async fn notice(browser: &fantoccini::Client) -> String {
-    browser
-        .wait()
-        .at_most(std::time::Duration::from_secs(20))
-        .for_element(fantoccini::Locator::Css("#notice"))
-        .await
-        .expect("the action's page shows a notice")
-        .text()
-        .await
-        .unwrap()
+/// The notice the page of `action` (`approve`, `rollback`) shows, once the
+/// browser has navigated to it (the page before may show a notice too).
+async fn notice(browser: &fantoccini::Client, action: &str) -> String {
+    for _ in 0..200 {
+        let here = browser.current_url().await.unwrap();
+        if here.path().ends_with(action) {
+            if let Ok(element) = browser.find(fantoccini::Locator::Css("#notice")).await {
+                if let Ok(text) = element.text().await {
+                    return text;
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the {action} page never showed a notice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,7 +611,7 @@ async fn the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    let approved = notice(&browser).await;
+    let approved = notice(&browser, "approve").await;
     assert!(approved.contains("canary"), "{approved}");
     assert_eq!(
         canary(&hone, Some(&on_front[0])).await.as_deref(),
@@ -622,7 +626,7 @@ async fn the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    assert!(notice(&browser).await.contains("roll"));
+    assert!(notice(&browser, "rollback").await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);
 
     visit(&browser, &hone, "/ui/episodes/tool-1", "4-episode").await;
