@@ -3,8 +3,7 @@
 //! each candidate stored once, one version per candidate, the canary
 //! deployed exactly once (one revision, one `canary` event).
 
-use crate::support::{client, story, Hone};
-use serde_json::json;
+use crate::support::{story, Hone};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -75,26 +74,7 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
         "policy = { type = \"auto\", min_gain = 0.05, max_cost_ratio = 3.0 }",
     );
     let mut hone = Hone::start_in(seed.path(), &text, &[]);
-    let http = client();
-    for i in 0..48 {
-        let (a, b) = (10 + i, i % 5 + 1);
-        let episode = format!("s-{i}");
-        let r = http
-            .post(hone.url("/v1/chat/completions"))
-            .header("x-hone-episode", &episode)
-            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {a}+{b}?")}]}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-        let r = http
-            .post(hone.url("/v1/feedback"))
-            .json(&json!({"episode_id": episode, "name": "gold", "value": a + b}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    }
+    story::record(&hone, 48).await;
     hone.wait_caught_up();
     assert!(hone.terminate().success());
     drop(hone);

@@ -112,24 +112,8 @@ async fn filled() -> Filled {
     let dir = tempfile::tempdir().unwrap();
     let text = story::config(&upstream, "[gateway]\nadmin_token_env = \"HONE_TEST_ADMIN\"", "");
     let mut hone = Hone::start_in(dir.path(), &text, &[("HONE_TEST_ADMIN", ADMIN)]);
+    story::record(&hone, 48).await;
     let http = reqwest::Client::new();
-    for i in 0..48 {
-        let (a, b) = (10 + i, i % 5 + 1);
-        let episode = format!("s-{i}");
-        let r = http
-            .post(hone.url("/v1/chat/completions"))
-            .header("x-hone-episode", &episode)
-            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {a}+{b}?")}]}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-        http.post(hone.url("/v1/feedback"))
-            .json(&json!({"episode_id": episode, "name": "gold", "value": a + b}))
-            .send()
-            .await
-            .unwrap();
-    }
     // One episode with a tool round trip.
     let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]);
     let mut messages = vec![json!({"role": "user", "content": "Use the tool: 20+22"})];
@@ -514,6 +498,16 @@ async fn visit(browser: &fantoccini::Client, hone: &Hone, path: &str, shot: &str
     std::fs::write(screenshots().join(format!("{shot}.png")), png).unwrap();
 }
 
+async fn click(browser: &fantoccini::Client, css: &str) {
+    browser
+        .find(fantoccini::Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no `{css}` to click: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
 /// The notice the page of `action` (`approve`, `rollback`) shows, once the
 /// browser has navigated to it (the page before may show a notice too).
 async fn notice(browser: &fantoccini::Client, action: &str) -> String {
@@ -537,9 +531,9 @@ async fn the_dashboard_in_a_real_browser() {
     let Filled {
         hone,
         _dir,
+        db,
         scored,
         on_front,
-        ..
     } = filled().await;
     let driver = chromedriver();
     let mut capabilities = serde_json::Map::new();
@@ -564,13 +558,7 @@ async fn the_dashboard_in_a_real_browser() {
         .send_keys(ADMIN)
         .await
         .unwrap();
-    browser
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "button[type=submit]").await;
     assert_eq!(browser.current_url().await.unwrap().path(), "/ui");
 
     visit(&browser, &hone, "/ui", "1-overview").await;
@@ -604,13 +592,7 @@ async fn the_dashboard_in_a_real_browser() {
     );
 
     // Approve, then Roll back, by clicking.
-    browser
-        .find(Locator::Css("button.approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "button.approve").await;
     let approved = notice(&browser, "approve").await;
     assert!(approved.contains("canary"), "{approved}");
     assert_eq!(
@@ -619,13 +601,7 @@ async fn the_dashboard_in_a_real_browser() {
     );
     let png = browser.screenshot().await.unwrap();
     std::fs::write(screenshots().join("3-approved.png"), png).unwrap();
-    browser
-        .find(Locator::Css("#rollback"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, "#rollback").await;
     assert!(notice(&browser, "rollback").await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);
 
@@ -639,5 +615,21 @@ async fn the_dashboard_in_a_real_browser() {
     visit(&browser, &hone, "/ui/cycles/story-1", "6-cycle").await;
     visit(&browser, &hone, "/ui/datasets", "7-datasets").await;
     visit(&browser, &hone, "/ui/evals", "8-evals").await;
+    visit(&browser, &hone, "/ui/cycles", "9-cycles").await;
+    let runs = query(
+        &db,
+        "SELECT id FROM eval_runs WHERE dataset_id = (SELECT dataset_id FROM eval_runs ORDER BY created_at LIMIT 1) ORDER BY created_at",
+    );
+    let datasets = query(&db, "SELECT id FROM datasets ORDER BY created_at");
+    visit(&browser, &hone, &format!("/ui/evals/{}", runs[0]), "10-eval-run").await;
+    visit(
+        &browser,
+        &hone,
+        &format!("/ui/evals/compare?a={}&b={}", runs[0], runs[1]),
+        "11-compare",
+    )
+    .await;
+    visit(&browser, &hone, &format!("/ui/datasets/{}", datasets[0]), "12-dataset").await;
+    visit(&browser, &hone, "/ui/login", "13-login").await;
     browser.close().await.unwrap();
 }

@@ -92,3 +92,28 @@ models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pr
 "#
     )
 }
+
+/// Records `n` episodes `s-0` … through `hone` (`What is A+B?`), each with
+/// its gold answer as feedback.
+pub async fn record(hone: &super::Hone, n: i64) {
+    let http = reqwest::Client::new();
+    for i in 0..n {
+        let (a, b) = (10 + i, i % 5 + 1);
+        let episode = format!("s-{i}");
+        let r = http
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", &episode)
+            .json(&json!({"model": "story", "messages": [{"role": "user", "content": format!("What is {a}+{b}?")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        let r = http
+            .post(hone.url("/v1/feedback"))
+            .json(&json!({"episode_id": episode, "name": "gold", "value": a + b}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+}
