@@ -336,7 +336,12 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
     let (steps, metrics) = trainer_steps(&w, &format!("{}-sft", cycle.id));
     assert_eq!(steps.len(), 1, "{metrics}");
     // One batch of four holds every chosen call: the whole of what was sampled.
-    assert_eq!(steps[0]["tokens"].as_u64().unwrap() as usize, tokens, "{metrics}");
+    assert_eq!(
+        steps[0]["tokens"].as_u64().unwrap() as usize,
+        tokens,
+        "{} chosen: {metrics}\n{log}",
+        chosen.len()
+    );
     let expected = -logprob_sum / scored as f64;
     let loss = steps[0]["loss"].as_f64().unwrap();
     assert!(
