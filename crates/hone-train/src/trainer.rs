@@ -430,10 +430,12 @@ impl Trainer {
     }
 
     /// The data indices of micro-batch `micro` of the current step: passes
-    /// over the data in a seeded shuffle per epoch.
+    /// over the data in a seeded shuffle per epoch. A micro-batch never holds
+    /// one example twice: with fewer examples than `batch_size`, it holds
+    /// each once.
     fn next_items(&mut self, micro: usize) -> Vec<usize> {
         let n = self.data.len();
-        let batch = self.config.batch_size;
+        let batch = self.config.batch_size.min(n.max(1));
         let first = (self.step * self.config.accumulation + micro) * batch;
         (first..first + batch)
             .map(|c| {
