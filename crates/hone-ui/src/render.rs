@@ -32,7 +32,7 @@ fn environment() -> &'static Environment<'static> {
             }
         }
         env.add_filter("time", |ms: i64| hone_types::time::format_rfc3339(ms));
-        env.add_filter("short", |id: String| id.chars().take(8).collect::<String>());
+        env.add_filter("short", |id: String| crate::pages::short(&id));
         env
     })
 }

@@ -9,7 +9,7 @@
 
 use super::{chat_request, encode, set_settings, sse_frame, Door, Encoder, Incoming};
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::anthropic::{openai_tool_choice, stop_reason};
+use crate::providers::anthropic::{anthropic_usage as usage, openai_tool_choice, stop_reason};
 use crate::providers::StreamEvent;
 use crate::state::AppState;
 use axum::http::HeaderValue;
@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use hone_types::call::Door as DoorRecord;
-use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse, Usage};
+use hone_types::openai::{ChatCompletionRequest, ChatCompletionResponse};
 use hone_types::{CallId, CallRecord};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -330,20 +330,6 @@ fn tool_input(arguments: &str) -> Value {
         .ok()
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}))
-}
-
-/// Anthropic counts cache reads and writes apart from `input_tokens`.
-fn usage(usage: Option<&Usage>) -> Value {
-    let Some(u) = usage else {
-        return json!({"input_tokens": 0, "output_tokens": 0});
-    };
-    let (read, written) = (u.cached_prompt_tokens(), u.cache_write_tokens());
-    json!({
-        "input_tokens": u.prompt_tokens.saturating_sub(read + written),
-        "cache_read_input_tokens": read,
-        "cache_creation_input_tokens": written,
-        "output_tokens": u.completion_tokens,
-    })
 }
 
 fn error_type(error: &ApiError) -> &'static str {

@@ -364,6 +364,21 @@ fn usage(u: &AnthropicUsage) -> Usage {
     }
 }
 
+/// The other way (the `/v1/messages` door): OpenAI usage as Anthropic
+/// reports it, cache reads and writes apart from `input_tokens`.
+pub(crate) fn anthropic_usage(usage: Option<&Usage>) -> Value {
+    let Some(u) = usage else {
+        return json!({"input_tokens": 0, "output_tokens": 0});
+    };
+    let (read, written) = (u.cached_prompt_tokens(), u.cache_write_tokens());
+    json!({
+        "input_tokens": u.prompt_tokens.saturating_sub(read + written),
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": written,
+        "output_tokens": u.completion_tokens,
+    })
+}
+
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`; [`stop_reason`]
 /// is the other way (the `/v1/messages` door).
 pub(crate) fn finish_reason(stop_reason: &str) -> String {
@@ -793,6 +808,16 @@ mod tests {
             "prompt tokens include the 30 read from the cache"
         );
         assert_eq!((usage.cached_prompt_tokens(), usage.cache_write_tokens()), (30, 0));
+        // And back, as the `/v1/messages` door reports it: Anthropic's own numbers.
+        let back = anthropic_usage(Some(&usage));
+        assert_eq!(
+            (
+                &back["input_tokens"],
+                &back["cache_read_input_tokens"],
+                &back["output_tokens"]
+            ),
+            (&json!(12), &json!(30), &json!(7))
+        );
 
         for (stop, finish) in [
             ("end_turn", "stop"),
