@@ -20,6 +20,7 @@ use crate::env::Env;
 use crate::error::{is_name, ConfigError};
 use crate::learn::{DeploymentPolicy, LearnSpec, RawLearn, RawPolicy};
 use crate::providers::{default_local_provider, ProviderConfig, ProviderKind};
+use crate::reflect::REFLECTOR_AGENT;
 use crate::reward::{RawReward, RewardSpec, JUDGE_AGENT};
 use hone_types::{Route, Setting, VersionId, VersionSpec};
 use serde::Deserialize;
@@ -62,6 +63,13 @@ pub struct RawVersion {
     /// (`temperature`, `top_p`, `reasoning_effort`); the others are defaults.
     #[serde(default)]
     pub enforce: Vec<String>,
+    /// Lessons the version starts with (`L1`, `L2`, … in this order).
+    #[serde(default)]
+    pub playbook: Vec<String>,
+    /// The tool set the version owns (OpenAI `tools` entries); it replaces
+    /// the tools clients send.
+    #[serde(default)]
+    pub tools: Vec<hone_types::openai::Tool>,
 }
 
 /// A version's provider: a declared provider's name, or an inline local
@@ -191,6 +199,9 @@ pub(crate) fn from_raw(
     if let Some(judge) = judge_agent(&agents) {
         agents.insert(JUDGE_AGENT.to_owned(), judge);
     }
+    if let Some(reflector) = reflector_agent(&agents) {
+        agents.insert(REFLECTOR_AGENT.to_owned(), reflector);
+    }
     Ok(agents)
 }
 
@@ -204,10 +215,10 @@ impl AgentConfig {
         env: &Env,
     ) -> Result<Self, ConfigError> {
         let field = format!("agents.{name}");
-        if name == JUDGE_AGENT {
+        if name == JUDGE_AGENT || name == REFLECTOR_AGENT {
             return Err(ConfigError::at(
                 &field,
-                format!("`{JUDGE_AGENT}` is reserved: the judge's own calls are recorded under it"),
+                format!("`{name}` is reserved: hone records its own model calls under it"),
             ));
         }
         if !is_name(&name) {
@@ -296,6 +307,8 @@ fn version_spec(
         reasoning_effort: raw.reasoning_effort,
         examples: None,
         enforce: Vec::new(),
+        playbook: Vec::new(),
+        tools: Vec::new(),
     };
     for (i, name) in raw.enforce.iter().enumerate() {
         let at = || format!("{field}.enforce[{i}]");
@@ -319,7 +332,59 @@ fn version_spec(
         }
         spec.enforce(setting);
     }
+    spec.playbook = seeded_playbook(field, raw.playbook)?;
+    spec.tools = owned_tools(field, raw.tools)?;
     Ok(spec)
+}
+
+/// `playbook = ["…", …]`: lessons `L1`, `L2`, … with no history yet.
+fn seeded_playbook(field: &str, texts: Vec<String>) -> Result<Vec<hone_types::Lesson>, ConfigError> {
+    texts
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| {
+            if text.trim().is_empty() {
+                return Err(ConfigError::at(format!("{field}.playbook[{i}]"), "a lesson needs text"));
+            }
+            Ok(hone_types::Lesson {
+                id: format!("L{}", i + 1),
+                text,
+                helpful: 0,
+                harmful: 0,
+                sources: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// `tools = [{ type = "function", function = { name, description, parameters } }]`:
+/// function tools with distinct names and object schemas.
+fn owned_tools(
+    field: &str,
+    tools: Vec<hone_types::openai::Tool>,
+) -> Result<Vec<hone_types::openai::Tool>, ConfigError> {
+    let mut names = std::collections::BTreeSet::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let at = format!("{field}.tools[{i}]");
+        if tool.kind != "function" {
+            return Err(ConfigError::at(
+                at,
+                format!("`{}` tools cannot be owned (function only)", tool.kind),
+            ));
+        }
+        if !names.insert(tool.function.name.as_str()) {
+            return Err(ConfigError::at(at, format!("`{}` is listed twice", tool.function.name)));
+        }
+        if let Some(p) = &tool.function.parameters {
+            if !p.is_object() {
+                return Err(ConfigError::at(
+                    format!("{at}.function.parameters"),
+                    "must be a JSON schema object",
+                ));
+            }
+        }
+    }
+    Ok(tools)
 }
 
 /// The version's own route: a declared provider by name with `model` (and
@@ -584,17 +649,45 @@ fn check_canaries(
 /// The agent the judges' calls are recorded under: one version per judged
 /// agent (labelled with that agent's name), answering deterministically.
 fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
-    let versions: BTreeMap<String, DeclaredVersion> = agents
-        .values()
-        .filter_map(|a| Some((a.name.clone(), a.reward.judge.as_ref()?)))
-        .map(|(label, judge)| {
+    let routes = agents.values().filter_map(|a| {
+        let judge = a.reward.judge.as_ref()?;
+        Some((
+            a.name.clone(),
+            Route {
+                provider: judge.provider.clone(),
+                model: judge.model.clone(),
+                adapter: None,
+            },
+        ))
+    });
+    service_agent(JUDGE_AGENT, "The LLM judge's own calls.", routes.collect())
+}
+
+/// The agent reflective optimisers' calls are recorded under: one version
+/// per agent and optimiser (labelled `AGENT.OPTIMISER`).
+fn reflector_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
+    let routes = agents.values().flat_map(|a| {
+        a.learn.optimisers.iter().filter_map(move |o| {
+            let (route, _) = o.reflector()?;
+            Some((format!("{}.{}", a.name, o.name()), route.clone()))
+        })
+    });
+    service_agent(
+        REFLECTOR_AGENT,
+        "The reflection models' own calls (prompt, playbook and tools optimisers).",
+        routes.collect(),
+    )
+}
+
+/// An agent of hone's own whose versions are `routes` by label, each
+/// answering at temperature 0; `None` when there are none.
+fn service_agent(name: &str, description: &str, routes: Vec<(String, Route)>) -> Option<AgentConfig> {
+    let versions: BTreeMap<String, DeclaredVersion> = routes
+        .into_iter()
+        .map(|(label, route)| {
             let spec = VersionSpec {
-                agent: JUDGE_AGENT.to_owned(),
-                routes: vec![Route {
-                    provider: judge.provider.clone(),
-                    model: judge.model.clone(),
-                    adapter: None,
-                }],
+                agent: name.to_owned(),
+                routes: vec![route],
                 system: None,
                 temperature: Some(0.0),
                 top_p: None,
@@ -602,6 +695,8 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
                 reasoning_effort: None,
                 examples: None,
                 enforce: Vec::new(),
+                playbook: Vec::new(),
+                tools: Vec::new(),
             };
             let id = spec.id();
             (label.clone(), DeclaredVersion { label, id, spec })
@@ -609,8 +704,8 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
         .collect();
     let champion = versions.keys().next()?.clone();
     Some(AgentConfig {
-        name: JUDGE_AGENT.to_owned(),
-        description: Some("The LLM judge's own calls.".to_owned()),
+        name: name.to_owned(),
+        description: Some(description.to_owned()),
         versions,
         deployment: DeploymentConfig::new(champion),
         reward: RewardSpec::default(),

@@ -63,6 +63,11 @@ pub struct RawLearn {
     pub grpo: Option<RawTraining>,
     pub dpo: Option<RawTraining>,
     pub sft: Option<RawTraining>,
+    pub prompt: Option<crate::reflect::RawPrompt>,
+    pub playbook: Option<crate::reflect::RawPlaybook>,
+    pub tools: Option<crate::reflect::RawTools>,
+    /// What the cycle's optimisers may spend calling models, together.
+    pub budget: Option<crate::reflect::RawBudget>,
     pub gate: Option<RawGate>,
     pub monitor: Option<RawMonitor>,
     pub replay: Option<RawReplay>,
@@ -542,10 +547,13 @@ pub enum OptimiserSpec {
     Grpo(TrainingSpec),
     Dpo(TrainingSpec),
     Sft(TrainingSpec),
+    Prompt(crate::reflect::PromptSpec),
+    Playbook(crate::reflect::PlaybookSpec),
+    Tools(crate::reflect::ToolsSpec),
 }
 
 impl OptimiserSpec {
-    pub const NAMES: [&'static str; 5] = ["examples", "model", "grpo", "dpo", "sft"];
+    pub const NAMES: [&'static str; 8] = ["examples", "model", "grpo", "dpo", "sft", "prompt", "playbook", "tools"];
 
     pub fn name(&self) -> &'static str {
         match self {
@@ -554,6 +562,19 @@ impl OptimiserSpec {
             OptimiserSpec::Grpo(_) => "grpo",
             OptimiserSpec::Dpo(_) => "dpo",
             OptimiserSpec::Sft(_) => "sft",
+            OptimiserSpec::Prompt(_) => "prompt",
+            OptimiserSpec::Playbook(_) => "playbook",
+            OptimiserSpec::Tools(_) => "tools",
+        }
+    }
+
+    /// The reflection model a reflective optimiser calls, and its own budget.
+    pub fn reflector(&self) -> Option<(&Route, crate::reflect::Budget)> {
+        match self {
+            OptimiserSpec::Prompt(p) => Some((&p.reflector, p.budget)),
+            OptimiserSpec::Playbook(p) => Some((&p.reflector, p.budget)),
+            OptimiserSpec::Tools(t) => Some((&t.reflector, t.budget)),
+            _ => None,
         }
     }
 }
@@ -606,6 +627,8 @@ pub struct LearnSpec {
     pub drift: DriftSpec,
     /// Shadow sampling in the gateway; `None`: off.
     pub shadow: Option<ShadowSpec>,
+    /// What the cycle's optimisers may spend calling models, together.
+    pub budget: crate::reflect::Budget,
     /// Behaviour flags whose episodes the weight optimisers never train on.
     /// A footgun, not a feature: Cursor's real-time RL discarded broken tool
     /// calls this way and its model learned to break them on hard tasks;
@@ -758,6 +781,7 @@ impl Default for LearnSpec {
             replay: ReplaySpec::default(),
             drift: DriftSpec::default(),
             shadow: None,
+            budget: crate::reflect::Budget::CYCLE,
             drop_from_training: Vec::new(),
         }
     }
@@ -787,7 +811,7 @@ fn confidence(field: &str, value: Option<f64>, default: f64) -> Result<f64, Conf
     }
 }
 
-fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result<Route, ConfigError> {
+pub(crate) fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result<Route, ConfigError> {
     if !providers.contains(&raw.provider.as_str()) {
         return Err(ConfigError::at(
             format!("{field}.provider"),
@@ -861,6 +885,10 @@ impl LearnSpec {
             grpo,
             dpo,
             sft,
+            prompt,
+            playbook,
+            tools,
+            budget,
             gate,
             monitor,
             replay,
@@ -880,6 +908,11 @@ impl LearnSpec {
             grpo,
             dpo,
             sft,
+            reflect: crate::reflect::ReflectTables {
+                prompt,
+                playbook,
+                tools,
+            },
         };
         let optimisers = optimisers_from_raw(field, &optimisers, tables, providers)?;
         let objective = objective_from_raw(field, &objective, d.objective)?;
@@ -912,6 +945,7 @@ impl LearnSpec {
             replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
             drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
             shadow: shadow.map(|raw| ShadowSpec::from_raw(field, raw)).transpose()?,
+            budget: crate::reflect::Budget::from_raw(&format!("{field}.budget"), budget, d.budget)?,
             drop_from_training: flags_from_raw(&format!("{field}.drop_from_training"), drop_from_training)?,
         })
     }
@@ -925,6 +959,7 @@ struct OptimiserTables {
     grpo: Option<RawTraining>,
     dpo: Option<RawTraining>,
     sft: Option<RawTraining>,
+    reflect: crate::reflect::ReflectTables,
 }
 
 /// The optimisers `names` enables, in that order, each with its table.
@@ -935,6 +970,7 @@ fn optimisers_from_raw(
     providers: &[&str],
 ) -> Result<Vec<OptimiserSpec>, ConfigError> {
     let mut optimisers: Vec<OptimiserSpec> = Vec::new();
+    let shared = tables.reflect.any_reflector();
     for (i, name) in names.iter().enumerate() {
         let ofield = format!("{field}.{name}");
         let spec = match name.as_str() {
@@ -943,6 +979,24 @@ fn optimisers_from_raw(
             "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take(), true)?),
             "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take(), false)?),
             "sft" => OptimiserSpec::Sft(training(&ofield, tables.sft.take(), false)?),
+            "prompt" => OptimiserSpec::Prompt(crate::reflect::prompt(
+                &ofield,
+                tables.reflect.prompt.take().unwrap_or_default(),
+                shared.clone(),
+                providers,
+            )?),
+            "playbook" => OptimiserSpec::Playbook(crate::reflect::playbook(
+                &ofield,
+                tables.reflect.playbook.take().unwrap_or_default(),
+                shared.clone(),
+                providers,
+            )?),
+            "tools" => OptimiserSpec::Tools(crate::reflect::tools(
+                &ofield,
+                tables.reflect.tools.take().unwrap_or_default(),
+                shared.clone(),
+                providers,
+            )?),
             other => {
                 return Err(ConfigError::at(
                     format!("{field}.optimisers[{i}]"),
@@ -964,6 +1018,9 @@ fn optimisers_from_raw(
         ("grpo", tables.grpo.is_some()),
         ("dpo", tables.dpo.is_some()),
         ("sft", tables.sft.is_some()),
+        ("prompt", tables.reflect.prompt.is_some()),
+        ("playbook", tables.reflect.playbook.is_some()),
+        ("tools", tables.reflect.tools.is_some()),
     ] {
         if left {
             return Err(ConfigError::at(

@@ -20,6 +20,7 @@ mod load;
 mod metrics;
 mod providers;
 mod recorder;
+pub mod reflect;
 pub mod reward;
 mod store;
 
@@ -36,6 +37,7 @@ pub use load::{load_file, load_str};
 pub use metrics::MetricConfig;
 pub use providers::{LocalDType, LocalOptions, Price, ProviderConfig, ProviderKind};
 pub use recorder::RecorderConfig;
+pub use reflect::{Budget, PlaybookSpec, PromptSpec, ToolsSpec, REFLECTOR_AGENT};
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
 };

@@ -1,7 +1,9 @@
 //! Applies a version to a client's request before it goes upstream: the
-//! version's system prompt goes first, retrieved few-shot examples go before
-//! the conversation, `model` becomes the route's upstream model, and the
-//! version's sampling settings apply by one rule, written here only:
+//! version's system prompt, followed by its playbook's lessons, goes first;
+//! retrieved few-shot examples go before the conversation; a version that
+//! owns its tool set serves those tools in place of the client's; `model`
+//! becomes the route's upstream model; and the version's sampling settings
+//! apply by one rule, written here only:
 //!
 //! - `temperature`, `top_p`, `reasoning_effort`: the version's value is a
 //!   default the client may override, unless the version lists the setting
@@ -31,8 +33,16 @@ pub fn apply(
             .count();
         upstream.messages.splice(at..at, examples.iter().cloned());
     }
-    if let Some(system) = &version.system {
-        upstream.messages.insert(0, Message::new(Role::System, system.clone()));
+    let playbook = hone_types::playbook::render(&version.playbook);
+    let system = match (&version.system, playbook) {
+        (Some(system), Some(lessons)) => Some(format!("{system}\n\n{lessons}")),
+        (system, lessons) => system.clone().or(lessons),
+    };
+    if let Some(system) = system {
+        upstream.messages.insert(0, Message::new(Role::System, system));
+    }
+    if !version.tools.is_empty() {
+        upstream.tools = Some(version.tools.clone());
     }
     let wins = |setting: Setting, client_set: bool| !client_set || version.enforces(setting);
     if version.temperature.is_some() && wins(Setting::Temperature, upstream.temperature.is_some()) {
@@ -74,6 +84,8 @@ mod tests {
             reasoning_effort: None,
             examples: None,
             enforce: Vec::new(),
+            playbook: Vec::new(),
+            tools: Vec::new(),
         };
         let route = Route {
             provider: "up".into(),
@@ -113,5 +125,51 @@ mod tests {
         let out = apply(&request, &version, &route, &shots);
         let texts: Vec<String> = out.messages.iter().map(Message::text).collect();
         assert_eq!(texts, ["Be brief.", "2+2?", "4", "hi"]);
+    }
+
+    #[test]
+    fn the_playbook_follows_the_prompt_and_owned_tools_replace_the_clients() {
+        let request = ChatCompletionRequest::from_json(
+            br#"{"model":"a","messages":[{"role":"user","content":"hi"}],
+                "tools":[{"type":"function","function":{"name":"convert","description":"old"}}]}"#,
+        )
+        .unwrap();
+        let lesson = |id: &str, text: &str| hone_types::Lesson {
+            id: id.into(),
+            text: text.into(),
+            helpful: 2,
+            harmful: 0,
+            sources: vec!["e1".into()],
+        };
+        let mut version: VersionSpec = serde_json::from_value(serde_json::json!({"agent": "a", "routes": []})).unwrap();
+        version.playbook = vec![lesson("L1", "Use metres."), lesson("L3", "Cite the source.")];
+        let route = Route {
+            provider: "up".into(),
+            model: "m".into(),
+            adapter: None,
+        };
+        let out = apply(&request, &version, &route, &[]);
+        assert_eq!(
+            out.messages[0].text(),
+            "Playbook — lessons learnt from earlier conversations:\n- [L1] Use metres.\n- [L3] Cite the source."
+        );
+        assert_eq!(
+            out.tools, request.tools,
+            "a version without its own tools keeps the client's"
+        );
+        version.system = Some("Be brief.".into());
+        version.tools = serde_json::from_value(serde_json::json!([{"type":"function","function":{
+            "name":"convert","description":"Convert an amount; `amount` is a plain number.",
+            "parameters":{"type":"object","properties":{"amount":{"type":"number"}}}}}]))
+        .unwrap();
+        let out = apply(&request, &version, &route, &[]);
+        assert!(out.messages[0].text().starts_with("Be brief.\n\nPlaybook — "));
+        assert_eq!(out.messages.len(), 2);
+        let tools = out.tools.unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(
+            tools[0].function.description.as_deref(),
+            Some("Convert an amount; `amount` is a plain number.")
+        );
     }
 }

@@ -12,9 +12,14 @@
 //!   canary; [`watch`] runs the online [`monitor`]s, promotes or rolls back;
 //!   [`drift`] notices when traffic moves away from what was learned on.
 //!
-//! Everything talks to models through the gateway ([`client`]), so judge and
-//! evaluation calls are recorded like production ones.
+//! - [`reflect`]: what the reflective optimisers (`prompt`, `playbook`,
+//!   `tools`) share — the reflection model, its evidence and budgets, the
+//!   Pareto pool of prompts, the playbook's curator.
+//!
+//! Everything talks to models through the gateway ([`client`], [`ask`]), so
+//! judge, reflection and evaluation calls are recorded like production ones.
 
+pub mod ask;
 pub mod client;
 pub mod compare;
 pub mod critics;
@@ -30,6 +35,7 @@ pub mod gate;
 pub mod judge;
 pub mod monitor;
 pub mod optimiser;
+pub mod reflect;
 pub mod reward;
 pub mod stats;
 pub use cycle::{schedule, watch};

@@ -532,6 +532,7 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
         reason: None,
         scores: None,
         training: None,
+        spend: None,
         created_at: now,
         updated_at: now,
     };

@@ -21,6 +21,8 @@ fn story(store: &dyn Store) {
         reasoning_effort: None,
         examples: None,
         enforce: Vec::new(),
+        playbook: Vec::new(),
+        tools: Vec::new(),
     };
     let record = VersionRecord {
         id: spec.id(),

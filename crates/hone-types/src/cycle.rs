@@ -134,6 +134,52 @@ pub struct CycleDetail {
     /// Why the cycle ended early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// propose: what each optimiser that calls models spent, by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spend: std::collections::BTreeMap<String, Spend>,
+}
+
+/// What calling models cost an optimiser: calls, tokens and dollars
+/// (priced by the provider's `prices`; 0 where it names none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    pub calls: u64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Spend {
+    pub fn add(&mut self, other: Spend) {
+        self.calls += other.calls;
+        self.tokens += other.tokens;
+        self.cost_usd += other.cost_usd;
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.calls == 0
+    }
+
+    /// What was spent since `earlier` (a reading of the same meter).
+    pub fn since(self, earlier: Spend) -> Spend {
+        Spend {
+            calls: self.calls.saturating_sub(earlier.calls),
+            tokens: self.tokens.saturating_sub(earlier.tokens),
+            cost_usd: (self.cost_usd - earlier.cost_usd).max(0.0),
+        }
+    }
+}
+
+impl std::fmt::Display for Spend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} call{}, {} tokens, ${:.4}",
+            self.calls,
+            if self.calls == 1 { "" } else { "s" },
+            self.tokens,
+            self.cost_usd
+        )
+    }
 }
 
 /// Where a candidate is in its life (DESIGN.md "Candidate").
@@ -214,6 +260,9 @@ pub struct Candidate {
     /// How a weight candidate's adapter was trained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training: Option<TrainingSummary>,
+    /// What proposing it cost (reflective optimisers' model calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<Spend>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -13,6 +13,7 @@ pub mod episode;
 pub mod ids;
 pub mod learn;
 pub mod openai;
+pub mod playbook;
 pub mod signal;
 pub mod stream;
 pub mod time;
@@ -21,7 +22,7 @@ pub mod version;
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
-    TrainingSummary,
+    Spend, TrainingSummary,
 };
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary, RewardRange};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};
@@ -29,5 +30,6 @@ pub use learn::{
     CallCredit, ComponentKind, DatasetInfo, EvalRunInfo, Instance, InstanceResult, RewardComponent, RewardRecord,
     ShadowScores,
 };
+pub use playbook::Lesson;
 pub use signal::{FeedbackRequest, MetricLevel, MetricType, Signal, SignalSource, SignalValue};
 pub use version::{ExamplePolicy, Route, Setting, VersionRecord, VersionSpec};

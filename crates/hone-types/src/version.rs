@@ -45,6 +45,14 @@ pub struct VersionSpec {
     /// `hone_gateway::harness::apply`, the one place the rule is written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enforce: Vec<Setting>,
+    /// Lessons the harness adds to the system prompt (`playbook::render`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub playbook: Vec<crate::playbook::Lesson>,
+    /// The tool set this version owns: when not empty, it replaces the
+    /// tools a client sends (so the `tools` optimiser can change their
+    /// descriptions and schemas); the client still runs the calls by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<crate::openai::Tool>,
 }
 
 /// A sampling setting a version may enforce over the client's.
@@ -142,6 +150,8 @@ mod tests {
             reasoning_effort: None,
             examples: None,
             enforce: Vec::new(),
+            playbook: Vec::new(),
+            tools: Vec::new(),
         }
     }
 

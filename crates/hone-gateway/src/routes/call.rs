@@ -68,10 +68,16 @@ struct Outcome {
 
 impl CallContext {
     fn record(&self, state: &AppState, outcome: Outcome) -> CallRecord {
+        // Tool calls are checked against the tools the model was offered:
+        // the version's own when it owns its tool set.
+        let offered = (!self.version.tools.is_empty()).then(|| ChatCompletionRequest {
+            tools: Some(self.version.tools.clone()),
+            ..self.request.clone()
+        });
         let flags = outcome
             .response
             .as_ref()
-            .map(|r| behaviour::flags(&self.request, r))
+            .map(|r| behaviour::flags(offered.as_ref().unwrap_or(&self.request), r))
             .unwrap_or_default();
         let usage = outcome.response.as_ref().and_then(|r| r.usage.clone());
         let cost_usd = outcome.route.as_ref().zip(usage.as_ref()).and_then(|(route, usage)| {

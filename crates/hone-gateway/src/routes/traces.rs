@@ -216,6 +216,8 @@ async fn observed_version(state: &AppState, agent: &str, call: &ObservedCall) ->
         reasoning_effort: None,
         examples: None,
         enforce: Vec::new(),
+        playbook: Vec::new(),
+        tools: Vec::new(),
     };
     let id = spec.id();
     let known = |state: &AppState| {

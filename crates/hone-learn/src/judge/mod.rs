@@ -13,9 +13,8 @@ pub use render::{conversation, shared_prefix};
 
 use crate::client::ChatClient;
 use hone_config::{JudgeSpec, JUDGE_AGENT};
-use hone_types::openai::ChatCompletionResponse;
 use hone_types::EpisodeDetail;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A judge's verdict on one episode.
@@ -86,49 +85,18 @@ with exactly one entry for each of the {} trajectories.",
     }
 
     async fn ask<T>(&self, prompt: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, JudgeFailure> {
-        let episode = format!("judge.{}", hone_types::EpisodeId::new_v7());
-        let mut messages = vec![
-            json!({"role": "system", "content": SYSTEM}),
-            json!({"role": "user", "content": prompt}),
-        ];
-        let attempts = self.spec.retries + 1;
-        let mut last_error = String::new();
-        for attempt in 0..attempts {
-            let request = json!({"model": JUDGE_AGENT, "messages": messages, "temperature": 0.0});
-            let answer = match self.client.chat(&request, &episode, Some(&self.agent)).await {
-                Ok(r) => answer_text(&r),
-                Err(e) => {
-                    last_error = e.to_string();
-                    continue;
-                }
-            };
-            match parse(&answer) {
-                Ok(v) => return Ok(v),
-                Err(problem) => {
-                    tracing::debug!(attempt, %problem, "judge output did not parse; asking again");
-                    last_error = format!("unusable judge output ({problem}): {}", clip(&answer, 200));
-                    messages.push(json!({"role": "assistant", "content": answer}));
-                    messages.push(json!({"role": "user", "content": format!(
-                        "That answer cannot be used: {problem}. Reply again with the JSON object only."
-                    )}));
-                }
-            }
-        }
-        Err(JudgeFailure {
-            attempts,
-            last_error,
-            episode,
+        let asked = crate::ask::Asked {
+            client: self.client.as_ref(),
+            model: JUDGE_AGENT,
+            version: &self.agent,
+            episode: format!("judge.{}", hone_types::EpisodeId::new_v7()),
+            system: SYSTEM,
+            retries: self.spec.retries,
+        };
+        asked.json(prompt, None, parse).await.map_err(|f| JudgeFailure {
+            attempts: f.attempts,
+            last_error: f.last_error,
+            episode: f.episode,
         })
-    }
-}
-
-fn answer_text(r: &ChatCompletionResponse) -> String {
-    r.choices.first().map(|c| c.message.text()).unwrap_or_default()
-}
-
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_owned(),
     }
 }

@@ -3,21 +3,8 @@
 //! Anything else is an error that names the problem.
 
 use super::JudgeScore;
+use crate::ask::json_object;
 use serde_json::Value;
-
-/// The outermost JSON object in `text`.
-fn json_object(text: &str) -> Result<serde_json::Map<String, Value>, String> {
-    let start = text.find('{').ok_or("no JSON object in the answer")?;
-    let end = text.rfind('}').ok_or("the JSON object is not closed")?;
-    if end < start {
-        return Err("the JSON object is not closed".into());
-    }
-    match serde_json::from_str::<Value>(&text[start..=end]) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err("the answer is not a JSON object".into()),
-        Err(e) => Err(format!("the JSON does not parse: {e}")),
-    }
-}
 
 fn score_of(entry: &serde_json::Map<String, Value>, at: &str) -> Result<JudgeScore, String> {
     let score = match entry.get("score") {

@@ -2,7 +2,7 @@
 //! similar successful episodes as few-shot examples (one candidate per k);
 //! the gateway's harness does the retrieval at request time.
 
-use super::{describe_diff, Optimiser, Proposal, ProposeContext};
+use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::ExamplesSpec;
@@ -45,11 +45,7 @@ impl Optimiser for Examples {
                 if spec == *ctx.champion {
                     continue;
                 }
-                proposals.push(Proposal {
-                    diff: describe_diff(ctx.champion, &spec),
-                    spec,
-                    training: None,
-                });
+                proposals.push(Proposal::of(ctx.champion, spec));
             }
             proposals.truncate(*max_candidates);
             Ok(proposals)

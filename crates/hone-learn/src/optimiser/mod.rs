@@ -11,9 +11,12 @@ mod examples;
 mod grpo;
 mod live;
 mod model;
+mod playbook;
+mod prompt;
 pub mod replay;
 mod rollouts;
 mod sft;
+mod tools;
 pub mod training;
 
 use crate::error::LearnError;
@@ -32,6 +35,20 @@ pub struct Proposal {
     pub diff: String,
     /// How a weight candidate's adapter was trained.
     pub training: Option<hone_types::TrainingSummary>,
+    /// What calling models to propose it cost (reflective optimisers).
+    pub spend: Option<hone_types::Spend>,
+}
+
+impl Proposal {
+    /// A proposal of `spec`, described by its difference from `parent`.
+    pub fn of(parent: &VersionSpec, spec: VersionSpec) -> Self {
+        Self {
+            diff: describe_diff(parent, &spec),
+            spec,
+            training: None,
+            spend: None,
+        }
+    }
 }
 
 /// What an optimiser may look at.
@@ -52,6 +69,9 @@ pub struct ProposeContext<'a> {
     pub adapters_dir: PathBuf,
     /// Earlier successes the weight optimisers replay (`replay.rs`).
     pub replay: &'a replay::Replay,
+    /// What this optimiser may still spend calling models (its budget and
+    /// the cycle's); optimisers that call none never touch it.
+    pub meter: &'a crate::reflect::Meter,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 
@@ -77,6 +97,9 @@ pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
         OptimiserSpec::Grpo(t) => Box::new(grpo::Grpo { spec: t.clone() }),
         OptimiserSpec::Dpo(t) => Box::new(dpo::Dpo { spec: t.clone() }),
         OptimiserSpec::Sft(t) => Box::new(sft::Sft { spec: t.clone() }),
+        OptimiserSpec::Prompt(p) => Box::new(prompt::PromptOptimiser { spec: p.clone() }),
+        OptimiserSpec::Playbook(p) => Box::new(playbook::PlaybookOptimiser { spec: p.clone() }),
+        OptimiserSpec::Tools(t) => Box::new(tools::ToolsOptimiser { spec: t.clone() }),
     }
 }
 
@@ -87,9 +110,11 @@ fn show<T: std::fmt::Debug>(v: &Option<T>) -> String {
     }
 }
 
-/// One line per changed field: `model: up/bad → up/good`.
+/// One line per changed field (`model: up/bad → up/good`), joined by `; `;
+/// then, for a changed system prompt or tool set, a unified diff of it.
 pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
     let mut lines = Vec::new();
+    let mut blocks = Vec::new();
     let route = |s: &VersionSpec| {
         s.routes
             .first()
@@ -115,6 +140,29 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
             parent.system.as_deref().map_or(0, str::len),
             child.system.as_deref().map_or(0, str::len)
         ));
+        blocks.push(crate::reflect::unified(
+            parent.system.as_deref().unwrap_or(""),
+            child.system.as_deref().unwrap_or(""),
+        ));
+    }
+    if parent.playbook != child.playbook {
+        let held = |s: &VersionSpec| s.playbook.iter().map(|l| l.id.clone()).collect::<Vec<_>>();
+        let (before, after) = (held(parent), held(child));
+        let added: Vec<&String> = after.iter().filter(|id| !before.contains(id)).collect();
+        let gone: Vec<&String> = before.iter().filter(|id| !after.contains(id)).collect();
+        let list = |ids: &[&String]| ids.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ");
+        lines.push(format!(
+            "playbook: {} → {} lessons (+{} −{})",
+            before.len(),
+            after.len(),
+            if added.is_empty() { "none".into() } else { list(&added) },
+            if gone.is_empty() { "none".into() } else { list(&gone) },
+        ));
+    }
+    if parent.tools != child.tools {
+        let pretty = |s: &VersionSpec| serde_json::to_string_pretty(&s.tools).unwrap_or_default();
+        lines.push(format!("tools: {} → {} owned", parent.tools.len(), child.tools.len()));
+        blocks.push(crate::reflect::unified(&pretty(parent), &pretty(child)));
     }
     for (name, a, b) in [
         ("temperature", show(&parent.temperature), show(&child.temperature)),
@@ -156,10 +204,14 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
         lines.push(format!("examples: {} → {}", e(parent), e(child)));
     }
     if lines.is_empty() {
-        "no change".to_owned()
-    } else {
-        lines.join("; ")
+        return "no change".to_owned();
     }
+    let mut text = lines.join("; ");
+    for block in blocks {
+        text.push('\n');
+        text.push_str(&block);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -183,6 +235,8 @@ mod tests {
             reasoning_effort: None,
             examples: None,
             enforce: Vec::new(),
+            playbook: Vec::new(),
+            tools: Vec::new(),
         };
         let mut child = parent.clone();
         assert_eq!(describe_diff(&parent, &child), "no change");

@@ -3,7 +3,7 @@
 //! A candidate enforces the setting it changes: it is proven, and then
 //! served, with that value whatever its clients ask.
 
-use super::{describe_diff, Optimiser, Proposal, ProposeContext};
+use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
 use hone_config::ModelSpec;
@@ -53,11 +53,7 @@ impl Optimiser for ModelSwap {
                 if spec == *parent || proposals.iter().any(|p| p.spec == spec) {
                     continue;
                 }
-                proposals.push(Proposal {
-                    diff: describe_diff(parent, &spec),
-                    spec,
-                    training: None,
-                });
+                proposals.push(Proposal::of(parent, spec));
             }
             proposals.truncate(*max_candidates);
             Ok(proposals)

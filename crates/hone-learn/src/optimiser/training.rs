@@ -179,6 +179,7 @@ pub async fn propose_adapter(
         ),
         spec: child,
         training: Some(training),
+        spend: None,
     }])
 }
 

@@ -2,12 +2,15 @@
 //! and the cycle's train set; each new version is stored as a candidate of this
 //! cycle (content-addressed, so a resumed step stores nothing twice). An
 //! optimiser that fails is recorded and skipped; with no candidate at all
-//! the cycle ends.
+//! the cycle ends. Optimisers that call models are metered against their own
+//! budget and the cycle's; once the cycle's is spent, no further optimiser
+//! runs. What each spent is stored with the cycle and its candidates.
 
 use super::{Learner, Stepped};
 use crate::error::{LearnError, Result};
 use crate::optimiser::replay::{self, Replay};
 use crate::optimiser::{self, ProposeContext};
+use crate::reflect::{Meter, Tally};
 use hone_config::{AgentConfig, OptimiserSpec};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionRecord};
@@ -33,25 +36,54 @@ pub(super) async fn run(
         .config
         .adapters_dir(champion.spec.routes.first().map_or("", |r| r.provider.as_str()));
     let replay = replay_buffer(learner, agent, &detail, &evaluator.rewarder.spec_version)?;
-    let ctx = ProposeContext {
-        config: &learner.config,
-        agent,
-        cycle_id: &cycle.id,
-        champion_id: &champion_id,
-        champion: &champion.spec,
-        target: &train,
-        store: learner.store.clone(),
-        evaluator: &evaluator,
-        via: &via,
-        adapters_dir,
-        replay: &replay,
-        progress: &progress,
-    };
     let now = now_ms();
     let (mut versions, mut candidates, mut events) = (Vec::new(), Vec::new(), Vec::new());
+    let cycle_budget = Tally::new("the cycle's budget", agent.learn.budget);
     for spec in &agent.learn.optimisers {
         let optimiser = optimiser::from_spec(spec);
-        let proposals = match optimiser.propose(&ctx).await {
+        let meter = match spec.reflector() {
+            None => Meter::unmetered(),
+            Some((route, budget)) => {
+                if let Some(spent) = cycle_budget.exhausted() {
+                    let line = format!("{} not run: {spent}", optimiser.name());
+                    learner.say(name, &line);
+                    events.push(HistoryEvent::new(name, now, "budget", line).cycle(&cycle.id));
+                    continue;
+                }
+                let price = learner
+                    .config
+                    .providers
+                    .get(&route.provider)
+                    .and_then(|p| p.prices.get(&route.model))
+                    .copied();
+                let own = Tally::new(format!("the {} optimiser's budget", optimiser.name()), budget);
+                Meter::new(own, cycle_budget.clone(), price)
+            }
+        };
+        let ctx = ProposeContext {
+            config: &learner.config,
+            agent,
+            cycle_id: &cycle.id,
+            champion_id: &champion_id,
+            champion: &champion.spec,
+            target: &train,
+            store: learner.store.clone(),
+            evaluator: &evaluator,
+            via: &via,
+            adapters_dir: adapters_dir.clone(),
+            replay: &replay,
+            meter: &meter,
+            progress: &progress,
+        };
+        let proposed = optimiser.propose(&ctx).await;
+        let spent = meter.spent();
+        if !spent.is_zero() {
+            let line = format!("{} spent {spent}", optimiser.name());
+            learner.say(name, &line);
+            events.push(HistoryEvent::new(name, now, "budget", line).cycle(&cycle.id));
+            detail.spend.entry(optimiser.name().to_owned()).or_default().add(spent);
+        }
+        let proposals = match proposed {
             Ok(p) => p,
             Err(e) => {
                 learner.say(name, &format!("optimiser {} failed: {e}", optimiser.name()));
@@ -94,6 +126,7 @@ pub(super) async fn run(
                 reason: None,
                 scores: None,
                 training: p.training,
+                spend: p.spend,
                 created_at: now,
                 updated_at: now,
             });

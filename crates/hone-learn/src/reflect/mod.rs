@@ -1,0 +1,80 @@
+//! Learning without weights: what the reflective optimisers (`prompt`,
+//! `playbook`, `tools` in [`crate::optimiser`]) share. A [`Reflector`] asks
+//! the configured reflection model through the gateway (recorded as the
+//! `hone-reflector` agent's episodes, metered against the budgets);
+//! [`evidence`] is what it is shown; [`pareto`] keeps GEPA's pool of
+//! prompts across cycles; [`curator`] applies a playbook's delta operations.
+
+pub mod curator;
+pub mod evidence;
+pub mod meter;
+pub mod pareto;
+
+pub use meter::{Meter, Tally};
+
+use crate::ask::{AskFailure, Asked};
+use crate::client::ChatClient;
+use hone_config::REFLECTOR_AGENT;
+
+const SYSTEM: &str = "You improve an AI assistant from evidence: episodes of its real conversations with their \
+rewards, critics' findings and users' feedback. Diagnose why failures failed, generalise to rules that would have \
+prevented them without breaking what passed, and answer with a single JSON object and nothing else.";
+
+/// The reflection model of one optimiser of one agent, in one cycle.
+pub struct Reflector<'a> {
+    pub client: &'a dyn ChatClient,
+    /// `AGENT.OPTIMISER`: the `hone-reflector` version to ask.
+    pub label: String,
+    pub cycle: &'a str,
+    pub meter: &'a Meter,
+}
+
+impl Reflector<'_> {
+    /// Asks for a JSON answer `parse` accepts (asking again, up to twice,
+    /// when it does not parse); refused once the budget is spent.
+    pub async fn ask<T>(&self, prompt: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, AskFailure> {
+        let asked = Asked {
+            client: self.client,
+            model: REFLECTOR_AGENT,
+            version: &self.label,
+            episode: format!("reflect.{}.{}", self.cycle, hone_types::EpisodeId::new_v7()),
+            system: SYSTEM,
+            retries: 2,
+        };
+        asked.json(prompt, Some(self.meter), parse).await
+    }
+}
+
+/// A unified diff of two texts, as `diff -u` prints it (`--- champion`,
+/// `+++ candidate`).
+pub fn unified(old: &str, new: &str) -> String {
+    let with_newline = |s: &str| {
+        if s.ends_with('\n') {
+            s.to_owned()
+        } else {
+            format!("{s}\n")
+        }
+    };
+    let (old, new) = (with_newline(old), with_newline(new));
+    let patch = diffy::create_patch(&old, &new).to_string();
+    patch
+        .replacen("--- original", "--- champion", 1)
+        .replacen("+++ modified", "+++ candidate", 1)
+        .trim_end()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_unified_diff_shows_the_changed_lines_with_context() {
+        let diff = super::unified(
+            "You are a calculator.\nAnswer briefly.",
+            "You are a calculator.\nA-B means subtract B from A.\nAnswer briefly.",
+        );
+        assert_eq!(
+            diff,
+            "--- champion\n+++ candidate\n@@ -1,2 +1,3 @@\n You are a calculator.\n+A-B means subtract B from A.\n Answer briefly."
+        );
+    }
+}
