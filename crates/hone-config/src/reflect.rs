@@ -230,3 +230,70 @@ pub(crate) fn tools(
         budget: Budget::from_raw(&format!("{ofield}.budget"), raw.budget, Budget::OPTIMISER)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{load_str, OptimiserSpec, REFLECTOR_AGENT};
+    use std::path::Path;
+
+    const BASE: &str = r#"
+[providers.up]
+type = "openai"
+base_url = "http://127.0.0.1:9/v1"
+[agents.a.versions.v1]
+provider = "up"
+model = "m"
+playbook = ["Dates are YYYY-MM-DD."]
+tools = [{ type = "function", function = { name = "convert", parameters = { type = "object" } } }]
+[agents.a.learn]
+"#;
+
+    fn load(extra: &str) -> Result<crate::Config, crate::ConfigError> {
+        load_str(&format!("{BASE}{extra}"), Path::new("."), &|_| None)
+    }
+
+    #[test]
+    fn reflective_optimisers_share_a_reflector_and_record_under_their_own_agent() {
+        let c = load(
+            "optimisers = [\"prompt\", \"playbook\", \"tools\"]\nbudget = { usd = 0.25 }\n\
+             [agents.a.learn.prompt]\nreflector = { provider = \"up\", model = \"big\" }\nbudget = { calls = 3 }\n",
+        )
+        .unwrap();
+        let learn = &c.agents["a"].learn;
+        assert_eq!(learn.budget.usd, 0.25);
+        assert_eq!(learn.budget.calls, super::Budget::CYCLE.calls);
+        let OptimiserSpec::Playbook(p) = &learn.optimisers[1] else {
+            panic!("{:?}", learn.optimisers)
+        };
+        assert_eq!(p.reflector.model, "big", "borrowed from the prompt table");
+        let (_, budget) = learn.optimisers[0].reflector().unwrap();
+        assert_eq!(budget.calls, 3);
+        let reflector = &c.agents[REFLECTOR_AGENT];
+        let labels: Vec<&str> = reflector.versions.keys().map(String::as_str).collect();
+        assert_eq!(labels, ["a.playbook", "a.prompt", "a.tools"]);
+        let v1 = &c.agents["a"].versions["v1"].spec;
+        assert_eq!(v1.playbook[0].id, "L1");
+        assert_eq!(v1.tools[0].function.name, "convert");
+    }
+
+    #[test]
+    fn a_reflective_optimiser_without_a_reflector_or_with_a_bad_budget_is_refused() {
+        let e = load("optimisers = [\"playbook\"]\n").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.learn.playbook.reflector"));
+        let e = load(
+            "optimisers = [\"tools\"]\n[agents.a.learn.tools]\nreflector = { provider = \"nope\", model = \"m\" }\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.learn.tools.reflector.provider"));
+        let e = load("budget = { usd = -1 }\n").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.learn.budget.usd"));
+        let e = load("[agents.a.learn.prompt]\nreflector = { provider = \"up\", model = \"m\" }\n").unwrap_err();
+        assert!(e.message.contains("not in `optimisers`"), "{e}");
+        let twice = BASE.replace(
+            "tools = [{",
+            "tools = [{ type = \"function\", function = { name = \"convert\" } }, {",
+        );
+        let e = load_str(&twice, Path::new("."), &|_| None).unwrap_err();
+        assert!(e.message.contains("`convert` is listed twice"), "{e}");
+    }
+}

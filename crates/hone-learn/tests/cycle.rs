@@ -5,7 +5,7 @@
 //! canary whose invalid-tool-call rate jumps online is rolled back, alerted
 //! and posted to a webhook.
 
-use crate::support::{learner, weather_tools, World};
+use crate::support::{learner, wait_for_split, weather_tools, World};
 use axum::routing::post;
 use axum::{Json, Router};
 use hone_learn::deploy::{self, Change};
@@ -54,31 +54,6 @@ fn version(w: &World, agent: &str, model: &str) -> VersionId {
     let mut spec = w.config.agents[agent].versions["v1"].spec.clone();
     spec.routes[0].model = model.to_owned();
     spec.id()
-}
-
-/// Waits until the gateway routes new episodes with `canary` in the split (or without any canary).
-async fn wait_for_split(w: &World, agent: &str, canary: Option<&VersionId>) {
-    for _ in 0..50 {
-        let list = w.get("/admin/deployments").await;
-        let split = list["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["agent"] == agent)
-            .unwrap()["split"]
-            .clone();
-        let live = split
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["role"] == "canary")
-            .map(|s| s["version"].as_str().unwrap().to_owned());
-        if live.as_deref() == canary.map(VersionId::as_str) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the gateway never routed to canary {canary:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

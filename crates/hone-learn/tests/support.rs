@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 pub struct Upstream {
     pub judge_answers: Mutex<VecDeque<String>>,
     pub judge_prompts: Mutex<Vec<String>>,
+    /// What the reflection models were shown, in order.
+    pub reflector_prompts: Mutex<Vec<String>>,
     /// Every chat request body, in order.
     pub requests: Mutex<Vec<Value>>,
     /// `POST /v1/load_lora_adapter` bodies; adapters named `broken…` are refused.
@@ -58,6 +60,169 @@ fn arithmetic(model: &str, text: &str) -> Option<String> {
     Some(format!("The answer is {answer}."))
 }
 
+/// A hosted model whose answers depend on the rules its system prompt
+/// states: `What is A-B?` is answered as A+B unless the prompt says to
+/// subtract, `A*B` likewise unless it says to multiply, and a prompt that
+/// says to round rounds every answer to the nearest ten.
+fn ruled(system: &str, text: &str) -> Option<String> {
+    let rest = text.strip_prefix("What is ")?.strip_suffix('?')?;
+    let op = rest.chars().find(|c| matches!(c, '+' | '-' | '*'))?;
+    let (a, b) = rest.split_once(op)?;
+    let (a, b): (i64, i64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    let mut answer = match op {
+        '-' if system.contains("subtract") => a - b,
+        '*' if system.contains("multiply") => a * b,
+        _ => a + b,
+    };
+    if system.contains("Round every answer") {
+        answer = (answer as f64 / 10.0).round() as i64 * 10;
+    }
+    Some(format!("The answer is {answer}."))
+}
+
+/// The episodes a reflection prompt shows: (id, failed, text).
+fn shown_episodes(prompt: &str) -> Vec<(String, bool, String)> {
+    prompt
+        .split("<episode ")
+        .skip(1)
+        .map(|block| {
+            let id = block
+                .split("id=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_owned();
+            let failed = block.contains("outcome=\"failed\"");
+            let body = block.split("</episode>").next().unwrap_or("").to_owned();
+            (id, failed, body)
+        })
+        .collect()
+}
+
+/// The rule a failed arithmetic episode shows is missing.
+fn missing_rule(episode: &str) -> Option<&'static str> {
+    let question = episode.lines().find(|l| l.starts_with("user: What is"))?;
+    if question.contains('-') {
+        Some("A-B means subtract B from A.")
+    } else if question.contains('*') {
+        Some("A*B means multiply A by B.")
+    } else {
+        None
+    }
+}
+
+/// A reflection model: proposes the rules the failures it is shown lack
+/// (as a rewritten prompt, playbook deltas, or a tool description); the
+/// `reckless` one also adds a rule that rounds every answer.
+fn reflect(model: &str, prompt: &str) -> String {
+    let episodes = shown_episodes(prompt);
+    let failed: Vec<&(String, bool, String)> = episodes.iter().filter(|e| e.1).collect();
+    let mut rules: Vec<&str> = Vec::new();
+    for e in &failed {
+        if let Some(rule) = missing_rule(&e.2) {
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+    }
+    if prompt.contains("<current_prompt>") {
+        let current = prompt
+            .split("<current_prompt>\n")
+            .nth(1)
+            .and_then(|r| r.split("\n</current_prompt>").next())
+            .unwrap_or("");
+        let mut new = current.to_owned();
+        for rule in &rules {
+            if !new.contains(rule) {
+                new.push('\n');
+                new.push_str(rule);
+            }
+        }
+        if model == "reckless" {
+            new.push_str("\nRound every answer to the nearest ten.");
+        }
+        return json!({"diagnosis": format!("{} failures lack: {}", failed.len(), rules.join(" ")), "prompt": new})
+            .to_string();
+    }
+    if prompt.contains("<playbook>") {
+        let playbook = prompt.split("</playbook>").next().unwrap_or("");
+        let lesson_ids = |needle: &str| -> Vec<String> {
+            playbook
+                .lines()
+                .filter(|l| l.contains(needle))
+                .filter_map(|l| l.strip_prefix('[').and_then(|r| r.split(']').next()))
+                .map(str::to_owned)
+                .collect()
+        };
+        let ids = |es: &[&(String, bool, String)]| es.iter().map(|e| e.0.clone()).collect::<Vec<_>>();
+        let mut tags = Vec::new();
+        let mut operations = Vec::new();
+        for id in lesson_ids("Round every answer") {
+            tags.push(json!({"id": id, "verdict": "harmful", "episodes": ids(&failed)}));
+            operations.push(
+                json!({"op": "retire", "id": id, "reason": "rounding breaks exact answers", "episodes": ids(&failed)}),
+            );
+        }
+        let passed: Vec<&(String, bool, String)> = episodes.iter().filter(|e| !e.1).collect();
+        for id in lesson_ids("subtract") {
+            let used: Vec<&(String, bool, String)> = passed.iter().copied().filter(|e| e.2.contains('-')).collect();
+            if !used.is_empty() {
+                tags.push(json!({"id": id, "verdict": "helpful", "episodes": ids(&used)}));
+            }
+        }
+        for rule in &rules {
+            if playbook.contains(rule) {
+                continue;
+            }
+            let from: Vec<&(String, bool, String)> = failed
+                .iter()
+                .copied()
+                .filter(|e| missing_rule(&e.2) == Some(*rule))
+                .collect();
+            operations.push(json!({"op": "add", "text": rule, "episodes": ids(&from)}));
+            // Said twice, in other words: the curator must keep one lesson.
+            operations
+                .push(json!({"op": "add", "text": rule.to_lowercase().replace(" means ", " means: "), "episodes": []}));
+        }
+        return json!({"tags": tags, "operations": operations}).to_string();
+    }
+    if prompt.contains("<tool>") {
+        let tool: Value = prompt
+            .split("<tool>\n")
+            .nth(1)
+            .and_then(|r| r.split("\n</tool>").next())
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(Value::Null);
+        return json!({
+            "diagnosis": "the amount was given with its unit, as text",
+            "description": "Convert a distance. `amount` is a plain number without units (12, not \"12 km\"); the unit goes in `unit`.",
+            "parameters": tool["function"]["parameters"],
+        })
+        .to_string();
+    }
+    "I do not know what to do.".to_owned()
+}
+
+/// A model that calls `convert` with the amount as text (`"12 km"`) unless
+/// the tool's description asks for a plain number.
+fn tooly(body: &Value, last_user: &str) -> Option<Value> {
+    let rest = last_user.strip_prefix("Convert ")?;
+    let amount: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    let plain = body["tools"]
+        .as_array()?
+        .iter()
+        .find(|t| t["function"]["name"] == "convert")?["function"]["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("plain number"));
+    let arguments = if plain {
+        json!({"amount": amount, "unit": "km"})
+    } else {
+        json!({"amount": format!("{amount} km"), "unit": "km"})
+    };
+    Some(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "convert", "arguments": arguments.to_string()}}]}))
+}
+
 fn default_judge(prompt: &str) -> String {
     let n = prompt.matches("<trajectory id=").count();
     if n == 0 {
@@ -85,8 +250,24 @@ async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<
         .map(text_of)
         .unwrap_or_default();
     let has_tool_result = messages.iter().any(|m| m["role"] == "tool");
+    let system: String = messages
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .map(text_of)
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut message = json!({"role": "assistant", "content": "ok"});
-    if model == "judge" {
+    if model == "reflector" || model == "reckless" {
+        up.reflector_prompts.lock().unwrap().push(first_user.clone());
+        message["content"] = json!(reflect(&model, &first_user));
+    } else if let Some(answer) = (model == "ruled").then(|| ruled(&system, &last_user)).flatten() {
+        message["content"] = json!(answer);
+    } else if let Some(call) = (model == "tooly" && !has_tool_result)
+        .then(|| tooly(&body, &last_user))
+        .flatten()
+    {
+        message = call;
+    } else if model == "judge" {
         up.judge_prompts.lock().unwrap().push(first_user.clone());
         let queued = up.judge_answers.lock().unwrap().pop_front();
         message["content"] = json!(queued.unwrap_or_else(|| default_judge(&first_user)));
@@ -151,6 +332,9 @@ output_per_mtok = 10.0
 [providers.up.prices."sloppy"]
 input_per_mtok = 0.1
 output_per_mtok = 0.2
+[providers.up.prices."reflector"]
+input_per_mtok = 3.0
+output_per_mtok = 15.0
 
 [agents.calc.versions.v1]
 provider = "up"
@@ -329,4 +513,29 @@ pub fn learner(w: &World) -> (hone_learn::cycle::Learner, Arc<std::sync::Mutex<V
         pause_at: None,
     };
     (learner, lines)
+}
+
+/// Waits until the gateway routes new episodes with `canary` in the split (or without any canary).
+pub async fn wait_for_split(w: &World, agent: &str, canary: Option<&hone_types::VersionId>) {
+    for _ in 0..50 {
+        let list = w.get("/admin/deployments").await;
+        let split = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["agent"] == agent)
+            .unwrap()["split"]
+            .clone();
+        let live = split
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["role"] == "canary")
+            .map(|s| s["version"].as_str().unwrap().to_owned());
+        if live.as_deref() == canary.map(hone_types::VersionId::as_str) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the gateway never routed to canary {canary:?}");
 }

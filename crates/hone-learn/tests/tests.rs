@@ -8,6 +8,7 @@
 //! - `datasets`: builders deterministic by seed, snapshots immutable, export/import.
 //! - `eval`: replay and the agent-endpoint protocol; `compare` finds a seeded regression.
 //! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
+//! - `reflect`: the prompt, playbook and tools optimisers and their budgets.
 //! - `stats`: the monitors' and gate's tests against scipy on fixed samples.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 
@@ -20,6 +21,7 @@ mod cycle;
 mod datasets;
 mod eval;
 mod judge;
+mod reflect;
 mod rewards;
 mod rl;
 mod stats;

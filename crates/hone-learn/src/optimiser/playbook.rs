@@ -26,13 +26,7 @@ impl Optimiser for PlaybookOptimiser {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let agent = &ctx.agent.name;
-            let evidence = evidence::gather(
-                ctx.store.as_ref(),
-                ctx.target,
-                &ctx.evaluator.rewarder.spec_version,
-                ctx.agent.reward.pass_threshold,
-                &ctx.champion.tools,
-            )?;
+            let evidence = evidence::gather(ctx)?;
             if evidence.is_empty() {
                 (ctx.progress)("playbook: no episodes in the train set");
                 return Ok(Vec::new());

@@ -31,13 +31,7 @@ impl Optimiser for PromptOptimiser {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let agent = &ctx.agent.name;
-            let evidence = evidence::gather(
-                ctx.store.as_ref(),
-                ctx.target,
-                &ctx.evaluator.rewarder.spec_version,
-                ctx.agent.reward.pass_threshold,
-                &ctx.champion.tools,
-            )?;
+            let evidence = evidence::gather(ctx)?;
             let pool = pareto::pool(ctx.store.as_ref(), agent, ctx.via, POOL_CYCLES)?;
             let champion_prompt = ctx.champion.system.clone().unwrap_or_default();
             let mut proposals: Vec<Proposal> = Vec::new();

@@ -40,13 +40,7 @@ impl Optimiser for ToolsOptimiser {
                 );
                 return Ok(Vec::new());
             }
-            let evidence = evidence::gather(
-                ctx.store.as_ref(),
-                ctx.target,
-                &ctx.evaluator.rewarder.spec_version,
-                ctx.agent.reward.pass_threshold,
-                &ctx.champion.tools,
-            )?;
+            let evidence = evidence::gather(ctx)?;
             let mut clusters: Vec<Cluster> = ctx
                 .champion
                 .tools

@@ -4,10 +4,11 @@
 //! tool calls that went wrong — read from the store, never from the model.
 
 use crate::error::Result;
+use crate::optimiser::ProposeContext;
 use hone_store::CycleStore;
 use hone_types::behaviour::tool_call_error;
 use hone_types::openai::{ChatCompletionRequest, Tool};
-use hone_types::{DatasetInfo, EpisodeId, Instance, SignalValue};
+use hone_types::{EpisodeId, Instance, SignalValue};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -28,6 +29,9 @@ pub struct Evidence {
     pub conversation: String,
     pub reward: Option<f64>,
     pub passed: bool,
+    /// Served by the version being improved (not an earlier one whose
+    /// failures it may already have fixed).
+    pub by_champion: bool,
     /// Critics' messages, the judge's rationale, parts that failed.
     pub notes: Vec<String>,
     /// The users' signals: `name = value — comment`.
@@ -36,19 +40,21 @@ pub struct Evidence {
     pub tool_problems: Vec<ToolProblem>,
 }
 
-/// The evidence of every instance of `dataset`; `tools` are the tools the
-/// version owns (tool calls are checked against them, else against the
-/// tools the recorded request offered).
-pub fn gather(
-    store: &dyn CycleStore,
-    dataset: &DatasetInfo,
-    spec_version: &str,
-    pass_threshold: f64,
-    tools: &[Tool],
-) -> Result<Vec<Evidence>> {
+/// The evidence of every instance of the cycle's train set; tool calls are
+/// checked against the tools the champion owns, else against those the
+/// recorded request offered.
+pub fn gather(ctx: &ProposeContext<'_>) -> Result<Vec<Evidence>> {
     let mut out = Vec::new();
-    for instance in store.dataset_items(&dataset.id)? {
-        out.push(one(store, &instance, spec_version, pass_threshold, tools)?);
+    for instance in ctx.store.dataset_items(&ctx.target.id)? {
+        let mut e = one(
+            ctx.store.as_ref(),
+            &instance,
+            &ctx.evaluator.rewarder.spec_version,
+            ctx.agent.reward.pass_threshold,
+            &ctx.champion.tools,
+        )?;
+        e.by_champion = instance.version_id.as_ref() == Some(ctx.champion_id);
+        out.push(e);
     }
     Ok(out)
 }
@@ -139,6 +145,7 @@ fn one(
         conversation,
         reward: value,
         passed,
+        by_champion: false,
         notes,
         feedback,
         tools_called,
@@ -204,14 +211,15 @@ impl Evidence {
 }
 
 /// Up to `size` episodes for reflection `round` of a cycle: failures first
-/// (each round takes the next ones, wrapping), then passes for contrast —
-/// in an order fixed by `seed`, so a resumed cycle shows the same.
+/// (each round takes the next ones, wrapping), the champion's own before
+/// those of earlier versions, then passes for contrast — in an order fixed
+/// by `seed`, so a resumed cycle shows the same.
 pub fn minibatch<'a>(evidence: &'a [Evidence], size: usize, round: usize, seed: &str) -> Vec<&'a Evidence> {
     let key = |e: &Evidence| Sha256::digest(format!("{seed}\n{}", e.instance).as_bytes());
     let mut failed: Vec<&Evidence> = evidence.iter().filter(|e| !e.passed).collect();
     let mut passed: Vec<&Evidence> = evidence.iter().filter(|e| e.passed).collect();
-    failed.sort_by_key(|e| key(e));
-    passed.sort_by_key(|e| key(e));
+    failed.sort_by_key(|e| (!e.by_champion, key(e)));
+    passed.sort_by_key(|e| (!e.by_champion, key(e)));
     // Three quarters failures (at least one), the rest passes.
     let want_failed = failed.len().min(size.saturating_mul(3).div_ceil(4).max(1));
     let mut batch: Vec<&Evidence> = Vec::new();
@@ -238,6 +246,7 @@ mod tests {
             conversation: format!("user: {id}"),
             reward: Some(if passed { 1.0 } else { 0.0 }),
             passed,
+            by_champion: true,
             notes: Vec::new(),
             feedback: Vec::new(),
             tools_called: Vec::new(),
@@ -263,6 +272,13 @@ mod tests {
             second[..3].iter().all(|i| !failed_first.contains(i)),
             "the next round shows other failures: {first:?} {second:?}"
         );
+        // A failure of an earlier version comes after the champion's own.
+        let mut mixed = all.clone();
+        for e in mixed.iter_mut().filter(|e| e.instance != "f5") {
+            e.by_champion = e.passed;
+        }
+        let batch = ids(minibatch(&mixed, 4, 0, "c1"));
+        assert_eq!(batch[0], "f5", "{batch:?}");
         let only_passes: Vec<Evidence> = (0..3).map(|i| e(&format!("p{i}"), true)).collect();
         assert_eq!(minibatch(&only_passes, 8, 0, "c").len(), 3);
     }
