@@ -173,7 +173,7 @@ impl std::fmt::Display for Spend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} call{}, {} tokens, ${:.4}",
+            "{} call{}, {} tokens, ${:.6}",
             self.calls,
             if self.calls == 1 { "" } else { "s" },
             self.tokens,

@@ -81,6 +81,8 @@ struct CandidateRow {
     reward: Option<f64>,
     regression_pass: Option<f64>,
     cost_usd: Option<f64>,
+    /// What the reflective optimisers spent on it (calls, tokens, $).
+    spend: Option<String>,
 }
 
 fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
@@ -113,6 +115,7 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
             reward: c.scores.as_ref().and_then(|s| s.target_mean),
             regression_pass: c.scores.as_ref().map(|s| s.regression_pass_rate),
             cost_usd: c.scores.as_ref().map(|s| s.mean_cost_usd),
+            spend: c.spend.map(|s| s.to_string()),
         })
         .collect();
     let detail = serde_json::to_string_pretty(&cycle.detail).unwrap_or_default();

@@ -81,8 +81,10 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             c.training
                 .as_ref()
                 .map_or("-".into(), |t| format!("{:.4}", t.kl_to_base)),
+            c.spend.map_or("-".into(), |s| s.to_string()),
             c.cycle_id.clone(),
-            c.diff.clone(),
+            // The summary line; `hone history` shows the whole diff.
+            c.diff.lines().next().unwrap_or_default().to_owned(),
         ]);
     }
     if rows.is_empty() {
@@ -114,6 +116,7 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             "COST $",
             "LATENCY ms",
             "KL TO BASE",
+            "SPENT",
             "CYCLE",
             "CHANGE",
         ],
@@ -237,7 +240,10 @@ pub fn history(args: ListArgs) -> Result<ExitCode> {
         if args.json {
             print_line(&serde_json::to_string(e)?)?;
         } else {
-            print_line(&format!("{}  {:<14} {}", short_time(e.at), e.kind, e.summary))?;
+            // A diff's further lines are indented under the summary.
+            let head = format!("{}  {:<14} ", short_time(e.at), e.kind);
+            let indent = " ".repeat(head.chars().count());
+            print_line(&format!("{head}{}", e.summary.replace('\n', &format!("\n{indent}"))))?;
         }
     }
     if events.is_empty() && !args.json {
