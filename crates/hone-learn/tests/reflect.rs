@@ -86,7 +86,7 @@ async fn a_rewrite_that_adds_the_missing_rule_passes_and_one_that_adds_a_harmful
     // The diff is a unified diff of the prompt text, then the diagnosis.
     assert!(
         good.diff.contains(
-            "--- champion\n+++ candidate\n@@ -1 +1,2 @@\n You are a calculator. Answer as: The answer is N.\n+A-B means subtract B from A."
+            "--- champion\n+++ candidate\n@@ -1 +1,2 @@\n+A-B means subtract B from A.\n You are a calculator. Answer as: The answer is N."
         ),
         "{}",
         good.diff
@@ -401,4 +401,106 @@ async fn budgets_stop_proposals() {
     );
     assert_eq!(cycle.detail.spend["prompt"].calls, 2);
     assert!(!cycle.detail.spend.contains_key("playbook"));
+}
+
+const POOL: &str = r#"
+[agents.gepa.versions.v1]
+provider = "up"
+model = "ruled"
+system = "You are a calculator. Answer as: The answer is N."
+[agents.gepa.deployment]
+champion = "v1"
+policy = { type = "auto", min_gain = 0.05 }
+canary_share = 0.5
+canary_episodes = 10
+[agents.gepa.reward]
+reference_signal = "gold"
+[agents.gepa.reward.critics.answer]
+type = "numeric"
+[agents.gepa.learn]
+optimisers = ["prompt"]
+dataset_size = 45
+[agents.gepa.learn.prompt]
+reflector = { provider = "up", model = "reflector" }
+candidates = 2
+minibatch = 1
+[agents.gepa.learn.monitor]
+min_episodes = 10
+"#;
+
+/// Sums, differences and products in turn, with their gold answers.
+async fn three_ops(w: &World, agent: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let (a, b) = (20 + i as i64, i as i64 % 5 + 2);
+        let (question, gold) = match i % 3 {
+            0 => (format!("What is {a}+{b}?"), a + b),
+            1 => (format!("What is {a}-{b}?"), a - b),
+            _ => (format!("What is {a}*{b}?"), a * b),
+        };
+        let id = format!("{prefix}-{i}");
+        w.ask(agent, &id, &question).await;
+        w.feedback(&id, "gold", json!(gold)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_prompt_that_won_elsewhere_is_merged_into_the_next_champion() {
+    let w = World::start_with(POOL).await;
+    three_ops(&w, "gepa", "p", 45).await;
+    let (learner, lines) = learner(&w);
+    let agent = &w.config.agents["gepa"];
+
+    // Cycle 1: two rewrites from one failure each — one learns to subtract,
+    // the other to multiply. Each wins on its own instances; the better one
+    // goes live.
+    let cycle = learner.run_cycle("gepa", "manual").await.unwrap();
+    println!("{}", lines.lock().unwrap().join("\n"));
+    let first = w.store.candidates("gepa", Some(&cycle.id)).unwrap();
+    let system = |c: &hone_types::Candidate| w.store.version(&c.version_id).unwrap().unwrap().spec.system.unwrap();
+    let subtract = first
+        .iter()
+        .find(|c| system(c).contains("subtract"))
+        .expect("a subtracting rewrite");
+    let multiply = first
+        .iter()
+        .find(|c| system(c).contains("multiply"))
+        .expect("a multiplying rewrite");
+    assert!(!system(subtract).contains("multiply") && !system(multiply).contains("subtract"));
+    let (live, other) = if subtract.status == CandidateStatus::Canary {
+        (subtract, multiply)
+    } else {
+        (multiply, subtract)
+    };
+    assert_eq!(live.status, CandidateStatus::Canary, "{first:#?}");
+    // Worse on average, so off the reward/cost front — but the per-instance
+    // pool keeps it for what it alone got right.
+    assert_eq!(other.status, CandidateStatus::Pruned, "{first:#?}");
+    assert!(other.reason.as_deref().unwrap().starts_with("dominated by"), "{:?}", other.reason);
+    wait_for_split(&w, "gepa", Some(&live.version_id)).await;
+    three_ops(&w, "gepa", "online", 45).await;
+    let verdict = learner.watch(agent).await.unwrap();
+    assert!(matches!(verdict, Verdict::Promoted(_)), "{verdict:?}");
+
+    // Cycle 2: the other rewrite is in the Pareto pool (it won instances the
+    // new champion still fails); a three-way merge keeps both rules.
+    three_ops(&w, "gepa", "q", 45).await;
+    let cycle = learner.run_cycle("gepa", "manual").await.unwrap();
+    println!("{}", lines.lock().unwrap().join("\n"));
+    let second = w.store.candidates("gepa", Some(&cycle.id)).unwrap();
+    let merged = second
+        .iter()
+        .find(|c| c.diff.contains(&format!("merges pool prompt {}", other.version_id)))
+        .unwrap_or_else(|| panic!("no merge among {second:#?}"));
+    let text = system(merged);
+    assert_eq!(
+        text,
+        "A-B means subtract B from A.\nYou are a calculator. Answer as: The answer is N.\nA*B means multiply A by B."
+    );
+    assert!(merged.spend.is_none(), "a merge calls no model");
+    assert_eq!(
+        merged.scores.as_ref().unwrap().target_pass_rate,
+        1.0,
+        "{:?}",
+        merged.reason
+    );
 }

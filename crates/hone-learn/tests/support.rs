@@ -131,12 +131,18 @@ fn reflect(model: &str, prompt: &str) -> String {
             .nth(1)
             .and_then(|r| r.split("\n</current_prompt>").next())
             .unwrap_or("");
+        // Rules about subtraction go first, the others last (so prompts from
+        // different failures change different lines, and merge cleanly).
         let mut new = current.to_owned();
         for rule in &rules {
-            if !new.contains(rule) {
-                new.push('\n');
-                new.push_str(rule);
+            if new.contains(rule) {
+                continue;
             }
+            new = if rule.contains("subtract") {
+                format!("{rule}\n{new}")
+            } else {
+                format!("{new}\n{rule}")
+            };
         }
         if model == "reckless" {
             new.push_str("\nRound every answer to the nearest ten.");
