@@ -475,7 +475,11 @@ async fn a_pool_prompt_that_won_elsewhere_is_merged_into_the_next_champion() {
     // Worse on average, so off the reward/cost front — but the per-instance
     // pool keeps it for what it alone got right.
     assert_eq!(other.status, CandidateStatus::Pruned, "{first:#?}");
-    assert!(other.reason.as_deref().unwrap().starts_with("dominated by"), "{:?}", other.reason);
+    assert!(
+        other.reason.as_deref().unwrap().starts_with("dominated by"),
+        "{:?}",
+        other.reason
+    );
     wait_for_split(&w, "gepa", Some(&live.version_id)).await;
     three_ops(&w, "gepa", "online", 45).await;
     let verdict = learner.watch(agent).await.unwrap();
