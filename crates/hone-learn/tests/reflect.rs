@@ -13,39 +13,29 @@ use hone_store::{CycleStore, Store};
 use hone_types::{CandidateStatus, CycleState, EpisodeQuery};
 use serde_json::json;
 
-const PROMPTS: &str = r#"
-[agents.rules.versions.v1]
+/// An agent `NAME` on the rule-following model whose `prompt` optimiser
+/// asks the reflection model `REFLECTOR`.
+const PROMPT_AGENT: &str = r#"
+[agents.NAME.versions.v1]
 provider = "up"
 model = "ruled"
 system = "You are a calculator. Answer as: The answer is N."
-[agents.rules.reward]
+[agents.NAME.reward]
 reference_signal = "gold"
-[agents.rules.reward.critics.answer]
+[agents.NAME.reward.critics.answer]
 type = "numeric"
-[agents.rules.learn]
+[agents.NAME.learn]
 optimisers = ["prompt"]
 dataset_size = 40
-[agents.rules.learn.prompt]
-reflector = { provider = "up", model = "reflector" }
-candidates = 1
-merge = false
-
-[agents.reckless.versions.v1]
-provider = "up"
-model = "ruled"
-system = "You are a calculator. Answer as: The answer is N."
-[agents.reckless.reward]
-reference_signal = "gold"
-[agents.reckless.reward.critics.answer]
-type = "numeric"
-[agents.reckless.learn]
-optimisers = ["prompt"]
-dataset_size = 40
-[agents.reckless.learn.prompt]
-reflector = { provider = "up", model = "reckless" }
+[agents.NAME.learn.prompt]
+reflector = { provider = "up", model = "REFLECTOR" }
 candidates = 1
 merge = false
 "#;
+
+fn prompt_agent(name: &str, reflector: &str) -> String {
+    PROMPT_AGENT.replace("NAME", name).replace("REFLECTOR", reflector)
+}
 
 /// `n` episodes with their gold answers: every `plus_every`-th asks a sum
 /// whose answer is no multiple of ten, the others a difference (or, with
@@ -70,7 +60,8 @@ async fn traffic(w: &World, agent: &str, prefix: &str, n: usize, plus_every: usi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_that_adds_the_missing_rule_passes_and_one_that_adds_a_harmful_rule_is_pruned() {
-    let w = World::start_with(PROMPTS).await;
+    let agents = prompt_agent("rules", "reflector") + &prompt_agent("reckless", "reckless");
+    let w = World::start_with(&agents).await;
     traffic(&w, "rules", "r", 40, 4, false).await;
     traffic(&w, "reckless", "k", 40, 4, false).await;
     let (learner, lines) = learner(&w);

@@ -568,7 +568,19 @@ async fn graceful_shutdown_drains_in_flight_calls() {
             .await
             .unwrap()
     });
-    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    // Terminate only once the call is in flight (the upstream has it): a
+    // request not yet accepted when the signal comes is not this test's case.
+    for _ in 0..100 {
+        if !upstream.bodies("/v1/chat/completions").is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        upstream.bodies("/v1/chat/completions").len(),
+        1,
+        "the call never reached the upstream"
+    );
     let (hone, status) = tokio::task::spawn_blocking(move || {
         let status = hone.terminate();
         (hone, status)
