@@ -669,7 +669,7 @@ fn reflector_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig
     let routes = agents.values().flat_map(|a| {
         a.learn.optimisers.iter().filter_map(move |o| {
             let (route, _) = o.reflector()?;
-            Some((format!("{}.{}", a.name, o.name()), route.clone()))
+            Some((crate::reflect::reflector_label(&a.name, o.name()), route.clone()))
         })
     });
     service_agent(

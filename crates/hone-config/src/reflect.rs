@@ -32,6 +32,11 @@ use serde::Deserialize;
 /// The name of the agent the reflection models' own calls are recorded under.
 pub const REFLECTOR_AGENT: &str = "hone-reflector";
 
+/// The `hone-reflector` version an optimiser of an agent asks: `AGENT.OPTIMISER`.
+pub fn reflector_label(agent: &str, optimiser: &str) -> String {
+    format!("{agent}.{optimiser}")
+}
+
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawBudget {

@@ -25,19 +25,13 @@ impl Optimiser for PlaybookOptimiser {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let agent = &ctx.agent.name;
             let evidence = evidence::gather(ctx)?;
             if evidence.is_empty() {
                 (ctx.progress)("playbook: no episodes in the train set");
                 return Ok(Vec::new());
             }
             let batch = evidence::minibatch(&evidence, self.spec.minibatch, 0, ctx.cycle_id);
-            let reflector = Reflector {
-                client: &ctx.evaluator.gateway,
-                label: format!("{agent}.playbook"),
-                cycle: ctx.cycle_id,
-                meter: ctx.meter,
-            };
+            let reflector = Reflector::of(ctx, self.name());
             let before = ctx.meter.spent();
             let prompt = reflection_prompt(&ctx.champion.playbook, &batch);
             let reflection = match reflector.ask(&prompt, curator::parse).await {

@@ -42,12 +42,7 @@ impl Optimiser for PromptOptimiser {
                 (ctx.progress)("prompt: no failing episode in the train set to reflect on");
                 return Ok(proposals);
             }
-            let reflector = Reflector {
-                client: &ctx.evaluator.gateway,
-                label: format!("{agent}.prompt"),
-                cycle: ctx.cycle_id,
-                meter: ctx.meter,
-            };
+            let reflector = Reflector::of(ctx, self.name());
             for round in 0..self.spec.candidates {
                 let parent = parent(&pool, ctx.cycle_id, round);
                 let parent_prompt = parent.map_or(champion_prompt.as_str(), |p| p.system.as_str());

@@ -33,7 +33,6 @@ impl Optimiser for ToolsOptimiser {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let agent = &ctx.agent.name;
             if ctx.champion.tools.is_empty() {
                 (ctx.progress)(
                     "tools: the champion owns no tool set (declare `tools` on the version); nothing proposed",
@@ -67,12 +66,7 @@ impl Optimiser for ToolsOptimiser {
                 ));
                 return Ok(Vec::new());
             }
-            let reflector = Reflector {
-                client: &ctx.evaluator.gateway,
-                label: format!("{agent}.tools"),
-                cycle: ctx.cycle_id,
-                meter: ctx.meter,
-            };
+            let reflector = Reflector::of(ctx, self.name());
             let mut proposals = Vec::new();
             for cluster in clusters.iter().take(self.spec.max_candidates) {
                 let before = ctx.meter.spent();

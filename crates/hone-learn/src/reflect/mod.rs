@@ -29,7 +29,17 @@ pub struct Reflector<'a> {
     pub meter: &'a Meter,
 }
 
-impl Reflector<'_> {
+impl<'a> Reflector<'a> {
+    /// The reflection model `optimiser` asks in the cycle of `ctx`.
+    pub fn of(ctx: &'a crate::optimiser::ProposeContext<'a>, optimiser: &str) -> Self {
+        Self {
+            client: &ctx.evaluator.gateway,
+            label: hone_config::reflect::reflector_label(&ctx.agent.name, optimiser),
+            cycle: ctx.cycle_id,
+            meter: ctx.meter,
+        }
+    }
+
     /// Asks for a JSON answer `parse` accepts (asking again, up to twice,
     /// when it does not parse); refused once the budget is spent.
     pub async fn ask<T>(&self, prompt: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, AskFailure> {
