@@ -305,10 +305,7 @@ fn version_spec(
         top_p: raw.top_p,
         max_tokens: raw.max_tokens,
         reasoning_effort: raw.reasoning_effort,
-        examples: None,
-        enforce: Vec::new(),
-        playbook: Vec::new(),
-        tools: Vec::new(),
+        ..Default::default()
     };
     for (i, name) in raw.enforce.iter().enumerate() {
         let at = || format!("{field}.enforce[{i}]");
@@ -688,15 +685,8 @@ fn service_agent(name: &str, description: &str, routes: Vec<(String, Route)>) ->
             let spec = VersionSpec {
                 agent: name.to_owned(),
                 routes: vec![route],
-                system: None,
                 temperature: Some(0.0),
-                top_p: None,
-                max_tokens: None,
-                reasoning_effort: None,
-                examples: None,
-                enforce: Vec::new(),
-                playbook: Vec::new(),
-                tools: Vec::new(),
+                ..Default::default()
             };
             let id = spec.id();
             (label.clone(), DeclaredVersion { label, id, spec })

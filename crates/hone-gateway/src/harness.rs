@@ -79,13 +79,8 @@ mod tests {
             routes: vec![],
             system: Some("Be brief.".into()),
             temperature: Some(0.2),
-            top_p: None,
             max_tokens: Some(10),
-            reasoning_effort: None,
-            examples: None,
-            enforce: Vec::new(),
-            playbook: Vec::new(),
-            tools: Vec::new(),
+            ..Default::default()
         };
         let route = Route {
             provider: "up".into(),
@@ -141,7 +136,10 @@ mod tests {
             harmful: 0,
             sources: vec!["e1".into()],
         };
-        let mut version: VersionSpec = serde_json::from_value(serde_json::json!({"agent": "a", "routes": []})).unwrap();
+        let mut version = VersionSpec {
+            agent: "a".into(),
+            ..Default::default()
+        };
         version.playbook = vec![lesson("L1", "Use metres."), lesson("L3", "Cite the source.")];
         let route = Route {
             provider: "up".into(),

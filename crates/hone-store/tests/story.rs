@@ -14,15 +14,7 @@ fn story(store: &dyn Store) {
             model: "m".into(),
             adapter: None,
         }],
-        system: None,
-        temperature: None,
-        top_p: None,
-        max_tokens: None,
-        reasoning_effort: None,
-        examples: None,
-        enforce: Vec::new(),
-        playbook: Vec::new(),
-        tools: Vec::new(),
+        ..Default::default()
     };
     let record = VersionRecord {
         id: spec.id(),

@@ -20,7 +20,7 @@ pub struct Route {
 /// The canonical content of a version. Field order is fixed and maps are not
 /// used, so serialising it is canonical; add new fields with
 /// `skip_serializing_if` so existing ids do not change.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct VersionSpec {
     pub agent: String,
     /// The primary route, then fallbacks in order.
@@ -143,15 +143,8 @@ mod tests {
                 model: "gpt-4o-mini".into(),
                 adapter: None,
             }],
-            system: None,
             temperature: Some(0.3),
-            top_p: None,
-            max_tokens: None,
-            reasoning_effort: None,
-            examples: None,
-            enforce: Vec::new(),
-            playbook: Vec::new(),
-            tools: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -209,15 +209,7 @@ async fn observed_version(state: &AppState, agent: &str, call: &ObservedCall) ->
             model: call.model.clone().unwrap_or_else(|| "unknown".into()),
             adapter: None,
         }],
-        system: None,
-        temperature: None,
-        top_p: None,
-        max_tokens: None,
-        reasoning_effort: None,
-        examples: None,
-        enforce: Vec::new(),
-        playbook: Vec::new(),
-        tools: Vec::new(),
+        ..Default::default()
     };
     let id = spec.id();
     let known = |state: &AppState| {

@@ -72,6 +72,9 @@ pub struct ProposeContext<'a> {
     /// What this optimiser may still spend calling models (its budget and
     /// the cycle's); optimisers that call none never touch it.
     pub meter: &'a crate::reflect::Meter,
+    /// The train set as reflectors read it, gathered on first use
+    /// (`reflect::evidence::of`) and shared by the optimisers of the step.
+    pub evidence: &'a std::sync::OnceLock<Vec<crate::reflect::evidence::Evidence>>,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 
@@ -228,15 +231,8 @@ mod tests {
                 model: "bad".into(),
                 adapter: None,
             }],
-            system: None,
             temperature: Some(0.7),
-            top_p: None,
-            max_tokens: None,
-            reasoning_effort: None,
-            examples: None,
-            enforce: Vec::new(),
-            playbook: Vec::new(),
-            tools: Vec::new(),
+            ..Default::default()
         };
         let mut child = parent.clone();
         assert_eq!(describe_diff(&parent, &child), "no change");

@@ -25,12 +25,12 @@ impl Optimiser for PlaybookOptimiser {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            let evidence = evidence::gather(ctx)?;
+            let evidence = evidence::of(ctx)?;
             if evidence.is_empty() {
                 (ctx.progress)("playbook: no episodes in the train set");
                 return Ok(Vec::new());
             }
-            let batch = evidence::minibatch(&evidence, self.spec.minibatch, 0, ctx.cycle_id);
+            let batch = evidence::minibatch(evidence, self.spec.minibatch, 0, ctx.cycle_id);
             let reflector = Reflector::of(ctx, self.name());
             let before = ctx.meter.spent();
             let prompt = reflection_prompt(&ctx.champion.playbook, &batch);

@@ -31,7 +31,7 @@ impl Optimiser for PromptOptimiser {
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
             let agent = &ctx.agent.name;
-            let evidence = evidence::gather(ctx)?;
+            let evidence = evidence::of(ctx)?;
             let pool = pareto::pool(ctx.store.as_ref(), agent, ctx.via, POOL_CYCLES)?;
             let champion_prompt = ctx.champion.system.clone().unwrap_or_default();
             let mut proposals: Vec<Proposal> = Vec::new();
@@ -46,7 +46,7 @@ impl Optimiser for PromptOptimiser {
             for round in 0..self.spec.candidates {
                 let parent = parent(&pool, ctx.cycle_id, round);
                 let parent_prompt = parent.map_or(champion_prompt.as_str(), |p| p.system.as_str());
-                let batch = evidence::minibatch(&evidence, self.spec.minibatch, round, ctx.cycle_id);
+                let batch = evidence::minibatch(evidence, self.spec.minibatch, round, ctx.cycle_id);
                 let before = ctx.meter.spent();
                 let answer = reflector
                     .ask(&reflection_prompt(ctx, parent_prompt, &batch), parse)

@@ -39,7 +39,7 @@ impl Optimiser for ToolsOptimiser {
                 );
                 return Ok(Vec::new());
             }
-            let evidence = evidence::gather(ctx)?;
+            let evidence = evidence::of(ctx)?;
             let mut clusters: Vec<Cluster> = ctx
                 .champion
                 .tools

@@ -40,10 +40,19 @@ pub struct Evidence {
     pub tool_problems: Vec<ToolProblem>,
 }
 
-/// The evidence of every instance of the cycle's train set; tool calls are
-/// checked against the tools the champion owns, else against those the
-/// recorded request offered.
-pub fn gather(ctx: &ProposeContext<'_>) -> Result<Vec<Evidence>> {
+/// The evidence of every instance of the cycle's train set, read once per
+/// propose step and shared by the optimisers that reflect on it.
+pub fn of<'c>(ctx: &ProposeContext<'c>) -> Result<&'c [Evidence]> {
+    if let Some(read) = ctx.evidence.get() {
+        return Ok(read);
+    }
+    let read = gather(ctx)?;
+    Ok(ctx.evidence.get_or_init(|| read))
+}
+
+/// Every train instance's evidence; tool calls are checked against the tools
+/// the champion owns, else against those the recorded request offered.
+fn gather(ctx: &ProposeContext<'_>) -> Result<Vec<Evidence>> {
     let mut out = Vec::new();
     for instance in ctx.store.dataset_items(&ctx.target.id)? {
         let mut e = one(

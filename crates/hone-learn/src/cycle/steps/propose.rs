@@ -39,6 +39,7 @@ pub(super) async fn run(
     let now = now_ms();
     let (mut versions, mut candidates, mut events) = (Vec::new(), Vec::new(), Vec::new());
     let cycle_budget = Tally::new("the cycle's budget", agent.learn.budget);
+    let evidence = std::sync::OnceLock::new();
     for spec in &agent.learn.optimisers {
         let optimiser = optimiser::from_spec(spec);
         let meter = match spec.reflector() {
@@ -73,6 +74,7 @@ pub(super) async fn run(
             adapters_dir: adapters_dir.clone(),
             replay: &replay,
             meter: &meter,
+            evidence: &evidence,
             progress: &progress,
         };
         let proposed = optimiser.propose(&ctx).await;
