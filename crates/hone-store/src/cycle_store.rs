@@ -5,6 +5,7 @@
 //! cycle can never apply the same decision twice.
 
 use crate::{LearnStore, StoreError};
+use hone_types::openai::{task_of, Message};
 use hone_types::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, EpisodeId,
     HistoryEvent, VersionId, VersionRecord,
@@ -76,7 +77,30 @@ pub struct Success {
     pub reward: f64,
 }
 
+/// A learner's hold on an agent: while it lives, no other learner on the same
+/// store (another `hone learn` process, on this machine or another) takes it;
+/// dropping it, or the process dying, lets one. Backed by what the database
+/// offers: a PostgreSQL session advisory lock, a lock file beside SQLite's.
+pub struct Lead {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Lead {
+    pub(crate) fn new(held: impl Send + Sync + 'static) -> Self {
+        Lead { _held: Box::new(held) }
+    }
+}
+
+impl std::fmt::Debug for Lead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lead")
+    }
+}
+
 pub trait CycleStore: LearnStore {
+    /// Takes the agent's learner lead, or `None` while another learner holds it.
+    fn lead(&self, agent: &str) -> Result<Option<Lead>, StoreError>;
+
     /// The agent's unfinished cycle, if any.
     fn open_cycle(&self, agent: &str) -> Result<Option<CycleInfo>, StoreError>;
 
@@ -173,4 +197,90 @@ pub trait CycleStore: LearnStore {
 
     /// Non-evaluation episodes of the agent started at or after `since`.
     fn episodes_since(&self, agent: &str, since: i64) -> Result<u64, StoreError>;
+}
+
+/// The rules every backend applies to the records it changes, in one place.
+pub(crate) mod rules {
+    use super::*;
+
+    /// Cycle number `seq` of the agent, in `Collect`, with its "started" event.
+    pub fn new_cycle(agent: &str, seq: i64, trigger: &str, now: i64) -> (CycleInfo, HistoryEvent) {
+        let cycle = CycleInfo {
+            id: format!("{agent}-{seq}"),
+            agent: agent.to_owned(),
+            state: CycleState::Collect,
+            trigger: trigger.to_owned(),
+            detail: CycleDetail::default(),
+            error: None,
+            started_at: now,
+            updated_at: now,
+        };
+        let started =
+            HistoryEvent::new(agent, now, "cycle", format!("cycle {} started ({trigger})", cycle.id)).cycle(&cycle.id);
+        (cycle, started)
+    }
+
+    /// The cycle as `step` leaves it.
+    pub fn stepped(mut cycle: CycleInfo, step: &Step<'_>, now: i64) -> CycleInfo {
+        cycle.state = step.to;
+        cycle.detail = step.detail.clone();
+        cycle.error = step.error.map(str::to_owned);
+        cycle.updated_at = now;
+        cycle
+    }
+
+    /// The candidate as `update` leaves it (absent reason and scores kept).
+    pub fn updated(mut c: Candidate, u: &CandidateUpdate, now: i64) -> Candidate {
+        c.status = u.status;
+        if u.reason.is_some() {
+            c.reason.clone_from(&u.reason);
+        }
+        if u.scores.is_some() {
+            c.scores.clone_from(&u.scores);
+        }
+        c.updated_at = now;
+        c
+    }
+
+    /// The deployment as stored over revision `expected` (`None`: the first).
+    pub fn next_revision(next: &Deployment, expected: Option<u64>, now: i64) -> Deployment {
+        let mut written = next.clone();
+        written.revision = expected.map_or(1, |r| r + 1);
+        written.updated_at = now;
+        written
+    }
+
+    /// A successful episode from its first request's messages and its last
+    /// answer (JSON text as stored); `None` when either is missing or empty.
+    pub fn success(
+        id: &str,
+        reward: f64,
+        messages: Option<String>,
+        answer: Option<String>,
+    ) -> Result<Option<Success>, StoreError> {
+        let (Some(messages), Some(answer)) = (messages, answer) else {
+            return Ok(None);
+        };
+        let messages: Vec<Message> = serde_json::from_str(&messages)?;
+        let task = task_of(&messages);
+        if task.is_empty() || answer.trim().is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Success {
+            episode_id: crate::rows::episode_id(id)?,
+            task,
+            answer,
+            reward,
+        }))
+    }
+
+    /// The learner's lock key of an agent (PostgreSQL advisory locks, lock
+    /// file names): the first 8 bytes of SHA-256 over `hone.learn/AGENT`.
+    pub fn lead_key(agent: &str) -> i64 {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("hone.learn/{agent}").as_bytes());
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&digest[..8]);
+        i64::from_be_bytes(bytes)
+    }
 }

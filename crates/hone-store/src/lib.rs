@@ -13,13 +13,20 @@ mod error;
 pub mod files;
 pub mod journal;
 mod learn_store;
+mod postgres;
 mod recorder;
+mod rows;
 mod sqlite;
 mod store;
 
-pub use cycle_store::{CandidateUpdate, CycleStore, Step, Success, WindowEpisode};
+pub use cycle_store::{CandidateUpdate, CycleStore, Lead, Step, Success, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
+pub use postgres::local::{
+    execute_at, server_binaries, test_database, LocalPostgres, LocalPostgresError, TestDatabase,
+};
+pub use postgres::{PostgresStore, DEFAULT_POOL as POSTGRES_POOL};
 pub use recorder::{JournalState, Recorder, RecorderError, RecorderOptions, RecorderStats};
+pub use rows::content_hash;
 pub use sqlite::SqliteStore;
 pub use store::Store;

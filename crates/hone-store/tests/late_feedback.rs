@@ -4,6 +4,7 @@
 //! arrived while it was being computed). Rewards stored before the
 //! migration are judged by time.
 
+use crate::backends::Backend;
 use crate::common::call;
 use hone_store::{EpisodeFilter, LearnStore, SqliteStore, Store};
 use hone_types::{EpisodeId, RewardRecord, Signal, SignalSource, SignalValue};
@@ -38,7 +39,7 @@ fn reward(episode: &EpisodeId, value: f64, signals_seen: u32) -> RewardRecord {
 }
 
 /// `(reward, stale)` as the learner's scan sees it.
-fn facts(store: &SqliteStore, episode: &EpisodeId) -> (Option<(f64, bool)>, bool) {
+fn facts(store: &dyn LearnStore, episode: &EpisodeId) -> (Option<(f64, bool)>, bool) {
     let mut found = None;
     store
         .scan_episodes(
@@ -58,29 +59,29 @@ fn facts(store: &SqliteStore, episode: &EpisodeId) -> (Option<(f64, bool)>, bool
     found.unwrap()
 }
 
-#[test]
-fn a_signal_after_the_reward_makes_it_stale_until_rescored() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("hone.db"), false).unwrap();
+crate::backend_tests!(a_signal_after_the_reward_makes_it_stale_until_rescored);
+
+fn a_signal_after_the_reward_makes_it_stale_until_rescored(backend: &Backend) {
+    let store = &*backend.store;
     let e = EpisodeId::new_v7();
     store.write_calls(&[call(&e, 1000)]).unwrap();
 
     store.put_rewards(&[reward(&e, 0.0, 0)]).unwrap();
-    assert_eq!(facts(&store, &e), (Some((0.0, false)), false));
+    assert_eq!(facts(store, &e), (Some((0.0, false)), false));
 
     // Feedback an hour later: the reward is stale at once.
     store.insert_signal(&signal(&e, 3_600_000)).unwrap();
-    assert_eq!(facts(&store, &e), (Some((0.0, false)), true));
+    assert_eq!(facts(store, &e), (Some((0.0, false)), true));
 
     // Re-scored from the episode as read before a second signal landed:
     // still stale, so that second signal is not lost either.
     store.insert_signal(&signal(&e, 3_700_000)).unwrap();
     store.put_rewards(&[reward(&e, 1.0, 1)]).unwrap();
-    assert_eq!(facts(&store, &e), (Some((1.0, true)), true));
+    assert_eq!(facts(store, &e), (Some((1.0, true)), true));
 
     // Scored from both: fresh.
     store.put_rewards(&[reward(&e, 1.0, 2)]).unwrap();
-    assert_eq!(facts(&store, &e), (Some((1.0, true)), false));
+    assert_eq!(facts(store, &e), (Some((1.0, true)), false));
     assert_eq!(store.reward(&e, "spec").unwrap().unwrap().signals_seen, 2);
 }
 
@@ -113,9 +114,9 @@ fn rewards_from_before_the_migration_are_judged_by_time() {
     .unwrap();
     drop(conn);
 
-    let store = SqliteStore::open(&path, false).unwrap();
-    assert_eq!(facts(&store, &early), (Some((1.0, true)), false));
-    assert_eq!(facts(&store, &late), (Some((1.0, true)), true));
+    let store = &SqliteStore::open(&path, false).unwrap();
+    assert_eq!(facts(store, &early), (Some((1.0, true)), false));
+    assert_eq!(facts(store, &late), (Some((1.0, true)), true));
     let seen = |e: &EpisodeId| -> i64 {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.query_row(

@@ -1,11 +1,15 @@
 //! One scripted story over the `Store` trait: versions, calls, episodes,
-//! signals, paging. Written against the trait so a second backend runs it too.
+//! signals, paging — on every backend.
 
+use crate::backends::Backend;
 use crate::common::{call, version_id};
-use hone_store::{SqliteStore, Store, StoreError};
+use hone_store::StoreError;
 use hone_types::{EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalValue, VersionRecord, VersionSpec};
 
-fn story(store: &dyn Store) {
+crate::backend_tests!(story);
+
+fn story(backend: &Backend) {
+    let store = &*backend.store;
     // Versions: stored once, resolvable by id, listed per agent.
     let spec = VersionSpec {
         agent: "assistant".into(),
@@ -114,14 +118,10 @@ fn story(store: &dyn Store) {
         })
         .unwrap();
     assert!(other.episodes.is_empty());
-}
 
-#[test]
-fn sqlite_story() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hone.db");
-    story(&SqliteStore::open(&path, false).unwrap());
-    // Reopening applies no migration twice and keeps the data.
-    let reopened = SqliteStore::open(&path, true).unwrap();
+    // Another connection (another process) sees it all; opening again
+    // applies no migration twice.
+    let reopened = backend.reopen();
     assert_eq!(reopened.call_count().unwrap(), 3);
+    assert_eq!(reopened.episode(&e1).unwrap().unwrap().signals.len(), 2);
 }

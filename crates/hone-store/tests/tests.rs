@@ -1,5 +1,9 @@
 //! hone-store's integration tests, one binary:
-//! - `story`: a scripted story over the Store trait (SQLite file on disk).
+//! Each story runs on SQLite and on a real PostgreSQL server (`backends`).
+//! - `story`: a scripted story over the Store trait.
+//! - `learn_story`, `cycle_story`: the learner's traits — rewards, immutable
+//!   snapshots, evaluation runs; cycles, compare-and-swap deployments,
+//!   append-only history, the learner's lead, races between connections.
 //! - `recorder`: group commit, durability across reopen, spool and replay
 //!   while another connection holds the database locked.
 //! - `journal`: property tests of the journal reader over torn and corrupt lines.
@@ -10,8 +14,11 @@
 // Helpers outside #[test] functions unwrap too: a failing test should say where.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
+mod backends;
 mod common;
+mod cycle_story;
 mod journal;
 mod late_feedback;
+mod learn_story;
 mod recorder;
 mod story;

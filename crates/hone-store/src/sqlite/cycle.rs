@@ -1,12 +1,11 @@
 //! [`CycleStore`] on SQLite. Each method is one transaction; deployment
 //! changes compare the stored revision inside it.
 
-use super::{lock, traffic_only, write_tx, SqliteStore};
-use crate::{CandidateUpdate, CycleStore, Step, StoreError, Success, WindowEpisode};
-use hone_types::openai::{task_of, Message};
-use hone_types::{
-    Alert, Candidate, CycleDetail, CycleInfo, CycleState, Deployment, EpisodeId, HistoryEvent, VersionId, VersionRecord,
-};
+use super::{lock, write_tx, SqliteStore};
+use crate::cycle_store::rules;
+use crate::rows::{episode_id, parse_records, traffic_only};
+use crate::{CandidateUpdate, CycleStore, Lead, Step, StoreError, Success, WindowEpisode};
+use hone_types::{Alert, Candidate, CycleInfo, Deployment, HistoryEvent, VersionId, VersionRecord};
 use rusqlite::{params, OptionalExtension, Transaction};
 
 fn insert_events(tx: &Transaction<'_>, events: &[HistoryEvent]) -> Result<(), StoreError> {
@@ -32,15 +31,7 @@ fn apply_updates(tx: &Transaction<'_>, updates: &[CandidateUpdate], now: i64) ->
                 u.version_id, u.cycle_id
             )));
         };
-        let mut c: Candidate = serde_json::from_str(&record)?;
-        c.status = u.status;
-        if u.reason.is_some() {
-            c.reason.clone_from(&u.reason);
-        }
-        if u.scores.is_some() {
-            c.scores.clone_from(&u.scores);
-        }
-        c.updated_at = now;
+        let c = rules::updated(serde_json::from_str(&record)?, u, now);
         tx.execute(
             "UPDATE candidates SET status = ?3, record = ?4 WHERE cycle_id = ?1 AND version_id = ?2",
             params![
@@ -54,12 +45,6 @@ fn apply_updates(tx: &Transaction<'_>, updates: &[CandidateUpdate], now: i64) ->
     Ok(())
 }
 
-fn parse_records<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> Result<Vec<T>, StoreError> {
-    rows.iter()
-        .map(|r| serde_json::from_str(r).map_err(StoreError::from))
-        .collect()
-}
-
 impl SqliteStore {
     fn records(&self, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<String>, StoreError> {
         self.with_reader(|conn| {
@@ -71,6 +56,22 @@ impl SqliteStore {
 }
 
 impl CycleStore for SqliteStore {
+    fn lead(&self, agent: &str) -> Result<Option<Lead>, StoreError> {
+        let path = format!("{}.learn-{:016x}.lock", self.path.display(), rules::lead_key(agent));
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        let file = crate::files::private(&mut options)
+            .open(&path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot open the learner's lock file {path}: {e}")))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Lead::new(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
+                "cannot lock the learner's lock file {path}: {e}"
+            ))),
+        }
+    }
+
     fn open_cycle(&self, agent: &str) -> Result<Option<CycleInfo>, StoreError> {
         let rows = self.records(
             "SELECT record FROM cycles WHERE agent = ?1 AND state NOT IN ('done', 'failed')",
@@ -97,16 +98,7 @@ impl CycleStore for SqliteStore {
             params![agent],
             |r| r.get(0),
         )?;
-        let cycle = CycleInfo {
-            id: format!("{agent}-{seq}"),
-            agent: agent.to_owned(),
-            state: CycleState::Collect,
-            trigger: trigger.to_owned(),
-            detail: CycleDetail::default(),
-            error: None,
-            started_at: now,
-            updated_at: now,
-        };
+        let (cycle, started) = rules::new_cycle(agent, seq, trigger, now);
         tx.execute(
             "INSERT INTO cycles (id, agent, seq, state, record, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -118,39 +110,28 @@ impl CycleStore for SqliteStore {
                 now
             ],
         )?;
-        insert_events(
-            &tx,
-            &[
-                HistoryEvent::new(agent, now, "cycle", format!("cycle {} started ({trigger})", cycle.id))
-                    .cycle(&cycle.id),
-            ],
-        )?;
+        insert_events(&tx, &[started])?;
         tx.commit()?;
         Ok(cycle)
     }
 
     fn advance_cycle(&self, id: &str, step: &Step<'_>, events: &[HistoryEvent], now: i64) -> Result<bool, StoreError> {
-        let (from, to) = (step.from, step.to);
         let mut conn = lock(&self.writer);
         let tx = write_tx(&mut conn)?;
         let record: Option<String> = tx
             .query_row(
                 "SELECT record FROM cycles WHERE id = ?1 AND state = ?2",
-                params![id, from.as_str()],
+                params![id, step.from.as_str()],
                 |r| r.get(0),
             )
             .optional()?;
         let Some(record) = record else {
             return Ok(false);
         };
-        let mut cycle: CycleInfo = serde_json::from_str(&record)?;
-        cycle.state = to;
-        cycle.detail = step.detail.clone();
-        cycle.error = step.error.map(str::to_owned);
-        cycle.updated_at = now;
+        let cycle = rules::stepped(serde_json::from_str(&record)?, step, now);
         tx.execute(
             "UPDATE cycles SET state = ?2, record = ?3, updated_at = ?4 WHERE id = ?1",
-            params![id, to.as_str(), serde_json::to_string(&cycle)?, now],
+            params![id, cycle.state.as_str(), serde_json::to_string(&cycle)?, now],
         )?;
         insert_events(&tx, events)?;
         tx.commit()?;
@@ -253,9 +234,7 @@ impl CycleStore for SqliteStore {
         if stored.map(|r| r.max(0) as u64) != expected {
             return Ok(false);
         }
-        let mut written = next.clone();
-        written.revision = expected.map_or(1, |r| r + 1);
-        written.updated_at = now;
+        let written = rules::next_revision(next, expected, now);
         tx.execute(
             "INSERT INTO deployments (agent, revision, record) VALUES (?1, ?2, ?3)
              ON CONFLICT (agent) DO UPDATE SET revision = excluded.revision, record = excluded.record",
@@ -371,7 +350,7 @@ impl CycleStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 let id: String = r.get(0)?;
                 out.push(WindowEpisode {
-                    id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
+                    id: episode_id(&id)?,
                     started_at: r.get(1)?,
                     calls: r.get::<_, i64>(2)?.max(0) as u32,
                     error: r.get(3)?,
@@ -422,20 +401,7 @@ impl CycleStore for SqliteStore {
         })?;
         let mut out = Vec::new();
         for (id, reward, messages, answer) in rows {
-            let (Some(messages), Some(answer)) = (messages, answer) else {
-                continue;
-            };
-            let messages: Vec<Message> = serde_json::from_str(&messages)?;
-            let task = task_of(&messages);
-            if task.is_empty() || answer.trim().is_empty() {
-                continue;
-            }
-            out.push(Success {
-                episode_id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
-                task,
-                answer,
-                reward,
-            });
+            out.extend(rules::success(&id, reward, messages, answer)?);
         }
         Ok(out)
     }

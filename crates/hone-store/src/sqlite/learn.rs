@@ -1,16 +1,11 @@
 //! [`LearnStore`] on SQLite: rewards, dataset snapshots (made immutable by
 //! triggers in the schema), evaluation runs and results.
 
-use super::{lock, traffic_only, write_tx, SqliteStore};
+use super::{lock, write_tx, SqliteStore};
+use crate::rows::{content_hash, to_dataset, to_run, traffic_only, DatasetRow, RunRow, DATASET_COLUMNS, RUN_COLUMNS};
 use crate::{EpisodeFacts, EpisodeFilter, LearnStore, StoreError};
 use hone_types::{DatasetInfo, EpisodeId, EvalRunInfo, Instance, InstanceResult, RewardRecord, VersionId};
 use rusqlite::{params, OptionalExtension};
-use sha2::{Digest, Sha256};
-
-const DATASET_COLUMNS: &str = "id, name, version, agent, builder, params, item_count, content_hash, created_at";
-
-type DatasetRow = (String, String, i64, String, String, String, i64, String, i64);
-type RunRow = (String, String, String, String, String, i64, Option<i64>);
 
 fn dataset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetRow> {
     Ok((
@@ -26,22 +21,6 @@ fn dataset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetRow> {
     ))
 }
 
-fn to_dataset(
-    (id, name, version, agent, builder, params, item_count, content_hash, created_at): DatasetRow,
-) -> Result<DatasetInfo, StoreError> {
-    Ok(DatasetInfo {
-        id,
-        name,
-        version: version.max(0) as u32,
-        agent,
-        builder,
-        params: serde_json::from_str(&params)?,
-        item_count: item_count.max(0) as u64,
-        content_hash,
-        created_at,
-    })
-}
-
 fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok((
         r.get(0)?,
@@ -52,31 +31,6 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         r.get(5)?,
         r.get(6)?,
     ))
-}
-
-fn to_run(
-    (id, dataset_id, agent, version_id, target, created_at, finished_at): RunRow,
-) -> Result<EvalRunInfo, StoreError> {
-    Ok(EvalRunInfo {
-        version_id: VersionId::parse(&version_id)
-            .ok_or_else(|| StoreError::Corrupt(format!("eval run `{id}`: bad version id")))?,
-        id,
-        dataset_id,
-        agent,
-        target,
-        created_at,
-        finished_at,
-    })
-}
-
-/// SHA-256 over the instances' canonical JSON, one per line.
-pub fn content_hash(items: &[Instance]) -> Result<String, StoreError> {
-    let mut hasher = Sha256::new();
-    for item in items {
-        hasher.update(serde_json::to_vec(item)?);
-        hasher.update(b"\n");
-    }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 impl LearnStore for SqliteStore {
@@ -172,7 +126,7 @@ impl LearnStore for SqliteStore {
                 let value: Option<f64> = r.get(7)?;
                 let passed: Option<bool> = r.get(8)?;
                 visit(EpisodeFacts {
-                    id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
+                    id: crate::rows::episode_id(&id)?,
                     version_id: r.get(1)?,
                     started_at: r.get(2)?,
                     calls: r.get::<_, i64>(3)?.max(0) as u32,
@@ -315,19 +269,17 @@ impl LearnStore for SqliteStore {
 
     fn eval_run(&self, run_id: &str) -> Result<Option<EvalRunInfo>, StoreError> {
         self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, dataset_id, agent, version_id, target, created_at, finished_at FROM eval_runs WHERE id = ?1",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM eval_runs WHERE id = ?1"))?;
             stmt.query_row([run_id], run_row).optional()?.map(to_run).transpose()
         })
     }
 
     fn eval_runs(&self, agent: Option<&str>, limit: usize) -> Result<Vec<EvalRunInfo>, StoreError> {
         self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, dataset_id, agent, version_id, target, created_at, finished_at FROM eval_runs
-                 WHERE (?1 IS NULL OR agent = ?1) ORDER BY created_at DESC, id DESC LIMIT ?2",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM eval_runs
+                 WHERE (?1 IS NULL OR agent = ?1) ORDER BY created_at DESC, id DESC LIMIT ?2"
+            ))?;
             let rows = stmt.query_map(params![agent, limit as i64], run_row)?;
             rows.map(|r| to_run(r?)).collect()
         })

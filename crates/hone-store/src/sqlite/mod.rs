@@ -4,10 +4,11 @@
 mod cycle;
 mod learn;
 
+use crate::rows::{signal_columns, to_signal, to_summary, to_version, traffic_only, SummaryRow, VersionRow};
 use crate::{Store, StoreError};
 use hone_types::{
-    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, EpisodeSummary, Signal, SignalSource,
-    SignalValue, VersionId, VersionRecord,
+    CallId, CallRecord, EpisodeDetail, EpisodeId, EpisodePage, EpisodeQuery, EpisodeSummary, Signal, VersionId,
+    VersionRecord,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -48,12 +49,6 @@ impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore").field("path", &self.path).finish()
     }
-}
-
-/// SQL that is true when `column` names a traffic episode rather than an
-/// evaluation run: the store's form of [`EpisodeId::is_evaluation`].
-fn traffic_only(column: &str) -> String {
-    format!("{column} NOT LIKE '{}%'", hone_types::ids::EVALUATION_PREFIX)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -202,23 +197,7 @@ impl SqliteStore {
                 r.get::<_, i64>(7)?,
             ))
         })?;
-        rows.map(|row| {
-            let (id, episode_id, call_id, name, value, source, comment, created_at) = row?;
-            let corrupt = |what: &str| StoreError::Corrupt(format!("signal {id}: bad {what}"));
-            Ok(Signal {
-                id: id.parse().map_err(|_| corrupt("id"))?,
-                episode_id: EpisodeId::parse(&episode_id).map_err(|_| corrupt("episode id"))?,
-                call_id: call_id
-                    .map(|c| CallId::parse(&c).ok_or_else(|| corrupt("call id")))
-                    .transpose()?,
-                name,
-                value: serde_json::from_str::<SignalValue>(&value)?,
-                source: serde_json::from_value::<SignalSource>(serde_json::Value::String(source))?,
-                comment,
-                created_at,
-            })
-        })
-        .collect()
+        rows.map(|row| to_signal(row?)).collect()
     }
 
     fn detail(conn: &Connection, summary: EpisodeSummary) -> Result<EpisodeDetail, StoreError> {
@@ -232,20 +211,8 @@ impl SqliteStore {
     }
 }
 
-fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, String, i64, i64, i64)> {
+fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-}
-
-fn to_summary(
-    (_, id, agent, started_at, last_call_at, call_count): (i64, String, String, i64, i64, i64),
-) -> Result<EpisodeSummary, StoreError> {
-    Ok(EpisodeSummary {
-        id: EpisodeId::parse(&id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))?,
-        agent,
-        started_at,
-        last_call_at,
-        call_count: call_count.max(0) as u64,
-    })
 }
 
 impl Store for SqliteStore {
@@ -377,7 +344,7 @@ impl Store for SqliteStore {
                 )));
             }
         }
-        let source = serde_json::to_value(signal.source)?;
+        let (value, source) = signal_columns(signal)?;
         tx.execute(
             "INSERT INTO signals (id, episode_id, call_id, name, value, source, comment, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
@@ -385,8 +352,8 @@ impl Store for SqliteStore {
                 signal.episode_id.as_str(),
                 signal.call_id.map(|c| c.to_string()),
                 signal.name,
-                serde_json::to_string(&signal.value)?,
-                source.as_str().unwrap_or("user"),
+                value,
+                source,
                 signal.comment,
                 signal.created_at,
             ],
@@ -486,8 +453,6 @@ impl Store for SqliteStore {
     }
 }
 
-type VersionRow = (String, String, Option<String>, String, Option<String>, String, i64);
-
 fn version_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VersionRow> {
     Ok((
         r.get(0)?,
@@ -498,23 +463,6 @@ fn version_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VersionRow> {
         r.get(5)?,
         r.get(6)?,
     ))
-}
-
-fn to_version(
-    (id, agent, label, spec, parent, created_by, created_at): VersionRow,
-) -> Result<VersionRecord, StoreError> {
-    let bad = |what: &str| StoreError::Corrupt(format!("version `{id}`: bad {what}"));
-    Ok(VersionRecord {
-        id: VersionId::parse(&id).ok_or_else(|| bad("id"))?,
-        agent,
-        label,
-        spec: serde_json::from_str(&spec)?,
-        parent: parent
-            .map(|p| VersionId::parse(&p).ok_or_else(|| bad("parent")))
-            .transpose()?,
-        created_by,
-        created_at,
-    })
 }
 
 /// Stores versions not stored yet (a known id only gains a missing label).

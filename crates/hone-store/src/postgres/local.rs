@@ -1,0 +1,324 @@
+//! A private PostgreSQL server in a directory, on a loopback port, started
+//! from the binaries of the operating system's packages (Debian's
+//! `postgresql`): what the store's tests, the replica tests and `hone bench
+//! store` run against. Not a way to run production databases.
+//!
+//! Run as root, the server runs as the `postgres` user (PostgreSQL refuses
+//! root); the directory is handed to that user.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a start may take before it is called failed.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalPostgresError {
+    /// No PostgreSQL server binaries here (`HONE_POSTGRES_BIN`, Debian's
+    /// `/usr/lib/postgresql/*/bin`, or `initdb` on the `PATH`).
+    #[error("no PostgreSQL server binaries found (install Debian's `postgresql`, or set HONE_POSTGRES_BIN to the directory holding initdb and postgres)")]
+    NotInstalled,
+    #[error("{what}: {message}")]
+    Failed { what: String, message: String },
+}
+
+fn failed(what: &str, message: impl std::fmt::Display) -> LocalPostgresError {
+    LocalPostgresError::Failed {
+        what: what.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+/// A server in `dir` (its data in `dir/data`, its socket and log in `dir`).
+#[derive(Debug)]
+pub struct LocalPostgres {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    /// `(uid, gid)` the server runs as, when this process is root.
+    user: Option<(u32, u32)>,
+    child: Option<Child>,
+}
+
+impl Drop for LocalPostgres {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The directory with `initdb` and `postgres`, if PostgreSQL is installed.
+pub fn server_binaries() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("HONE_POSTGRES_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).find(|dir| dir.join("initdb").exists() && dir.join("postgres").exists())
+    })
+}
+
+/// The uid and gid of `name` in `/etc/passwd`.
+fn system_user(name: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.first() == Some(&name) && fields.len() > 3)
+            .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+fn free_port() -> Result<u16, LocalPostgresError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| failed("cannot find a free port", e))?;
+    Ok(listener
+        .local_addr()
+        .map_err(|e| failed("cannot find a free port", e))?
+        .port())
+}
+
+impl LocalPostgres {
+    /// Creates a cluster in `dir` (which must be empty or absent) and starts
+    /// it on a free loopback port. Superuser `hone`, no password (trust on
+    /// loopback only).
+    pub fn create(dir: &Path) -> Result<Self, LocalPostgresError> {
+        let bin = server_binaries().ok_or(LocalPostgresError::NotInstalled)?;
+        let user = if rustix::process::geteuid().is_root() {
+            Some(system_user("postgres").ok_or_else(|| {
+                failed(
+                    "running as root",
+                    "PostgreSQL will not run as root, and there is no `postgres` user to run it as",
+                )
+            })?)
+        } else {
+            None
+        };
+        std::fs::create_dir_all(dir).map_err(|e| failed("cannot create the server's directory", e))?;
+        let mut server = LocalPostgres {
+            bin,
+            dir: dir.to_owned(),
+            port: free_port()?,
+            user,
+            child: None,
+        };
+        server.hand_over(dir)?;
+        let mut initdb = server.command("initdb");
+        initdb.arg("-D").arg(dir.join("data")).args([
+            "-U",
+            "hone",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        ]);
+        let out = initdb.output().map_err(|e| failed("cannot run initdb", e))?;
+        if !out.status.success() {
+            return Err(failed("initdb failed", String::from_utf8_lossy(&out.stderr)));
+        }
+        server.start()?;
+        Ok(server)
+    }
+
+    /// Gives `path` to the server's user when running as root.
+    fn hand_over(&self, path: &Path) -> Result<(), LocalPostgresError> {
+        if let Some((uid, gid)) = self.user {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| failed("cannot hand the server's directory to the postgres user", e))?;
+        }
+        Ok(())
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(self.bin.join(program));
+        command.stdin(Stdio::null()).current_dir(&self.dir);
+        if let Some((uid, gid)) = self.user {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(gid).env("HOME", &self.dir);
+        }
+        command
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `db` on this server.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://hone@127.0.0.1:{}/{db}", self.port)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Starts the server (again) and waits until it accepts connections.
+    pub fn start(&mut self) -> Result<(), LocalPostgresError> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let log_path = self.dir.join("postgres.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| failed("cannot open the server log", e))?;
+        self.hand_over(&log_path)?;
+        let err = log.try_clone().map_err(|e| failed("cannot open the server log", e))?;
+        let child = self
+            .command("postgres")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-h", "127.0.0.1", "-k"])
+            .arg(&self.dir)
+            .args([
+                "-c",
+                "max_connections=200",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| failed("cannot start postgres", e))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if !self.is_running() {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(failed("postgres exited while starting", log));
+            }
+            if self.execute("postgres", "SELECT 1").is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(failed("postgres did not start in time", log_path.display()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server cleanly (a fast shutdown: sessions are ended).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+                }
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server as a crash would (`kill -9`); the next start recovers.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs `sql` in database `db` as the superuser.
+    pub fn execute(&self, db: &str, sql: &str) -> Result<(), LocalPostgresError> {
+        execute_at(&self.url(db), sql)
+    }
+
+    /// Creates a new empty database and returns its URL.
+    pub fn create_database(&self, name: &str) -> Result<String, LocalPostgresError> {
+        self.execute("postgres", &format!("CREATE DATABASE \"{name}\""))?;
+        Ok(self.url(name))
+    }
+}
+
+/// Runs `sql` on the database at `url`, on a connection of its own.
+pub fn execute_at(url: &str, sql: &str) -> Result<(), LocalPostgresError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| failed("cannot start a runtime", e))?;
+    runtime.block_on(async move {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| failed("cannot connect", super::describe(&e)))?;
+        // The connection's driver ends once the client is dropped.
+        let work = async move {
+            client
+                .batch_execute(sql)
+                .await
+                .map_err(|e| failed("SQL failed", super::describe(&e)))
+        };
+        let (result, _) = tokio::join!(work, connection);
+        result
+    })
+}
+
+/// A fresh, empty database for one test.
+#[derive(Debug)]
+pub struct TestDatabase {
+    pub url: String,
+    /// The private server it lives on, when no shared one was named.
+    pub server: Option<LocalPostgres>,
+}
+
+/// A new database for a test: on the server whose admin URL
+/// `HONE_TEST_POSTGRES` names (the test script starts one for the whole
+/// run), else on a private server created in `dir`. `Ok(None)` when
+/// PostgreSQL is not installed here — an error instead when
+/// `HONE_REQUIRE_POSTGRES` is set, so CI never skips silently.
+pub fn test_database(dir: &Path) -> Result<Option<TestDatabase>, LocalPostgresError> {
+    let name = format!("hone_test_{}", uuid_like());
+    if let Ok(admin) = std::env::var("HONE_TEST_POSTGRES") {
+        execute_at(&admin, &format!("CREATE DATABASE \"{name}\""))?;
+        let mut config: tokio_postgres::Config = admin.parse().map_err(|e| failed("bad HONE_TEST_POSTGRES", e))?;
+        config.dbname(&name);
+        return Ok(Some(TestDatabase {
+            url: config_url(&config),
+            server: None,
+        }));
+    }
+    match LocalPostgres::create(dir) {
+        Ok(server) => Ok(Some(TestDatabase {
+            url: server.create_database(&name)?,
+            server: Some(server),
+        })),
+        Err(LocalPostgresError::NotInstalled) if std::env::var_os("HONE_REQUIRE_POSTGRES").is_none() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A name no other test picks: this process, the time, and a counter.
+fn uuid_like() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}_{}_{n}", std::process::id(), hone_types::time::now_ms())
+}
+
+/// A URL for a parsed config (the test servers need no password).
+fn config_url(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{host}:{port}/{}",
+        config.get_user().unwrap_or("postgres"),
+        config.get_dbname().unwrap_or("postgres")
+    )
+}

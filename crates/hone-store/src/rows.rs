@@ -1,0 +1,153 @@
+//! What every backend shares about rows: the SQL that tells traffic from
+//! evaluation episodes, and the conversion of a row's plain columns into a
+//! typed record — written once, so SQLite and PostgreSQL read alike.
+
+use crate::StoreError;
+use hone_types::{
+    CallId, DatasetInfo, EpisodeId, EpisodeSummary, EvalRunInfo, Instance, Signal, SignalSource, SignalValue,
+    VersionId, VersionRecord,
+};
+use sha2::{Digest, Sha256};
+
+/// SQL that is true when `column` names a traffic episode rather than an
+/// evaluation run: the store's form of [`EpisodeId::is_evaluation`].
+pub(crate) fn traffic_only(column: &str) -> String {
+    format!("{column} NOT LIKE '{}%'", hone_types::ids::EVALUATION_PREFIX)
+}
+
+/// SHA-256 over the instances' canonical JSON, one per line.
+pub fn content_hash(items: &[Instance]) -> Result<String, StoreError> {
+    let mut hasher = Sha256::new();
+    for item in items {
+        hasher.update(serde_json::to_vec(item)?);
+        hasher.update(b"\n");
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+pub(crate) fn episode_id(id: &str) -> Result<EpisodeId, StoreError> {
+    EpisodeId::parse(id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))
+}
+
+/// `(seq, id, agent, started_at, last_call_at, call_count)`.
+pub(crate) type SummaryRow = (i64, String, String, i64, i64, i64);
+
+pub(crate) fn to_summary(
+    (_, id, agent, started_at, last_call_at, call_count): SummaryRow,
+) -> Result<EpisodeSummary, StoreError> {
+    Ok(EpisodeSummary {
+        id: episode_id(&id)?,
+        agent,
+        started_at,
+        last_call_at,
+        call_count: call_count.max(0) as u64,
+    })
+}
+
+/// `(id, agent, label, spec, parent, created_by, created_at)`.
+pub(crate) type VersionRow = (String, String, Option<String>, String, Option<String>, String, i64);
+
+pub(crate) fn to_version(
+    (id, agent, label, spec, parent, created_by, created_at): VersionRow,
+) -> Result<VersionRecord, StoreError> {
+    let bad = |what: &str| StoreError::Corrupt(format!("version `{id}`: bad {what}"));
+    Ok(VersionRecord {
+        id: VersionId::parse(&id).ok_or_else(|| bad("id"))?,
+        agent,
+        label,
+        spec: serde_json::from_str(&spec)?,
+        parent: parent
+            .map(|p| VersionId::parse(&p).ok_or_else(|| bad("parent")))
+            .transpose()?,
+        created_by,
+        created_at,
+    })
+}
+
+/// `(id, episode_id, call_id, name, value, source, comment, created_at)`.
+pub(crate) type SignalRow = (
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+);
+
+pub(crate) fn to_signal(
+    (id, episode_id, call_id, name, value, source, comment, created_at): SignalRow,
+) -> Result<Signal, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("signal {id}: bad {what}"));
+    Ok(Signal {
+        id: id.parse().map_err(|_| corrupt("id"))?,
+        episode_id: EpisodeId::parse(&episode_id).map_err(|_| corrupt("episode id"))?,
+        call_id: call_id
+            .map(|c| CallId::parse(&c).ok_or_else(|| corrupt("call id")))
+            .transpose()?,
+        name,
+        value: serde_json::from_str::<SignalValue>(&value)?,
+        source: serde_json::from_value::<SignalSource>(serde_json::Value::String(source))?,
+        comment,
+        created_at,
+    })
+}
+
+/// A signal's columns as they are stored: `(value, source)`.
+pub(crate) fn signal_columns(signal: &Signal) -> Result<(String, String), StoreError> {
+    let source = serde_json::to_value(signal.source)?;
+    Ok((
+        serde_json::to_string(&signal.value)?,
+        source.as_str().unwrap_or("user").to_owned(),
+    ))
+}
+
+pub(crate) const DATASET_COLUMNS: &str =
+    "id, name, version, agent, builder, params, item_count, content_hash, created_at";
+
+/// The columns of [`DATASET_COLUMNS`].
+pub(crate) type DatasetRow = (String, String, i64, String, String, String, i64, String, i64);
+
+pub(crate) fn to_dataset(
+    (id, name, version, agent, builder, params, item_count, content_hash, created_at): DatasetRow,
+) -> Result<DatasetInfo, StoreError> {
+    Ok(DatasetInfo {
+        id,
+        name,
+        version: version.max(0) as u32,
+        agent,
+        builder,
+        params: serde_json::from_str(&params)?,
+        item_count: item_count.max(0) as u64,
+        content_hash,
+        created_at,
+    })
+}
+
+pub(crate) const RUN_COLUMNS: &str = "id, dataset_id, agent, version_id, target, created_at, finished_at";
+
+/// The columns of [`RUN_COLUMNS`].
+pub(crate) type RunRow = (String, String, String, String, String, i64, Option<i64>);
+
+pub(crate) fn to_run(
+    (id, dataset_id, agent, version_id, target, created_at, finished_at): RunRow,
+) -> Result<EvalRunInfo, StoreError> {
+    Ok(EvalRunInfo {
+        version_id: VersionId::parse(&version_id)
+            .ok_or_else(|| StoreError::Corrupt(format!("eval run `{id}`: bad version id")))?,
+        id,
+        dataset_id,
+        agent,
+        target,
+        created_at,
+        finished_at,
+    })
+}
+
+/// Parses JSON records read back from a store.
+pub(crate) fn parse_records<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> Result<Vec<T>, StoreError> {
+    rows.iter()
+        .map(|r| serde_json::from_str(r).map_err(StoreError::from))
+        .collect()
+}
