@@ -73,8 +73,10 @@ impl Config {
     /// store path along when it was relative to the old one, and a local
     /// provider's adapters directory when it was the default one.
     pub fn set_data_dir(&mut self, dir: PathBuf) {
-        if let Ok(relative) = self.store.path.strip_prefix(&self.gateway.data_dir) {
-            self.store.path = dir.join(relative);
+        if let crate::StoreBackend::Sqlite { path } = &mut self.store.backend {
+            if let Ok(relative) = path.strip_prefix(&self.gateway.data_dir) {
+                *path = dir.join(relative);
+            }
         }
         let old_default = default_adapters_dir(&self.gateway.data_dir);
         for local in self.providers.values_mut().filter_map(|p| p.local.as_mut()) {

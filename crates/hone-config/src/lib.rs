@@ -41,7 +41,7 @@ pub use reflect::{Budget, PlaybookSpec, PromptSpec, ToolsSpec, REFLECTOR_AGENT};
 pub use reward::{
     Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
 };
-pub use store::{StoreConfig, Synchronous};
+pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
 
 /// The config file as written, every section's raw form in one place (the
 /// `[agents.NAME.reward]` and `[agents.NAME.learn]` tables' are in [`reward`]

@@ -60,7 +60,38 @@ model = "m"
         let c = load(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.providers["openai"].base_url, "https://api.openai.com/v1");
         assert_eq!(c.agents["assistant"].deployment.champion, "v1");
-        assert_eq!(c.store.path, PathBuf::from("./hone-data/hone.db"));
+        assert_eq!(c.store.sqlite_path(), Some(Path::new("./hone-data/hone.db")));
+    }
+
+    #[test]
+    fn a_postgres_store_takes_its_url_from_the_environment_and_never_prints_it() {
+        let text = format!("store = {{ type = \"postgres\", url = \"${{DATABASE_URL}}\", pool = 4 }}\n{BASE}");
+        let env = |name: &str| (name == "DATABASE_URL").then(|| "postgres://hone:s3cret@db:5432/hone".to_owned());
+        let c = load_str(&text, Path::new("."), &env).unwrap();
+        assert_eq!(
+            c.store.backend,
+            crate::StoreBackend::Postgres {
+                url: "postgres://hone:s3cret@db:5432/hone".into(),
+                pool: 4
+            }
+        );
+        assert_eq!(c.store.sqlite_path(), None);
+        assert!(!format!("{:?}", c.store).contains("s3cret"));
+        let e = load_str(&text, Path::new("."), &no_env).unwrap_err();
+        assert!(e.message.contains("DATABASE_URL"), "{e}");
+        let e = load(&format!(
+            "store = {{ type = \"postgres\", url = \"mysql://x\" }}\n{BASE}"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("store.url") && e.message.contains("postgres://"),
+            "{e}"
+        );
+        let e = load(&format!(
+            "store = {{ type = \"postgres\", url = \"postgres://x\", pool = 0 }}\n{BASE}"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("store.pool"), "{e}");
     }
 
     #[test]
@@ -161,7 +192,7 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
         assert_eq!(c.adapters_dir("gpu"), PathBuf::from("/e/adapters"));
         assert_eq!(c.adapters_dir("pinned"), PathBuf::from("/pinned"));
         assert_eq!(c.adapters_dir("up"), PathBuf::from("/e/adapters"));
-        assert_eq!(c.store.path, PathBuf::from("/e/hone.db"));
+        assert_eq!(c.store.sqlite_path(), Some(Path::new("/e/hone.db")));
 
         let inline = load(
             "[gateway]\ndata_dir = \"/d\"\n[agents.a.versions.v1]\nprovider = { type = \"local\", model = \"/m\" }\n",

@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::providers::AnyProvider;
 use crate::routing::{AgentRoutes, Split};
 use hone_config::Config;
-use hone_store::{CycleStore, Recorder, RecorderOptions, SqliteStore, Store, StoreError};
+use hone_store::{CycleStore, Recorder, RecorderOptions, Store, StoreError};
 use hone_types::{VersionId, VersionRecord, VersionSpec};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,13 +55,8 @@ impl AppState {
     /// Opens the store, records the declared versions, and starts the recorder.
     pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
         // Calls wait on its writes: short waits, the recorder spools instead.
-        let sqlite = Arc::new(SqliteStore::open_with(
-            &config.store.path,
-            config.store.synchronous == hone_config::Synchronous::Full,
-            SqliteStore::RECORDING,
-        )?);
-        let store: Arc<dyn Store> = sqlite.clone();
-        let cycles: Arc<dyn CycleStore> = sqlite;
+        let cycles = hone_store::open(&config.store, hone_store::Wait::Recording)?;
+        let store: Arc<dyn Store> = cycles.clone();
         let now = hone_types::time::now_ms();
         let declared: Vec<VersionRecord> = config
             .agents

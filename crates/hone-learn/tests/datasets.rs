@@ -134,7 +134,7 @@ async fn builders_are_deterministic_stratified_deduplicated_and_snapshots_immuta
     assert_eq!(cost.item_count, 3);
 
     // Immutable: the database refuses to change a snapshot.
-    let conn = rusqlite::Connection::open(&w.config.store.path).unwrap();
+    let conn = rusqlite::Connection::open(w.config.store.sqlite_path().unwrap()).unwrap();
     for sql in [
         "UPDATE dataset_items SET item = '{}' WHERE dataset_id = 'traffic@1'",
         "DELETE FROM dataset_items WHERE dataset_id = 'traffic@1'",

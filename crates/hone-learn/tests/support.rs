@@ -421,7 +421,7 @@ impl World {
         tokio::spawn(gateway.serve(listener, async move {
             let _ = rx.await;
         }));
-        let store = Arc::new(SqliteStore::open(&config.store.path, false).unwrap());
+        let store = Arc::new(SqliteStore::open(config.store.sqlite_path().unwrap(), false).unwrap());
         Self {
             dir,
             url,
@@ -517,6 +517,7 @@ pub fn learner(w: &World) -> (hone_learn::cycle::Learner, Arc<std::sync::Mutex<V
         recorder: Some(w.recorder.clone()),
         progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
         pause_at: None,
+        leads: Default::default(),
     };
     (learner, lines)
 }

@@ -13,6 +13,7 @@ mod error;
 pub mod files;
 pub mod journal;
 mod learn_store;
+mod open;
 mod postgres;
 mod recorder;
 mod rows;
@@ -22,6 +23,7 @@ mod store;
 pub use cycle_store::{CandidateUpdate, CycleStore, Lead, Step, Success, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
+pub use open::{open, Wait};
 pub use postgres::local::{
     execute_at, server_binaries, test_database, LocalPostgres, LocalPostgresError, TestDatabase,
 };

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hone_config::Config;
 use hone_learn::client::GatewayClient;
-use hone_store::{LearnStore, Recorder, SqliteStore};
+use hone_store::{CycleStore, Recorder};
 use hone_types::{DatasetInfo, VersionId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,9 +51,8 @@ pub fn load_config(common: &Common) -> Result<Config> {
     Ok(config)
 }
 
-pub fn open_store(config: &Config) -> Result<Arc<SqliteStore>> {
-    let full = config.store.synchronous == hone_config::Synchronous::Full;
-    Ok(Arc::new(SqliteStore::open(&config.store.path, full)?))
+pub fn open_store(config: &Config) -> Result<Arc<dyn CycleStore>> {
+    Ok(hone_store::open(&config.store, hone_store::Wait::Patient)?)
 }
 
 /// The runtime of the commands that talk to a gateway (`hone serve` builds
@@ -146,7 +145,7 @@ pub fn agent_config<'a>(config: &'a Config, agent: &str) -> Result<&'a hone_conf
 }
 
 /// A version of `agent` by its label in the config or its stored id.
-pub fn resolve_version(config: &Config, store: &SqliteStore, agent: &str, label_or_id: &str) -> Result<VersionId> {
+pub fn resolve_version(config: &Config, store: &dyn CycleStore, agent: &str, label_or_id: &str) -> Result<VersionId> {
     if let Some(v) = config.agents.get(agent).and_then(|a| a.version(label_or_id)) {
         return Ok(v.id.clone());
     }
@@ -163,7 +162,7 @@ pub fn resolve_version(config: &Config, store: &SqliteStore, agent: &str, label_
 }
 
 /// A dataset snapshot: `NAME` for the latest, or `NAME@N`.
-pub fn find_dataset(store: &SqliteStore, name: &str) -> Result<DatasetInfo> {
+pub fn find_dataset(store: &dyn CycleStore, name: &str) -> Result<DatasetInfo> {
     store
         .dataset(name)?
         .with_context(|| format!("no dataset `{name}` (see `hone dataset list`)"))

@@ -43,7 +43,16 @@ pub struct Learner {
     /// Fault injection for crash tests (`HONE_LEARN_PAUSE_AT`): on entering
     /// this step (after it is persisted) the cycle waits for an hour.
     pub pause_at: Option<CycleState>,
+    /// The agents this learner leads.
+    pub leads: Leads,
 }
+
+/// The agents a learner leads: each lead is taken from the store on first
+/// use and kept until the process ends, so of several `hone learn`
+/// processes on one store exactly one runs an agent's cycles and the others
+/// stand by, taking over when it dies.
+#[derive(Default)]
+pub struct Leads(std::sync::Mutex<std::collections::HashMap<String, hone_store::Lead>>);
 
 impl Learner {
     pub fn agent(&self, name: &str) -> Result<&AgentConfig> {
@@ -83,8 +92,29 @@ impl Learner {
         }
     }
 
-    /// Runs the agent's unfinished cycle to its end, or a new one.
+    /// Whether this learner leads `agent`, taking the lead when it is free.
+    pub fn leads(&self, agent: &str) -> Result<bool> {
+        let mut held = self.leads.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if held.contains_key(agent) {
+            return Ok(true);
+        }
+        match self.store.lead(agent)? {
+            Some(lead) => {
+                held.insert(agent.to_owned(), lead);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Runs the agent's unfinished cycle to its end, or a new one — only
+    /// while this learner leads the agent, so no step runs twice.
     pub async fn run_cycle(&self, agent: &str, trigger: &str) -> Result<CycleInfo> {
+        if !self.leads(agent)? {
+            return Err(LearnError::state(format!(
+                "another learner leads agent `{agent}` on this store (one `hone learn` per store runs an agent's cycles); this one stands by"
+            )));
+        }
         run::run_cycle(self, agent, trigger).await
     }
 

@@ -61,6 +61,8 @@ pub async fn run_forever(learner: Arc<Learner>, agents: Vec<String>, stop: impl 
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Owned here: dropping the set at `stop` aborts the cycles it holds.
     let mut cycles = tokio::task::JoinSet::new();
+    // Agents another learner leads (said once, not every poll).
+    let mut standing_by = HashSet::new();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -70,6 +72,23 @@ pub async fn run_forever(learner: Arc<Learner>, agents: Vec<String>, stop: impl 
         while cycles.try_join_next().is_some() {}
         for name in &agents {
             let Ok(agent) = learner.agent(name) else { continue };
+            match learner.leads(name) {
+                Ok(true) => {
+                    if standing_by.remove(name) {
+                        learner.say(name, "leading this agent now");
+                    }
+                }
+                Ok(false) => {
+                    if standing_by.insert(name.clone()) {
+                        learner.say(name, "standing by: another learner leads this agent on this store");
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    learner.say(name, &format!("cannot take the lead: {e}"));
+                    continue;
+                }
+            }
             if !running.lock().unwrap_or_else(PoisonError::into_inner).contains(name) {
                 if let Err(e) = learner.watch(agent).await {
                     learner.say(name, &format!("watching the canary failed: {e}"));

@@ -8,7 +8,7 @@ use crate::output::note;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use hone_learn::dataset::{self, BuildOptions, Builder, ExportFormat};
-use hone_store::{EpisodeFilter, LearnStore};
+use hone_store::EpisodeFilter;
 use hone_types::time::{format_rfc3339, parse_time};
 use std::io::Write;
 use std::path::PathBuf;
@@ -115,7 +115,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
                 .with_context(|| format!("unknown builder `{builder}` (one of {})", Builder::NAMES.join(", ")))?;
             anyhow::ensure!(size > 0, "--size must be at least 1");
             let version = version
-                .map(|v| resolve_version(&config, &store, &agent, &v))
+                .map(|v| resolve_version(&config, store.as_ref(), &agent, &v))
                 .transpose()?;
             let champion = agent_cfg.version(&agent_cfg.deployment.champion).map(|v| v.id.clone());
             let spec_version = agent_cfg.reward.version();
@@ -182,7 +182,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
         }
         DatasetCommand::Show { dataset, limit, common } => {
             let store = open_store(&load_config(&common)?)?;
-            let info = find_dataset(&store, &dataset)?;
+            let info = find_dataset(store.as_ref(), &dataset)?;
             let items = store.dataset_items(&info.id)?;
             let mut o = std::io::stdout();
             writeln!(o, "{}", serde_json::to_string_pretty(&info)?)?;
@@ -203,7 +203,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             let store = open_store(&load_config(&common)?)?;
             let fmt = ExportFormat::parse(&format)
                 .with_context(|| format!("unknown format `{format}` (one of chat, dpo, grpo, hone)"))?;
-            let info = find_dataset(&store, &dataset)?;
+            let info = find_dataset(store.as_ref(), &dataset)?;
             let items = store.dataset_items(&info.id)?;
             let lines = if path.as_os_str() == "-" {
                 let mut o = std::io::BufWriter::new(std::io::stdout().lock());

@@ -10,7 +10,7 @@ use crate::output::{note, print_line, print_table, short_time};
 use anyhow::{bail, Result};
 use clap::Args;
 use hone_learn::deploy::{self, Change};
-use hone_store::{CycleStore, SqliteStore};
+use hone_store::CycleStore;
 use hone_types::{Candidate, CandidateStatus};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -125,7 +125,7 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn find_candidate(store: &SqliteStore, config: &hone_config::Config, prefix: &str) -> Result<Candidate> {
+fn find_candidate(store: &dyn CycleStore, config: &hone_config::Config, prefix: &str) -> Result<Candidate> {
     let mut found: Vec<Candidate> = Vec::new();
     for agent in config.agents.keys() {
         for c in store.candidates(agent, None)? {
@@ -154,7 +154,7 @@ fn find_candidate(store: &SqliteStore, config: &hone_config::Config, prefix: &st
 pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
     let store = open_store(&config)?;
-    let candidate = find_candidate(&store, &config, &args.candidate)?;
+    let candidate = find_candidate(store.as_ref(), &config, &args.candidate)?;
     let agent = agent_config(&config, &candidate.agent)?;
     let change = runtime()?.block_on(async {
         // A candidate with an adapter on vLLM is loaded through a gateway.

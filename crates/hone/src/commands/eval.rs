@@ -155,12 +155,12 @@ pub fn run(args: EvalArgs) -> Result<ExitCode> {
     let dataset_name = run.dataset.as_deref().context("--dataset is required")?;
     let config = load_config(&run.common)?;
     let store = open_store(&config)?;
-    let dataset = find_dataset(&store, dataset_name)?;
+    let dataset = find_dataset(store.as_ref(), dataset_name)?;
     let agent = dataset.agent.clone();
     let spec = agent_config(&config, &agent)?.reward.clone();
     let ids = versions
         .iter()
-        .map(|v| resolve_version(&config, &store, &agent, v))
+        .map(|v| resolve_version(&config, store.as_ref(), &agent, v))
         .collect::<Result<Vec<_>>>()?;
     let target = match &run.endpoint {
         Some(url) => Target::Endpoint(url.clone()),

@@ -11,7 +11,6 @@ use clap::{Args, Subcommand};
 use hone_learn::cycle::Learner;
 use hone_learn::deploy;
 use hone_learn::watch::Verdict;
-use hone_store::CycleStore;
 use hone_types::{Candidate, CandidateStatus, CycleState};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -76,6 +75,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
             recorder: gateway.recorder.clone(),
             progress: Arc::new(|agent: &str, line: &str| note(format_args!("{agent}: {line}"))),
             pause_at,
+            leads: Default::default(),
         });
         let mut failed = false;
         if args.once {

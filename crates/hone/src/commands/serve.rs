@@ -62,8 +62,7 @@ pub fn run(
 /// (patient: a page may wait on the recorder's writes), acting through this
 /// gateway as `hone approve` would.
 fn dashboard(config: &hone_config::Config, bound: SocketAddr) -> Result<axum::Router> {
-    let full = config.store.synchronous == hone_config::Synchronous::Full;
-    let store = hone_store::SqliteStore::open_with(&config.store.path, full, hone_store::SqliteStore::PATIENT)
+    let store = hone_store::open(&config.store, hone_store::Wait::Patient)
         .context("cannot open the store for the dashboard")?;
     let admin_token = config
         .gateway
@@ -76,7 +75,7 @@ fn dashboard(config: &hone_config::Config, bound: SocketAddr) -> Result<axum::Ro
             .with_admin_token(admin_token.clone());
     Ok(hone_ui::router(hone_ui::Ui {
         config: std::sync::Arc::new(config.clone()),
-        store: std::sync::Arc::new(store),
+        store,
         gateway,
         admin_token,
     }))

@@ -30,7 +30,7 @@ use hone_learn::cycle::Learner;
 use hone_learn::eval::{run_id, Target};
 use hone_learn::stats::{bootstrap_ci, sign_test, wilson_95};
 use hone_learn::watch::Verdict;
-use hone_store::{CycleStore, LearnStore, SqliteStore};
+use hone_store::CycleStore;
 use hone_types::{CandidateStatus, CycleInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 use plots::{FrontPoint, HeldOutPoint, Marker, MarkerKind};
@@ -296,6 +296,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
             spinner2.set_message(format!("{agent}: {line}"));
         }),
         pause_at: None,
+        leads: Default::default(),
     };
     spinner.finish_and_clear();
 
@@ -329,7 +330,7 @@ async fn rounds(
     args: &DemoArgs,
     learner: &Learner,
     runner: &Runner,
-    store: &SqliteStore,
+    store: &dyn CycleStore,
     data_dir: &Path,
     started: Instant,
 ) -> Result<ExitCode> {
@@ -497,7 +498,7 @@ fn report_measure(m: &Measured) {
 fn report_round(
     round: usize,
     row: &Round,
-    store: &SqliteStore,
+    store: &dyn CycleStore,
     agent: &hone_config::AgentConfig,
     front: &mut Vec<FrontPoint>,
 ) -> Result<()> {
