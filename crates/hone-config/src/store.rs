@@ -97,6 +97,11 @@ impl StoreConfig {
         }
     }
 
+    /// Whether other processes (gateway replicas) write this store too.
+    pub fn shared(&self) -> bool {
+        matches!(self.backend, StoreBackend::Postgres { .. })
+    }
+
     /// Validates `[store]` (absent: SQLite at `<data_dir>/hone.db`).
     pub(crate) fn from_raw(raw: Option<RawStore>, data_dir: &Path, env: &Env) -> Result<Self, ConfigError> {
         Ok(match raw {

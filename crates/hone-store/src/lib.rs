@@ -8,6 +8,7 @@
 //! Stores persist what they are given; ids and timestamps are made by the
 //! services above them.
 
+pub mod copy;
 mod cycle_store;
 mod error;
 pub mod files;

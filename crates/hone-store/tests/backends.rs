@@ -51,6 +51,15 @@ impl Backend {
         })
     }
 
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
+    /// The PostgreSQL database's URL.
+    pub fn url(&self) -> Option<&str> {
+        self._database.as_ref().map(|d| d.url.as_str())
+    }
+
     /// Another connection to the same database, as another process has.
     pub fn reopen(&self) -> Arc<dyn CycleStore> {
         match &self.raw {

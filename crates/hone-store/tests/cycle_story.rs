@@ -65,7 +65,7 @@ fn answered(episode: &EpisodeId, at: i64, answer: &str) -> hone_types::CallRecor
     c
 }
 
-fn cycle_story(backend: &Backend) {
+pub(crate) fn cycle_story(backend: &Backend) {
     let store = &*backend.store;
     // One open cycle per agent: a second start finds the first.
     let cycle = store.start_cycle("assistant", "manual", 100).unwrap();

@@ -30,7 +30,7 @@ fn instance(id: &str) -> Instance {
     serde_json::from_value(json!({"id": id, "agent": "assistant", "input": {"q": id}})).unwrap()
 }
 
-fn result(instance: &str, attempt: u32, passed: bool) -> InstanceResult {
+pub(crate) fn result(instance: &str, attempt: u32, passed: bool) -> InstanceResult {
     InstanceResult {
         instance_id: instance.into(),
         attempt,
@@ -48,7 +48,7 @@ fn result(instance: &str, attempt: u32, passed: bool) -> InstanceResult {
     }
 }
 
-fn learn_story(backend: &Backend) {
+pub(crate) fn learn_story(backend: &Backend) {
     let store = &*backend.store;
     // Three traffic episodes (one with two calls) and one evaluation episode.
     let (a, b, c) = (EpisodeId::new_v7(), EpisodeId::new_v7(), EpisodeId::new_v7());
@@ -140,7 +140,7 @@ fn learn_story(backend: &Backend) {
     assert!(store.eval_runs(Some("other"), 10).unwrap().is_empty());
 }
 
-fn snapshots_are_immutable_and_numbered_one_at_a_time(backend: &Backend) {
+pub(crate) fn snapshots_are_immutable_and_numbered_one_at_a_time(backend: &Backend) {
     let store = &*backend.store;
     let items = vec![instance("q1"), instance("q2")];
     let first = store

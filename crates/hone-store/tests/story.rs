@@ -8,7 +8,7 @@ use hone_types::{EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalVal
 
 crate::backend_tests!(story);
 
-fn story(backend: &Backend) {
+pub(crate) fn story(backend: &Backend) {
     let store = &*backend.store;
     // Versions: stored once, resolvable by id, listed per agent.
     let spec = VersionSpec {

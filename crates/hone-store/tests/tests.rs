@@ -6,6 +6,7 @@
 //!   append-only history, the learner's lead, races between connections.
 //! - `recorder`: group commit, durability across reopen, spool and replay
 //!   while another connection holds the database locked.
+//! - `copy`: a whole store copied SQLite → PostgreSQL → SQLite, hashes equal.
 //! - `journal`: property tests of the journal reader over torn and corrupt lines.
 //! - `late_feedback`: a signal after an episode's reward marks it for re-scoring.
 
@@ -16,6 +17,7 @@
 
 mod backends;
 mod common;
+mod copy;
 mod cycle_story;
 mod journal;
 mod late_feedback;

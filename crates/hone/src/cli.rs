@@ -8,7 +8,7 @@
 //! `commands/` (and `Common` in `context.rs`), so that imports point from
 //! here to the commands and never back. No command logic goes here.
 
-use crate::commands::{bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, train};
+use crate::commands::{bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, store, train};
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -76,6 +76,11 @@ pub enum Command {
         algorithm: train::Algorithm,
         #[command(flatten)]
         args: Box<train::TrainArgs>,
+    },
+    /// The store itself: `hone store migrate --from sqlite://… --to postgres://…`.
+    Store {
+        #[command(subcommand)]
+        command: store::StoreCommand,
     },
     /// Rewards of recorded episodes.
     Rewards {
@@ -277,6 +282,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Demo(args) => demo::run(*args),
         Command::Train { algorithm, args } => train::run(algorithm, *args),
         Command::Rewards { command } => rewards::run(command),
+        Command::Store { command } => store::run(command),
         Command::Dataset { command } => dataset::run(command),
         Command::Eval(args) => eval::run(args),
         Command::Learn(args) => learn::run(args),

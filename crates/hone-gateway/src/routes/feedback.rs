@@ -96,53 +96,109 @@ pub async fn post_feedback(
     }
 
     state.caught_up(true).await?;
-    let store = state.store.clone();
-    let signal = tokio::task::spawn_blocking(move || -> Result<Signal, ApiError> {
-        // Resolve the target: a call names its episode; an episode must exist.
-        let episode_id = match (call_id, episode_id) {
-            (Some(call_id), claimed) => {
-                // Another agent's call answers exactly like one that does not exist.
-                let call = store
-                    .call(call_id)?
-                    .filter(|call| principal.may_use_agent(&call.agent))
-                    .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
-                if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
-                    return Err(ApiError::invalid(
-                        "episode_mismatch",
-                        format!("call `{call_id}` belongs to episode `{}`", call.episode_id),
-                    ));
-                }
-                call.episode_id
+    let target = Target {
+        call_id,
+        episode_id,
+        name,
+        value,
+        source: request.source.unwrap_or_default(),
+        comment: request.comment,
+    };
+    // On a store other replicas write too, the call may have been served by
+    // one whose recorder commits a moment later: look again for a while
+    // before saying it does not exist.
+    let patience = if state.config.store.shared() {
+        REPLICA_LAG
+    } else {
+        std::time::Duration::ZERO
+    };
+    let started = std::time::Instant::now();
+    let signal = loop {
+        let (store, target, principal) = (state.store.clone(), target.clone(), principal.clone());
+        let attempt = tokio::task::spawn_blocking(move || store_signal(store.as_ref(), &principal, target))
+            .await
+            .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "feedback_task_failed", e.to_string()))?;
+        match attempt {
+            Err(e) if e.kind == crate::error::ErrorKind::NotFound && started.elapsed() < patience => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
-            (None, Some(episode_id)) => {
-                store
-                    .episode_agent(&episode_id)?
-                    .filter(|agent| principal.may_use_agent(agent))
-                    .ok_or_else(|| {
-                        ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
-                    })?;
-                episode_id
-            }
-            (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),
-        };
-        let signal = Signal {
-            id: uuid::Uuid::now_v7(),
-            episode_id,
-            call_id,
-            name,
-            value,
-            source: request.source.unwrap_or_default(),
-            comment: request.comment,
-            created_at: now_ms(),
-        };
-        store.insert_signal(&signal)?;
-        Ok(signal)
-    })
-    .await
-    .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "feedback_task_failed", e.to_string()))??;
+            other => break other?,
+        }
+    };
     Ok(json_response(&serde_json::json!({
         "id": signal.id,
         "episode_id": signal.episode_id,
         "call_id": signal.call_id,
     })))
+}
+
+/// How long feedback waits for a call another replica served to reach a
+/// shared store.
+const REPLICA_LAG: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// What a feedback request is about, validated.
+#[derive(Clone)]
+struct Target {
+    call_id: Option<CallId>,
+    episode_id: Option<EpisodeId>,
+    name: String,
+    value: SignalValue,
+    source: hone_types::SignalSource,
+    comment: Option<String>,
+}
+
+/// Resolves the target (a call names its episode; an episode must exist and
+/// be the principal's) and stores the signal.
+fn store_signal(
+    store: &dyn hone_store::Store,
+    principal: &crate::auth::Principal,
+    target: Target,
+) -> Result<Signal, ApiError> {
+    let Target {
+        call_id,
+        episode_id,
+        name,
+        value,
+        source,
+        comment,
+    } = target;
+    // Resolve the target: a call names its episode; an episode must exist.
+    let episode_id = match (call_id, episode_id) {
+        (Some(call_id), claimed) => {
+            // Another agent's call answers exactly like one that does not exist.
+            let call = store
+                .call(call_id)?
+                .filter(|call| principal.may_use_agent(&call.agent))
+                .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
+            if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
+                return Err(ApiError::invalid(
+                    "episode_mismatch",
+                    format!("call `{call_id}` belongs to episode `{}`", call.episode_id),
+                ));
+            }
+            call.episode_id
+        }
+        (None, Some(episode_id)) => {
+            store
+                .episode_agent(&episode_id)?
+                .filter(|agent| principal.may_use_agent(agent))
+                .ok_or_else(|| {
+                    ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
+                })?;
+            episode_id
+        }
+        (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),
+    };
+    let signal = Signal {
+        id: uuid::Uuid::now_v7(),
+        episode_id,
+        call_id,
+        name,
+        value,
+        source,
+        comment,
+        created_at: now_ms(),
+    };
+    store.insert_signal(&signal)?;
+    Ok(signal)
 }

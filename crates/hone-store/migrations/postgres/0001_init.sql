@@ -196,14 +196,3 @@ CREATE TRIGGER history_append_only BEFORE UPDATE OR DELETE ON history
     FOR EACH ROW EXECUTE FUNCTION hone_refuse('history is append-only');
 CREATE TRIGGER history_untruncatable BEFORE TRUNCATE ON history
     FOR EACH STATEMENT EXECUTE FUNCTION hone_refuse('history is append-only');
-
--- A change to a deployment wakes every replica at once (LISTEN
--- hone_deployments); replicas also poll, so a missed notice only delays.
-CREATE FUNCTION hone_deployment_changed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('hone_deployments', NEW.agent);
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER deployments_notify AFTER INSERT OR UPDATE ON deployments
-    FOR EACH ROW EXECUTE FUNCTION hone_deployment_changed();

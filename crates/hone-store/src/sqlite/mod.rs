@@ -35,7 +35,7 @@ pub struct SqliteStore {
     path: PathBuf,
     checkpoint_stop: Arc<AtomicBool>,
     full_sync: bool,
-    writer: Mutex<Connection>,
+    pub(crate) writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
 }
 
@@ -51,7 +51,7 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding a connection cannot leave it half-used in a way
     // SQLite would not roll back, so a poisoned lock is safe to take over.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -160,7 +160,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub(crate) fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
             None => Self::connect(&self.path, self.full_sync, Self::RECORDING)?,

@@ -13,4 +13,5 @@ pub mod learn;
 pub mod model;
 pub mod rewards;
 pub mod serve;
+pub mod store;
 pub mod train;
