@@ -125,3 +125,14 @@ pub(crate) fn story(backend: &Backend) {
     assert_eq!(reopened.call_count().unwrap(), 3);
     assert_eq!(reopened.episode(&e1).unwrap().unwrap().signals.len(), 2);
 }
+
+/// Called from inside an async task (the learner does), a store keeps
+/// answering past tokio's cooperative budget of that task.
+#[tokio::test]
+async fn a_store_called_from_async_code_keeps_answering() {
+    for backend in [Some(Backend::sqlite()), Backend::postgres()].into_iter().flatten() {
+        for _ in 0..1000 {
+            assert_eq!(backend.store.call_count().unwrap(), 0);
+        }
+    }
+}

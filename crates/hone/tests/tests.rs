@@ -9,6 +9,7 @@
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
 //! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals
 //! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
+//! - `replicas`: two gateways on one PostgreSQL — deployments, sticky splits, feedback, no loss through kill -9 and a 30 s outage; `hone store migrate`
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -26,5 +27,6 @@ mod learn_crash;
 mod local;
 mod otel;
 mod python_sdk;
+mod replicas;
 mod support;
 mod ui;

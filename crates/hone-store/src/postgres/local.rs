@@ -246,25 +246,33 @@ impl LocalPostgres {
     }
 }
 
-/// Runs `sql` on the database at `url`, on a connection of its own.
+/// Runs `sql` on the database at `url`, on a connection of its own (and a
+/// thread of its own, so it may be called from async code too).
 pub fn execute_at(url: &str, sql: &str) -> Result<(), LocalPostgresError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| failed("cannot start a runtime", e))?;
-    runtime.block_on(async move {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| failed("cannot connect", super::describe(&e)))?;
-        // The connection's driver ends once the client is dropped.
-        let work = async move {
-            client
-                .batch_execute(sql)
-                .await
-                .map_err(|e| failed("SQL failed", super::describe(&e)))
-        };
-        let (result, _) = tokio::join!(work, connection);
-        result
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| failed("cannot start a runtime", e))?;
+                runtime.block_on(async move {
+                    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                        .await
+                        .map_err(|e| failed("cannot connect", super::describe(&e)))?;
+                    // The connection's driver ends once the client is dropped.
+                    let work = async move {
+                        client
+                            .batch_execute(sql)
+                            .await
+                            .map_err(|e| failed("SQL failed", super::describe(&e)))
+                    };
+                    let (result, _) = tokio::join!(work, connection);
+                    result
+                })
+            })
+            .join()
+            .map_err(|_| failed("SQL failed", "the worker thread panicked"))?
     })
 }
 

@@ -158,7 +158,11 @@ impl PostgresStore {
     /// runtime entered (new connections are driven there).
     pub(crate) fn run<T>(&self, work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
         let _entered = self.runtime.as_ref().map(tokio::runtime::Runtime::enter);
-        futures::executor::block_on(work)
+        // Unconstrained: called from inside a tokio task (the learner calls
+        // stores from async code), tokio's cooperative budget is that task's
+        // and never refills while we block, so after ~128 operations every
+        // pool or socket poll would say "not yet" forever.
+        futures::executor::block_on(tokio::task::unconstrained(work))
     }
 
     pub(crate) async fn client(&self) -> Result<Object, StoreError> {
@@ -189,10 +193,16 @@ impl PostgresStore {
         let tx = client.transaction().await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .await?;
+        // Created only when missing (IF NOT EXISTS would log a notice on
+        // every start of every replica).
+        let exists: bool = tx
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await?
+            .try_get(0)?;
+        if !exists {
+            tx.batch_execute("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+                .await?;
+        }
         let applied: i64 = tx
             .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])
             .await?
