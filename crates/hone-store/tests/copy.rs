@@ -7,7 +7,7 @@
 use crate::backends::Backend;
 use hone_store::copy::{copy, summarise, Tables};
 use hone_store::{CycleStore, LearnStore, PostgresStore, SqliteStore, Store};
-use hone_types::{EpisodeQuery, EvalRunInfo, HistoryEvent, Signal, SignalSource, SignalValue};
+use hone_types::{EpisodeQuery, HistoryEvent, Signal, SignalSource, SignalValue};
 
 #[test]
 fn a_store_survives_sqlite_to_postgres_to_sqlite_unchanged() {
@@ -41,15 +41,7 @@ fn a_store_survives_sqlite_to_postgres_to_sqlite_unchanged() {
             created_at: 7,
         })
         .unwrap();
-    let run = EvalRunInfo {
-        id: "run-1".into(),
-        dataset_id: "qa@1".into(),
-        agent: "assistant".into(),
-        version_id: crate::common::version_id(),
-        target: "gateway".into(),
-        created_at: 50,
-        finished_at: None,
-    };
+    let run = crate::common::eval_run();
     source.store.start_eval_run(&run).unwrap();
     source
         .store

@@ -215,19 +215,7 @@ pub(crate) fn cycle_story(backend: &Backend) {
         .unwrap();
     let rewards: Vec<_> = [(&a, 1.0), (&b, 0.0), (&eval, 1.0)]
         .into_iter()
-        .map(|(e, v)| hone_types::RewardRecord {
-            episode_id: e.clone(),
-            agent: "assistant".into(),
-            spec_version: "spec".into(),
-            value: v,
-            passed: v > 0.5,
-            components: vec![],
-            calls: vec![],
-            failures: vec![],
-            computed_at: 3000,
-            signals_seen: 0,
-            shadows: vec![],
-        })
+        .map(|(e, v)| crate::common::reward(e, v, 0, 3000))
         .collect();
     store.put_rewards(&rewards).unwrap();
     let window = store.version_window("assistant", &version_id(), 0, "spec", 10).unwrap();

@@ -23,19 +23,7 @@ fn signal(episode: &EpisodeId, at: i64) -> Signal {
 }
 
 fn reward(episode: &EpisodeId, value: f64, signals_seen: u32) -> RewardRecord {
-    RewardRecord {
-        episode_id: episode.clone(),
-        agent: "assistant".into(),
-        spec_version: "spec".into(),
-        value,
-        passed: value > 0.5,
-        components: vec![],
-        calls: vec![],
-        failures: vec![],
-        computed_at: 10,
-        signals_seen,
-        shadows: vec![],
-    }
+    crate::common::reward(episode, value, signals_seen, 10)
 }
 
 /// `(reward, stale)` as the learner's scan sees it.

@@ -11,19 +11,7 @@ use serde_json::json;
 crate::backend_tests!(learn_story, snapshots_are_immutable_and_numbered_one_at_a_time);
 
 fn reward(episode: &EpisodeId, value: f64) -> RewardRecord {
-    RewardRecord {
-        episode_id: episode.clone(),
-        agent: "assistant".into(),
-        spec_version: "spec".into(),
-        value,
-        passed: value > 0.5,
-        components: vec![],
-        calls: vec![],
-        failures: vec![],
-        computed_at: 10,
-        signals_seen: 0,
-        shadows: vec![],
-    }
+    crate::common::reward(episode, value, 0, 10)
 }
 
 fn instance(id: &str) -> Instance {
@@ -109,15 +97,7 @@ pub(crate) fn learn_story(backend: &Backend) {
 
     // Evaluation runs: created once (a second start resumes), results
     // replaced per attempt, listed in order.
-    let run = EvalRunInfo {
-        id: "run-1".into(),
-        dataset_id: "qa@1".into(),
-        agent: "assistant".into(),
-        version_id: crate::common::version_id(),
-        target: "gateway".into(),
-        created_at: 50,
-        finished_at: None,
-    };
+    let run = crate::common::eval_run();
     assert_eq!(store.start_eval_run(&run).unwrap(), run);
     let again = EvalRunInfo {
         created_at: 99,

@@ -127,6 +127,10 @@ pub enum BenchCommand {
         /// Where the store lives (kept, so a second run skips the filling).
         #[arg(long)]
         dir: PathBuf,
+        /// The engines to measure, in one run: `sqlite`, `postgres` (a
+        /// private server started under `--dir`; Debian's `postgresql`).
+        #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+        stores: Vec<String>,
     },
     /// The dashboard's page times on a store of `--baseline` calls and of
     /// `--calls` calls, with their ratio.
@@ -314,8 +318,19 @@ pub fn run(command: Command) -> Result<ExitCode> {
             python,
         }),
         Command::Bench {
-            command: BenchCommand::Dataset { calls, size, dir },
-        } => bench::dataset::run(bench::dataset::Options { calls, size, dir }),
+            command:
+                BenchCommand::Dataset {
+                    calls,
+                    size,
+                    dir,
+                    stores,
+                },
+        } => bench::dataset::run(bench::dataset::Options {
+            calls,
+            size,
+            dir,
+            stores,
+        }),
         Command::Bench {
             command:
                 BenchCommand::Ui {

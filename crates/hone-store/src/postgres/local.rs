@@ -38,8 +38,18 @@ pub struct LocalPostgres {
     port: u16,
     /// `(uid, gid)` the server runs as, when this process is root.
     user: Option<(u32, u32)>,
+    /// `-c name=value` settings the server starts with.
+    settings: &'static [&'static str],
     child: Option<Child>,
 }
+
+/// A throwaway server for tests: nothing is fsynced (a crash of the machine
+/// may lose or corrupt it; a crash of PostgreSQL may not).
+const FAST: &[&str] = &["fsync=off", "full_page_writes=off"];
+
+/// For benchmarks: fsynced and crash-safe, but a commit does not wait for
+/// its fsync — the durability class of SQLite's `synchronous = NORMAL`.
+const DURABLE: &[&str] = &["synchronous_commit=off"];
 
 impl Drop for LocalPostgres {
     fn drop(&mut self) {
@@ -95,6 +105,23 @@ impl LocalPostgres {
     /// it on a free loopback port. Superuser `hone`, no password (trust on
     /// loopback only).
     pub fn create(dir: &Path) -> Result<Self, LocalPostgresError> {
+        Self::create_with(dir, FAST)
+    }
+
+    /// As [`LocalPostgres::create`], durable (for benchmarks).
+    pub fn create_durable(dir: &Path) -> Result<Self, LocalPostgresError> {
+        Self::create_with(dir, DURABLE)
+    }
+
+    /// Starts the durable cluster an earlier [`LocalPostgres::create_durable`]
+    /// left in `dir`, on a free port.
+    pub fn open_durable(dir: &Path) -> Result<Self, LocalPostgresError> {
+        let mut server = Self::new(dir, DURABLE)?;
+        server.start()?;
+        Ok(server)
+    }
+
+    fn new(dir: &Path, settings: &'static [&'static str]) -> Result<Self, LocalPostgresError> {
         let bin = server_binaries().ok_or(LocalPostgresError::NotInstalled)?;
         let user = if rustix::process::geteuid().is_root() {
             Some(system_user("postgres").ok_or_else(|| {
@@ -107,14 +134,20 @@ impl LocalPostgres {
             None
         };
         std::fs::create_dir_all(dir).map_err(|e| failed("cannot create the server's directory", e))?;
-        let mut server = LocalPostgres {
+        let server = LocalPostgres {
             bin,
             dir: dir.to_owned(),
             port: free_port()?,
             user,
+            settings,
             child: None,
         };
         server.hand_over(dir)?;
+        Ok(server)
+    }
+
+    fn create_with(dir: &Path, settings: &'static [&'static str]) -> Result<Self, LocalPostgresError> {
+        let mut server = Self::new(dir, settings)?;
         let mut initdb = server.command("initdb");
         initdb.arg("-D").arg(dir.join("data")).args([
             "-U",
@@ -185,14 +218,8 @@ impl LocalPostgres {
             .arg(self.dir.join("data"))
             .args(["-p", &self.port.to_string(), "-h", "127.0.0.1", "-k"])
             .arg(&self.dir)
-            .args([
-                "-c",
-                "max_connections=200",
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-            ])
+            .args(["-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|setting| ["-c", setting]))
             .stdout(log)
             .stderr(err)
             .spawn()

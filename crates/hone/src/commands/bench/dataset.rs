@@ -2,12 +2,15 @@
 //! from a store of `--calls` recorded calls and exports it as JSONL, timing
 //! both and reading the process's peak resident memory for each phase (the
 //! peak is reset after the store is filled, so it shows what the build
-//! itself needs). Run it at two store sizes to see memory stay flat.
+//! itself needs). Run it at two store sizes to see memory stay flat, and
+//! with `--stores sqlite,postgres` to compare the engines in one run (the
+//! PostgreSQL one on a private server under `--dir`, fsync on, commits not
+//! waited for — the durability class of SQLite's `synchronous = NORMAL`).
 
 use super::support::progress;
 use anyhow::{Context, Result};
 use hone_learn::dataset::{self, BuildOptions, Builder, ExportFormat};
-use hone_store::{EpisodeFilter, LearnStore, SqliteStore, Store};
+use hone_store::{CycleStore, EpisodeFilter, LocalPostgres, PostgresStore, SqliteStore, Store};
 use hone_types::{CallRecord, EpisodeId, VersionId};
 use serde_json::json;
 use std::io::Write;
@@ -19,6 +22,8 @@ pub struct Options {
     pub calls: u64,
     pub size: usize,
     pub dir: PathBuf,
+    /// `sqlite`, `postgres`.
+    pub stores: Vec<String>,
 }
 
 /// Peak resident set size in MiB (Linux), after `reset_peak`.
@@ -58,7 +63,7 @@ fn template() -> Result<CallRecord> {
 
 /// Fills the store with `calls` calls in episodes of 1–3 calls over three
 /// versions, with 5% flagged and 1% failed calls.
-pub(crate) fn fill(store: &SqliteStore, calls: u64) -> Result<()> {
+pub(crate) fn fill(store: &dyn Store, calls: u64) -> Result<()> {
     let have = store.call_count()?;
     if have >= calls {
         progress(format!("store already holds {have} calls"));
@@ -119,10 +124,57 @@ fn uuid_from(i: u64) -> uuid::Uuid {
 }
 
 pub fn run(o: Options) -> Result<ExitCode> {
-    let store = SqliteStore::open(&o.dir.join("hone.db"), false)?;
-    progress(format!("filling {} with {} calls …", o.dir.display(), o.calls));
-    fill(&store, o.calls)?;
+    let mut rows = Vec::new();
+    // Kept alive while its store is measured.
+    let mut server = None;
+    for engine in &o.stores {
+        let store: Box<dyn CycleStore> = match engine.as_str() {
+            "sqlite" => Box::new(SqliteStore::open(&o.dir.join("hone.db"), false)?),
+            "postgres" => {
+                let pg_dir = o.dir.join("postgres");
+                let fresh = !pg_dir.join("data").exists();
+                let local = if fresh {
+                    LocalPostgres::create_durable(&pg_dir)?
+                } else {
+                    LocalPostgres::open_durable(&pg_dir)?
+                };
+                if fresh {
+                    local.create_database("bench")?;
+                }
+                let url = local.url("bench");
+                server = Some(local);
+                Box::new(PostgresStore::connect(&url, 4)?)
+            }
+            other => anyhow::bail!("--stores: `{other}` is not `sqlite` or `postgres`"),
+        };
+        rows.push(measure(engine, store.as_ref(), &o)?);
+    }
+    drop(server);
+    let mut out = std::io::stdout();
+    writeln!(out, "| store | calls | fill calls/s | episodes scanned | instances | build s | build peak RSS | export s | export peak RSS | RSS before |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for row in rows {
+        writeln!(out, "{row}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fills one store, builds the dataset and exports it; one table row.
+fn measure(engine: &str, store: &dyn CycleStore, o: &Options) -> Result<String> {
+    progress(format!(
+        "{engine}: filling {} with {} calls …",
+        o.dir.display(),
+        o.calls
+    ));
+    let had = store.call_count()?;
+    let started = Instant::now();
+    fill(store, o.calls)?;
     let calls = store.call_count()?;
+    let fill_rate = if calls > had {
+        format!("{:.0}", (calls - had) as f64 / started.elapsed().as_secs_f64())
+    } else {
+        "(filled before)".into()
+    };
     reset_peak();
     let before = peak_mib();
     let started = Instant::now();
@@ -139,32 +191,27 @@ pub fn run(o: Options) -> Result<ExitCode> {
         champion: None,
         reference_signal: None,
     };
-    let (info, stats) = dataset::build(&store, &options, 0, &mut |n| {
-        progress(format!("  scanned {n} episodes"))
+    let (info, stats) = dataset::build(store, &options, 0, &mut |n| {
+        progress(format!("  {engine}: scanned {n} episodes"))
     })?;
     let build_s = started.elapsed().as_secs_f64();
     let build_peak = peak_mib();
     reset_peak();
     let started = Instant::now();
     let items = store.dataset_items(&info.id)?;
-    let path = o.dir.join("traffic.jsonl");
+    let path = o.dir.join(format!("traffic-{engine}.jsonl"));
     let mut w = std::io::BufWriter::new(std::fs::File::create(&path)?);
     let lines = dataset::export(&items, ExportFormat::Chat, &mut w)?;
     w.flush()?;
     let export_s = started.elapsed().as_secs_f64();
     let export_peak = peak_mib();
     let mib = |m: Option<f64>| m.map(|v| format!("{v:.0} MiB")).unwrap_or_else(|| "n/a".into());
-    let mut out = std::io::stdout();
-    writeln!(out, "| store calls | episodes scanned | instances | build s | build peak RSS | export s | export peak RSS | RSS before |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
-    writeln!(
-        out,
-        "| {calls} | {} | {} | {build_s:.2} | {} | {export_s:.2} ({lines} lines) | {} | {} |",
+    Ok(format!(
+        "| {engine} | {calls} | {fill_rate} | {} | {} | {build_s:.2} | {} | {export_s:.2} ({lines} lines) | {} | {} |",
         stats.scanned,
         info.item_count,
         mib(build_peak),
         mib(export_peak),
         mib(before)
-    )?;
-    Ok(ExitCode::SUCCESS)
+    ))
 }
