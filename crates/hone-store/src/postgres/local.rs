@@ -134,6 +134,22 @@ impl LocalPostgres {
             None
         };
         std::fs::create_dir_all(dir).map_err(|e| failed("cannot create the server's directory", e))?;
+        if user.is_some() {
+            // The server's user must be able to reach its directory.
+            use std::os::unix::fs::PermissionsExt;
+            let dir = dir
+                .canonicalize()
+                .map_err(|e| failed("cannot resolve the server's directory", e))?;
+            for parent in dir.ancestors().skip(1) {
+                let mode = std::fs::metadata(parent).map(|m| m.permissions().mode()).unwrap_or(0);
+                if mode & 0o001 == 0 {
+                    return Err(failed(
+                        "the postgres user cannot reach the server's directory",
+                        format!("{} is not searchable by others (chmod o+x it, or put the server elsewhere)", parent.display()),
+                    ));
+                }
+            }
+        }
         let server = LocalPostgres {
             bin,
             dir: dir.to_owned(),

@@ -131,6 +131,9 @@ pub fn run(o: Options) -> Result<ExitCode> {
         let store: Box<dyn CycleStore> = match engine.as_str() {
             "sqlite" => Box::new(SqliteStore::open(&o.dir.join("hone.db"), false)?),
             "postgres" => {
+                // The server runs as `postgres` when this is root: it must be
+                // able to pass through `--dir` (search, not list).
+                crate::commands::bench::support::let_others_through(&o.dir)?;
                 let pg_dir = o.dir.join("postgres");
                 let fresh = !pg_dir.join("data").exists();
                 let local = if fresh {

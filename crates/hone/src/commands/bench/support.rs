@@ -44,3 +44,15 @@ pub fn run_json<T: serde::de::DeserializeOwned>(python: &str, script: &str, args
     let line = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(line).with_context(|| format!("unexpected output: {line}"))
 }
+
+/// Creates `dir` if needed and lets other users pass through it (mode 0711:
+/// search, not list) — what a PostgreSQL server running as `postgres`
+/// needs to reach its data under it.
+pub fn let_others_through(dir: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let mut permissions = std::fs::metadata(dir)?.permissions();
+    permissions.set_mode(permissions.mode() | 0o011);
+    std::fs::set_permissions(dir, permissions)?;
+    Ok(())
+}
