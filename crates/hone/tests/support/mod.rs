@@ -20,6 +20,9 @@ pub struct Hone {
     /// `RLIMIT_FSIZE` (bytes) for the process: its writes beyond that size
     /// fail short, then with `EFBIG` (a full disk, per file).
     pub file_size_limit: Option<u64>,
+    /// The data directory `start` made: removed when the test passes, kept
+    /// (with its log) when it fails.
+    owned: Option<tempfile::TempDir>,
 }
 
 fn free_port() -> u16 {
@@ -91,8 +94,10 @@ level = "call"
 impl Hone {
     /// Starts hone with `config_text` in a fresh data directory.
     pub fn start(config_text: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap().keep();
-        Self::start_in(&dir, config_text, &[])
+        let dir = tempfile::tempdir().unwrap();
+        let mut hone = Self::start_in(dir.path(), config_text, &[]);
+        hone.owned = Some(dir);
+        hone
     }
 
     pub fn start_in(dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Self {
@@ -110,6 +115,7 @@ impl Hone {
             config,
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             file_size_limit,
+            owned: None,
         };
         hone.spawn();
         hone
@@ -221,6 +227,11 @@ impl Drop for Hone {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            if let Some(dir) = self.owned.take() {
+                eprintln!("kept hone's data directory for inspection: {}", dir.keep().display());
+            }
+        }
     }
 }
 
