@@ -145,7 +145,10 @@ impl LocalPostgres {
                 if mode & 0o001 == 0 {
                     return Err(failed(
                         "the postgres user cannot reach the server's directory",
-                        format!("{} is not searchable by others (chmod o+x it, or put the server elsewhere)", parent.display()),
+                        format!(
+                            "{} is not searchable by others (chmod o+x it, or put the server elsewhere)",
+                            parent.display()
+                        ),
                     ));
                 }
             }
