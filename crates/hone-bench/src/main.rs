@@ -7,6 +7,10 @@
 //! same call, translated) — and prints latency percentiles, the overhead (through
 //! hone minus direct), hone's CPU time per request, and rows written vs.
 //! responses received. Output is a report for a person; nothing is asserted.
+//!
+//! `--stores sqlite,postgres` repeats the whole measurement with hone
+//! recording into each engine, in one run (PostgreSQL: a private durable
+//! server from Debian's binaries, fsync on, `synchronous_commit = off`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -27,7 +31,7 @@ fn main() -> Result<()> {
         }
         Some("gateway") => gateway(&args[1..]),
         _ => bail!(
-            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] | hone-bench upstream PORT"
+            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] [--stores sqlite,postgres] | hone-bench upstream PORT"
         ),
     }
 }
@@ -79,6 +83,11 @@ fn gateway(args: &[String]) -> Result<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
+    let stores: Vec<String> = flag(args, "--stores")
+        .unwrap_or("sqlite")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     let me = std::env::current_exe()?;
 
     let upstream_port = free_port()?;
@@ -89,17 +98,47 @@ fn gateway(args: &[String]) -> Result<()> {
     );
     wait_for(upstream_port)?;
 
-    let dir = tempfile::tempdir()?;
+    for store in &stores {
+        let dir = tempfile::tempdir()?;
+        // Kept alive while hone records into it.
+        let (store_line, _server) = match store.as_str() {
+            "sqlite" => (String::new(), None),
+            "postgres" => {
+                let server = hone_store::LocalPostgres::create_durable(&dir.path().join("postgres"))?;
+                let url = server.create_database("bench")?;
+                (
+                    format!("store = {{ type = \"postgres\", url = \"{url}\" }}\n"),
+                    Some(server),
+                )
+            }
+            other => bail!("--stores: `{other}` is not `sqlite` or `postgres`"),
+        };
+        println!("\n== recording into {store} ==");
+        measure(&hone, &dir, &store_line, upstream_port, seconds, &rates)?;
+    }
+    Ok(())
+}
+
+/// Starts hone recording into the store `store_line` names (none: SQLite)
+/// and prints the overhead table for every rate.
+fn measure(
+    hone: &std::path::Path,
+    dir: &tempfile::TempDir,
+    store_line: &str,
+    upstream_port: u16,
+    seconds: f64,
+    rates: &[f64],
+) -> Result<()> {
     let config = dir.path().join("bench.toml");
     std::fs::write(
         &config,
         format!(
-            "[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:{upstream_port}/v1\"\n\
+            "{store_line}[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:{upstream_port}/v1\"\n\
              [agents.assistant.versions.v1]\nprovider = \"up\"\nmodel = \"fast\"\n"
         ),
     )?;
     let hone_port = free_port()?;
-    let hone_child = Command::new(&hone)
+    let hone_child = Command::new(hone)
         .args(["serve", "--config"])
         .arg(&config)
         .args(["--listen", &format!("127.0.0.1:{hone_port}"), "--data-dir"])
@@ -132,7 +171,7 @@ fn gateway(args: &[String]) -> Result<()> {
     const CHAT: &str = "/v1/chat/completions";
     const RESPONSES: &str = "/v1/responses";
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (a response is sent only after its call is in the journal, which survives kill -9; SQLite WAL batches follow)");
+    println!("hone gateway benchmark: {seconds}s per run, open loop, 64 keep-alive connections, recording ON (a response is sent only after its call is in the journal, which survives kill -9; batches into the store follow)");
     println!("hone: {}  (pid {hone_pid})\n", hone.display());
     // Warm both paths (connection pools, page cache).
     runtime.block_on(load::run(upstream_port, CHAT, &body, 500.0, 1.0))?;
@@ -154,7 +193,7 @@ fn gateway(args: &[String]) -> Result<()> {
         "CPU/request"
     );
     let mut received = 0u64;
-    for &rate in &rates {
+    for &rate in rates {
         let direct = runtime.block_on(load::run(upstream_port, CHAT, &body, rate, seconds))?;
         for (route, path, request) in [("chat", CHAT, &body), ("responses", RESPONSES, &responses_body)] {
             let cpu_before = cpu_seconds(hone_pid)?;
