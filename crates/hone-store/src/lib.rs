@@ -24,7 +24,7 @@ mod store;
 pub use cycle_store::{CandidateUpdate, CycleStore, Lead, Step, Success, WindowEpisode};
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
-pub use open::{open, Wait};
+pub use open::{open, open_beside, Wait};
 pub use postgres::local::{
     execute_at, server_binaries, test_database, LocalPostgres, LocalPostgresError, TestDatabase,
 };

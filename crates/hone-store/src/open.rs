@@ -17,6 +17,21 @@ pub enum Wait {
     Patient,
 }
 
+/// Another handle on the store `opened` is (from `config`), waiting as `wait`
+/// says: SQLite gets a connection of its own (its lock waits are per
+/// connection); PostgreSQL shares the pool and runtime `opened` has — a
+/// second pool would double every replica's connections for nothing.
+pub fn open_beside(
+    config: &StoreConfig,
+    opened: &Arc<dyn CycleStore>,
+    wait: Wait,
+) -> Result<Arc<dyn CycleStore>, StoreError> {
+    match config.backend {
+        StoreBackend::Sqlite { .. } => open(config, wait),
+        StoreBackend::Postgres { .. } => Ok(opened.clone()),
+    }
+}
+
 pub fn open(config: &StoreConfig, wait: Wait) -> Result<Arc<dyn CycleStore>, StoreError> {
     Ok(match &config.backend {
         StoreBackend::Sqlite { path } => {

@@ -336,7 +336,7 @@ pub struct TestDatabase {
 /// PostgreSQL is not installed here — an error instead when
 /// `HONE_REQUIRE_POSTGRES` is set, so CI never skips silently.
 pub fn test_database(dir: &Path) -> Result<Option<TestDatabase>, LocalPostgresError> {
-    let name = format!("hone_test_{}", uuid_like());
+    let name = format!("hone_test_{}", unique_suffix());
     if let Ok(admin) = std::env::var("HONE_TEST_POSTGRES") {
         execute_at(&admin, &format!("CREATE DATABASE \"{name}\""))?;
         let mut config: tokio_postgres::Config = admin.parse().map_err(|e| failed("bad HONE_TEST_POSTGRES", e))?;
@@ -357,7 +357,7 @@ pub fn test_database(dir: &Path) -> Result<Option<TestDatabase>, LocalPostgresEr
 }
 
 /// A name no other test picks: this process, the time, and a counter.
-fn uuid_like() -> String {
+fn unique_suffix() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{}_{}_{n}", std::process::id(), hone_types::time::now_ms())

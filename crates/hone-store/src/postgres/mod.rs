@@ -421,9 +421,10 @@ impl CallColumns {
 /// episode belongs to the agent of its first call; a call naming another
 /// agent's episode is kept but never joins it (the gateway refuses those).
 /// Returns how many calls were new.
-fn write_calls_sql() -> String {
-    format!(
-        "WITH batch AS (
+fn write_calls_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "WITH batch AS (
             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
                 $7::bool[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::float8[], $13::float8[],
                 $14::float8[], $15::float8[], $16::bool[], $17::bool[], $18::bool[], $19::bool[], $20::bool[],
@@ -450,7 +451,9 @@ fn write_calls_sql() -> String {
             WHERE episodes.agent = excluded.agent
         )
         SELECT COUNT(*) FROM inserted"
-    )
+        )
+    });
+    &SQL
 }
 
 impl Store for PostgresStore {
@@ -461,7 +464,7 @@ impl Store for PostgresStore {
         let columns = CallColumns::of(calls)?;
         self.run(async {
             let client = self.client().await?;
-            let stmt = client.prepare_cached(&write_calls_sql()).await?;
+            let stmt = client.prepare_cached(write_calls_sql()).await?;
             let written: i64 = client.query_one(&stmt, &columns.params()).await?.try_get(0)?;
             Ok(written.max(0) as usize)
         })

@@ -48,21 +48,24 @@ pub fn run(
         let bound = listener.local_addr()?;
         let agents: Vec<_> = config.agents.keys().cloned().collect();
         let data_dir = config.gateway.data_dir.clone();
-        let dashboard = dashboard(&config, bound)?;
-        let gateway = hone_gateway::Gateway::start(config)
-            .context("cannot start the gateway")?
-            .with_routes(dashboard);
+        let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
+        let dashboard = dashboard(&config, &gateway.state().cycles, bound)?;
+        let gateway = gateway.with_routes(dashboard);
         tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1, the dashboard is at http://{bound}/ui");
         gateway.serve(listener, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
 
-/// The dashboard's routes (`/ui`), over their own connection to the store
-/// (patient: a page may wait on the recorder's writes), acting through this
-/// gateway as `hone approve` would.
-fn dashboard(config: &hone_config::Config, bound: SocketAddr) -> Result<axum::Router> {
-    let store = hone_store::open(&config.store, hone_store::Wait::Patient)
+/// The dashboard's routes (`/ui`), over the gateway's store (on SQLite a
+/// connection of its own, patient: a page may wait on the recorder's
+/// writes), acting through this gateway as `hone approve` would.
+fn dashboard(
+    config: &hone_config::Config,
+    gateways: &std::sync::Arc<dyn hone_store::CycleStore>,
+    bound: SocketAddr,
+) -> Result<axum::Router> {
+    let store = hone_store::open_beside(&config.store, gateways, hone_store::Wait::Patient)
         .context("cannot open the store for the dashboard")?;
     let admin_token = config
         .gateway
