@@ -17,7 +17,7 @@
 //! ```
 
 use crate::env::Env;
-use crate::error::{is_name, ConfigError};
+use crate::error::{is_adapter_name, is_name, ConfigError};
 use crate::learn::{DeploymentPolicy, LearnSpec, RawLearn, RawPolicy};
 use crate::providers::{default_local_provider, ProviderConfig, ProviderKind};
 use crate::reflect::REFLECTOR_AGENT;
@@ -470,6 +470,9 @@ fn check_routes(
                 "must name the upstream model",
             ));
         }
+        if provider.kind == ProviderKind::Local && crate::is_artefact_url(&route.model) {
+            crate::check_artefact_url(&format!("{field}.model"), &route.model)?;
+        }
         if let Some(adapter) = &route.adapter {
             if provider.kind != ProviderKind::Local {
                 return Err(ConfigError::at(
@@ -480,10 +483,12 @@ fn check_routes(
                     ),
                 ));
             }
-            if !is_name(adapter) {
+            if crate::is_artefact_url(adapter) {
+                crate::check_artefact_url(&format!("{field}.adapter"), adapter)?;
+            } else if !is_adapter_name(adapter) {
                 return Err(ConfigError::at(
                     format!("{field}.adapter"),
-                    "adapter names use letters, digits and `-_.`",
+                    "an adapter is a name (letters, digits and `-_.`, not starting with `.`) or a URL (s3://…, file:///…)",
                 ));
             }
         }

@@ -3,6 +3,7 @@
 //! section rejects unknown keys, so a typo is reported with its name.
 
 use crate::agents::{self, AgentConfig, RawAgent};
+use crate::artefacts::{default_cache_dir, ArtefactsConfig, RawArtefacts};
 use crate::env::Env;
 use crate::error::ConfigError;
 use crate::gateway::{self, GatewayConfig, RawGateway};
@@ -25,6 +26,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub recorder: RawRecorder,
     #[serde(default)]
+    pub artefacts: RawArtefacts,
+    #[serde(default)]
     pub providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     pub agents: BTreeMap<String, RawAgent>,
@@ -41,6 +44,7 @@ pub struct Config {
     pub gateway: GatewayConfig,
     pub store: StoreConfig,
     pub recorder: RecorderConfig,
+    pub artefacts: ArtefactsConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub agents: BTreeMap<String, AgentConfig>,
     pub metrics: BTreeMap<String, MetricConfig>,
@@ -62,6 +66,7 @@ impl Config {
             gateway,
             store: StoreConfig::from_raw(raw.store, &data_dir, env)?,
             recorder: RecorderConfig::from_raw(raw.recorder)?,
+            artefacts: ArtefactsConfig::from_raw(raw.artefacts, &data_dir, env)?,
             providers,
             agents,
             metrics: metrics::from_raw(raw.metrics)?,
@@ -83,6 +88,9 @@ impl Config {
             if local.adapters_dir == old_default {
                 local.adapters_dir = default_adapters_dir(&dir);
             }
+        }
+        if self.artefacts.cache_dir == default_cache_dir(&self.gateway.data_dir) {
+            self.artefacts.cache_dir = default_cache_dir(&dir);
         }
         self.gateway.data_dir = dir;
     }

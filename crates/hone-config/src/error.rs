@@ -37,3 +37,10 @@ pub(crate) fn is_name(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
+
+/// Whether `s` may name an adapter: a name that is also one safe path
+/// segment (an adapter is the directory `<adapters_dir>/<name>`, and the
+/// object-store prefix `adapters/<name>/`).
+pub fn is_adapter_name(s: &str) -> bool {
+    is_name(s) && !s.starts_with('.')
+}

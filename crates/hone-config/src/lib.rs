@@ -2,7 +2,7 @@
 //! the section as written (`Raw*` structs with `deny_unknown_fields`, so a
 //! typo is an error that names the key), its validated typed form, and the
 //! conversion from one to the other: [`gateway`](GatewayConfig), [`store`](StoreConfig),
-//! [`recorder`](RecorderConfig), [`providers`](ProviderConfig), [`agents`](AgentConfig)
+//! [`recorder`](RecorderConfig), [`artefacts`](ArtefactsConfig), [`providers`](ProviderConfig), [`agents`](AgentConfig)
 //! with their [`reward`] and [`learn`] tables, [`metrics`](MetricConfig) and the
 //! `[learn]` budget. [`load_str`] parses the file, expands `${ENV}` references
 //! and converts the sections in turn into a [`Config`]; every error is a
@@ -11,6 +11,7 @@
 //! The binary runs with no config at all on [`DEFAULT_CONFIG`].
 
 mod agents;
+mod artefacts;
 mod config;
 mod env;
 mod error;
@@ -25,9 +26,10 @@ pub mod reward;
 mod store;
 
 pub use agents::{AgentConfig, DeclaredVersion, DeploymentConfig};
+pub use artefacts::{check_url as check_artefact_url, is_artefact_url, ArtefactsConfig, ARTEFACT_SCHEMES};
 pub use config::Config;
 pub use env::expand_env;
-pub use error::ConfigError;
+pub use error::{is_adapter_name, ConfigError};
 pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
     Bound, Bounds, DeploymentPolicy, DriftSpec, ExamplesSpec, GateSpec, GroupSource, LearnBudget, LearnSpec, ModelSpec,
@@ -48,6 +50,7 @@ pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
 /// and [`learn`]).
 pub mod raw {
     pub use crate::agents::{RawAgent, RawDeployment, RawInlineProvider, RawProviderRef, RawRoute, RawVersion};
+    pub use crate::artefacts::RawArtefacts;
     pub use crate::config::RawConfig;
     pub use crate::gateway::{RawApiKey, RawGateway};
     pub use crate::metrics::RawMetric;

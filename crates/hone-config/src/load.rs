@@ -95,6 +95,45 @@ model = "m"
     }
 
     #[test]
+    fn artefacts_are_addressed_by_url_and_their_keys_never_print() {
+        let text = format!(
+            "[artefacts]\nurl = \"s3://bucket/hone/\"\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\naccess_key_id = \"${{KEY_ID}}\"\nsecret_access_key = \"${{SECRET}}\"\n{BASE}"
+        );
+        let env = |name: &str| match name {
+            "KEY_ID" => Some("AKIAEXAMPLE".to_owned()),
+            "SECRET" => Some("s3cret-key".to_owned()),
+            _ => None,
+        };
+        let c = load_str(&text, Path::new("."), &env).unwrap();
+        assert_eq!(c.artefacts.url.as_deref(), Some("s3://bucket/hone"));
+        assert_eq!(c.artefacts.secret_access_key.as_deref(), Some("s3cret-key"));
+        assert_eq!(c.artefacts.cache_dir, Path::new("./hone-data/models"));
+        let shown = format!("{:?}", c.artefacts);
+        assert!(!shown.contains("s3cret") && !shown.contains("AKIA"), "{shown}");
+        assert_eq!(load(BASE).unwrap().artefacts.url, None);
+        for (bad, says) in [
+            ("url = \"gs://bucket\"", "s3://bucket/prefix"),
+            ("url = \"file://relative/dir\"", "absolute path"),
+            ("url = \"s3://\"", "names no bucket"),
+            ("endpoint = \"127.0.0.1:9000\"", "http://"),
+        ] {
+            let e = load(&format!("[artefacts]\n{bad}\n{BASE}")).unwrap_err();
+            assert!(
+                e.to_string().contains("artefacts.") && e.message.contains(says),
+                "{bad}: {e}"
+            );
+        }
+        let routes = |model: &str, adapter: &str| {
+            format!("[agents.l.versions.v1]\nprovider = {{ type = \"local\", model = \"{model}\", adapter = \"{adapter}\" }}\n{BASE}")
+        };
+        assert!(load(&routes("s3://models/qwen", "s3://adapters/a1")).is_ok());
+        let e = load(&routes("/m", "..")).unwrap_err();
+        assert!(e.message.contains("not starting with `.`"), "{e}");
+        let e = load(&routes("s3:///x", "a1")).unwrap_err();
+        assert!(e.message.contains("names no bucket"), "{e}");
+    }
+
+    #[test]
     fn a_typo_names_the_key() {
         let e = load(&format!("{BASE}tempreature = 0.3\n")).unwrap_err();
         assert!(e.message.contains("tempreature"), "{e}");
