@@ -234,6 +234,30 @@ impl Artefacts {
     }
 }
 
+/// [`Artefacts::checkpoint`] for synchronous code (a process starting up),
+/// inside a runtime or not: on a thread of its own with its own runtime
+/// and clients.
+pub fn checkpoint_blocking(config: &ArtefactsConfig, model: &str) -> Result<PathBuf> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| error::failed("starting a runtime to fetch with", e))?;
+                let artefacts = Artefacts::new(config)?;
+                runtime.block_on(artefacts.checkpoint(model))
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(error::failed(
+                    format!("fetching {model}"),
+                    "the fetching thread panicked",
+                ))
+            })
+    })
+}
+
 /// The name an adapter is loaded under by the engine and kept under in the
 /// `adapters_dir`: a name is itself; a URL becomes its last segment and a
 /// hash of the whole URL (`lora-3f9a0c12d4e5`), a safe directory name.

@@ -7,10 +7,10 @@ use hone_config::ArtefactsConfig;
 use object_store::ObjectStoreExt;
 use std::path::{Path, PathBuf};
 
-/// Where the shared store of a test lives.
+/// Where the shared store of a test lives (kept alive for the test).
 enum Shared {
-    Dir(tempfile::TempDir),
-    S3(LocalS3),
+    Dir { _root: tempfile::TempDir },
+    S3 { _server: LocalS3 },
 }
 
 struct Setup {
@@ -34,7 +34,7 @@ impl Setup {
             cache_dir: work.path().join("models"),
         };
         Setup {
-            shared: Shared::Dir(shared),
+            shared: Shared::Dir { _root: shared },
             config,
             work,
         }
@@ -54,7 +54,7 @@ impl Setup {
         let work = tempfile::tempdir().unwrap();
         let config = server.config("artefacts", "hone", &work.path().join("models"));
         Some(Setup {
-            shared: Shared::S3(server),
+            shared: Shared::S3 { _server: server },
             config,
             work,
         })
@@ -66,8 +66,8 @@ impl Setup {
 
     fn name(&self) -> &'static str {
         match self.shared {
-            Shared::Dir(_) => "dir",
-            Shared::S3(_) => "s3",
+            Shared::Dir { .. } => "dir",
+            Shared::S3 { .. } => "s3",
         }
     }
 

@@ -230,6 +230,14 @@ impl Engine {
             .collect()
     }
 
+    /// Whether adapter `name` is loaded.
+    pub fn has_adapter(&self, name: &str) -> bool {
+        self.adapters
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(name)
+    }
+
     /// The resident adapter `name`, loading it from `adapters_dir` on first use.
     pub fn adapter(&self, name: &str) -> Result<Arc<Adapter>> {
         if let Some(resident) = self.adapters.read().unwrap_or_else(PoisonError::into_inner).get(name) {

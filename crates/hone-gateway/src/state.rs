@@ -43,6 +43,8 @@ pub struct AppState {
     pub started_at: i64,
     /// The same store, seen as the learner's (deployments live there).
     pub cycles: Arc<dyn CycleStore>,
+    /// Adapters and checkpoints fetched by name or URL (`hone-artefacts`).
+    pub artefacts: Arc<hone_artefacts::Artefacts>,
     /// Successful episodes retrieved as few-shot examples.
     pub memory: crate::memory::EpisodicMemory,
     /// Which agent owns each episode id.
@@ -89,10 +91,13 @@ impl AppState {
                 .map_err(StartError::Thread)?;
         }
 
+        let artefacts = Arc::new(
+            hone_artefacts::Artefacts::new(&config.artefacts).map_err(|e| StartError::Provider(e.to_string()))?,
+        );
         let mut providers = Providers::new();
         for (name, provider) in &config.providers {
             let entry = ProviderEntry {
-                provider: AnyProvider::from_config(provider).map_err(StartError::Provider)?,
+                provider: AnyProvider::from_config(provider, &artefacts).map_err(StartError::Provider)?,
                 config: provider.clone(),
             };
             providers.insert(name.clone(), Arc::new(entry));
@@ -146,9 +151,15 @@ impl AppState {
             .flat_map(|v| &v.spec.routes)
         {
             if let Some(AnyProvider::Local(local)) = providers.get(&route.provider).map(|e| &e.provider) {
+                if hone_config::is_artefact_url(&route.model) {
+                    hone_artefacts::checkpoint_blocking(&config.artefacts, &route.model)
+                        .map_err(|e| StartError::Provider(format!("cannot fetch checkpoint {}: {e}", route.model)))?;
+                }
                 let engine = local.engine(&route.model).map_err(StartError::Provider)?;
                 if let Some(adapter) = &route.adapter {
-                    if let Err(e) = engine.adapter(adapter) {
+                    // Not here yet (published elsewhere, or named by URL): fetched on first use.
+                    let name = hone_artefacts::local_adapter_name(adapter);
+                    if let Err(e) = engine.adapter(&name) {
                         // The trainer may not have written it yet; calls fail until it exists.
                         tracing::warn!(provider = %route.provider, adapter = %adapter, error = %e, "adapter not available yet");
                     }
@@ -183,6 +194,7 @@ impl AppState {
             tasks: TaskTracker::new(),
             started_at: now / 1000,
             cycles,
+            artefacts,
             memory,
             owners: crate::owners::EpisodeOwners::default(),
             observed_versions: Default::default(),

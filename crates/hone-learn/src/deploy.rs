@@ -5,7 +5,8 @@
 
 use crate::client::GatewayClient;
 use crate::error::{LearnError, Result};
-use hone_config::{AgentConfig, Config, ProviderKind};
+use hone_artefacts::{local_adapter_name, Artefacts};
+use hone_config::{is_artefact_url, AgentConfig, Config, ProviderKind};
 use hone_store::{CandidateUpdate, CycleStore};
 use hone_types::time::now_ms;
 use hone_types::{Alert, Candidate, CandidateStatus, Deployment, HistoryEvent, VersionId};
@@ -40,15 +41,17 @@ pub fn current(store: &dyn CycleStore, agent: &AgentConfig) -> Result<(Deploymen
 }
 
 /// Makes the candidate's adapters servable: the embedded engine hot-swaps an
-/// adapter found in its directory on first use; an OpenAI-compatible server
-/// (vLLM) is asked to load it by the gateway (`POST /admin/adapters`, which
-/// calls the server's `/v1/load_lora_adapter`). Any failure refuses the
-/// deploy.
+/// adapter found in its directory on first use (each replica fetches it from
+/// the shared artefact store first, when one is configured); an
+/// OpenAI-compatible server (vLLM) is asked to load it by the gateway (`POST
+/// /admin/adapters`, which calls the server's `/v1/load_lora_adapter`). Any
+/// failure refuses the deploy.
 pub async fn prepare_adapters(
     config: &Config,
     gateway: &GatewayClient,
     candidate: &hone_types::VersionSpec,
 ) -> Result<Vec<String>> {
+    let artefacts = Artefacts::new(&config.artefacts).map_err(|e| LearnError::config(e.to_string()))?;
     let mut done = Vec::new();
     for route in &candidate.routes {
         let Some(adapter) = &route.adapter else { continue };
@@ -56,20 +59,25 @@ pub async fn prepare_adapters(
             .providers
             .get(&route.provider)
             .ok_or_else(|| LearnError::config(format!("provider `{}` is not configured", route.provider)))?;
-        let path = config.adapters_dir(&route.provider).join(adapter);
+        let path = config.adapters_dir(&route.provider).join(local_adapter_name(adapter));
         match provider.kind {
             ProviderKind::Local => {
-                if !path.join("adapter_config.json").exists() {
-                    return Err(LearnError::state(format!(
-                        "adapter `{adapter}` is not in {}",
-                        path.display()
-                    )));
-                }
                 done.push(format!(
-                    "adapter {adapter} ready for the embedded engine (hot-swapped on first use)"
+                    "adapter {adapter} {} for the embedded engine (hot-swapped on first use)",
+                    reachable(&artefacts, adapter, &path).await?
                 ));
             }
+            ProviderKind::OpenAi if is_artefact_url(adapter) => {
+                return Err(LearnError::config(format!(
+                    "provider `{}` loads adapters by name from its adapter directory, not by URL (`{adapter}`)",
+                    route.provider
+                )))
+            }
             ProviderKind::OpenAi => {
+                // Without a shared store the path is the server's to read.
+                if artefacts.shared_url().is_some() {
+                    reachable(&artefacts, adapter, &path).await?;
+                }
                 let absolute = std::path::absolute(&path).unwrap_or(path);
                 gateway
                     .load_adapter(&route.provider, adapter, &absolute.display().to_string())
@@ -88,6 +96,38 @@ pub async fn prepare_adapters(
         }
     }
     Ok(done)
+}
+
+/// Where every replica will find `adapter` (kept locally at `path` here):
+/// named by URL; published in the shared store (published now when only
+/// this machine has it); or, without a shared store, in `path`.
+async fn reachable(artefacts: &Artefacts, adapter: &str, path: &std::path::Path) -> Result<String> {
+    let failed = |e: hone_artefacts::ArtefactError| LearnError::state(e.to_string());
+    if is_artefact_url(adapter) {
+        return Ok("is named by URL: each replica fetches it".to_owned());
+    }
+    let here = path.join("adapter_config.json").exists();
+    let Some(url) = artefacts.adapter_url(adapter) else {
+        return if here {
+            Ok("ready".to_owned())
+        } else {
+            Err(LearnError::state(format!(
+                "adapter `{adapter}` is not in {}",
+                path.display()
+            )))
+        };
+    };
+    if artefacts.published_adapter(adapter).await.map_err(failed)?.is_some() {
+        return Ok(format!("is published at {url}: each replica fetches it"));
+    }
+    if !here {
+        return Err(LearnError::state(format!(
+            "adapter `{adapter}` is neither published at {url} nor in {}",
+            path.display()
+        )));
+    }
+    artefacts.publish_adapter(adapter, path).await.map_err(failed)?;
+    Ok(format!("published now at {url}: each replica fetches it"))
 }
 
 /// What a deployment change did.

@@ -464,6 +464,72 @@ async fn an_examples_version_shows_the_most_similar_successful_episodes() {
     assert_eq!(episode.calls[0].request.messages.len(), 1);
 }
 
+/// With a shared artefact store, an adapter trained on another machine and
+/// published there reaches vLLM: the gateway fetches it into the directory
+/// vLLM reads before asking it to load; an adapter only this learner holds
+/// is published first; one nowhere to be found refuses the deploy.
+#[tokio::test]
+async fn a_deploy_to_vllm_fetches_the_published_adapter_into_the_directory_it_reads() {
+    let w = World::start_with(&format!("{STORY}\n[artefacts]\nurl = \"file://DATA/shared\"\n")).await;
+    let reference = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/reference/adapters/qwen2"
+    ));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let trained = elsewhere.path().join("story-9-grpo");
+    std::fs::create_dir_all(&trained).unwrap();
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(reference.join(file), trained.join(file)).unwrap();
+    }
+    let artefacts = hone_artefacts::Artefacts::new(&w.config.artefacts).unwrap();
+    artefacts
+        .publish_adapter("story-9-grpo", &trained)
+        .await
+        .unwrap()
+        .unwrap();
+    let vllm_dir = w.config.adapters_dir("up");
+    assert!(!vllm_dir.join("story-9-grpo").exists());
+
+    let mut spec = w.config.agents["story"].versions["v1"].spec.clone();
+    spec.routes[0].adapter = Some("story-9-grpo".into());
+    let done = deploy::prepare_adapters(&w.config, &w.client(), &spec).await.unwrap();
+    assert_eq!(done, ["adapter story-9-grpo loaded by `up`"]);
+    let loads = w.upstream.lora_loads.lock().unwrap().clone();
+    let path = std::path::PathBuf::from(loads[0]["lora_path"].as_str().unwrap());
+    assert_eq!(path, std::path::absolute(vllm_dir.join("story-9-grpo")).unwrap());
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        assert_eq!(
+            std::fs::read(path.join(file)).unwrap(),
+            std::fs::read(trained.join(file)).unwrap(),
+            "{file} as vLLM reads it"
+        );
+    }
+
+    // Only here: published by the deploy, so every replica can reach it.
+    let local_only = vllm_dir.join("story-10-sft");
+    std::fs::create_dir_all(&local_only).unwrap();
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(reference.join(file), local_only.join(file)).unwrap();
+    }
+    spec.routes[0].adapter = Some("story-10-sft".into());
+    deploy::prepare_adapters(&w.config, &w.client(), &spec).await.unwrap();
+    assert!(artefacts.published_adapter("story-10-sft").await.unwrap().is_some());
+
+    spec.routes[0].adapter = Some("story-11-dpo".into());
+    let e = deploy::prepare_adapters(&w.config, &w.client(), &spec)
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("neither published at file://") && e.contains("story-11-dpo"),
+        "{e}"
+    );
+    assert_eq!(
+        w.upstream.lora_loads.lock().unwrap().len(),
+        2,
+        "vLLM was asked for a missing adapter"
+    );
+}
+
 #[tokio::test]
 async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() {
     let w = World::start_with(STORY).await;

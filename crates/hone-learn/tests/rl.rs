@@ -350,6 +350,53 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
     );
 }
 
+/// With a shared artefact store the adapter a cycle trains is published
+/// there before any candidate names it, byte for byte; the champion's base
+/// checkpoint, named by URL, is fetched into the cache by the gateway and
+/// trained on by the learner from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trained_adapter_is_published_before_a_candidate_names_it() {
+    let model = tiny_checkpoint();
+    let url = format!("file://{}", model.path().display());
+    let config = format!(
+        "[providers.local]\ntype = \"local\"\n[agents.pub.versions.v1]\nprovider = {{ type = \"local\", model = {url:?} }}\n\
+         temperature = 1.0\nmax_tokens = 6\n[agents.pub.deployment]\nchampion = \"v1\"\n\
+         [agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
+         pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+         [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1\n\
+         [artefacts]\nurl = \"file://DATA/shared\"\n"
+    );
+    let w = World::start_with(&config).await;
+    let cached: Vec<_> = std::fs::read_dir(&w.config.artefacts.cache_dir).unwrap().collect();
+    assert_eq!(cached.len(), 1, "the gateway fetched the base checkpoint once");
+    let (cycle, log) = one_cycle(&w, "pub", "sft", 8).await;
+    let name = format!("{}-sft", cycle.id);
+    assert!(
+        log.contains(&format!("sft: adapter {name} published to file://")),
+        "{log}"
+    );
+    let candidate = &w.store.candidates("pub", Some(&cycle.id)).unwrap()[0];
+    assert_eq!(adapter_of(&w, &candidate.version_id), Some(name.clone()));
+
+    let artefacts = hone_artefacts::Artefacts::new(&w.config.artefacts).unwrap();
+    let published = artefacts.published_adapter(&name).await.unwrap().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let pulled = elsewhere.path().join(&name);
+    let manifest = artefacts
+        .pull(&artefacts.adapter_url(&name).unwrap(), &pulled)
+        .await
+        .unwrap();
+    assert_eq!(manifest.sha256, published.sha256);
+    let trained = w.config.adapters_dir("local").join(&name);
+    for file in ["adapter_config.json", "adapter_model.safetensors"] {
+        assert_eq!(
+            std::fs::read(pulled.join(file)).unwrap(),
+            std::fs::read(trained.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+}
+
 /// `groups = "production"`: GRPO on the train half's production episodes
 /// with their own rewards, no rollout. Served by the champion they are on
 /// its policy (ratio 1 on the first step); once another version is the

@@ -8,7 +8,9 @@
 //! `commands/` (and `Common` in `context.rs`), so that imports point from
 //! here to the commands and never back. No command logic goes here.
 
-use crate::commands::{bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, store, train};
+use crate::commands::{
+    artefacts, bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, store, train,
+};
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -81,6 +83,11 @@ pub enum Command {
     Store {
         #[command(subcommand)]
         command: store::StoreCommand,
+    },
+    /// Adapters and checkpoints in the shared artefact store: list, push, pull.
+    Artefacts {
+        #[command(subcommand)]
+        command: artefacts::ArtefactsCommand,
     },
     /// Rewards of recorded episodes.
     Rewards {
@@ -287,6 +294,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Train { algorithm, args } => train::run(algorithm, *args),
         Command::Rewards { command } => rewards::run(command),
         Command::Store { command } => store::run(command),
+        Command::Artefacts { command } => artefacts::run(command).map(|()| ExitCode::SUCCESS),
         Command::Dataset { command } => dataset::run(command),
         Command::Eval(args) => eval::run(args),
         Command::Learn(args) => learn::run(args),

@@ -1,7 +1,9 @@
 //! `type = "local"`: answers from the embedded engine (`hone-engine`),
 //! in-process. The route's `model` is a checkpoint directory and its
 //! `adapter` a LoRA adapter; one engine is loaded per directory and shared by
-//! every version that names it.
+//! every version that names it. Either may be named by URL, and an adapter
+//! this replica does not hold is fetched from the shared artefact store
+//! (`hone-artefacts`) before the request is queued.
 //!
 //! The request's messages and tools are rendered through the model's own
 //! chat template; Hermes-style `<tool_call>` blocks in the answer become
@@ -11,7 +13,8 @@
 //! recorded call holds exactly what the trainer needs.
 
 use super::{ChunkStream, Provider, ProviderError, StreamEvent};
-use hone_config::{LocalDType, LocalOptions, ProviderConfig};
+use hone_artefacts::{local_adapter_name, Artefacts};
+use hone_config::{is_artefact_url, LocalDType, LocalOptions, ProviderConfig};
 use hone_engine::engine::{Engine, EngineOptions, Event, Request};
 use hone_engine::{Generation, Sampling};
 use hone_types::call::{PROMPT_TOKEN_IDS, TOKEN_IDS, TOKEN_LOGPROBS};
@@ -33,12 +36,13 @@ pub struct LocalProvider {
     name: String,
     options: LocalOptions,
     adapters_dir: PathBuf,
+    artefacts: Arc<Artefacts>,
     /// Checkpoint directory (as the route names it) → its engine.
     engines: Mutex<HashMap<String, Arc<Engine>>>,
 }
 
 impl LocalProvider {
-    pub fn new(config: &ProviderConfig) -> Result<Self, String> {
+    pub fn new(config: &ProviderConfig, artefacts: Arc<Artefacts>) -> Result<Self, String> {
         let options = config
             .local
             .clone()
@@ -49,6 +53,7 @@ impl LocalProvider {
             name: config.name.clone(),
             options,
             adapters_dir,
+            artefacts,
             engines: Mutex::new(HashMap::new()),
         })
     }
@@ -59,8 +64,37 @@ impl LocalProvider {
         &self.adapters_dir
     }
 
+    /// Makes what `route` names present here: a checkpoint or adapter named
+    /// by URL, or an adapter published to the shared store, is fetched on
+    /// first use (once per replica; later calls find it on disk or loaded).
+    pub async fn checkout(&self, route: &Route) -> Result<(), String> {
+        let loaded = self
+            .engines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&route.model)
+            .cloned();
+        if loaded.is_none() && is_artefact_url(&route.model) {
+            self.artefacts
+                .checkpoint(&route.model)
+                .await
+                .map_err(|e| format!("provider `{}` cannot fetch checkpoint {}: {e}", self.name, route.model))?;
+        }
+        if let Some(adapter) = &route.adapter {
+            let resident = loaded.is_some_and(|engine| engine.has_adapter(&local_adapter_name(adapter)));
+            if !resident {
+                self.artefacts
+                    .adapter(adapter, &self.adapters_dir)
+                    .await
+                    .map_err(|e| format!("provider `{}` cannot fetch adapter `{adapter}`: {e}", self.name))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The engine serving `model`, loaded on first use (blocking: call it
-    /// off the event loop).
+    /// off the event loop). A checkpoint named by URL must have been
+    /// fetched (`checkout`).
     pub fn engine(&self, model: &str) -> Result<Arc<Engine>, String> {
         let mut engines = self.engines.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(engine) = engines.get(model) {
@@ -76,8 +110,15 @@ impl LocalProvider {
             LocalDType::Bf16 => candle_core::DType::BF16,
             LocalDType::F16 => candle_core::DType::F16,
         };
+        let dir = self.artefacts.checkpoint_dir(model);
+        if is_artefact_url(model) && !dir.is_dir() {
+            return Err(format!(
+                "provider `{}`: checkpoint {model} has not been fetched yet",
+                self.name
+            ));
+        }
         let engine = Engine::load(
-            Path::new(model),
+            &dir,
             EngineOptions {
                 dtype,
                 device,
@@ -109,6 +150,8 @@ impl LocalProvider {
         request: &ChatCompletionRequest,
         route: &Route,
     ) -> Result<(Prepared, tokio::sync::mpsc::UnboundedReceiver<Event>), ProviderError> {
+        // What the route names not being here is the deployment's fault.
+        self.checkout(route).await.map_err(internal)?;
         let loaded = self
             .engines
             .lock()
@@ -219,7 +262,7 @@ fn prepare(engine: &Arc<Engine>, request: &ChatCompletionRequest, route: &Route)
                 },
             },
             n: request.n.unwrap_or(1).max(1) as usize,
-            adapter: route.adapter.clone(),
+            adapter: route.adapter.as_deref().map(local_adapter_name),
             stop: request.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         },
         engine: engine.clone(),

@@ -13,11 +13,13 @@ pub use openai::OpenAiProvider;
 
 use bytes::Bytes;
 use futures::Stream;
+use hone_artefacts::Artefacts;
 use hone_config::{ProviderConfig, ProviderKind};
 use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse};
 use hone_types::Route;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why one attempt failed.
@@ -115,7 +117,7 @@ pub enum AnyProvider {
 }
 
 impl AnyProvider {
-    pub fn from_config(config: &ProviderConfig) -> Result<Self, String> {
+    pub fn from_config(config: &ProviderConfig, artefacts: &Arc<Artefacts>) -> Result<Self, String> {
         let api_key = config.api_key_env.as_ref().and_then(|name| match std::env::var(name) {
             Ok(key) if !key.is_empty() => Some(key),
             _ => {
@@ -126,7 +128,7 @@ impl AnyProvider {
         Ok(match config.kind {
             ProviderKind::OpenAi => AnyProvider::OpenAi(OpenAiProvider::new(config, api_key)?),
             ProviderKind::Anthropic => AnyProvider::Anthropic(AnthropicProvider::new(config, api_key)?),
-            ProviderKind::Local => AnyProvider::Local(LocalProvider::new(config)?),
+            ProviderKind::Local => AnyProvider::Local(LocalProvider::new(config, artefacts.clone())?),
         })
     }
 

@@ -16,6 +16,11 @@
 //! For an OpenAI-compatible `provider` the path is the upstream's to read
 //! (it may run elsewhere): it must lie lexically inside that provider's
 //! adapter directory, and the upstream's refusal is answered as a 400.
+//!
+//! With a shared artefact store (`[artefacts] url`), a path that names
+//! `<adapter directory>/<name>` where nothing is yet is first filled with
+//! the adapter published as `name` — so a vLLM reading the same directory
+//! loads what a learner on another machine trained.
 
 use super::{json_response, parse_json, read_body};
 use crate::error::{ApiError, ErrorKind};
@@ -117,6 +122,33 @@ fn confine(raw: &str, roots: &[&std::path::Path]) -> Result<std::path::PathBuf, 
     Ok(dir)
 }
 
+/// Fetches the adapter published as `<name>` into `path` when `path` is
+/// `<root>/<name>`, holds no adapter, and a shared artefact store is
+/// configured. Nothing published there is not an error here: loading then
+/// says the directory is missing.
+async fn fetch_published(state: &AppState, path: &std::path::Path, root: &std::path::Path) -> Result<(), ApiError> {
+    if state.artefacts.shared_url().is_none() || path.join("adapter_config.json").exists() {
+        return Ok(());
+    }
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
+    let Some(name) = path
+        .strip_prefix(&root)
+        .ok()
+        .and_then(|relative| relative.to_str())
+        .filter(|name| hone_config::is_adapter_name(name))
+    else {
+        return Ok(());
+    };
+    match state.artefacts.adapter(name, &root).await {
+        Ok(_) | Err(hone_artefacts::ArtefactError::NotFound(_)) => Ok(()),
+        Err(e) => Err(ApiError::new(
+            ErrorKind::Upstream,
+            "adapter_fetch_failed",
+            e.to_string(),
+        )),
+    }
+}
+
 /// `raw` (relative to `root`, or absolute) as an absolute path that stays
 /// inside `root` without reading the file system: for a path an upstream
 /// on another machine reads.
@@ -214,6 +246,7 @@ pub async fn load(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     {
         let root = state.config.adapters_dir(provider);
         let path = confine_lexically(&request.path, &root)?;
+        fetch_published(&state, &path, &root).await?;
         openai
             .load_lora_adapter(&request.name, &path.display().to_string())
             .await
@@ -221,6 +254,12 @@ pub async fn load(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
         return Ok(json_response(
             &json!({"name": request.name, "provider": provider, "path": path.display().to_string(), "loaded": true}),
         ));
+    }
+    if let Ok([local]) = local_providers(&state, request.provider.as_deref()).as_deref() {
+        let root = local.adapters_dir().to_path_buf();
+        if let Ok(path) = confine_lexically(&request.path, &root) {
+            fetch_published(&state, &path, &root).await?;
+        }
     }
     let task_state = state.clone();
     // Loading reads files (and may load the model): off the event loop.

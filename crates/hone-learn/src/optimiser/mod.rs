@@ -67,6 +67,9 @@ pub struct ProposeContext<'a> {
     pub via: &'a crate::eval::Target,
     /// Where trained adapters go (`<adapters_dir>/<name>`).
     pub adapters_dir: PathBuf,
+    /// Where they are published, and base checkpoints and parent adapters
+    /// fetched from.
+    pub artefacts: &'a hone_artefacts::Artefacts,
     /// Earlier successes the weight optimisers replay (`replay.rs`).
     pub replay: &'a replay::Replay,
     /// What this optimiser may still spend calling models (its budget and

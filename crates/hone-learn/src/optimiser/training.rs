@@ -6,7 +6,12 @@
 //! The adapter is trained into `<adapters_dir>/<name>.partial` and renamed
 //! to `<adapters_dir>/<name>` when complete, so a crash never leaves a
 //! half-written adapter under a name a version uses; a resumed cycle finds
-//! the finished adapter and proposes it without training again.
+//! the finished adapter and proposes it without training again. With a
+//! shared artefact store the adapter is published there before it is
+//! proposed (no version ever names an adapter a replica cannot fetch), and
+//! a learner on a fresh machine fetches the base checkpoint, the parent
+//! adapter and an adapter this cycle already published instead of
+//! training again.
 
 use super::{describe_diff, Proposal, ProposeContext};
 use crate::dataset::{export_rows, ExportFormat};
@@ -45,12 +50,12 @@ impl Method {
     }
 }
 
-/// The champion's base model directory, when it runs on the embedded engine
-/// (training needs the weights); otherwise why not.
-pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(PathBuf, Option<String>), String> {
+/// The champion's base checkpoint (a directory or URL) and adapter, when it
+/// runs on the embedded engine (training needs the weights); otherwise why not.
+pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(String, Option<String>), String> {
     let route = ctx.champion.routes.first().ok_or("the champion has no route")?;
     match ctx.config.providers.get(&route.provider).map(|p| p.kind) {
-        Some(ProviderKind::Local) => Ok((PathBuf::from(&route.model), route.adapter.clone())),
+        Some(ProviderKind::Local) => Ok((route.model.clone(), route.adapter.clone())),
         _ => Err(format!(
             "the champion runs on provider `{}`, not the embedded engine; weight training needs its weights on a `local` provider",
             route.provider
@@ -120,15 +125,33 @@ pub async fn propose_adapter(
     examples: Examples,
 ) -> Result<Vec<Proposal>, LearnError> {
     let lines = examples.count;
-    let (base, parent_adapter) = match local_base(ctx) {
+    let (model, parent_adapter) = match local_base(ctx) {
         Ok(found) => found,
         Err(why) => {
             (ctx.progress)(&format!("{}: {why}; nothing proposed", method.name()));
             return Ok(Vec::new());
         }
     };
+    let fetch_failed = |e: hone_artefacts::ArtefactError| LearnError::training(e.to_string());
     let name = format!("{}-{}", ctx.cycle_id, method.name());
     let done = ctx.adapters_dir.join(&name);
+    if !done.join("adapter_config.json").exists()
+        && ctx
+            .artefacts
+            .published_adapter(&name)
+            .await
+            .map_err(fetch_failed)?
+            .is_some()
+    {
+        (ctx.progress)(&format!(
+            "{}: adapter {name} was published earlier; fetching it",
+            method.name()
+        ));
+        ctx.artefacts
+            .adapter(&name, &ctx.adapters_dir)
+            .await
+            .map_err(fetch_failed)?;
+    }
     let resumed = done.join("adapter_config.json").exists();
     if resumed {
         (ctx.progress)(&format!("{}: adapter {name} already trained (resumed)", method.name()));
@@ -151,16 +174,40 @@ pub async fn propose_adapter(
             },
             spec.steps
         ));
+        let base = ctx.artefacts.checkpoint(&model).await.map_err(fetch_failed)?;
+        let parent = match &parent_adapter {
+            Some(adapter) => Some(
+                ctx.artefacts
+                    .adapter(adapter, &ctx.adapters_dir)
+                    .await
+                    .map_err(fetch_failed)?,
+            ),
+            None => None,
+        };
         let job = Job {
             method,
             spec: spec.clone(),
             replay: replay_settings(ctx),
             base,
-            parent: parent_adapter.map(|a| ctx.adapters_dir.join(a)),
+            parent,
             adapters_dir: ctx.adapters_dir.clone(),
             name: name.clone(),
         };
         tokio::task::spawn_blocking(move || train(&job, &examples)).await??;
+    }
+    if let Some(manifest) = ctx
+        .artefacts
+        .publish_adapter(&name, &done)
+        .await
+        .map_err(fetch_failed)?
+    {
+        (ctx.progress)(&format!(
+            "{}: adapter {name} published to {} (sha256 {}, {})",
+            method.name(),
+            ctx.artefacts.adapter_url(&name).unwrap_or_default(),
+            manifest.short(),
+            hone_artefacts::human_bytes(manifest.bytes())
+        ));
     }
     let training = summary(&done, lines, ctx.replay.calls.len() as u64)?;
     let mut child = ctx.champion.clone();

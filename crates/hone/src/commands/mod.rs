@@ -2,6 +2,7 @@
 //! (and the clap arguments of its own sub-commands); what several families
 //! need lives in `context.rs` or `output.rs`, never in a sibling here.
 
+pub mod artefacts;
 pub mod bench;
 pub mod config;
 pub mod dataset;

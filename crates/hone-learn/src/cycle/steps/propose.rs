@@ -35,6 +35,8 @@ pub(super) async fn run(
     let adapters_dir = learner
         .config
         .adapters_dir(champion.spec.routes.first().map_or("", |r| r.provider.as_str()));
+    let artefacts =
+        hone_artefacts::Artefacts::new(&learner.config.artefacts).map_err(|e| LearnError::config(e.to_string()))?;
     let replay = replay_buffer(learner, agent, &detail, &evaluator.rewarder.spec_version)?;
     let now = now_ms();
     let (mut versions, mut candidates, mut events) = (Vec::new(), Vec::new(), Vec::new());
@@ -72,6 +74,7 @@ pub(super) async fn run(
             evaluator: &evaluator,
             via: &via,
             adapters_dir: adapters_dir.clone(),
+            artefacts: &artefacts,
             replay: &replay,
             meter: &meter,
             evidence: &evidence,
