@@ -41,7 +41,7 @@ impl Place {
             if create {
                 std::fs::create_dir_all(path).map_err(|e| failed(format!("cannot create {path}"), e))?;
             }
-            let store = LocalFileSystem::new_with_prefix(path).map_err(|e| failed(format!("{url}"), e))?;
+            let store = LocalFileSystem::new_with_prefix(path).map_err(|e| failed(url, e))?;
             return Ok(Place {
                 store: Arc::new(store),
                 prefix: Key::default(),
@@ -71,10 +71,10 @@ impl Place {
         if let Some(allow) = config.allow_http {
             builder = builder.with_allow_http(allow);
         }
-        let store = builder.build().map_err(|e| failed(format!("{url}"), e))?;
+        let store = builder.build().map_err(|e| failed(url, e))?;
         Ok(Place {
             store: Arc::new(store),
-            prefix: Key::parse(prefix).map_err(|e| failed(format!("{url}"), e))?,
+            prefix: Key::parse(prefix).map_err(|e| failed(url, e))?,
             url: url.to_owned(),
         })
     }

@@ -354,3 +354,198 @@ async fn hone_store_migrate_moves_a_served_sqlite_store_to_postgres() {
         assert!(store.call(hone_types::CallId::parse(call).unwrap()).unwrap().is_some());
     }
 }
+
+/// The S3-compatible server of a test; `None` where moto is not installed
+/// and `HONE_REQUIRE_S3` is not set.
+fn object_storage() -> Option<hone_artefacts::LocalS3> {
+    if !hone_artefacts::LocalS3::available() {
+        assert!(
+            std::env::var("HONE_REQUIRE_S3").is_err(),
+            "HONE_REQUIRE_S3 is set but moto's S3 server is not installed (pip install 'moto[server]')"
+        );
+        eprintln!("SKIPPED: moto's S3 server is not installed (pip install 'moto[server]')");
+        return None;
+    }
+    Some(hone_artefacts::LocalS3::start().unwrap())
+}
+
+/// `hone ARGS…`; its stdout, which must be a success.
+fn hone_cli(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "hone {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The first token's logprob of a seeded answer of `replica`, and the
+/// version that answered.
+async fn first_logprob(replica: &Hone) -> (f64, String) {
+    let response = client()
+        .post(replica.url("/v1/chat/completions"))
+        .json(&serde_json::json!({
+            "model": "assistant", "seed": 5, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hello there"}]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", replica.log());
+    let version = response.headers()["x-hone-version"].to_str().unwrap().to_owned();
+    let body: serde_json::Value = response.json().await.unwrap();
+    (body["choices"][0]["token_logprobs"][0].as_f64().unwrap(), version)
+}
+
+/// Issue 21, point 4: the base checkpoint and the adapters live in object
+/// storage (S3's wire format, moto's server). Two replicas with their own
+/// data directories fetch the checkpoint a version names by URL at start;
+/// when the learner deploys a version naming an adapter published there,
+/// each replica fetches it on first use — byte for byte — and both answer
+/// alike, differently from the base. `hone artefacts` pushes, lists and
+/// pulls (for a vLLM host) the same store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_serves_the_adapter_a_deployed_version_names_from_object_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(db) = database(&dir.path().join("pg")) else {
+        return;
+    };
+    let Some(s3) = object_storage() else {
+        return;
+    };
+    s3.create_bucket("hone").unwrap();
+    let artefacts = s3.toml("hone", "prod");
+    let cli_config = dir.path().join("cli.toml");
+    std::fs::write(&cli_config, &artefacts).unwrap();
+    let cli = cli_config.to_str().unwrap();
+
+    // A checkpoint and an adapter trained elsewhere, pushed with the CLI.
+    let model = dir.path().join("model");
+    let model_dir = model.to_str().unwrap();
+    hone_cli(&[
+        "model", "init", "--arch", "qwen2", "--preset", "tiny", "--seed", "3", "--out", model_dir,
+    ]);
+    let pushed = hone_cli(&[
+        "artefacts",
+        "push",
+        model_dir,
+        "--to",
+        "s3://hone/models/tiny",
+        "-c",
+        cli,
+    ]);
+    assert!(pushed.starts_with("s3://hone/models/tiny\tsha256 "), "{pushed}");
+    let reference = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/reference/adapters/qwen2"
+    ));
+    let pushed = hone_cli(&[
+        "artefacts",
+        "push",
+        reference.to_str().unwrap(),
+        "--name",
+        "tuned",
+        "-c",
+        cli,
+    ]);
+    assert!(pushed.starts_with("s3://hone/prod/adapters/tuned\tsha256 "), "{pushed}");
+    let listed = hone_cli(&["artefacts", "list", "-c", cli]);
+    assert!(listed.lines().any(|l| l.starts_with("tuned ")), "{listed}");
+
+    let text = on_postgres(
+        &db.url,
+        &format!(
+            "{artefacts}[providers.local]\ntype = \"local\"\n\
+             [agents.assistant.versions.v1]\nprovider = {{ type = \"local\", model = \"s3://hone/models/tiny\" }}\n\
+             temperature = 1.0\n[agents.assistant.deployment]\nchampion = \"v1\"\n"
+        ),
+    );
+    let a = Hone::start(&text);
+    let b = Hone::start(&text);
+    a.wait_caught_up();
+    b.wait_caught_up();
+    let (base_a, _) = first_logprob(&a).await;
+    let (base_b, _) = first_logprob(&b).await;
+    assert_eq!(base_a, base_b, "two replicas of one checkpoint answer alike");
+    for replica in [&a, &b] {
+        let cached: Vec<_> = std::fs::read_dir(replica.dir.join("data/models")).unwrap().collect();
+        assert_eq!(cached.len(), 1, "each replica keeps its own copy of the checkpoint");
+        assert!(!replica.dir.join("data/adapters/tuned").exists());
+    }
+
+    // The learner deploys a version naming the published adapter.
+    let store = PostgresStore::connect(&db.url, 2).unwrap();
+    let v1 = version_labelled(&store, "v1");
+    let mut spec = store.version(&v1).unwrap().unwrap().spec;
+    spec.routes[0].adapter = Some("tuned".into());
+    let v2 = spec.id();
+    store
+        .upsert_versions(&[hone_types::VersionRecord {
+            id: v2.clone(),
+            agent: "assistant".into(),
+            label: None,
+            spec,
+            parent: Some(v1.clone()),
+            created_by: "sft".into(),
+            created_at: hone_types::time::now_ms(),
+        }])
+        .unwrap();
+    let promoted = Deployment {
+        agent: "assistant".into(),
+        champion: v2.clone(),
+        canary: None,
+        canary_share: 0.0,
+        canary_since: None,
+        previous: vec![v1.clone()],
+        revision: 0,
+        source: "learner".into(),
+        updated_at: 0,
+    };
+    assert!(store
+        .change_deployment(&promoted, None, &[], &[], None, hone_types::time::now_ms())
+        .unwrap());
+    let mut tuned = Vec::new();
+    for replica in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (logprob, version) = first_logprob(replica).await;
+            if version == v2.as_str() {
+                tuned.push(logprob);
+                break;
+            }
+            assert!(Instant::now() < deadline, "a replica never served the deployed version");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for file in ["adapter_config.json", "adapter_model.safetensors"] {
+            assert_eq!(
+                std::fs::read(replica.dir.join("data/adapters/tuned").join(file)).unwrap(),
+                std::fs::read(reference.join(file)).unwrap(),
+                "{file} as the replica fetched it"
+            );
+        }
+        let loaded = crate::support::get_json(&replica.url("/admin/adapters")).await;
+        assert_eq!(loaded["data"][0]["name"], "tuned", "{loaded}");
+    }
+    assert_eq!(tuned[0], tuned[1], "both replicas apply the same adapter");
+    assert_ne!(tuned[0], base_a, "the adapter changes the distribution");
+
+    // A vLLM host without a gateway pulls the same bytes.
+    let pulled = dir.path().join("vllm-adapters/tuned");
+    hone_cli(&[
+        "artefacts",
+        "pull",
+        "tuned",
+        "--to",
+        pulled.to_str().unwrap(),
+        "-c",
+        cli,
+    ]);
+    assert_eq!(
+        std::fs::read(pulled.join("adapter_model.safetensors")).unwrap(),
+        std::fs::read(reference.join("adapter_model.safetensors")).unwrap()
+    );
+}

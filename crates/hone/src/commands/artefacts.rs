@@ -4,7 +4,7 @@
 //! it without a gateway (a vLLM host with its own adapter directory).
 
 use crate::context::{load_config, runtime, Common};
-use crate::output::{note, print_table};
+use crate::output::{note, print_line, print_table};
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use hone_artefacts::{human_bytes, Artefacts};
@@ -97,13 +97,12 @@ pub fn run(command: ArtefactsCommand) -> Result<()> {
                         (manifest, artefacts.adapter_url(&name).unwrap_or_default())
                     }
                 };
-                println!(
+                print_line(&format!(
                     "{url}\tsha256 {}\t{} files\t{}",
                     manifest.sha256,
                     manifest.files.len(),
                     human_bytes(manifest.bytes())
-                );
-                Ok(())
+                ))
             }
             ArtefactsCommand::Pull { what, to, .. } => {
                 if to.exists() {
@@ -116,14 +115,13 @@ pub fn run(command: ArtefactsCommand) -> Result<()> {
                     artefacts.adapter_url(what).unwrap_or_default()
                 };
                 let manifest = artefacts.pull(&url, to).await?;
-                println!(
+                print_line(&format!(
                     "{}\tsha256 {}\t{} files\t{}",
                     to.display(),
                     manifest.sha256,
                     manifest.files.len(),
                     human_bytes(manifest.bytes())
-                );
-                Ok(())
+                ))
             }
         }
     })
