@@ -13,6 +13,9 @@
 //! store = { type = "postgres", url = "${DATABASE_URL}", pool = 16 }
 //! ```
 //!
+//! TLS is set in the URL as for libpq (`?sslmode=require&sslrootcert=…`;
+//! see `hone_store`'s `postgres/tls.rs`).
+//!
 //! `synchronous` applies to both: with `full`, every commit (SQLite's, and
 //! the recorder's journal in front of either database) is fsynced, so it
 //! also survives a power loss.

@@ -9,6 +9,7 @@
 //! - `copy`: a whole store copied SQLite → PostgreSQL → SQLite, hashes equal.
 //! - `journal`: property tests of the journal reader over torn and corrupt lines.
 //! - `late_feedback`: a signal after an episode's reward marks it for re-scoring.
+//! - `tls`: TLS to PostgreSQL from the URL, the server always verified.
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
@@ -24,3 +25,4 @@ mod late_feedback;
 mod learn_story;
 mod recorder;
 mod story;
+mod tls;

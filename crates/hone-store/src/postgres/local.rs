@@ -47,6 +47,16 @@ pub struct LocalPostgres {
 /// may lose or corrupt it; a crash of PostgreSQL may not).
 const FAST: &[&str] = &["fsync=off", "full_page_writes=off"];
 
+/// A throwaway server that also speaks TLS with the certificate
+/// [`LocalPostgres::create_tls`] makes (paths relative to the data directory).
+const FAST_TLS: &[&str] = &[
+    "fsync=off",
+    "full_page_writes=off",
+    "ssl=on",
+    "ssl_cert_file=server.crt",
+    "ssl_key_file=server.key",
+];
+
 /// For benchmarks: fsynced and crash-safe, but a commit does not wait for
 /// its fsync — the durability class of SQLite's `synchronous = NORMAL`.
 const DURABLE: &[&str] = &["synchronous_commit=off"];
@@ -165,9 +175,102 @@ impl LocalPostgres {
         Ok(server)
     }
 
+    /// As [`LocalPostgres::create`], also accepting TLS connections with a
+    /// certificate for `127.0.0.1` signed by a CA made here
+    /// ([`LocalPostgres::ca_file`]), by the `openssl` command.
+    pub fn create_tls(dir: &Path) -> Result<Self, LocalPostgresError> {
+        let mut server = Self::new(dir, FAST_TLS)?;
+        server.init()?;
+        server.make_certificates()?;
+        server.start()?;
+        Ok(server)
+    }
+
+    /// The CA that signed a [`LocalPostgres::create_tls`] server's certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn make_certificates(&self) -> Result<(), LocalPostgresError> {
+        let dir = &self.dir;
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+        )
+        .map_err(|e| failed("cannot write the certificate settings", e))?;
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        let steps: [Vec<&str>; 3] = [
+            [
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=hone test CA",
+                ],
+            ]
+            .concat(),
+            [
+                &["req"][..],
+                &ec,
+                &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+            ]
+            .concat(),
+            vec![
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+            ],
+        ];
+        for args in steps {
+            let out = Command::new("openssl")
+                .args(&args)
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| failed("cannot run openssl (Debian's `openssl`)", e))?;
+            if !out.status.success() {
+                return Err(failed("openssl failed", String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+        for file in ["server.crt", "server.key"] {
+            let target = dir.join("data").join(file);
+            std::fs::copy(dir.join(file), &target).map_err(|e| failed("cannot install the certificate", e))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| failed("cannot install the certificate", e))?;
+            self.hand_over(&target)?;
+        }
+        Ok(())
+    }
+
     fn create_with(dir: &Path, settings: &'static [&'static str]) -> Result<Self, LocalPostgresError> {
         let mut server = Self::new(dir, settings)?;
-        let mut initdb = server.command("initdb");
+        server.init()?;
+        server.start()?;
+        Ok(server)
+    }
+
+    fn init(&self) -> Result<(), LocalPostgresError> {
+        let dir = &self.dir;
+        let mut initdb = self.command("initdb");
         initdb.arg("-D").arg(dir.join("data")).args([
             "-U",
             "hone",
@@ -182,8 +285,7 @@ impl LocalPostgres {
         if !out.status.success() {
             return Err(failed("initdb failed", String::from_utf8_lossy(&out.stderr)));
         }
-        server.start()?;
-        Ok(server)
+        Ok(())
     }
 
     /// Gives `path` to the server's user when running as root.

@@ -12,6 +12,7 @@
 mod cycle;
 mod learn;
 pub mod local;
+mod tls;
 
 use crate::rows::{signal_columns, to_signal, to_summary, to_version, traffic_only, VersionRow};
 use crate::{Store, StoreError};
@@ -22,7 +23,7 @@ use hone_types::{
 use std::future::Future;
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, NoTls, Row};
+use tokio_postgres::{GenericClient, Row};
 
 /// Schema migrations, applied in order; the index is the schema version.
 const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
@@ -45,6 +46,8 @@ pub struct PostgresStore {
     runtime: Option<tokio::runtime::Runtime>,
     pool: Pool,
     config: tokio_postgres::Config,
+    /// How connections negotiate TLS (`tls.rs`).
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// The URL without its password, for messages.
     shown: String,
 }
@@ -69,8 +72,22 @@ impl Drop for PostgresStore {
 pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => with_causes(e),
     }
+}
+
+/// `e` and every error under it (a failed TLS handshake says why only there).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -81,7 +98,7 @@ impl From<tokio_postgres::Error> for StoreError {
 
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
-        StoreError::Unavailable(format!("no database connection: {e}"))
+        StoreError::Unavailable(format!("no database connection: {}", with_causes(&e)))
     }
 }
 
@@ -109,9 +126,9 @@ impl PostgresStore {
     /// or the key=value form), keeping up to `pool` connections, and applies
     /// migrations. Fails when the database cannot be reached now.
     pub fn connect(url: &str, pool: usize) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Open {
+        let tls::Settings { config, tls } = tls::parse(url).map_err(|message| StoreError::Open {
             path: "store.url".into(),
-            message: format!("not a PostgreSQL URL: {e}"),
+            message,
         })?;
         let shown = redacted(&config);
         let open_err = |message: String| StoreError::Open {
@@ -126,7 +143,7 @@ impl PostgresStore {
             .map_err(|e| open_err(e.to_string()))?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -143,6 +160,7 @@ impl PostgresStore {
             runtime: Some(runtime),
             pool,
             config,
+            tls,
             shown: shown.clone(),
         };
         store.run(store.migrate()).map_err(|e| open_err(e.to_string()))?;
@@ -152,6 +170,18 @@ impl PostgresStore {
     /// The URL without its password.
     pub fn url(&self) -> &str {
         &self.shown
+    }
+
+    /// Whether this store's connections are encrypted (TLS), as the server
+    /// sees one of them.
+    pub fn encrypted(&self) -> Result<bool, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let row = client
+                .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+                .await?;
+            Ok(row.get::<_, bool>(0))
+        })
     }
 
     /// Runs `work` to completion on the calling thread, with this store's
@@ -173,7 +203,7 @@ impl PostgresStore {
     /// advisory lock, or listening for notifications); its driver runs on
     /// this store's runtime until the client is dropped.
     pub(crate) async fn dedicated(&self) -> Result<tokio_postgres::Client, StoreError> {
-        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls))
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(self.tls.clone()))
             .await
             .map_err(|_| StoreError::Unavailable(format!("cannot reach {} in time", self.shown)))??;
         let runtime = self
