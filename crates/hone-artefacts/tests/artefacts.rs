@@ -24,15 +24,10 @@ impl Setup {
     fn dir() -> Setup {
         let shared = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
-        let config = ArtefactsConfig {
-            url: Some(format!("file://{}", shared.path().join("store").display())),
-            endpoint: None,
-            region: None,
-            allow_http: None,
-            access_key_id: None,
-            secret_access_key: None,
-            cache_dir: work.path().join("models"),
-        };
+        let config = plain_config(
+            Some(format!("file://{}", shared.path().join("store").display())),
+            work.path(),
+        );
         Setup {
             shared: Shared::Dir { _root: shared },
             config,
@@ -87,6 +82,19 @@ impl Setup {
         let shared = self.config.url.as_deref().unwrap();
         let base = shared.rsplit_once('/').unwrap().0;
         format!("{base}/{relative}")
+    }
+}
+
+/// A config for `url` (a directory, or none) caching under `work`.
+fn plain_config(url: Option<String>, work: &Path) -> ArtefactsConfig {
+    ArtefactsConfig {
+        url,
+        endpoint: None,
+        region: None,
+        allow_http: None,
+        access_key_id: None,
+        secret_access_key: None,
+        cache_dir: work.join("models"),
     }
 }
 
@@ -303,15 +311,7 @@ async fn many_requests_for_a_missing_adapter_all_get_it_and_leave_nothing_behind
 #[tokio::test]
 async fn without_a_shared_store_an_adapter_is_only_looked_for_locally() {
     let work = tempfile::tempdir().unwrap();
-    let config = ArtefactsConfig {
-        url: None,
-        endpoint: None,
-        region: None,
-        allow_http: None,
-        access_key_id: None,
-        secret_access_key: None,
-        cache_dir: work.path().join("models"),
-    };
+    let config = plain_config(None, work.path());
     let artefacts = Artefacts::new(&config).unwrap();
     assert!(artefacts.publish_adapter("a1", work.path()).await.unwrap().is_none());
     let local = adapter(&work.path().join("adapters/a1"), 1, 10);

@@ -64,16 +64,20 @@ impl LocalProvider {
         &self.adapters_dir
     }
 
+    /// The engine of `model`, if it is loaded.
+    fn loaded(&self, model: &str) -> Option<Arc<Engine>> {
+        self.engines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(model)
+            .cloned()
+    }
+
     /// Makes what `route` names present here: a checkpoint or adapter named
     /// by URL, or an adapter published to the shared store, is fetched on
     /// first use (once per replica; later calls find it on disk or loaded).
     pub async fn checkout(&self, route: &Route) -> Result<(), String> {
-        let loaded = self
-            .engines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&route.model)
-            .cloned();
+        let loaded = self.loaded(&route.model);
         if loaded.is_none() && is_artefact_url(&route.model) {
             self.artefacts
                 .checkpoint(&route.model)
@@ -152,12 +156,7 @@ impl LocalProvider {
     ) -> Result<(Prepared, tokio::sync::mpsc::UnboundedReceiver<Event>), ProviderError> {
         // What the route names not being here is the deployment's fault.
         self.checkout(route).await.map_err(internal)?;
-        let loaded = self
-            .engines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&route.model)
-            .cloned();
+        let loaded = self.loaded(&route.model);
         let engine = match loaded {
             Some(engine) => engine,
             None => blocking(|| self.engine(&route.model)).map_err(internal)?,
