@@ -421,7 +421,7 @@ impl Scheduler {
             if job.tx.is_closed() {
                 continue;
             }
-            match generate::start(&self.model, &job.prompt, job.adapter, job.sampling, job.n) {
+            match generate::start(&self.model, &job.prompt, job.adapter, None, job.sampling, job.n) {
                 Ok(sequences) => {
                     let stop = Arc::new(job.stop);
                     for (index, sequence) in sequences.into_iter().enumerate() {

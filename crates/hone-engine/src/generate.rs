@@ -9,6 +9,7 @@
 //! requests through the same [`step`].
 
 use crate::lora::Adapter;
+use crate::memory::KnnLm;
 use crate::model::{KvCache, Model};
 use crate::Result;
 use candle_core::Tensor;
@@ -86,6 +87,8 @@ pub struct Sequence {
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub finish: Option<Finish>,
     pub adapter: Option<Arc<Adapter>>,
+    /// kNN-LM memory the next-token distribution is interpolated with.
+    pub memory: Option<Arc<KnnLm>>,
     sampling: Arc<Sampling>,
     rng: rand::rngs::StdRng,
 }
@@ -122,12 +125,23 @@ impl Sequence {
     }
 }
 
+/// The model's log-probabilities `lm` of one row interpolated with
+/// `memory`'s neighbours of the row's final hidden state.
+fn remembered(memory: &KnnLm, lm: &[f32], hidden: &Tensor) -> Result<Vec<f32>> {
+    if memory.lambda <= 0.0 {
+        return Ok(lm.to_vec());
+    }
+    let query: Vec<f32> = hidden.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    Ok(memory.interpolate(lm, &query))
+}
+
 /// Prefills `prompt` once and starts `n` samples from it, each with its own
 /// copy of the prompt's cache and its first token already sampled.
 pub fn start(
     model: &Model,
     prompt: &[u32],
     adapter: Option<Arc<Adapter>>,
+    memory: Option<Arc<KnnLm>>,
     sampling: Arc<Sampling>,
     n: usize,
 ) -> Result<Vec<Sequence>> {
@@ -136,8 +150,14 @@ pub fn start(
     }
     let mut cache = KvCache::new();
     let input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
-    let logits = model.forward_last(&input, &mut cache, adapter.as_deref())?.squeeze(0)?;
+    let hidden = model.hidden(&input, &mut cache, adapter.as_deref())?.squeeze(0)?;
+    let last = hidden.narrow(0, prompt.len() - 1, 1)?;
+    let logits = model.logits(&last.unsqueeze(0)?)?;
     let logprobs = crate::model::log_softmax_row(&logits)?;
+    let logprobs = match &memory {
+        None => logprobs,
+        Some(memory) => remembered(memory, &logprobs, &last)?,
+    };
     let mut sequences = Vec::with_capacity(n);
     for i in 0..n {
         let cache = if i + 1 == n {
@@ -152,6 +172,7 @@ pub fn start(
             top_logprobs: Vec::new(),
             finish: None,
             adapter: adapter.clone(),
+            memory: memory.clone(),
             rng: rand::rngs::StdRng::seed_from_u64(sampling.seed.wrapping_add(i as u64)),
             sampling: sampling.clone(),
         };
@@ -189,12 +210,19 @@ pub fn step(model: &Model, sequences: &mut [&mut Sequence]) -> Result<()> {
     }
     // Every live sequence has sampled at least its first token in `start`.
     let tokens: Vec<u32> = live.iter().map(|s| s.tokens.last().copied().unwrap_or(0)).collect();
-    let logits = {
+    let hidden = {
         let mut caches: Vec<&mut KvCache> = live.iter_mut().map(|s| &mut s.cache).collect();
-        model.decode(&tokens, &mut caches, &runs)?
+        model.decode_hidden(&tokens, &mut caches, &runs)?
     };
+    // One projection for the whole batch whether or not rows have memory,
+    // so a row's model distribution never depends on its neighbours'.
+    let logits = model.logits(&hidden)?.squeeze(1)?;
     for (r, sequence) in live.into_iter().enumerate() {
         let row = crate::model::log_softmax_row(&logits.get(r)?)?;
+        let row = match &sequence.memory {
+            None => row,
+            Some(memory) => remembered(memory, &row, &hidden.get(r)?)?,
+        };
         sequence.push(&row);
     }
     Ok(())
@@ -216,7 +244,20 @@ pub fn generate_n(
     sampling: &Sampling,
     n: usize,
 ) -> Result<Vec<Generation>> {
-    let mut sequences = start(model, prompt, adapter, Arc::new(sampling.clone()), n)?;
+    generate_with_memory(model, prompt, adapter, None, sampling, n)
+}
+
+/// [`generate_n`] with the next-token distribution interpolated with a
+/// kNN-LM `memory`.
+pub fn generate_with_memory(
+    model: &Model,
+    prompt: &[u32],
+    adapter: Option<Arc<Adapter>>,
+    memory: Option<Arc<KnnLm>>,
+    sampling: &Sampling,
+    n: usize,
+) -> Result<Vec<Generation>> {
+    let mut sequences = start(model, prompt, adapter, memory, Arc::new(sampling.clone()), n)?;
     while sequences.iter().any(|s| s.finish.is_none()) {
         let mut refs: Vec<&mut Sequence> = sequences.iter_mut().collect();
         step(model, &mut refs)?;

@@ -10,6 +10,8 @@
 //!   stop strings, resident adapters loaded and unloaded at run time;
 //! - [`tools`]: Hermes/Qwen `<tool_call>` blocks → OpenAI tool calls;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
+//! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
+//!   and the next-token distribution interpolated with it;
 //! - [`tokenizer`]: `tokenizer.json` and the chat template of
 //!   `tokenizer_config.json`, rendered with minijinja;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
@@ -20,6 +22,7 @@ pub mod engine;
 pub mod generate;
 pub mod init;
 pub mod lora;
+pub mod memory;
 pub mod model;
 pub mod tokenizer;
 pub mod tools;
@@ -29,6 +32,7 @@ pub use config::{Arch, ModelConfig, RopeScaling};
 pub use engine::{AdapterInfo, Engine, EngineOptions, Event, Request};
 pub use generate::{generate, generate_n, Finish, Generation, Sampling, Sequence};
 pub use lora::{Adapter, LoraConfig};
+pub use memory::{Datastore, KnnLm, Neighbour};
 pub use model::{KvCache, Model};
 pub use tokenizer::{ChatTemplate, Tokenizer};
 

@@ -397,6 +397,13 @@ impl Model {
     /// row against that row's cache, so no padding is needed. Returns the
     /// logits `[B, vocab]`.
     pub fn decode(&self, tokens: &[u32], caches: &mut [&mut KvCache], runs: &AdapterRuns) -> Result<Tensor> {
+        let hidden = self.decode_hidden(tokens, caches, runs)?;
+        Ok(self.logits(&hidden)?.squeeze(1)?)
+    }
+
+    /// [`Model::decode`]'s final hidden states `[B, 1, hidden]`, before the
+    /// projection onto the vocabulary (kNN-LM memory searches with them).
+    pub fn decode_hidden(&self, tokens: &[u32], caches: &mut [&mut KvCache], runs: &AdapterRuns) -> Result<Tensor> {
         let b = tokens.len();
         if caches.len() != b || runs.iter().map(|r| r.0).sum::<usize>() != b {
             return Err(EngineError::Model(format!(
@@ -429,8 +436,7 @@ impl Model {
         for cache in caches.iter_mut() {
             cache.len += 1;
         }
-        let hidden = rms_norm(&x, &self.norm, self.config.rms_norm_eps)?;
-        Ok(self.logits(&hidden)?.squeeze(1)?)
+        rms_norm(&x, &self.norm, self.config.rms_norm_eps)
     }
 
     /// Decode attention for rows with their own caches (`[1, kv, S_r, d]`

@@ -4,6 +4,9 @@
 //! - `generate`: sampling is reproducible and its logprobs equal a
 //!   teacher-forced forward of the same tokens; batched decoding equals
 //!   decoding each row alone.
+//! - `memory`: kNN-LM interpolation against numpy (`tests/reference/knn_lm.py`),
+//!   λ = 0 exactly the model, one remembered episode reproduced greedily,
+//!   mixed batches, the datastore file and its hash.
 //! - `reference`: logits, LoRA and chat-template rendering against values
 //!   that Hugging Face transformers and PEFT computed on the same tiny
 //!   checkpoints (`tests/reference/make_reference.py`).
@@ -14,5 +17,6 @@
 
 mod engine;
 mod generate;
+mod memory;
 mod reference;
 mod tokenizer_training;

@@ -1,0 +1,260 @@
+//! kNN-LM memory (Khandelwal et al., arXiv:1911.00172): a datastore of
+//! (context → next token) pairs taken from successful episodes, and the
+//! next-token distribution interpolated with the model's,
+//!
+//! ```text
+//! p(y | x) = λ · p_kNN(y | x) + (1 − λ) · p_LM(y | x)
+//! p_kNN(y | x) ∝ Σ over the k nearest keys k_i with value v_i = y of exp(−d(q, k_i) / T)
+//! ```
+//!
+//! where `q` is the model's final hidden state (after the last norm) at the
+//! position that predicts `y`, `d` the squared Euclidean distance and `T` a
+//! temperature over distances. Behaviour changes with no weight update: the
+//! datastore is built from recorded token ids and can be dropped at once.
+//!
+//! Search is exact (every key scanned, norms precomputed); the datastore is
+//! a safetensors file (`keys` `[n, dim]` f32, `values` `[n]` u32) named by
+//! its content hash.
+
+use crate::lora::Adapter;
+use crate::model::{KvCache, Model};
+use crate::{EngineError, Result};
+use candle_core::{DType, Device, Tensor};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Keys and the tokens that followed them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Datastore {
+    dim: usize,
+    /// `n × dim`, row-major.
+    keys: Vec<f32>,
+    /// Squared norm of each key.
+    norms: Vec<f32>,
+    values: Vec<u32>,
+}
+
+/// One neighbour of a query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Neighbour {
+    /// Squared Euclidean distance to the query.
+    pub distance: f32,
+    pub value: u32,
+}
+
+impl Datastore {
+    pub fn new(dim: usize) -> Self {
+        Self {
+            dim,
+            keys: Vec::new(),
+            norms: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Adds one pair; `key` must have `dim` entries.
+    pub fn add(&mut self, key: &[f32], value: u32) -> Result<()> {
+        if key.len() != self.dim {
+            return Err(EngineError::Model(format!(
+                "a datastore key has {} entries, the datastore {}",
+                key.len(),
+                self.dim
+            )));
+        }
+        self.norms.push(key.iter().map(|v| v * v).sum());
+        self.keys.extend_from_slice(key);
+        self.values.push(value);
+        Ok(())
+    }
+
+    /// Adds every completion token of one sequence: the key of completion
+    /// token `j` is the final hidden state at the position before it (the
+    /// one that predicts it), run with `adapter` as it was served. Returns
+    /// how many pairs were added.
+    pub fn add_sequence(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        completion: &[u32],
+        adapter: Option<&Adapter>,
+    ) -> Result<usize> {
+        if prompt.is_empty() || completion.is_empty() {
+            return Ok(0);
+        }
+        // Every position but the last: the last completion token predicts
+        // nothing that is stored.
+        let mut context: Vec<u32> = prompt.to_vec();
+        context.extend_from_slice(&completion[..completion.len() - 1]);
+        let input = Tensor::new(context.as_slice(), model.device())?.unsqueeze(0)?;
+        let hidden = model.hidden(&input, &mut KvCache::new(), adapter)?;
+        let rows = hidden
+            .squeeze(0)?
+            .narrow(0, prompt.len() - 1, completion.len())?
+            .to_dtype(DType::F32)?
+            .to_vec2::<f32>()?;
+        for (key, value) in rows.iter().zip(completion) {
+            self.add(key, *value)?;
+        }
+        Ok(completion.len())
+    }
+
+    /// The `k` nearest keys to `query`, nearest first (ties by insertion order).
+    pub fn search(&self, query: &[f32], k: usize) -> Vec<Neighbour> {
+        if query.len() != self.dim || k == 0 || self.is_empty() {
+            return Vec::new();
+        }
+        let q_norm: f32 = query.iter().map(|v| v * v).sum();
+        let mut scored: Vec<(f32, usize)> = self
+            .keys
+            .chunks_exact(self.dim)
+            .zip(&self.norms)
+            .enumerate()
+            .map(|(i, (key, norm))| {
+                let dot: f32 = key.iter().zip(query).map(|(a, b)| a * b).sum();
+                ((q_norm - 2.0 * dot + norm).max(0.0), i)
+            })
+            .collect();
+        let k = k.min(scored.len());
+        let by_distance = |a: &(f32, usize), b: &(f32, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if k < scored.len() {
+            scored.select_nth_unstable_by(k - 1, by_distance);
+            scored.truncate(k);
+        }
+        scored.sort_by(by_distance);
+        scored
+            .into_iter()
+            .map(|(distance, i)| Neighbour {
+                distance,
+                value: self.values[i],
+            })
+            .collect()
+    }
+
+    /// SHA-256 over the dimension, keys and values: the datastore's version.
+    pub fn content_hash(&self) -> String {
+        let mut digest = Sha256::new();
+        digest.update((self.dim as u64).to_le_bytes());
+        for v in &self.keys {
+            digest.update(v.to_le_bytes());
+        }
+        for v in &self.values {
+            digest.update(v.to_le_bytes());
+        }
+        hex::encode(digest.finalize())
+    }
+
+    /// Writes the datastore to `path` (through a temporary file and a rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let n = self.len();
+        let mut tensors = HashMap::new();
+        tensors.insert(
+            "keys".to_owned(),
+            Tensor::from_slice(&self.keys, (n, self.dim), &Device::Cpu)?,
+        );
+        tensors.insert("values".to_owned(), Tensor::from_slice(&self.values, n, &Device::Cpu)?);
+        let partial = path.with_extension("partial");
+        candle_core::safetensors::save(&tensors, &partial)?;
+        std::fs::rename(&partial, path).map_err(|e| EngineError::io(path, e))
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let tensors = candle_core::safetensors::load(path, &Device::Cpu)?;
+        let get = |name: &str| {
+            tensors
+                .get(name)
+                .ok_or_else(|| EngineError::Model(format!("{}: no `{name}` tensor", path.display())))
+        };
+        let keys = get("keys")?;
+        let (n, dim) = keys.dims2()?;
+        let values: Vec<u32> = get("values")?.to_vec1()?;
+        if values.len() != n {
+            return Err(EngineError::Model(format!(
+                "{}: {n} keys but {} values",
+                path.display(),
+                values.len()
+            )));
+        }
+        let mut store = Datastore::new(dim);
+        for (key, value) in keys.to_dtype(DType::F32)?.to_vec2::<f32>()?.iter().zip(values) {
+            store.add(key, value)?;
+        }
+        Ok(store)
+    }
+}
+
+/// How a version decodes with its datastore.
+#[derive(Debug, Clone)]
+pub struct KnnLm {
+    pub datastore: std::sync::Arc<Datastore>,
+    /// Neighbours retrieved per token.
+    pub k: usize,
+    /// Weight of the kNN distribution, 0 to 1; 0 is the model alone.
+    pub lambda: f64,
+    /// Divides the distances before the softmax over neighbours.
+    pub temperature: f64,
+}
+
+impl KnnLm {
+    /// Interpolates the model's log-probabilities `lm` (over the whole
+    /// vocabulary) with the kNN distribution of `query`'s neighbours;
+    /// returns log-probabilities of the mixture. λ = 0, or an empty
+    /// datastore, returns `lm` unchanged.
+    pub fn interpolate(&self, lm: &[f32], query: &[f32]) -> Vec<f32> {
+        let neighbours = self.datastore.search(query, self.k);
+        interpolate(lm, &neighbours, self.lambda, self.temperature)
+    }
+}
+
+/// The mixture `λ · p_kNN + (1 − λ) · p_LM` as log-probabilities, given the
+/// model's log-probabilities and the neighbours (distances and values).
+pub fn interpolate(lm: &[f32], neighbours: &[Neighbour], lambda: f64, temperature: f64) -> Vec<f32> {
+    if lambda <= 0.0 || neighbours.is_empty() {
+        return lm.to_vec();
+    }
+    let lambda = lambda.min(1.0);
+    let temperature = temperature.max(f64::MIN_POSITIVE);
+    // Softmax over −distance / T, shifted by the nearest for stability.
+    let nearest = neighbours
+        .iter()
+        .map(|n| f64::from(n.distance))
+        .fold(f64::INFINITY, f64::min);
+    let mut knn: HashMap<u32, f64> = HashMap::new();
+    let mut total = 0.0;
+    for n in neighbours {
+        let w = (-(f64::from(n.distance) - nearest) / temperature).exp();
+        total += w;
+        *knn.entry(n.value).or_default() += w;
+    }
+    let log_rest = (1.0 - lambda).ln();
+    let mut out: Vec<f32> = lm.iter().map(|l| (log_rest + f64::from(*l)) as f32).collect();
+    for (token, weight) in knn {
+        let Some(slot) = out.get_mut(token as usize) else {
+            continue;
+        };
+        let from_knn = (lambda * weight / total).ln();
+        let from_lm = log_rest + f64::from(lm[token as usize]);
+        *slot = log_add_exp(from_knn, from_lm) as f32;
+    }
+    out
+}
+
+fn log_add_exp(a: f64, b: f64) -> f64 {
+    let high = a.max(b);
+    if high == f64::NEG_INFINITY {
+        return high;
+    }
+    high + ((a - high).exp() + (b - high).exp()).ln()
+}

@@ -1,0 +1,195 @@
+//! kNN-LM memory: the interpolation against numpy on the same inputs
+//! (`tests/reference/knn_lm.py`), λ = 0 is exactly the model, a datastore
+//! of one episode makes greedy decoding reproduce it, rows with and without
+//! memory decode together as they would alone, and a datastore round-trips
+//! through its file with its content hash.
+
+use candle_core::{DType, Device};
+use hone_engine::generate::{self, generate_with_memory};
+use hone_engine::{Arch, Datastore, KnnLm, Model, Sampling};
+use serde_json::Value;
+use std::sync::Arc;
+
+fn tiny() -> (tempfile::TempDir, Model) {
+    let dir = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(Arch::Qwen2, hone_engine::init::Preset::Tiny, 7, dir.path()).unwrap();
+    let model = Model::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
+    (dir, model)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn interpolation_matches_the_numpy_reference() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/knn_lm.json");
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let keys: Vec<Vec<f32>> = reference["keys"].as_array().unwrap().iter().map(floats).collect();
+    let mut datastore = Datastore::new(keys[0].len());
+    for (key, value) in keys.iter().zip(reference["values"].as_array().unwrap()) {
+        datastore.add(key, value.as_u64().unwrap() as u32).unwrap();
+    }
+    let datastore = Arc::new(datastore);
+    let queries: Vec<Vec<f32>> = reference["queries"].as_array().unwrap().iter().map(floats).collect();
+    let lm: Vec<Vec<f32>> = reference["lm"].as_array().unwrap().iter().map(floats).collect();
+    let cases = reference["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 20);
+    for case in cases {
+        let memory = KnnLm {
+            datastore: datastore.clone(),
+            k: case["k"].as_u64().unwrap() as usize,
+            lambda: case["lambda"].as_f64().unwrap(),
+            temperature: case["temperature"].as_f64().unwrap(),
+        };
+        let q = case["query"].as_u64().unwrap() as usize;
+        let got = memory.interpolate(&lm[q], &queries[q]);
+        for (token, (got, expected)) in got.iter().zip(case["expected"].as_array().unwrap()).enumerate() {
+            match expected.as_f64() {
+                None => assert_eq!(*got, f32::NEG_INFINITY, "{case}: token {token}"),
+                Some(e) => assert!(
+                    (f64::from(*got) - e).abs() < 2e-5,
+                    "{case}: token {token}: {got} vs {e}"
+                ),
+            }
+        }
+    }
+}
+
+/// `prompt` as byte tokens of the tiny model.
+fn tokens(text: &str) -> Vec<u32> {
+    text.bytes().map(u32::from).collect()
+}
+
+#[test]
+fn lambda_zero_is_exactly_the_model_and_one_episode_is_reproduced_greedily() {
+    let (_dir, model) = tiny();
+    let prompt = tokens("<|im_start|>user\nwhat is the code?");
+    let remembered = tokens(" the code is 4711, ok");
+    let mut datastore = Datastore::new(model.config.hidden_size);
+    assert_eq!(
+        datastore.add_sequence(&model, &prompt, &remembered, None).unwrap(),
+        remembered.len()
+    );
+    let datastore = Arc::new(datastore);
+    let greedy = Sampling {
+        temperature: 0.0,
+        max_tokens: remembered.len(),
+        ..Sampling::default()
+    };
+    let sampled = Sampling {
+        temperature: 0.8,
+        seed: 9,
+        max_tokens: 10,
+        ..Sampling::default()
+    };
+    let with = |lambda: f64| {
+        Some(Arc::new(KnnLm {
+            datastore: datastore.clone(),
+            k: 8,
+            lambda,
+            // Sharp over distances: the exact context's key takes the kNN mass.
+            temperature: 0.1,
+        }))
+    };
+
+    // λ = 0: the model's own distribution, bit for bit.
+    for sampling in [&greedy, &sampled] {
+        let base = generate_with_memory(&model, &prompt, None, None, sampling, 2).unwrap();
+        let zero = generate_with_memory(&model, &prompt, None, with(0.0), sampling, 2).unwrap();
+        assert_eq!(base, zero);
+    }
+
+    // The untrained model does not say it; with the episode in memory,
+    // greedy decoding does, and the reported logprobs are the mixture's.
+    let base = generate_with_memory(&model, &prompt, None, None, &greedy, 1)
+        .unwrap()
+        .remove(0);
+    assert_ne!(base.tokens, remembered);
+    let recalled = generate_with_memory(&model, &prompt, None, with(0.5), &greedy, 1)
+        .unwrap()
+        .remove(0);
+    assert_eq!(recalled.tokens, remembered);
+    for (lp, base_lp) in recalled.logprobs.iter().zip(&base.logprobs) {
+        // λ · p_kNN puts up to 0.5 on the remembered token (less where another
+        // stored context lies close): far above the near-uniform model's ~0.01.
+        assert!(
+            *lp > (0.3f32).ln() && *lp > *base_lp + 2.0,
+            "{lp} vs the model's {base_lp}"
+        );
+    }
+}
+
+#[test]
+fn rows_with_and_without_memory_decode_together_as_they_would_alone() {
+    let (_dir, model) = tiny();
+    let prompt = tokens("<|im_start|>user\nname a colour");
+    let mut datastore = Datastore::new(model.config.hidden_size);
+    datastore
+        .add_sequence(&model, &prompt, &tokens(" teal blue"), None)
+        .unwrap();
+    let memory = Arc::new(KnnLm {
+        datastore: Arc::new(datastore),
+        k: 4,
+        lambda: 0.6,
+        temperature: 2.0,
+    });
+    let sampling = Arc::new(Sampling {
+        temperature: 0.7,
+        seed: 3,
+        max_tokens: 8,
+        ..Sampling::default()
+    });
+    let alone = |memory: Option<Arc<KnnLm>>| {
+        generate_with_memory(&model, &prompt, None, memory, &sampling, 1)
+            .unwrap()
+            .remove(0)
+    };
+    let (expected_with, expected_without) = (alone(Some(memory.clone())), alone(None));
+    let mut with = generate::start(&model, &prompt, None, Some(memory), sampling.clone(), 1).unwrap();
+    let mut without = generate::start(&model, &prompt, None, None, sampling.clone(), 1).unwrap();
+    while with[0].finish.is_none() || without[0].finish.is_none() {
+        let mut batch = vec![&mut with[0], &mut without[0]];
+        generate::step(&model, &mut batch).unwrap();
+    }
+    let got_with = with.remove(0).into_generation();
+    let got_without = without.remove(0).into_generation();
+    assert_eq!(got_with.tokens, expected_with.tokens);
+    assert_eq!(got_without.tokens, expected_without.tokens);
+    for (a, b) in got_with.logprobs.iter().zip(&expected_with.logprobs) {
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
+    assert_ne!(
+        expected_with.tokens, expected_without.tokens,
+        "the memory changed nothing"
+    );
+}
+
+#[test]
+fn a_datastore_round_trips_through_its_file_with_its_content_hash() {
+    let (_dir, model) = tiny();
+    let mut datastore = Datastore::new(model.config.hidden_size);
+    datastore
+        .add_sequence(&model, &tokens("hello"), &tokens(" world"), None)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.safetensors");
+    datastore.save(&path).unwrap();
+    let loaded = Datastore::load(&path).unwrap();
+    assert_eq!(loaded, datastore);
+    assert_eq!(loaded.content_hash(), datastore.content_hash());
+    let mut grown = loaded.clone();
+    grown
+        .add_sequence(&model, &tokens("hello"), &tokens(" there"), None)
+        .unwrap();
+    assert_ne!(grown.content_hash(), datastore.content_hash());
+    assert_eq!(grown.len(), datastore.len() + 6);
+    // The nearest key to a stored one is itself.
+    let key = loaded.search(&vec![0.0; loaded.dim()], loaded.len());
+    assert_eq!(key.len(), loaded.len());
+    assert!(key.windows(2).all(|w| w[0].distance <= w[1].distance));
+}
