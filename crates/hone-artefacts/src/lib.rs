@@ -189,6 +189,11 @@ impl Artefacts {
         }
     }
 
+    /// The file of the kNN-LM datastore with content hash `hash`.
+    pub fn datastore_path(&self, hash: &str) -> PathBuf {
+        self.config.memory_dir.join(format!("{hash}.safetensors"))
+    }
+
     /// Copies the directory `dir` to `url` (any artefact URL), manifest last.
     pub async fn push(&self, dir: &Path, url: &str) -> Result<Manifest> {
         transfer::upload(dir, &Place::open(url, &self.config, true)?).await

@@ -99,6 +99,7 @@ impl LocalS3 {
             access_key_id: Some("hone-test".to_owned()),
             secret_access_key: Some("hone-test-secret".to_owned()),
             cache_dir: cache_dir.to_path_buf(),
+            memory_dir: cache_dir.with_file_name("memory"),
         }
     }
 

@@ -95,6 +95,7 @@ fn plain_config(url: Option<String>, work: &Path) -> ArtefactsConfig {
         access_key_id: None,
         secret_access_key: None,
         cache_dir: work.join("models"),
+        memory_dir: work.join("memory"),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::learn::{DeploymentPolicy, LearnSpec, RawLearn, RawPolicy};
 use crate::providers::{default_local_provider, ProviderConfig, ProviderKind};
 use crate::reflect::REFLECTOR_AGENT;
 use crate::reward::{RawReward, RewardSpec, JUDGE_AGENT};
-use hone_types::{Route, Setting, VersionId, VersionSpec};
+use hone_types::{MemoryKind, MemoryPolicy, Route, Setting, VersionId, VersionSpec};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,6 +49,9 @@ pub struct RawVersion {
     pub model: Option<String>,
     /// A LoRA adapter (local providers).
     pub adapter: Option<String>,
+    /// kNN-LM memory for the primary route (local providers):
+    /// `{ type = "knn-lm", datastore = "HASH", k = 16, lambda = 0.25, temperature = 1.0 }`.
+    pub memory: Option<RawMemory>,
     #[serde(default)]
     pub fallbacks: Vec<RawRoute>,
     /// System prompt, prepended to the client's messages.
@@ -88,6 +91,53 @@ pub struct RawInlineProvider {
     pub kind: String,
     pub model: String,
     pub adapter: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemory {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub datastore: String,
+    pub k: Option<u32>,
+    pub lambda: Option<f64>,
+    pub temperature: Option<f64>,
+}
+
+/// A version's `memory` table, checked: the datastore named by its hash,
+/// k ≥ 1, 0 ≤ λ ≤ 1, temperature > 0 (defaults 16, 0.25, 1.0).
+fn memory_policy(field: &str, raw: RawMemory) -> Result<MemoryPolicy, ConfigError> {
+    if raw.kind != "knn-lm" {
+        return Err(ConfigError::at(
+            format!("{field}.type"),
+            format!("`{}` is not a kind of memory; the one kind is `knn-lm`", raw.kind),
+        ));
+    }
+    if !MemoryPolicy::is_datastore_hash(&raw.datastore) {
+        return Err(ConfigError::at(
+            format!("{field}.datastore"),
+            "names a datastore by its content hash (64 hex digits, as `hone memory build` prints)",
+        ));
+    }
+    let k = raw.k.unwrap_or(16);
+    let lambda = raw.lambda.unwrap_or(0.25);
+    let temperature = raw.temperature.unwrap_or(1.0);
+    if k == 0 {
+        return Err(ConfigError::at(format!("{field}.k"), "must be at least 1"));
+    }
+    if !(0.0..=1.0).contains(&lambda) {
+        return Err(ConfigError::at(format!("{field}.lambda"), "must be between 0 and 1"));
+    }
+    if !(temperature > 0.0 && temperature.is_finite()) {
+        return Err(ConfigError::at(format!("{field}.temperature"), "must be above 0"));
+    }
+    Ok(MemoryPolicy {
+        kind: MemoryKind::KnnLm,
+        datastore: raw.datastore,
+        k,
+        lambda,
+        temperature,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -254,6 +304,7 @@ impl AgentConfig {
                     provider: raw.provider,
                     model: env.expand(&format!("{efield}.model"), &raw.model)?,
                     adapter: None,
+                    memory: None,
                 };
                 check_routes(&efield, std::slice::from_ref(&route), providers.declared)?;
                 if providers.declared.get(&route.provider).map(|p| p.kind) != Some(ProviderKind::OpenAi) {
@@ -285,13 +336,18 @@ fn version_spec(
     providers: &mut Providers,
     env: &Env,
 ) -> Result<VersionSpec, ConfigError> {
-    let primary = primary_route(field, raw.provider, raw.model, raw.adapter, providers, env)?;
+    let mut primary = primary_route(field, raw.provider, raw.model, raw.adapter, providers, env)?;
+    primary.memory = raw
+        .memory
+        .map(|m| memory_policy(&format!("{field}.memory"), m))
+        .transpose()?;
     let mut routes = vec![primary];
     for (i, fallback) in raw.fallbacks.into_iter().enumerate() {
         routes.push(Route {
             provider: fallback.provider,
             model: env.expand(&format!("{field}.fallbacks[{i}].model"), &fallback.model)?,
             adapter: None,
+            memory: None,
         });
     }
     check_routes(field, &routes, providers.declared)?;
@@ -403,6 +459,7 @@ fn primary_route(
                 provider: name,
                 model: env.expand(&format!("{field}.model"), &model)?,
                 adapter,
+                memory: None,
             });
         }
         RawProviderRef::Inline(inline) => inline,
@@ -439,6 +496,7 @@ fn primary_route(
         provider: "local".to_owned(),
         model: env.expand(&format!("{field}.provider.model"), &inline.model)?,
         adapter: inline.adapter,
+        memory: None,
     })
 }
 
@@ -472,6 +530,15 @@ fn check_routes(
         }
         if provider.kind == ProviderKind::Local && crate::is_artefact_url(&route.model) {
             crate::check_artefact_url(&format!("{field}.model"), &route.model)?;
+        }
+        if route.memory.is_some() && provider.kind != ProviderKind::Local {
+            return Err(ConfigError::at(
+                format!("{field}.memory"),
+                format!(
+                    "memory is decoded by the embedded engine (`local` providers); `{}` is not one",
+                    route.provider
+                ),
+            ));
         }
         if let Some(adapter) = &route.adapter {
             if provider.kind != ProviderKind::Local {
@@ -659,6 +726,7 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
                 provider: judge.provider.clone(),
                 model: judge.model.clone(),
                 adapter: None,
+                memory: None,
             },
         ))
     });

@@ -53,6 +53,9 @@ pub struct ArtefactsConfig {
     /// Where checkpoints and adapters named by URL are fetched to:
     /// `<data_dir>/models`.
     pub cache_dir: PathBuf,
+    /// Where kNN-LM datastores are kept, by content hash:
+    /// `<data_dir>/memory/<hash>.safetensors`.
+    pub memory_dir: PathBuf,
 }
 
 impl std::fmt::Debug for ArtefactsConfig {
@@ -67,6 +70,7 @@ impl std::fmt::Debug for ArtefactsConfig {
             .field("access_key_id", &hidden(&self.access_key_id))
             .field("secret_access_key", &hidden(&self.secret_access_key))
             .field("cache_dir", &self.cache_dir)
+            .field("memory_dir", &self.memory_dir)
             .finish()
     }
 }
@@ -104,6 +108,7 @@ impl ArtefactsConfig {
                 .map(|k| env.expand("artefacts.secret_access_key", &k))
                 .transpose()?,
             cache_dir: default_cache_dir(data_dir),
+            memory_dir: default_memory_dir(data_dir),
         })
     }
 }
@@ -135,4 +140,8 @@ pub fn check_url(field: &str, url: &str) -> Result<(), ConfigError> {
 
 pub(crate) fn default_cache_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("models")
+}
+
+pub(crate) fn default_memory_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("memory")
 }

@@ -3,7 +3,7 @@
 //! section rejects unknown keys, so a typo is reported with its name.
 
 use crate::agents::{self, AgentConfig, RawAgent};
-use crate::artefacts::{default_cache_dir, ArtefactsConfig, RawArtefacts};
+use crate::artefacts::{default_cache_dir, default_memory_dir, ArtefactsConfig, RawArtefacts};
 use crate::env::Env;
 use crate::error::ConfigError;
 use crate::gateway::{self, GatewayConfig, RawGateway};
@@ -91,6 +91,9 @@ impl Config {
         }
         if self.artefacts.cache_dir == default_cache_dir(&self.gateway.data_dir) {
             self.artefacts.cache_dir = default_cache_dir(&dir);
+        }
+        if self.artefacts.memory_dir == default_memory_dir(&self.gateway.data_dir) {
+            self.artefacts.memory_dir = default_memory_dir(&dir);
         }
         self.gateway.data_dir = dir;
     }

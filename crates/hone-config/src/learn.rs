@@ -822,6 +822,7 @@ pub(crate) fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result
         provider: raw.provider,
         model: raw.model,
         adapter: None,
+        memory: None,
     })
 }
 

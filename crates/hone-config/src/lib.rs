@@ -49,7 +49,9 @@ pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
 /// `[agents.NAME.reward]` and `[agents.NAME.learn]` tables' are in [`reward`]
 /// and [`learn`]).
 pub mod raw {
-    pub use crate::agents::{RawAgent, RawDeployment, RawInlineProvider, RawProviderRef, RawRoute, RawVersion};
+    pub use crate::agents::{
+        RawAgent, RawDeployment, RawInlineProvider, RawMemory, RawProviderRef, RawRoute, RawVersion,
+    };
     pub use crate::artefacts::RawArtefacts;
     pub use crate::config::RawConfig;
     pub use crate::gateway::{RawApiKey, RawGateway};

@@ -134,6 +134,53 @@ model = "m"
     }
 
     #[test]
+    fn a_versions_knn_lm_memory_is_checked_and_filled_with_defaults() {
+        let hash = "ab".repeat(32);
+        let version = |memory: &str| {
+            format!(
+                "[agents.m.versions.v1]\nprovider = {{ type = \"local\", model = \"/m\" }}\nmemory = {memory}\n{BASE}"
+            )
+        };
+        let c = load(&version(&format!("{{ type = \"knn-lm\", datastore = \"{hash}\" }}"))).unwrap();
+        let memory = c.agents["m"].versions["v1"].spec.routes[0].memory.clone().unwrap();
+        assert_eq!((memory.k, memory.lambda, memory.temperature), (16, 0.25, 1.0));
+        assert_eq!(memory.datastore, hash);
+        for (bad, key, says) in [
+            (
+                format!("{{ type = \"rag\", datastore = \"{hash}\" }}"),
+                "memory.type",
+                "knn-lm",
+            ),
+            (
+                "{ type = \"knn-lm\", datastore = \"latest\" }".to_owned(),
+                "memory.datastore",
+                "64 hex",
+            ),
+            (
+                format!("{{ type = \"knn-lm\", datastore = \"{hash}\", lambda = 1.5 }}"),
+                "memory.lambda",
+                "between 0 and 1",
+            ),
+            (
+                format!("{{ type = \"knn-lm\", datastore = \"{hash}\", k = 0 }}"),
+                "memory.k",
+                "at least 1",
+            ),
+            (
+                format!("{{ type = \"knn-lm\", datastore = \"{hash}\", temperature = 0.0 }}"),
+                "memory.temperature",
+                "above 0",
+            ),
+        ] {
+            let e = load(&version(&bad)).unwrap_err();
+            assert!(e.to_string().contains(key) && e.message.contains(says), "{bad}: {e}");
+        }
+        let remote = format!("{BASE}memory = {{ type = \"knn-lm\", datastore = \"{hash}\" }}\n");
+        let e = load(&remote).unwrap_err();
+        assert!(e.message.contains("embedded engine"), "{e}");
+    }
+
+    #[test]
     fn a_typo_names_the_key() {
         let e = load(&format!("{BASE}tempreature = 0.3\n")).unwrap_err();
         assert!(e.message.contains("tempreature"), "{e}");

@@ -14,6 +14,7 @@
 
 use crate::generate::{self, Finish, Generation, Sampling, Sequence};
 use crate::lora::Adapter;
+use crate::memory::KnnLm;
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 use crate::{EngineError, Result};
@@ -56,6 +57,9 @@ pub struct Request {
     pub n: usize,
     /// A resident adapter's name, or `None` for the base model.
     pub adapter: Option<String>,
+    /// kNN-LM memory to decode with (its datastore's keys are this model's
+    /// hidden states), or `None`.
+    pub memory: Option<Arc<KnnLm>>,
     /// Strings that end a sample; they are not part of its text.
     pub stop: Vec<String>,
 }
@@ -278,6 +282,15 @@ impl Engine {
             )));
         }
         let adapter = request.adapter.as_deref().map(|name| self.adapter(name)).transpose()?;
+        if let Some(memory) = &request.memory {
+            let hidden = self.model.config.hidden_size;
+            if memory.datastore.dim() != hidden {
+                return Err(EngineError::Model(format!(
+                    "the datastore's keys have {} entries; this model's hidden states {hidden}",
+                    memory.datastore.dim()
+                )));
+            }
+        }
         let mut sampling = request.sampling;
         sampling.max_tokens = sampling.max_tokens.min(context - request.prompt.len());
         sampling.stop_tokens.extend(&self.stop_tokens);
@@ -288,6 +301,7 @@ impl Engine {
             n: request.n,
             stop: request.stop.into_iter().filter(|s| !s.is_empty()).collect(),
             adapter,
+            memory: request.memory,
             tx,
         };
         self.jobs
@@ -352,6 +366,7 @@ struct Job {
     n: usize,
     stop: Vec<String>,
     adapter: Option<Arc<Adapter>>,
+    memory: Option<Arc<KnnLm>>,
     tx: events::UnboundedSender<Event>,
 }
 
@@ -421,7 +436,7 @@ impl Scheduler {
             if job.tx.is_closed() {
                 continue;
             }
-            match generate::start(&self.model, &job.prompt, job.adapter, None, job.sampling, job.n) {
+            match generate::start(&self.model, &job.prompt, job.adapter, job.memory, job.sampling, job.n) {
                 Ok(sequences) => {
                     let stop = Arc::new(job.stop);
                     for (index, sequence) in sequences.into_iter().enumerate() {

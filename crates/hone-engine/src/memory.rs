@@ -165,6 +165,9 @@ impl Datastore {
             Tensor::from_slice(&self.keys, (n, self.dim), &Device::Cpu)?,
         );
         tensors.insert("values".to_owned(), Tensor::from_slice(&self.values, n, &Device::Cpu)?);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, e))?;
+        }
         let partial = path.with_extension("partial");
         candle_core::safetensors::save(&tensors, &partial)?;
         std::fs::rename(&partial, path).map_err(|e| EngineError::io(path, e))

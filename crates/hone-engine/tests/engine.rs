@@ -31,6 +31,7 @@ fn request(prompt: &str, seed: u64, max_tokens: usize, adapter: Option<&str>) ->
         },
         n: 1,
         adapter: adapter.map(str::to_owned),
+        memory: None,
         stop: Vec::new(),
     }
 }

@@ -86,6 +86,7 @@ mod tests {
             provider: "up".into(),
             model: "gpt-x".into(),
             adapter: None,
+            memory: None,
         };
         let out = apply(&request, &version, &route, &[]);
         assert_eq!(out.model, "gpt-x");
@@ -145,6 +146,7 @@ mod tests {
             provider: "up".into(),
             model: "m".into(),
             adapter: None,
+            memory: None,
         };
         let out = apply(&request, &version, &route, &[]);
         assert_eq!(

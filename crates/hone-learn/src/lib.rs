@@ -33,6 +33,7 @@ pub mod eval;
 pub mod front;
 pub mod gate;
 pub mod judge;
+pub mod memory;
 pub mod monitor;
 pub mod optimiser;
 pub mod reflect;

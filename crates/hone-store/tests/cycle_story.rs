@@ -39,6 +39,7 @@ fn candidate_version() -> VersionRecord {
             provider: "up".into(),
             model: "m2".into(),
             adapter: None,
+            memory: None,
         }],
         ..Default::default()
     };

@@ -17,6 +17,7 @@ pub(crate) fn story(backend: &Backend) {
             provider: "up".into(),
             model: "m".into(),
             adapter: None,
+            memory: None,
         }],
         ..Default::default()
     };

@@ -32,4 +32,4 @@ pub use learn::{
 };
 pub use playbook::Lesson;
 pub use signal::{FeedbackRequest, MetricLevel, MetricType, Signal, SignalSource, SignalValue};
-pub use version::{ExamplePolicy, Route, Setting, VersionRecord, VersionSpec};
+pub use version::{ExamplePolicy, MemoryKind, MemoryPolicy, Route, Setting, VersionRecord, VersionSpec};

@@ -15,6 +15,48 @@ pub struct Route {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// kNN-LM memory the embedded engine decodes with (local providers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryPolicy>,
+}
+
+/// The kinds of memory a route may decode with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// kNN-LM (Khandelwal et al.): the next-token distribution interpolated
+    /// with that of the tokens that followed the nearest stored contexts.
+    #[serde(rename = "knn-lm")]
+    KnnLm,
+}
+
+/// How a route decodes with a datastore of its agent's successful episodes
+/// (`hone_engine::memory`): `p = λ·p_kNN + (1−λ)·p_LM` over the `k` nearest
+/// stored hidden states, weighted `exp(−distance / temperature)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryPolicy {
+    #[serde(rename = "type")]
+    pub kind: MemoryKind,
+    /// The datastore's content hash (64 hex digits): the file
+    /// `<memory_dir>/<hash>.safetensors`.
+    pub datastore: String,
+    pub k: u32,
+    pub lambda: f64,
+    pub temperature: f64,
+}
+
+// λ and the temperature are checked finite wherever a policy is made, so
+// equality is reflexive (routes are compared and hashed as keys).
+impl Eq for MemoryPolicy {}
+
+impl MemoryPolicy {
+    /// Whether `datastore` is a content hash (the only names datastores have).
+    pub fn is_datastore_hash(datastore: &str) -> bool {
+        datastore.len() == 64
+            && datastore
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
 }
 
 /// The canonical content of a version. Field order is fixed and maps are not
@@ -142,6 +184,7 @@ mod tests {
                 provider: "openai".into(),
                 model: "gpt-4o-mini".into(),
                 adapter: None,
+                memory: None,
             }],
             temperature: Some(0.3),
             ..Default::default()

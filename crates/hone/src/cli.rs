@@ -9,7 +9,7 @@
 //! here to the commands and never back. No command logic goes here.
 
 use crate::commands::{
-    artefacts, bench, config, dataset, demo, deploy, eval, keys, learn, model, rewards, serve, store, train,
+    artefacts, bench, config, dataset, demo, deploy, eval, keys, learn, memory, model, rewards, serve, store, train,
 };
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -88,6 +88,11 @@ pub enum Command {
     Artefacts {
         #[command(subcommand)]
         command: artefacts::ArtefactsCommand,
+    },
+    /// kNN-LM memory: `hone memory build --agent A` makes a datastore of its successful episodes.
+    Memory {
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
     },
     /// Rewards of recorded episodes.
     Rewards {
@@ -295,6 +300,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Rewards { command } => rewards::run(command),
         Command::Store { command } => store::run(command),
         Command::Artefacts { command } => artefacts::run(command).map(|()| ExitCode::SUCCESS),
+        Command::Memory { command } => memory::run(command).map(|()| ExitCode::SUCCESS),
         Command::Dataset { command } => dataset::run(command),
         Command::Eval(args) => eval::run(args),
         Command::Learn(args) => learn::run(args),

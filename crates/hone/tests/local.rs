@@ -361,3 +361,99 @@ async fn finding_8_adapter_paths_are_confined_and_errors_never_echo_files() {
     let list: Value = get_json(&hone.url("/admin/adapters")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "nothing was loaded");
 }
+
+/// Issue 22, end to end: an episode served by the embedded engine and
+/// rewarded becomes a kNN-LM datastore (`hone memory build`); a version
+/// that decodes with it (`memory = { type = "knn-lm", … }`) answers the same
+/// prompt greedily with the remembered tokens — which the same model
+/// without memory does not — and reports the mixture's logprobs.
+#[tokio::test]
+async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let model = dir.join("model");
+    let hone_bin = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hone {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    hone_bin(&[
+        "model",
+        "init",
+        "--arch",
+        "qwen2",
+        "--preset",
+        "tiny",
+        "--seed",
+        "3",
+        "--out",
+        model.to_str().unwrap(),
+    ]);
+    let base = format!(
+        "[agents.mem.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
+         [agents.mem.reward]\npass_threshold = 0.5\n[agents.mem.reward.critics.any]\ntype = \"regex\"\npattern = \".\"\n",
+        model.display().to_string()
+    );
+    let mut hone = Hone::start_in(&dir, &base, &[]);
+    let question = json!({"model": "mem", "seed": 11, "temperature": 1.0, "max_tokens": 12,
+        "messages": [{"role": "user", "content": "what is the code?"}]});
+    let (status, served, _) = post(&hone, question.clone()).await;
+    assert_eq!(status, 200, "{served}");
+    let remembered = served["choices"][0]["token_ids"].clone();
+    hone.wait_caught_up();
+
+    let config = dir.join("hone.toml");
+    let data = dir.join("data");
+    let (config, data) = (config.to_str().unwrap(), data.to_str().unwrap());
+    hone_bin(&["rewards", "recompute", "mem", "-c", config, "--data-dir", data]);
+    let hash = hone_bin(&["memory", "build", "--agent", "mem", "-c", config, "--data-dir", data]);
+    let hash = hash.trim();
+    assert_eq!(hash.len(), 64, "{hash}");
+    assert!(dir.join(format!("data/memory/{hash}.safetensors")).is_file());
+
+    std::fs::write(
+        &config,
+        format!(
+            "{base}[agents.mem.versions.v2]\nprovider = {{ type = \"local\", model = {:?} }}\n\
+             memory = {{ type = \"knn-lm\", datastore = \"{hash}\", k = 8, lambda = 0.5, temperature = 0.1 }}\n\
+             [agents.mem.deployment]\nchampion = \"v1\"\n",
+            model.display().to_string()
+        ),
+    )
+    .unwrap();
+    hone.restart();
+    let greedy = |version: &str| {
+        let mut body = question.clone();
+        body["temperature"] = json!(0.0);
+        body["model"] = json!("mem");
+        let hone = &hone;
+        let version = version.to_owned();
+        async move {
+            let response = client()
+                .post(hone.url("/v1/chat/completions"))
+                .header("x-hone-version", version)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let without = greedy("v1").await;
+    let with = greedy("v2").await;
+    assert_eq!(with["choices"][0]["token_ids"], remembered, "{with}");
+    assert_ne!(
+        without["choices"][0]["token_ids"], remembered,
+        "the model says it without memory"
+    );
+    for lp in with["choices"][0]["token_logprobs"].as_array().unwrap() {
+        assert!(lp.as_f64().unwrap() > 0.3f64.ln(), "{with}");
+    }
+}

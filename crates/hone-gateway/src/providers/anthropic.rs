@@ -1000,6 +1000,7 @@ data: {"type":"message_stop"}
             provider: "claude".into(),
             model: "claude-sonnet-4-5".into(),
             adapter: None,
+            memory: None,
         };
         let provider = AnthropicProvider::new(&config, Some("sk-ant-test".into())).unwrap();
         let request: ChatCompletionRequest = serde_json::from_value(json!({

@@ -16,13 +16,13 @@ use super::{ChunkStream, Provider, ProviderError, StreamEvent};
 use hone_artefacts::{local_adapter_name, Artefacts};
 use hone_config::{is_artefact_url, LocalDType, LocalOptions, ProviderConfig};
 use hone_engine::engine::{Engine, EngineOptions, Event, Request};
-use hone_engine::{Generation, Sampling};
+use hone_engine::{Datastore, Generation, KnnLm, Sampling};
 use hone_types::call::{PROMPT_TOKEN_IDS, TOKEN_IDS, TOKEN_LOGPROBS};
 use hone_types::openai::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, Choice, ChunkChoice, Content, Delta, Extra,
     FunctionCall, FunctionCallDelta, Message, Role, ToolCall, ToolCallDelta, Usage,
 };
-use hone_types::Route;
+use hone_types::{MemoryKind, Route};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +39,8 @@ pub struct LocalProvider {
     artefacts: Arc<Artefacts>,
     /// Checkpoint directory (as the route names it) → its engine.
     engines: Mutex<HashMap<String, Arc<Engine>>>,
+    /// kNN-LM datastores loaded so far, by content hash.
+    datastores: Mutex<HashMap<String, Arc<Datastore>>>,
 }
 
 impl LocalProvider {
@@ -55,6 +57,7 @@ impl LocalProvider {
             adapters_dir,
             artefacts,
             engines: Mutex::new(HashMap::new()),
+            datastores: Mutex::new(HashMap::new()),
         })
     }
 
@@ -148,6 +151,47 @@ impl LocalProvider {
         &self.name
     }
 
+    /// The kNN-LM memory `route` decodes with: its datastore, read from the
+    /// memory directory once and kept (blocking on first use).
+    fn memory(&self, route: &Route) -> Result<Option<Arc<KnnLm>>, String> {
+        let Some(policy) = &route.memory else { return Ok(None) };
+        let MemoryKind::KnnLm = policy.kind;
+        let loaded = self
+            .datastores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&policy.datastore)
+            .cloned();
+        let datastore = match loaded {
+            Some(d) => d,
+            None => {
+                let path = self.artefacts.datastore_path(&policy.datastore);
+                let read = blocking(|| Datastore::load(&path))
+                    .map_err(|e| format!("provider `{}` cannot read datastore {}: {e}", self.name, path.display()))?;
+                if read.content_hash() != policy.datastore {
+                    return Err(format!(
+                        "provider `{}`: {} does not hold datastore {} (its content hash differs)",
+                        self.name,
+                        path.display(),
+                        policy.datastore
+                    ));
+                }
+                let read = Arc::new(read);
+                self.datastores
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(policy.datastore.clone(), read.clone());
+                read
+            }
+        };
+        Ok(Some(Arc::new(KnnLm {
+            datastore,
+            k: policy.k as usize,
+            lambda: policy.lambda,
+            temperature: policy.temperature,
+        })))
+    }
+
     /// Loads the engine and prepares the request off the event loop.
     async fn submit(
         &self,
@@ -161,7 +205,8 @@ impl LocalProvider {
             Some(engine) => engine,
             None => blocking(|| self.engine(&route.model)).map_err(internal)?,
         };
-        let prepared = prepare(&engine, request, route)?;
+        let memory = self.memory(route).map_err(internal)?;
+        let prepared = prepare(&engine, request, route, memory)?;
         let rx = engine.submit(prepared.request.clone()).map_err(|e| match e {
             // A missing adapter is the deployment's fault, not the client's.
             hone_engine::EngineError::Adapter(_) => internal(e.to_string()),
@@ -208,7 +253,12 @@ fn bad_request(message: String) -> ProviderError {
 
 /// Renders the conversation through the model's chat template and maps the
 /// OpenAI sampling parameters.
-fn prepare(engine: &Arc<Engine>, request: &ChatCompletionRequest, route: &Route) -> Result<Prepared, ProviderError> {
+fn prepare(
+    engine: &Arc<Engine>,
+    request: &ChatCompletionRequest,
+    route: &Route,
+    memory: Option<Arc<KnnLm>>,
+) -> Result<Prepared, ProviderError> {
     let messages: Vec<Value> = request.messages.iter().map(template_message).collect();
     let tools = match &request.tools {
         Some(tools) if !tools.is_empty() => Some(serde_json::to_value(tools).map_err(|e| bad_request(e.to_string()))?),
@@ -262,6 +312,7 @@ fn prepare(engine: &Arc<Engine>, request: &ChatCompletionRequest, route: &Route)
             },
             n: request.n.unwrap_or(1).max(1) as usize,
             adapter: route.adapter.as_deref().map(local_adapter_name),
+            memory,
             stop: request.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         },
         engine: engine.clone(),

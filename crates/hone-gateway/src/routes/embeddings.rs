@@ -73,6 +73,7 @@ fn route_for(state: &AppState, model: &str) -> Result<(String, Route), ApiError>
             provider,
             model: model.to_owned(),
             adapter: None,
+            memory: None,
         },
         _ => {
             return Err(ApiError::invalid(

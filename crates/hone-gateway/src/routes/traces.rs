@@ -208,6 +208,7 @@ async fn observed_version(state: &AppState, agent: &str, call: &ObservedCall) ->
             provider: call.provider.clone().unwrap_or_else(|| "unknown".into()),
             model: call.model.clone().unwrap_or_else(|| "unknown".into()),
             adapter: None,
+            memory: None,
         }],
         ..Default::default()
     };

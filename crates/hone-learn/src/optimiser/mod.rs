@@ -233,6 +233,7 @@ mod tests {
                 provider: "up".into(),
                 model: "bad".into(),
                 adapter: None,
+                memory: None,
             }],
             temperature: Some(0.7),
             ..Default::default()

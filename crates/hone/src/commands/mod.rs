@@ -11,6 +11,7 @@ pub mod deploy;
 pub mod eval;
 pub mod keys;
 pub mod learn;
+pub mod memory;
 pub mod model;
 pub mod rewards;
 pub mod serve;

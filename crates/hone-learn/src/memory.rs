@@ -1,0 +1,104 @@
+//! Building a kNN-LM datastore (`hone_engine::memory`) from an agent's
+//! successful episodes: every call the embedded engine served, with its
+//! recorded prompt and completion token ids, run once more through the
+//! route's model (and adapter) to take the final hidden state before each
+//! completion token as the key and the token as the value. The file is
+//! named by its content hash, so a version's `memory.datastore` says
+//! exactly what it decodes with.
+
+use crate::error::LearnError;
+use hone_artefacts::Artefacts;
+use hone_engine::{Adapter, Datastore, Model};
+use hone_store::CycleStore;
+use hone_types::Route;
+use std::path::PathBuf;
+
+/// What a build used and wrote.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The datastore's content hash (its name).
+    pub hash: String,
+    pub path: PathBuf,
+    pub episodes: usize,
+    pub calls: usize,
+    /// Keys (completion tokens) stored.
+    pub keys: usize,
+    /// Successful episodes with no recorded token ids (served by another
+    /// provider), left out.
+    pub without_tokens: usize,
+    /// Calls whose token ids lie outside this model's vocabulary, left out.
+    pub foreign_calls: usize,
+}
+
+/// Builds the datastore of `agent`'s most recent `limit` episodes with
+/// reward at least `min_reward` under `spec_version`, keyed by `route`'s
+/// model, and writes it to the memory directory.
+pub async fn build(
+    store: &dyn CycleStore,
+    artefacts: &Artefacts,
+    adapters_dir: &std::path::Path,
+    agent: &str,
+    spec_version: &str,
+    route: &Route,
+    min_reward: f64,
+    limit: usize,
+) -> Result<Built, LearnError> {
+    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
+    let checkpoint = artefacts.checkpoint(&route.model).await.map_err(|e| failed(&e))?;
+    let adapter_dir = match &route.adapter {
+        Some(a) => Some(artefacts.adapter(a, adapters_dir).await.map_err(|e| failed(&e))?),
+        None => None,
+    };
+    let successes = store.successes(agent, spec_version, min_reward, limit)?;
+    let mut sequences = Vec::new();
+    let mut skipped = 0;
+    for success in &successes {
+        let Some(episode) = store.episode(&success.episode_id)? else {
+            skipped += 1;
+            continue;
+        };
+        let tokens: Vec<_> = episode.calls.iter().filter_map(|c| c.sampled_tokens()).collect();
+        if tokens.is_empty() {
+            skipped += 1;
+        }
+        sequences.extend(tokens);
+    }
+    let job = tokio::task::spawn_blocking(move || -> Result<(Datastore, usize, usize), LearnError> {
+        let device = candle_core::Device::Cpu;
+        let model = Model::load(&checkpoint, candle_core::DType::F32, &device).map_err(|e| failed(&e))?;
+        let adapter = adapter_dir
+            .map(|dir| Adapter::load(&dir, candle_core::DType::F32, &device))
+            .transpose()
+            .map_err(|e| failed(&e))?;
+        let vocab = model.config.vocab_size as u32;
+        let mut datastore = Datastore::new(model.config.hidden_size);
+        let (mut calls, mut foreign) = (0, 0);
+        for s in &sequences {
+            if s.prompt.iter().chain(&s.completion).any(|t| *t >= vocab) {
+                foreign += 1;
+                continue;
+            }
+            if datastore
+                .add_sequence(&model, &s.prompt, &s.completion, adapter.as_ref())
+                .map_err(|e| failed(&e))?
+                > 0
+            {
+                calls += 1;
+            }
+        }
+        Ok((datastore, calls, foreign))
+    });
+    let (datastore, calls, foreign) = job.await.map_err(|e| failed(&e))??;
+    let hash = datastore.content_hash();
+    let path = artefacts.datastore_path(&hash);
+    datastore.save(&path).map_err(|e| failed(&e))?;
+    Ok(Built {
+        hash,
+        path,
+        episodes: successes.len() - skipped,
+        calls,
+        keys: datastore.len(),
+        without_tokens: skipped,
+        foreign_calls: foreign,
+    })
+}
