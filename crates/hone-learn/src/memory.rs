@@ -30,18 +30,24 @@ pub struct Built {
     pub foreign_calls: usize,
 }
 
-/// Builds the datastore of `agent`'s most recent `limit` episodes with
-/// reward at least `min_reward` under `spec_version`, keyed by `route`'s
-/// model, and writes it to the memory directory.
+/// Which episodes a datastore is built from: the agent's most recent
+/// `limit` with reward at least `min_reward` under `spec_version`.
+#[derive(Debug, Clone, Copy)]
+pub struct Successes<'a> {
+    pub agent: &'a str,
+    pub spec_version: &'a str,
+    pub min_reward: f64,
+    pub limit: usize,
+}
+
+/// Builds the datastore of `from`, keyed by `route`'s model (and adapter,
+/// found in `adapters_dir`), and writes it to the memory directory.
 pub async fn build(
     store: &dyn CycleStore,
     artefacts: &Artefacts,
     adapters_dir: &std::path::Path,
-    agent: &str,
-    spec_version: &str,
     route: &Route,
-    min_reward: f64,
-    limit: usize,
+    from: Successes<'_>,
 ) -> Result<Built, LearnError> {
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let checkpoint = artefacts.checkpoint(&route.model).await.map_err(|e| failed(&e))?;
@@ -49,7 +55,7 @@ pub async fn build(
         Some(a) => Some(artefacts.adapter(a, adapters_dir).await.map_err(|e| failed(&e))?),
         None => None,
     };
-    let successes = store.successes(agent, spec_version, min_reward, limit)?;
+    let successes = store.successes(from.agent, from.spec_version, from.min_reward, from.limit)?;
     let mut sequences = Vec::new();
     let mut skipped = 0;
     for success in &successes {

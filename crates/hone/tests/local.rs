@@ -418,7 +418,7 @@ async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
     assert!(dir.join(format!("data/memory/{hash}.safetensors")).is_file());
 
     std::fs::write(
-        &config,
+        config,
         format!(
             "{base}[agents.mem.versions.v2]\nprovider = {{ type = \"local\", model = {:?} }}\n\
              memory = {{ type = \"knn-lm\", datastore = \"{hash}\", k = 8, lambda = 0.5, temperature = 0.1 }}\n\

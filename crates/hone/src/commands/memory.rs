@@ -76,11 +76,13 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         store.as_ref(),
         &artefacts,
         &config.adapters_dir(&route.provider),
-        &agent,
-        &spec_version,
         route,
-        min_reward,
-        limit,
+        hone_learn::memory::Successes {
+            agent: &agent,
+            spec_version: &spec_version,
+            min_reward,
+            limit,
+        },
     ))?;
     if built.keys == 0 {
         bail!(
