@@ -40,6 +40,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// The folder of the shared store adapters are published under.
 pub const ADAPTERS: &str = "adapters";
+/// The folder of the shared store kNN-LM datastores are published under
+/// (`memory/<content hash>/`), and their file inside each.
+pub const MEMORY: &str = "memory";
+pub const DATASTORE_FILE: &str = "datastore.safetensors";
 
 /// Resolves, fetches and publishes artefacts for one process.
 #[derive(Debug)]
@@ -189,9 +193,48 @@ impl Artefacts {
         }
     }
 
-    /// The file of the kNN-LM datastore with content hash `hash`.
+    /// The file of the kNN-LM datastore with content hash `hash` (in its own
+    /// directory, `<memory_dir>/<hash>/`, which is what is published).
     pub fn datastore_path(&self, hash: &str) -> PathBuf {
-        self.config.memory_dir.join(format!("{hash}.safetensors"))
+        self.config.memory_dir.join(hash).join(DATASTORE_FILE)
+    }
+
+    /// Publishes the datastore `hash` (already written to its path) to the
+    /// shared store; `None` without one.
+    pub async fn publish_datastore(&self, hash: &str) -> Result<Option<Manifest>> {
+        let Some(shared) = &self.shared else { return Ok(None) };
+        check_name(hash)?;
+        transfer::upload(
+            &self.config.memory_dir.join(hash),
+            &shared.child(&format!("{MEMORY}/{hash}")),
+        )
+        .await
+        .map(Some)
+    }
+
+    /// The local file of datastore `hash`, fetched from the shared store
+    /// first when this machine does not hold it.
+    pub async fn datastore(&self, hash: &str) -> Result<PathBuf> {
+        check_name(hash)?;
+        let path = self.datastore_path(hash);
+        if path.is_file() {
+            return Ok(path);
+        }
+        let Some(shared) = &self.shared else {
+            return Err(ArtefactError::NotFound(format!(
+                "datastore {hash} is not in {} and no shared artefact store is configured ([artefacts] url)",
+                self.config.memory_dir.display()
+            )));
+        };
+        let place = shared.child(&format!("{MEMORY}/{hash}"));
+        self.fetch(
+            &place,
+            &self.config.memory_dir.join(hash),
+            Unpublished::Refuse,
+            "datastore",
+        )
+        .await?;
+        Ok(path)
     }
 
     /// Copies the directory `dir` to `url` (any artefact URL), manifest last.

@@ -329,3 +329,26 @@ async fn without_a_shared_store_an_adapter_is_only_looked_for_locally() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_published_datastore_is_fetched_by_a_replica_that_lacks_it() {
+    for setup in Setup::both() {
+        let hash = "ab".repeat(32);
+        let learner = setup.artefacts();
+        let path = learner.datastore_path(&hash);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, vec![3u8; 5000]).unwrap();
+        let manifest = learner.publish_datastore(&hash).await.unwrap().unwrap();
+        assert_eq!(manifest.bytes(), 5000);
+
+        let mut elsewhere = setup.config.clone();
+        elsewhere.memory_dir = setup.local("replica/memory");
+        let replica = Artefacts::new(&elsewhere).unwrap();
+        assert!(!replica.datastore_path(&hash).exists());
+        let fetched = replica.datastore(&hash).await.unwrap();
+        assert_eq!(fetched, elsewhere.memory_dir.join(&hash).join("datastore.safetensors"));
+        assert_eq!(std::fs::read(&fetched).unwrap(), vec![3u8; 5000], "{}", setup.name());
+        let e = replica.datastore(&"cd".repeat(32)).await.unwrap_err();
+        assert!(matches!(e, ArtefactError::NotFound(_)), "{e}");
+    }
+}

@@ -415,7 +415,7 @@ async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
     let hash = hone_bin(&["memory", "build", "--agent", "mem", "-c", config, "--data-dir", data]);
     let hash = hash.trim();
     assert_eq!(hash.len(), 64, "{hash}");
-    assert!(dir.join(format!("data/memory/{hash}.safetensors")).is_file());
+    assert!(dir.join(format!("data/memory/{hash}/datastore.safetensors")).is_file());
 
     std::fs::write(
         config,

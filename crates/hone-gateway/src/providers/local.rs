@@ -77,8 +77,9 @@ impl LocalProvider {
     }
 
     /// Makes what `route` names present here: a checkpoint or adapter named
-    /// by URL, or an adapter published to the shared store, is fetched on
-    /// first use (once per replica; later calls find it on disk or loaded).
+    /// by URL, or an adapter or datastore published to the shared store, is
+    /// fetched on first use (once per replica; later calls find it on disk
+    /// or loaded).
     pub async fn checkout(&self, route: &Route) -> Result<(), String> {
         let loaded = self.loaded(&route.model);
         if loaded.is_none() && is_artefact_url(&route.model) {
@@ -86,6 +87,21 @@ impl LocalProvider {
                 .checkpoint(&route.model)
                 .await
                 .map_err(|e| format!("provider `{}` cannot fetch checkpoint {}: {e}", self.name, route.model))?;
+        }
+        if let Some(memory) = &route.memory {
+            let held = self
+                .datastores
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(&memory.datastore);
+            if !held {
+                self.artefacts.datastore(&memory.datastore).await.map_err(|e| {
+                    format!(
+                        "provider `{}` cannot fetch datastore {}: {e}",
+                        self.name, memory.datastore
+                    )
+                })?;
+            }
         }
         if let Some(adapter) = &route.adapter {
             let resident = loaded.is_some_and(|engine| engine.has_adapter(&local_adapter_name(adapter)));

@@ -72,7 +72,8 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         "building a kNN-LM datastore for `{agent}` from episodes with reward ≥ {min_reward} (spec {spec_version}), keyed by {}",
         route.model
     ));
-    let built = runtime()?.block_on(hone_learn::memory::build(
+    let runtime = runtime()?;
+    let built = runtime.block_on(hone_learn::memory::build(
         store.as_ref(),
         &artefacts,
         &config.adapters_dir(&route.provider),
@@ -99,6 +100,14 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         built.foreign_calls,
         built.path.display()
     ));
+    if let Some(manifest) = runtime.block_on(artefacts.publish_datastore(&built.hash))? {
+        note(format_args!(
+            "published to {}/memory/{} ({})",
+            artefacts.shared_url().unwrap_or_default(),
+            built.hash,
+            hone_artefacts::human_bytes(manifest.bytes())
+        ));
+    }
     print_line(&built.hash)?;
     note(format_args!(
         "use it in a version: memory = {{ type = \"knn-lm\", datastore = \"{}\", k = 16, lambda = 0.25 }}",
