@@ -59,6 +59,7 @@ pub struct RawLearn {
     pub endpoint: Option<String>,
     pub concurrency: Option<usize>,
     pub examples: Option<RawExamples>,
+    pub memory: Option<RawMemoryOptimiser>,
     pub model: Option<RawModelOptimiser>,
     pub grpo: Option<RawTraining>,
     pub dpo: Option<RawTraining>,
@@ -132,6 +133,20 @@ pub struct RawExamples {
     pub k: Option<Vec<u32>>,
     pub min_reward: Option<f64>,
     pub embeddings: Option<RawRouteRef>,
+    pub max_candidates: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemoryOptimiser {
+    /// The k values to propose.
+    pub k: Option<Vec<u32>>,
+    /// The λ values to propose (one candidate per k and λ).
+    pub lambda: Option<Vec<f64>>,
+    pub temperature: Option<f64>,
+    /// Train-set episodes with at least this reward go into the datastore
+    /// (default: the reward spec's pass threshold).
+    pub min_reward: Option<f64>,
     pub max_candidates: Option<usize>,
 }
 
@@ -530,6 +545,17 @@ pub struct ExamplesSpec {
     pub max_candidates: usize,
 }
 
+/// `memory`: kNN-LM decoding over a datastore of the train set's
+/// successful episodes, one candidate per `k` and `λ`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemorySpec {
+    pub ks: Vec<u32>,
+    pub lambdas: Vec<f64>,
+    pub temperature: f64,
+    pub min_reward: Option<f64>,
+    pub max_candidates: usize,
+}
+
 /// `model`: other models, temperatures or reasoning efforts to try.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
@@ -543,6 +569,7 @@ pub struct ModelSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub enum OptimiserSpec {
     Examples(ExamplesSpec),
+    Memory(MemorySpec),
     Model(ModelSpec),
     Grpo(TrainingSpec),
     Dpo(TrainingSpec),
@@ -553,11 +580,14 @@ pub enum OptimiserSpec {
 }
 
 impl OptimiserSpec {
-    pub const NAMES: [&'static str; 8] = ["examples", "model", "grpo", "dpo", "sft", "prompt", "playbook", "tools"];
+    pub const NAMES: [&'static str; 9] = [
+        "examples", "memory", "model", "grpo", "dpo", "sft", "prompt", "playbook", "tools",
+    ];
 
     pub fn name(&self) -> &'static str {
         match self {
             OptimiserSpec::Examples(_) => "examples",
+            OptimiserSpec::Memory(_) => "memory",
             OptimiserSpec::Model(_) => "model",
             OptimiserSpec::Grpo(_) => "grpo",
             OptimiserSpec::Dpo(_) => "dpo",
@@ -882,6 +912,7 @@ impl LearnSpec {
             endpoint,
             concurrency,
             examples,
+            memory,
             model,
             grpo,
             dpo,
@@ -905,6 +936,7 @@ impl LearnSpec {
         }
         let tables = OptimiserTables {
             examples,
+            memory,
             model,
             grpo,
             dpo,
@@ -956,6 +988,7 @@ impl LearnSpec {
 /// when `optimisers` names it; one left over is configured but not enabled.
 struct OptimiserTables {
     examples: Option<RawExamples>,
+    memory: Option<RawMemoryOptimiser>,
     model: Option<RawModelOptimiser>,
     grpo: Option<RawTraining>,
     dpo: Option<RawTraining>,
@@ -976,6 +1009,7 @@ fn optimisers_from_raw(
         let ofield = format!("{field}.{name}");
         let spec = match name.as_str() {
             "examples" => examples(&ofield, tables.examples.take().unwrap_or_default(), providers)?,
+            "memory" => memory(&ofield, tables.memory.take().unwrap_or_default())?,
             "model" => model(&ofield, tables.model.take().unwrap_or_default(), providers)?,
             "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take(), true)?),
             "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take(), false)?),
@@ -1015,6 +1049,7 @@ fn optimisers_from_raw(
     }
     for (name, left) in [
         ("examples", tables.examples.is_some()),
+        ("memory", tables.memory.is_some()),
         ("model", tables.model.is_some()),
         ("grpo", tables.grpo.is_some()),
         ("dpo", tables.dpo.is_some()),
@@ -1050,6 +1085,35 @@ fn examples(ofield: &str, e: RawExamples, providers: &[&str]) -> Result<Optimise
             .map(|r| route(&format!("{ofield}.embeddings"), r, providers))
             .transpose()?,
         max_candidates: e.max_candidates.unwrap_or(4),
+    }))
+}
+
+/// The `memory` optimiser; `ofield` is `agents.NAME.learn.memory`.
+fn memory(ofield: &str, m: RawMemoryOptimiser) -> Result<OptimiserSpec, ConfigError> {
+    let ks = m.k.unwrap_or_else(|| vec![16]);
+    if ks.is_empty() || ks.contains(&0) {
+        return Err(ConfigError::at(
+            format!("{ofield}.k"),
+            "list the k values to try, each ≥ 1",
+        ));
+    }
+    let lambdas = m.lambda.unwrap_or_else(|| vec![0.25, 0.5]);
+    if lambdas.is_empty() || lambdas.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
+        return Err(ConfigError::at(
+            format!("{ofield}.lambda"),
+            "list the λ values to try, each above 0 and at most 1",
+        ));
+    }
+    let temperature = m.temperature.unwrap_or(1.0);
+    if !(temperature > 0.0 && temperature.is_finite()) {
+        return Err(ConfigError::at(format!("{ofield}.temperature"), "must be above 0"));
+    }
+    Ok(OptimiserSpec::Memory(MemorySpec {
+        ks,
+        lambdas,
+        temperature,
+        min_reward: m.min_reward,
+        max_candidates: m.max_candidates.unwrap_or(4),
     }))
 }
 

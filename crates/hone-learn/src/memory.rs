@@ -10,7 +10,7 @@ use crate::error::LearnError;
 use hone_artefacts::Artefacts;
 use hone_engine::{Adapter, Datastore, Model};
 use hone_store::CycleStore;
-use hone_types::Route;
+use hone_types::{EpisodeId, Route};
 use std::path::PathBuf;
 
 /// What a build used and wrote.
@@ -30,24 +30,15 @@ pub struct Built {
     pub foreign_calls: usize,
 }
 
-/// Which episodes a datastore is built from: the agent's most recent
-/// `limit` with reward at least `min_reward` under `spec_version`.
-#[derive(Debug, Clone, Copy)]
-pub struct Successes<'a> {
-    pub agent: &'a str,
-    pub spec_version: &'a str,
-    pub min_reward: f64,
-    pub limit: usize,
-}
-
-/// Builds the datastore of `from`, keyed by `route`'s model (and adapter,
-/// found in `adapters_dir`), and writes it to the memory directory.
+/// Builds the datastore of `episodes`' calls, keyed by `route`'s model
+/// (and adapter, found in `adapters_dir`), and writes it to the memory
+/// directory.
 pub async fn build(
     store: &dyn CycleStore,
     artefacts: &Artefacts,
     adapters_dir: &std::path::Path,
     route: &Route,
-    from: Successes<'_>,
+    episodes: &[EpisodeId],
 ) -> Result<Built, LearnError> {
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let checkpoint = artefacts.checkpoint(&route.model).await.map_err(|e| failed(&e))?;
@@ -55,11 +46,10 @@ pub async fn build(
         Some(a) => Some(artefacts.adapter(a, adapters_dir).await.map_err(|e| failed(&e))?),
         None => None,
     };
-    let successes = store.successes(from.agent, from.spec_version, from.min_reward, from.limit)?;
     let mut sequences = Vec::new();
     let mut skipped = 0;
-    for success in &successes {
-        let Some(episode) = store.episode(&success.episode_id)? else {
+    for id in episodes {
+        let Some(episode) = store.episode(id)? else {
             skipped += 1;
             continue;
         };
@@ -101,7 +91,7 @@ pub async fn build(
     Ok(Built {
         hash,
         path,
-        episodes: successes.len() - skipped,
+        episodes: episodes.len() - skipped,
         calls,
         keys: datastore.len(),
         without_tokens: skipped,

@@ -397,6 +397,69 @@ async fn a_trained_adapter_is_published_before_a_candidate_names_it() {
     }
 }
 
+/// The `memory` optimiser in a real cycle: a kNN-LM datastore of exactly
+/// the train half's successful episodes — every completion token of their
+/// recorded calls, none from the half the candidate is gated on — and the
+/// champion decoding with it, evaluated through the gateway by the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only() {
+    let rest = "[agents.mem.reward]\npass_threshold = 0.5\n[agents.mem.reward.critics.answer]\ntype = \"regex\"\n\
+                pattern = \"[a-m]\"\n[agents.mem.learn]\noptimisers = [\"memory\"]\ndataset_size = 16\n\
+                [agents.mem.learn.memory]\nk = [4]\nlambda = [0.5]\n";
+    let (_model, w) = tiny_world("mem", rest).await;
+    let (cycle, log) = one_cycle(&w, "mem", "memory", 16).await;
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    let passed: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
+    assert!(
+        !passed.is_empty() && passed.len() < train.len(),
+        "{} of {} passed\n{log}",
+        passed.len(),
+        train.len()
+    );
+    let tokens: usize = passed
+        .iter()
+        .map(|i| {
+            let episode = w.store.episode(i.episode_id.as_ref().unwrap()).unwrap().unwrap();
+            episode
+                .calls
+                .iter()
+                .map(|c| c.sampled_tokens().unwrap().completion.len())
+                .sum::<usize>()
+        })
+        .sum();
+    assert!(
+        log.contains(&format!(
+            "keys from {} calls of {} train episodes",
+            passed.len(),
+            passed.len()
+        )),
+        "{log}"
+    );
+    let candidate = &w.store.candidates("mem", Some(&cycle.id)).unwrap()[0];
+    let spec = w.store.version(&candidate.version_id).unwrap().unwrap().spec;
+    let memory = spec.routes[0].memory.clone().unwrap();
+    assert_eq!((memory.k, memory.lambda), (4, 0.5));
+    let datastore = hone_engine::Datastore::load(
+        &w.config
+            .artefacts
+            .memory_dir
+            .join(&memory.datastore)
+            .join("datastore.safetensors"),
+    )
+    .unwrap();
+    assert_eq!(datastore.content_hash(), memory.datastore);
+    assert_eq!(
+        datastore.len(),
+        tokens,
+        "every completion token of the train successes, nothing else"
+    );
+    assert!(candidate.diff.contains("memory: none → knn-lm"), "{}", candidate.diff);
+    assert!(
+        candidate.scores.is_some(),
+        "the gate evaluated the candidate through the gateway\n{log}"
+    );
+}
+
 /// `groups = "production"`: GRPO on the train half's production episodes
 /// with their own rewards, no rollout. Served by the champion they are on
 /// its policy (ratio 1 on the first step); once another version is the

@@ -10,6 +10,7 @@ mod dpo;
 mod examples;
 mod grpo;
 mod live;
+mod memory;
 mod model;
 mod playbook;
 mod prompt;
@@ -99,6 +100,7 @@ pub fn dropped(agent: &AgentConfig, episode: &hone_types::EpisodeDetail) -> bool
 pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
     match spec {
         OptimiserSpec::Examples(e) => Box::new(examples::Examples { spec: e.clone() }),
+        OptimiserSpec::Memory(m) => Box::new(memory::Memory { spec: m.clone() }),
         OptimiserSpec::Model(m) => Box::new(model::ModelSwap { spec: m.clone() }),
         OptimiserSpec::Grpo(t) => Box::new(grpo::Grpo { spec: t.clone() }),
         OptimiserSpec::Dpo(t) => Box::new(dpo::Dpo { spec: t.clone() }),
@@ -132,6 +134,19 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
     };
     if route(parent) != route(child) {
         lines.push(format!("model: {} → {}", route(parent), route(child)));
+    }
+    let memory = |s: &VersionSpec| match s.routes.first().and_then(|r| r.memory.as_ref()) {
+        Some(m) => format!(
+            "knn-lm datastore {} k={} λ={} T={}",
+            m.datastore.get(..12).unwrap_or(&m.datastore),
+            m.k,
+            m.lambda,
+            m.temperature
+        ),
+        None => "none".into(),
+    };
+    if memory(parent) != memory(child) {
+        lines.push(format!("memory: {} → {}", memory(parent), memory(child)));
     }
     if parent.routes.get(1..) != child.routes.get(1..) {
         lines.push(format!(

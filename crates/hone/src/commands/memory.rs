@@ -72,18 +72,18 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         "building a kNN-LM datastore for `{agent}` from episodes with reward ≥ {min_reward} (spec {spec_version}), keyed by {}",
         route.model
     ));
+    let episodes: Vec<_> = store
+        .successes(&agent, &spec_version, min_reward, limit)?
+        .into_iter()
+        .map(|s| s.episode_id)
+        .collect();
     let runtime = runtime()?;
     let built = runtime.block_on(hone_learn::memory::build(
         store.as_ref(),
         &artefacts,
         &config.adapters_dir(&route.provider),
         route,
-        hone_learn::memory::Successes {
-            agent: &agent,
-            spec_version: &spec_version,
-            min_reward,
-            limit,
-        },
+        &episodes,
     ))?;
     if built.keys == 0 {
         bail!(
