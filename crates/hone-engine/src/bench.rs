@@ -96,3 +96,71 @@ pub fn measure(model: &Model, settings: BenchSettings) -> Result<Figures> {
         decode_b8: decode_rate(8)?,
     })
 }
+
+/// Decode tokens/s through the engine's own sampling path
+/// ([`crate::generate::start`] and [`crate::generate::step`], greedy) without
+/// and with a kNN-LM datastore of `keys` entries, at batch 1 and 8.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct MemoryFigures {
+    pub keys: usize,
+    pub decode_b1: f64,
+    pub decode_b1_memory: f64,
+    pub decode_b8: f64,
+    pub decode_b8_memory: f64,
+}
+
+/// A datastore of `keys` seeded pseudo-random keys and values shaped for
+/// `model` (search cost depends on the count and width, not the contents).
+pub fn synthetic_datastore(model: &Model, keys: usize, seed: u64) -> Result<crate::memory::Datastore> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dim = model.config.hidden_size;
+    let vocab = model.config.vocab_size as u32;
+    let mut store = crate::memory::Datastore::new(dim);
+    let mut key = vec![0f32; dim];
+    for _ in 0..keys {
+        for v in &mut key {
+            *v = rng.random_range(-1.0f32..1.0);
+        }
+        store.add(&key, rng.random_range(0..vocab))?;
+    }
+    Ok(store)
+}
+
+/// Measures decoding without and with memory of `keys` entries (k = 16,
+/// λ = 0.25), in the same run.
+pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Result<MemoryFigures> {
+    use crate::generate::{start, step, Sampling};
+    use crate::memory::KnnLm;
+    use std::sync::Arc;
+    let prompt = prompt_ids(settings.prompt, model.config.vocab_size);
+    let memory = Arc::new(KnnLm {
+        datastore: Arc::new(synthetic_datastore(model, keys, 7)?),
+        k: 16,
+        lambda: 0.25,
+        temperature: 1.0,
+    });
+    let sampling = Arc::new(Sampling {
+        temperature: 0.0,
+        max_tokens: settings.new_tokens + 1,
+        ..Sampling::default()
+    });
+    let rate = |batch: usize, memory: Option<Arc<KnnLm>>| {
+        timed(settings.reps, || {
+            let mut sequences = start(model, &prompt, None, memory.clone(), sampling.clone(), batch)?;
+            let started = Instant::now();
+            for _ in 0..settings.new_tokens {
+                let mut refs: Vec<_> = sequences.iter_mut().collect();
+                step(model, &mut refs)?;
+            }
+            Ok((batch * settings.new_tokens) as f64 / started.elapsed().as_secs_f64())
+        })
+    };
+    Ok(MemoryFigures {
+        keys,
+        decode_b1: rate(1, None)?,
+        decode_b1_memory: rate(1, Some(memory.clone()))?,
+        decode_b8: rate(8, None)?,
+        decode_b8_memory: rate(8, Some(memory))?,
+    })
+}

@@ -206,6 +206,10 @@ pub enum BenchCommand {
         /// A Python interpreter with torch and transformers, for the comparison column.
         #[arg(long, env = "HONE_BENCH_PYTHON")]
         python: Option<String>,
+        /// Also decode with kNN-LM memory of these many keys (exact search),
+        /// next to decoding without it: `--memory-keys 10000,100000`.
+        #[arg(long, value_delimiter = ',')]
+        memory_keys: Vec<usize>,
     },
 }
 
@@ -367,12 +371,14 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     new_tokens,
                     reps,
                     python,
+                    memory_keys,
                 },
         } => bench::engine::run(bench::engine::Options {
             presets,
             prompt,
             new_tokens,
             reps,
+            memory_keys,
             python,
         }),
     }

@@ -7,7 +7,7 @@
 use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::{DType, Device};
-use hone_engine::bench::{measure, BenchSettings, Figures};
+use hone_engine::bench::{measure, measure_memory, BenchSettings, Figures};
 use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +22,8 @@ pub struct Options {
     pub reps: usize,
     /// A Python with torch and transformers; `None` skips the comparison.
     pub python: Option<String>,
+    /// Datastore sizes to decode with (kNN-LM memory), each next to decoding without.
+    pub memory_keys: Vec<usize>,
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
@@ -40,11 +42,16 @@ pub fn run(options: Options) -> Result<ExitCode> {
         settings.reps
     )?;
     let mut rows = Vec::new();
+    let mut memory_rows = Vec::new();
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
         progress(format!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), DType::F32, &Device::Cpu)?;
         let ours = measure(&model, settings)?;
+        for keys in &options.memory_keys {
+            progress(format!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
+            memory_rows.push((name.clone(), measure_memory(&model, settings, *keys)?));
+        }
         drop(model);
         let theirs = match &options.python {
             Some(python) => {
@@ -87,6 +94,31 @@ pub fn run(options: Options) -> Result<ExitCode> {
             ours.decode_b8 / ours.decode_b1,
             theirs.map_or("–".into(), |t| format!("{:.2}×", t.decode_b8 / t.decode_b1))
         )?;
+    }
+    if !memory_rows.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "kNN-LM memory (k = 16, λ = 0.25, exact search), decode tok/s through the engine's sampling path, same run:"
+        )?;
+        writeln!(
+            out,
+            "| model | keys | b1 without | b1 with | with / without | b8 without | b8 with | with / without |"
+        )?;
+        writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+        for (name, m) in &memory_rows {
+            writeln!(
+                out,
+                "| {name} | {} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.1} | {:.2}× |",
+                m.keys,
+                m.decode_b1,
+                m.decode_b1_memory,
+                m.decode_b1_memory / m.decode_b1,
+                m.decode_b8,
+                m.decode_b8_memory,
+                m.decode_b8_memory / m.decode_b8
+            )?;
+        }
     }
     if options.python.is_none() {
         writeln!(
