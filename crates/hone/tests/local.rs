@@ -3,7 +3,7 @@
 //! through the real HTTP server into the embedded engine — recorded with
 //! their token ids and logprobs; adapters come and go through the admin API.
 
-use crate::support::{client, get_json, Hone};
+use crate::support::{client, get_json, hone_cli, Hone};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -371,19 +371,7 @@ async fn finding_8_adapter_paths_are_confined_and_errors_never_echo_files() {
 async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
     let dir = tempfile::tempdir().unwrap().keep();
     let model = dir.join("model");
-    let hone_bin = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "hone {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    hone_bin(&[
+    hone_cli(&[
         "model",
         "init",
         "--arch",
@@ -411,8 +399,8 @@ async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
     let config = dir.join("hone.toml");
     let data = dir.join("data");
     let (config, data) = (config.to_str().unwrap(), data.to_str().unwrap());
-    hone_bin(&["rewards", "recompute", "mem", "-c", config, "--data-dir", data]);
-    let hash = hone_bin(&["memory", "build", "--agent", "mem", "-c", config, "--data-dir", data]);
+    hone_cli(&["rewards", "recompute", "mem", "-c", config, "--data-dir", data]);
+    let hash = hone_cli(&["memory", "build", "--agent", "mem", "-c", config, "--data-dir", data]);
     let hash = hash.trim();
     assert_eq!(hash.len(), 64, "{hash}");
     assert!(dir.join(format!("data/memory/{hash}/datastore.safetensors")).is_file());

@@ -6,7 +6,7 @@
 //! was delivered. Also: `hone store migrate` moves a served SQLite store to
 //! PostgreSQL and a replica serves it from there.
 
-use crate::support::{chat, client, config, FakeUpstream, Hone};
+use crate::support::{chat, client, config, hone_cli, FakeUpstream, Hone};
 use hone_store::{CycleStore, PostgresStore, Store};
 use hone_types::{Deployment, VersionId};
 use std::collections::{HashMap, HashSet};
@@ -367,20 +367,6 @@ fn object_storage() -> Option<hone_artefacts::LocalS3> {
         return None;
     }
     Some(hone_artefacts::LocalS3::start().unwrap())
-}
-
-/// `hone ARGS…`; its stdout, which must be a success.
-fn hone_cli(args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "hone {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
 }
 
 /// The first token's logprob of a seeded answer of `replica`, and the

@@ -282,3 +282,17 @@ pub async fn run_python(script: &str, imports: &str, env: Vec<(&'static str, Str
     );
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
 }
+
+/// `hone ARGS…`; its stdout, which must be a success.
+pub fn hone_cli(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "hone {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
