@@ -28,6 +28,7 @@ pub enum DemoOptimiser {
     Grpo,
     Dpo,
     Examples,
+    Memory,
 }
 
 impl DemoOptimiser {
@@ -39,6 +40,7 @@ impl DemoOptimiser {
             DemoOptimiser::Grpo => "grpo",
             DemoOptimiser::Dpo => "dpo",
             DemoOptimiser::Examples => "examples",
+            DemoOptimiser::Memory => "memory",
         }
     }
 
@@ -50,6 +52,7 @@ impl DemoOptimiser {
                 "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4"
             }
             DemoOptimiser::Examples => "k = [2]",
+            DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]",
         }
     }
 }
@@ -163,8 +166,11 @@ every = {{ episodes = 64 }}
 # Each learns from the cycle's train half; candidates are gated on the other
 # half. (`examples`, few-shot episodes in the prompt, is left out by default:
 # this small model knows only its own prompt layout and made invalid tool
-# calls in 96% of episodes with examples in it. `hone demo --optimisers`
-# picks others.)
+# calls in 96% of episodes with examples in it. `memory`, kNN-LM decoding
+# over a datastore of the train half's accepted episodes, is left out too:
+# with datastores of a few hundred keys it raised invalid tool calls and
+# every candidate was pruned by the gate. `hone demo --optimisers` picks
+# others.)
 optimisers = {optimisers}
 dataset_size = 64
 endpoint = {endpoint}
