@@ -5,7 +5,8 @@ of keys and next-token values, queries, and the model's log-probabilities.
 For each setting (k, lambda, temperature) and query: the k nearest keys by
 squared Euclidean distance (ties by index), p_kNN(y) proportional to the sum
 of exp(-d / T) over neighbours with value y, and
-log(lambda * p_kNN + (1 - lambda) * p_LM). -inf is written as null.
+log(lambda * p_kNN + (1 - lambda) * p_LM); with `adaptive`, lambda is first
+scaled by exp(-d_nearest / T). -inf is written as null.
 
     python3 tests/reference/knn_lm.py > tests/reference/knn_lm.json
 """
@@ -26,13 +27,23 @@ logits = rng.normal(scale=2.0, size=(QUERIES, VOCAB))
 lm = logits - np.log(np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)) - logits.max(axis=1, keepdims=True)
 lm = lm.astype(np.float32)  # hone's engine hands over f32 log-probabilities
 
-SETTINGS = [(4, 0.3, 2.0), (12, 0.75, 0.5), (1, 0.5, 1.0), (3, 1.0, 1.0), (5, 0.0, 1.0)]
+SETTINGS = [
+    (4, 0.3, 2.0, False),
+    (12, 0.75, 0.5, False),
+    (1, 0.5, 1.0, False),
+    (3, 1.0, 1.0, False),
+    (5, 0.0, 1.0, False),
+    (4, 0.6, 3.0, True),
+    (6, 1.0, 8.0, True),
+]
 
 
-def interpolate(lm_row, query, k, lam, temperature):
+def interpolate(lm_row, query, k, lam, temperature, adaptive):
     q = query.astype(np.float64)
     d = ((keys.astype(np.float64) - q) ** 2).sum(axis=1)
     order = np.lexsort((np.arange(N), d))[:k]
+    if adaptive:
+        lam = lam * np.exp(-d[order].min() / temperature)
     w = np.exp(-(d[order] - d[order].min()) / temperature)
     p_knn = np.zeros(VOCAB)
     np.add.at(p_knn, values[order], w / w.sum())
@@ -42,13 +53,14 @@ def interpolate(lm_row, query, k, lam, temperature):
 
 
 cases = []
-for k, lam, temperature in SETTINGS:
+for k, lam, temperature, adaptive in SETTINGS:
     for qi in range(QUERIES):
-        out = interpolate(lm[qi], queries[qi], k, lam, temperature)
+        out = interpolate(lm[qi], queries[qi], k, lam, temperature, adaptive)
         cases.append({
             "k": k,
             "lambda": lam,
             "temperature": temperature,
+            "adaptive": adaptive,
             "query": qi,
             "expected": [None if np.isneginf(v) else float(v) for v in out],
         })

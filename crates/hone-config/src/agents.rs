@@ -102,6 +102,8 @@ pub struct RawMemory {
     pub k: Option<u32>,
     pub lambda: Option<f64>,
     pub temperature: Option<f64>,
+    /// λ scaled by how near the nearest stored context is (default false).
+    pub adaptive: Option<bool>,
 }
 
 /// A version's `memory` table, checked: the datastore named by its hash,
@@ -137,6 +139,7 @@ fn memory_policy(field: &str, raw: RawMemory) -> Result<MemoryPolicy, ConfigErro
         k,
         lambda,
         temperature,
+        adaptive: raw.adaptive.unwrap_or(false),
     })
 }
 

@@ -144,6 +144,8 @@ pub struct RawMemoryOptimiser {
     /// The λ values to propose (one candidate per k and λ).
     pub lambda: Option<Vec<f64>>,
     pub temperature: Option<f64>,
+    /// λ scaled by how near the nearest stored context is (default false).
+    pub adaptive: Option<bool>,
     /// Train-set episodes with at least this reward go into the datastore
     /// (default: the reward spec's pass threshold).
     pub min_reward: Option<f64>,
@@ -552,6 +554,7 @@ pub struct MemorySpec {
     pub ks: Vec<u32>,
     pub lambdas: Vec<f64>,
     pub temperature: f64,
+    pub adaptive: bool,
     pub min_reward: Option<f64>,
     pub max_candidates: usize,
 }
@@ -1112,6 +1115,7 @@ fn memory(ofield: &str, m: RawMemoryOptimiser) -> Result<OptimiserSpec, ConfigEr
         ks,
         lambdas,
         temperature,
+        adaptive: m.adaptive.unwrap_or(false),
         min_reward: m.min_reward,
         max_candidates: m.max_candidates.unwrap_or(4),
     }))

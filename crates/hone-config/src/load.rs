@@ -143,7 +143,10 @@ model = "m"
         };
         let c = load(&version(&format!("{{ type = \"knn-lm\", datastore = \"{hash}\" }}"))).unwrap();
         let memory = c.agents["m"].versions["v1"].spec.routes[0].memory.clone().unwrap();
-        assert_eq!((memory.k, memory.lambda, memory.temperature), (16, 0.25, 1.0));
+        assert_eq!(
+            (memory.k, memory.lambda, memory.temperature, memory.adaptive),
+            (16, 0.25, 1.0, false)
+        );
         assert_eq!(memory.datastore, hash);
         for (bad, key, says) in [
             (

@@ -139,6 +139,7 @@ pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Re
         k: 16,
         lambda: 0.25,
         temperature: 1.0,
+        adaptive: false,
     });
     let sampling = Arc::new(Sampling {
         temperature: 0.0,

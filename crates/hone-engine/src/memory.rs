@@ -220,6 +220,9 @@ pub struct KnnLm {
     pub lambda: f64,
     /// Divides the distances before the softmax over neighbours.
     pub temperature: f64,
+    /// λ scaled by `exp(−d_nearest / temperature)`, so memory speaks only
+    /// where a stored context is near (adaptive kNN-LM).
+    pub adaptive: bool,
 }
 
 impl KnnLm {
@@ -229,7 +232,13 @@ impl KnnLm {
     /// datastore, returns `lm` unchanged.
     pub fn interpolate(&self, lm: &[f32], query: &[f32]) -> Vec<f32> {
         let neighbours = self.datastore.search(query, self.k);
-        interpolate(lm, &neighbours, self.lambda, self.temperature)
+        let lambda = match (self.adaptive, neighbours.first()) {
+            (true, Some(nearest)) => {
+                self.lambda * (-f64::from(nearest.distance) / self.temperature.max(f64::MIN_POSITIVE)).exp()
+            }
+            _ => self.lambda,
+        };
+        interpolate(lm, &neighbours, lambda, self.temperature)
     }
 }
 

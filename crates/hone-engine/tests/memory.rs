@@ -38,13 +38,14 @@ fn interpolation_matches_the_numpy_reference() {
     let queries: Vec<Vec<f32>> = reference["queries"].as_array().unwrap().iter().map(floats).collect();
     let lm: Vec<Vec<f32>> = reference["lm"].as_array().unwrap().iter().map(floats).collect();
     let cases = reference["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 20);
+    assert_eq!(cases.len(), 28);
     for case in cases {
         let memory = KnnLm {
             datastore: datastore.clone(),
             k: case["k"].as_u64().unwrap() as usize,
             lambda: case["lambda"].as_f64().unwrap(),
             temperature: case["temperature"].as_f64().unwrap(),
+            adaptive: case["adaptive"].as_bool().unwrap(),
         };
         let q = case["query"].as_u64().unwrap() as usize;
         let got = memory.interpolate(&lm[q], &queries[q]);
@@ -94,6 +95,7 @@ fn lambda_zero_is_exactly_the_model_and_one_episode_is_reproduced_greedily() {
             lambda,
             // Sharp over distances: the exact context's key takes the kNN mass.
             temperature: 0.1,
+            adaptive: false,
         }))
     };
 
@@ -124,6 +126,62 @@ fn lambda_zero_is_exactly_the_model_and_one_episode_is_reproduced_greedily() {
     }
 }
 
+/// Adaptive λ: a remembered context still gets the datastore's full
+/// weight (its key is at distance ~0), while a context unlike anything
+/// stored decodes as the model alone would, to within float rounding.
+#[test]
+fn adaptive_memory_speaks_where_a_context_recurs_and_keeps_quiet_elsewhere() {
+    let (_dir, model) = tiny();
+    let prompt = tokens("<|im_start|>user\nwhat is the code?");
+    let remembered = tokens(" the code is 4711, ok");
+    let mut datastore = Datastore::new(model.config.hidden_size);
+    datastore.add_sequence(&model, &prompt, &remembered, None).unwrap();
+    let fixed = KnnLm {
+        datastore: Arc::new(datastore),
+        k: 8,
+        lambda: 0.5,
+        temperature: 0.1,
+        adaptive: false,
+    };
+    let memory = Some(Arc::new(KnnLm {
+        adaptive: true,
+        ..fixed.clone()
+    }));
+    let greedy = Sampling {
+        temperature: 0.0,
+        max_tokens: remembered.len(),
+        ..Sampling::default()
+    };
+    let recalled = generate_with_memory(&model, &prompt, None, memory.clone(), &greedy, 1)
+        .unwrap()
+        .remove(0);
+    assert_eq!(recalled.tokens, remembered);
+    let other = tokens("<|im_start|>user\nZZZZ qqqq ####");
+    let alone = generate_with_memory(&model, &other, None, None, &greedy, 1)
+        .unwrap()
+        .remove(0);
+    let quiet = generate_with_memory(&model, &other, None, memory, &greedy, 1)
+        .unwrap()
+        .remove(0);
+    assert_eq!(quiet.tokens, alone.tokens);
+    for (a, b) in quiet.logprobs.iter().zip(&alone.logprobs) {
+        assert!((a - b).abs() < 1e-4, "{a} vs the model's {b}");
+    }
+    // The control: with a fixed λ the same unrelated context is pushed.
+    let pushed = generate_with_memory(&model, &other, None, Some(Arc::new(fixed)), &greedy, 1)
+        .unwrap()
+        .remove(0);
+    assert!(
+        pushed.tokens != alone.tokens
+            || pushed
+                .logprobs
+                .iter()
+                .zip(&alone.logprobs)
+                .any(|(a, b)| (a - b).abs() > 0.1),
+        "a fixed λ left the unrelated context alone too: the test shows nothing"
+    );
+}
+
 #[test]
 fn rows_with_and_without_memory_decode_together_as_they_would_alone() {
     let (_dir, model) = tiny();
@@ -137,6 +195,7 @@ fn rows_with_and_without_memory_decode_together_as_they_would_alone() {
         k: 4,
         lambda: 0.6,
         temperature: 2.0,
+        adaptive: false,
     });
     let sampling = Arc::new(Sampling {
         temperature: 0.7,

@@ -43,6 +43,10 @@ pub struct MemoryPolicy {
     pub k: u32,
     pub lambda: f64,
     pub temperature: f64,
+    /// Scale λ by `exp(−d_nearest / temperature)`: full weight where the
+    /// context was seen before, none where nothing stored is near.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
 }
 
 // λ and the temperature are checked finite wherever a policy is made, so

@@ -205,6 +205,7 @@ impl LocalProvider {
             k: policy.k as usize,
             lambda: policy.lambda,
             temperature: policy.temperature,
+            adaptive: policy.adaptive,
         })))
     }
 

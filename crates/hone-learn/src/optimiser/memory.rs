@@ -74,6 +74,7 @@ impl Optimiser for Memory {
                             k: *k,
                             lambda: *lambda,
                             temperature: self.spec.temperature,
+                            adaptive: self.spec.adaptive,
                         });
                     }
                     if spec != *ctx.champion {
