@@ -4,13 +4,15 @@
 //! route's model (and adapter) to take the final hidden state before each
 //! completion token as the key and the token as the value. The file is
 //! named by its content hash, so a version's `memory.datastore` says
-//! exactly what it decodes with.
+//! exactly what it decodes with; `held.json` beside it says which model
+//! and episodes it holds, so the next build extends it.
 
 use crate::error::LearnError;
 use hone_artefacts::Artefacts;
 use hone_engine::{Adapter, Datastore, Model};
 use hone_store::CycleStore;
 use hone_types::{EpisodeId, Route};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// What a build used and wrote.
@@ -19,6 +21,9 @@ pub struct Built {
     /// The datastore's content hash (its name).
     pub hash: String,
     pub path: PathBuf,
+    /// Whether an earlier datastore was extended (its pairs kept).
+    pub extended: bool,
+    /// Episodes added by this build.
     pub episodes: usize,
     pub calls: usize,
     /// Keys (completion tokens) stored.
@@ -30,15 +35,33 @@ pub struct Built {
     pub foreign_calls: usize,
 }
 
+/// What a datastore holds, beside it (`held.json`): the model and adapter
+/// its keys come from, and the episodes taken — so a later build can
+/// extend it instead of starting again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    pub model: String,
+    pub adapter: Option<String>,
+    /// Sorted.
+    pub episodes: Vec<EpisodeId>,
+}
+
+/// The sidecar's file name in a datastore's directory.
+const HELD: &str = "held.json";
+
 /// Builds the datastore of `episodes`' calls, keyed by `route`'s model
 /// (and adapter, found in `adapters_dir`), and writes it to the memory
-/// directory.
+/// directory. With `extend` (a datastore's hash) whose keys come from the
+/// same model and adapter, its pairs are kept and only episodes it does
+/// not hold yet are added — memory accumulates across cycles; otherwise
+/// the build starts empty.
 pub async fn build(
     store: &dyn CycleStore,
     artefacts: &Artefacts,
     adapters_dir: &std::path::Path,
     route: &Route,
     episodes: &[EpisodeId],
+    extend: Option<&str>,
 ) -> Result<Built, LearnError> {
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let checkpoint = artefacts.checkpoint(&route.model).await.map_err(|e| failed(&e))?;
@@ -46,9 +69,30 @@ pub async fn build(
         Some(a) => Some(artefacts.adapter(a, adapters_dir).await.map_err(|e| failed(&e))?),
         None => None,
     };
+    let mut held = Held {
+        model: route.model.clone(),
+        adapter: route.adapter.clone(),
+        episodes: Vec::new(),
+    };
+    let mut start = None;
+    if let Some(hash) = extend {
+        let path = artefacts.datastore(hash).await.map_err(|e| failed(&e))?;
+        let before: Option<Held> = std::fs::read(path.with_file_name(HELD))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        if let Some(before) = before.filter(|b| b.model == held.model && b.adapter == held.adapter) {
+            start = Some(path);
+            held.episodes = before.episodes;
+        }
+    }
     let mut sequences = Vec::new();
     let mut skipped = 0;
+    let mut taken = 0;
     for id in episodes {
+        if held.episodes.binary_search(id).is_ok() {
+            continue;
+        }
+        taken += 1;
         let Some(episode) = store.episode(id)? else {
             skipped += 1;
             continue;
@@ -56,9 +100,12 @@ pub async fn build(
         let tokens: Vec<_> = episode.calls.iter().filter_map(|c| c.sampled_tokens()).collect();
         if tokens.is_empty() {
             skipped += 1;
+        } else if let Err(at) = held.episodes.binary_search(id) {
+            held.episodes.insert(at, id.clone());
         }
         sequences.extend(tokens);
     }
+    let extended = start.is_some();
     let job = tokio::task::spawn_blocking(move || -> Result<(Datastore, usize, usize), LearnError> {
         let device = candle_core::Device::Cpu;
         let model = Model::load(&checkpoint, candle_core::DType::F32, &device).map_err(|e| failed(&e))?;
@@ -67,7 +114,10 @@ pub async fn build(
             .transpose()
             .map_err(|e| failed(&e))?;
         let vocab = model.config.vocab_size as u32;
-        let mut datastore = Datastore::new(model.config.hidden_size);
+        let mut datastore = match start {
+            Some(path) => Datastore::load(&path).map_err(|e| failed(&e))?,
+            None => Datastore::new(model.config.hidden_size),
+        };
         let (mut calls, mut foreign) = (0, 0);
         for s in &sequences {
             if s.prompt.iter().chain(&s.completion).any(|t| *t >= vocab) {
@@ -88,10 +138,13 @@ pub async fn build(
     let hash = datastore.content_hash();
     let path = artefacts.datastore_path(&hash);
     datastore.save(&path).map_err(|e| failed(&e))?;
+    let sidecar = serde_json::to_vec_pretty(&held).map_err(|e| failed(&e))?;
+    std::fs::write(path.with_file_name(HELD), sidecar).map_err(|e| failed(&e))?;
     Ok(Built {
         hash,
         path,
-        episodes: episodes.len() - skipped,
+        extended,
+        episodes: taken - skipped,
         calls,
         keys: datastore.len(),
         without_tokens: skipped,

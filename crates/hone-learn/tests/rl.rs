@@ -429,7 +429,7 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
         .sum();
     assert!(
         log.contains(&format!(
-            "keys from {} calls of {} train episodes",
+            ": {} calls of {} train episodes added",
             passed.len(),
             passed.len()
         )),
@@ -457,6 +457,80 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
     assert!(
         candidate.scores.is_some(),
         "the gate evaluated the candidate through the gateway\n{log}"
+    );
+
+    // Promoted, its memory grows: the next cycle extends the champion's
+    // datastore with the new train successes it does not hold yet.
+    let agent = &w.config.agents["mem"];
+    let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, agent).unwrap();
+    deployment.previous.push(deployment.champion.clone());
+    deployment.champion = candidate.version_id.clone();
+    assert!(w
+        .store
+        .change_deployment(&deployment, revision, &[], &[], None, 1)
+        .unwrap());
+    for i in 16..32 {
+        w.ask("mem", &format!("mem-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let (learner, lines) = learner(&w);
+    let second = learner.run_cycle("mem", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let held = |hash: &str| -> Vec<String> {
+        let path = w.config.artefacts.memory_dir.join(hash).join("held.json");
+        let held: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        held["episodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = held(&memory.datastore);
+    let grown = w.store.candidates("mem", Some(&second.id)).unwrap();
+    assert_eq!(grown.len(), 1, "{log}");
+    let grown_memory = w.store.version(&grown[0].version_id).unwrap().unwrap().spec.routes[0]
+        .memory
+        .clone()
+        .unwrap();
+    assert!(
+        log.contains(&format!("extending the champion's {}", &memory.datastore[..12])),
+        "{log}"
+    );
+    let after = held(&grown_memory.datastore);
+    assert!(
+        before.iter().all(|e| after.contains(e)),
+        "the earlier episodes are kept"
+    );
+    let added: Vec<&String> = after.iter().filter(|e| !before.contains(e)).collect();
+    assert!(!added.is_empty(), "{log}");
+    let added_tokens: usize = added
+        .iter()
+        .map(|id| {
+            let episode = w
+                .store
+                .episode(&hone_types::EpisodeId::parse(id).unwrap())
+                .unwrap()
+                .unwrap();
+            episode
+                .calls
+                .iter()
+                .map(|c| c.sampled_tokens().unwrap().completion.len())
+                .sum::<usize>()
+        })
+        .sum();
+    let grown_store = hone_engine::Datastore::load(
+        &w.config
+            .artefacts
+            .memory_dir
+            .join(&grown_memory.datastore)
+            .join("datastore.safetensors"),
+    )
+    .unwrap();
+    assert_eq!(
+        grown_store.len(),
+        datastore.len() + added_tokens,
+        "old pairs kept, new ones added once"
     );
 }
 

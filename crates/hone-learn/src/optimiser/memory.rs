@@ -43,11 +43,21 @@ impl Optimiser for Memory {
                 ));
                 return Ok(Vec::new());
             }
-            let built =
-                crate::memory::build(ctx.store.as_ref(), ctx.artefacts, &ctx.adapters_dir, route, &episodes).await?;
-            if built.keys == 0 {
+            // The champion's memory grows: its datastore is extended with
+            // this cycle's train successes (rebuilt when its model differs).
+            let extend = route.memory.as_ref().map(|m| m.datastore.as_str());
+            let built = crate::memory::build(
+                ctx.store.as_ref(),
+                ctx.artefacts,
+                &ctx.adapters_dir,
+                route,
+                &episodes,
+                extend,
+            )
+            .await?;
+            if built.keys == 0 || extend == Some(built.hash.as_str()) {
                 (ctx.progress)(&format!(
-                    "memory: {} successful train episodes but none with recorded token ids; nothing proposed",
+                    "memory: {} successful train episodes but none with new recorded token ids; nothing proposed",
                     episodes.len()
                 ));
                 return Ok(Vec::new());
@@ -57,9 +67,17 @@ impl Optimiser for Memory {
                 .await
                 .map_err(|e| LearnError::training(e.to_string()))?;
             (ctx.progress)(&format!(
-                "memory: datastore {} of {} keys from {} calls of {} train episodes",
+                "memory: datastore {} of {} keys{}: {} calls of {} train episodes added",
                 &built.hash[..12],
                 built.keys,
+                if built.extended {
+                    format!(
+                        ", extending the champion's {}",
+                        extend.and_then(|h| h.get(..12)).unwrap_or("")
+                    )
+                } else {
+                    String::new()
+                },
                 built.calls,
                 built.episodes
             ));

@@ -84,6 +84,7 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         &config.adapters_dir(&route.provider),
         route,
         &episodes,
+        None,
     ))?;
     if built.keys == 0 {
         bail!(
