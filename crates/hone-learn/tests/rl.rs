@@ -416,16 +416,17 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
         passed.len(),
         train.len()
     );
+    let completion_tokens = |id: &hone_types::EpisodeId| -> usize {
+        let episode = w.store.episode(id).unwrap().unwrap();
+        episode
+            .calls
+            .iter()
+            .map(|c| c.sampled_tokens().unwrap().completion.len())
+            .sum()
+    };
     let tokens: usize = passed
         .iter()
-        .map(|i| {
-            let episode = w.store.episode(i.episode_id.as_ref().unwrap()).unwrap().unwrap();
-            episode
-                .calls
-                .iter()
-                .map(|c| c.sampled_tokens().unwrap().completion.len())
-                .sum::<usize>()
-        })
+        .map(|i| completion_tokens(i.episode_id.as_ref().unwrap()))
         .sum();
     assert!(
         log.contains(&format!(
@@ -506,18 +507,7 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
     assert!(!added.is_empty(), "{log}");
     let added_tokens: usize = added
         .iter()
-        .map(|id| {
-            let episode = w
-                .store
-                .episode(&hone_types::EpisodeId::parse(id).unwrap())
-                .unwrap()
-                .unwrap();
-            episode
-                .calls
-                .iter()
-                .map(|c| c.sampled_tokens().unwrap().completion.len())
-                .sum::<usize>()
-        })
+        .map(|id| completion_tokens(&hone_types::EpisodeId::parse(id).unwrap()))
         .sum();
     let grown_store = hone_engine::Datastore::load(
         &w.config
