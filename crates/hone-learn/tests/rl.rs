@@ -403,11 +403,27 @@ async fn a_trained_adapter_is_published_before_a_candidate_names_it() {
 /// champion decoding with it, evaluated through the gateway by the gate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only() {
-    let rest = "[agents.mem.reward]\npass_threshold = 0.5\n[agents.mem.reward.critics.answer]\ntype = \"regex\"\n\
-                pattern = \"[a-m]\"\n[agents.mem.learn]\noptimisers = [\"memory\"]\ndataset_size = 16\n\
+    // Users resolve every other episode: exactly half pass, whatever the
+    // tiny model says, so the train half holds passing and failing ones.
+    let rest = "[agents.mem.reward]\npass_threshold = 0.5\nsignals = { resolved = 1.0 }\n\
+                [agents.mem.learn]\noptimisers = [\"memory\"]\ndataset_size = 16\n\
                 [agents.mem.learn.memory]\nk = [4]\nlambda = [0.5]\n";
     let (_model, w) = tiny_world("mem", rest).await;
-    let (cycle, log) = one_cycle(&w, "mem", "memory", 16).await;
+    let episodes = |range: std::ops::Range<usize>| {
+        let w = &w;
+        async move {
+            for i in range {
+                let id = format!("mem-{i}");
+                w.ask("mem", &id, &format!("Say a number, please ({i})")).await;
+                w.feedback(&id, "resolved", serde_json::json!(i % 2 == 0)).await;
+            }
+        }
+    };
+    episodes(0..16).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("mem", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
     let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
     let passed: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
     assert!(
@@ -470,11 +486,7 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
         .store
         .change_deployment(&deployment, revision, &[], &[], None, 1)
         .unwrap());
-    for i in 16..32 {
-        w.ask("mem", &format!("mem-{i}"), &format!("Say a number, please ({i})"))
-            .await;
-    }
-    let (learner, lines) = learner(&w);
+    episodes(16..32).await;
     let second = learner.run_cycle("mem", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     let held = |hash: &str| -> Vec<String> {
