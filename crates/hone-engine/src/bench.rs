@@ -99,48 +99,55 @@ pub fn measure(model: &Model, settings: BenchSettings) -> Result<Figures> {
 
 /// Decode tokens/s through the engine's own sampling path
 /// ([`crate::generate::start`] and [`crate::generate::step`], greedy) without
-/// and with a kNN-LM datastore of `keys` entries, at batch 1 and 8.
+/// and with a kNN-LM datastore of `keys` entries, at batch 1 and 8, with
+/// one way of searching it.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct MemoryFigures {
     pub keys: usize,
+    /// `exact` (every key scanned) or `hnsw` (the index).
+    pub search: &'static str,
     pub decode_b1: f64,
     pub decode_b1_memory: f64,
     pub decode_b8: f64,
     pub decode_b8_memory: f64,
+    /// Seconds to build the index (`hnsw` only).
+    pub index_seconds: Option<f64>,
+    /// Share of the exact 16 nearest the index finds, over queries near
+    /// stored keys (`hnsw` only).
+    pub recall: Option<f64>,
 }
 
 /// A datastore of `keys` seeded pseudo-random keys and values shaped for
-/// `model` (search cost depends on the count and width, not the contents).
+/// `model`, clustered as real ones are (the contexts of an agent's
+/// episodes recur): keys scattered around `keys / 16` random centres.
 pub fn synthetic_datastore(model: &Model, keys: usize, seed: u64) -> Result<crate::memory::Datastore> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dim = model.config.hidden_size;
     let vocab = model.config.vocab_size as u32;
+    let centres: Vec<Vec<f32>> = (0..keys.div_ceil(16))
+        .map(|_| (0..dim).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+        .collect();
     let mut store = crate::memory::Datastore::new(dim);
-    let mut key = vec![0f32; dim];
-    for _ in 0..keys {
-        for v in &mut key {
-            *v = rng.random_range(-1.0f32..1.0);
-        }
+    for i in 0..keys {
+        let key: Vec<f32> = centres[i % centres.len()]
+            .iter()
+            .map(|c| c + rng.random_range(-0.2f32..0.2))
+            .collect();
         store.add(&key, rng.random_range(0..vocab))?;
     }
     Ok(store)
 }
 
 /// Measures decoding without and with memory of `keys` entries (k = 16,
-/// λ = 0.25), in the same run.
-pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Result<MemoryFigures> {
+/// λ = 0.25), in the same run: searched exactly, and through the HNSW
+/// index too when the datastore is above [`crate::memory::EXACT_LIMIT`].
+pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Result<Vec<MemoryFigures>> {
     use crate::generate::{start, step, Sampling};
-    use crate::memory::KnnLm;
+    use crate::memory::{KnnLm, EXACT_LIMIT};
     use std::sync::Arc;
     let prompt = prompt_ids(settings.prompt, model.config.vocab_size);
-    let memory = Arc::new(KnnLm {
-        datastore: Arc::new(synthetic_datastore(model, keys, 7)?),
-        k: 16,
-        lambda: 0.25,
-        temperature: 1.0,
-        adaptive: false,
-    });
+    let exact = synthetic_datastore(model, keys, 7)?;
     let sampling = Arc::new(Sampling {
         temperature: 0.0,
         max_tokens: settings.new_tokens + 1,
@@ -157,11 +164,57 @@ pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Re
             Ok((batch * settings.new_tokens) as f64 / started.elapsed().as_secs_f64())
         })
     };
-    Ok(MemoryFigures {
-        keys,
-        decode_b1: rate(1, None)?,
-        decode_b1_memory: rate(1, Some(memory.clone()))?,
-        decode_b8: rate(8, None)?,
-        decode_b8_memory: rate(8, Some(memory))?,
-    })
+    let (decode_b1, decode_b8) = (rate(1, None)?, rate(8, None)?);
+    let with = |datastore: crate::memory::Datastore| {
+        let memory = Arc::new(KnnLm {
+            datastore: Arc::new(datastore),
+            k: 16,
+            lambda: 0.25,
+            temperature: 1.0,
+            adaptive: false,
+        });
+        Ok::<_, crate::EngineError>((rate(1, Some(memory.clone()))?, rate(8, Some(memory))?))
+    };
+    let mut rows = Vec::new();
+    if keys > EXACT_LIMIT {
+        use rand::{Rng, SeedableRng};
+        let started = Instant::now();
+        let indexed = exact.clone().indexed();
+        let index_seconds = started.elapsed().as_secs_f64();
+        // Queries near stored keys, as a recurring context is.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let queries: Vec<Vec<f32>> = (0..200)
+            .map(|_| {
+                let key = indexed.key(rng.random_range(0..keys));
+                key.iter().map(|v| v + rng.random_range(-0.1f32..0.1)).collect()
+            })
+            .collect();
+        let recall = indexed.recall(&queries, 16);
+        let (b1, b8) = with(indexed)?;
+        rows.push(MemoryFigures {
+            keys,
+            search: "hnsw",
+            decode_b1,
+            decode_b1_memory: b1,
+            decode_b8,
+            decode_b8_memory: b8,
+            index_seconds: Some(index_seconds),
+            recall: Some(recall),
+        });
+    }
+    let (b1, b8) = with(exact)?;
+    rows.insert(
+        0,
+        MemoryFigures {
+            keys,
+            search: "exact",
+            decode_b1,
+            decode_b1_memory: b1,
+            decode_b8,
+            decode_b8_memory: b8,
+            index_seconds: None,
+            recall: None,
+        },
+    );
+    Ok(rows)
 }

@@ -32,7 +32,7 @@ pub use config::{Arch, ModelConfig, RopeScaling};
 pub use engine::{AdapterInfo, Engine, EngineOptions, Event, Request};
 pub use generate::{generate, generate_n, Finish, Generation, Sampling, Sequence};
 pub use lora::{Adapter, LoraConfig};
-pub use memory::{Datastore, KnnLm, Neighbour};
+pub use memory::{Datastore, KnnLm, Neighbour, EXACT_LIMIT};
 pub use model::{KvCache, Model};
 pub use tokenizer::{ChatTemplate, Tokenizer};
 

@@ -252,3 +252,84 @@ fn a_datastore_round_trips_through_its_file_with_its_content_hash() {
     assert_eq!(key.len(), loaded.len());
     assert!(key.windows(2).all(|w| w[0].distance <= w[1].distance));
 }
+
+/// `n` keys of width `dim` around `n / 16` seeded random centres, each
+/// key's value its own row number.
+fn clustered(n: usize, dim: usize) -> Datastore {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let centres: Vec<Vec<f32>> = (0..n.div_ceil(16))
+        .map(|_| (0..dim).map(|_| uniform()).collect())
+        .collect();
+    let mut store = Datastore::new(dim);
+    for i in 0..n {
+        let key: Vec<f32> = centres[i % centres.len()].iter().map(|c| c + 0.2 * uniform()).collect();
+        store.add(&key, i as u32).unwrap();
+    }
+    store
+}
+
+#[test]
+fn a_datastore_above_the_exact_limit_is_searched_through_an_index_that_finds_the_nearest_keys() {
+    let small = clustered(1_000, 16).indexed();
+    assert!(!small.is_indexed(), "a small datastore is scanned");
+
+    let exact = clustered(hone_engine::EXACT_LIMIT + 1_000, 16);
+    let indexed = exact.clone().indexed();
+    assert!(indexed.is_indexed() && !exact.is_indexed());
+    assert_eq!(indexed, exact, "indexing changes no pair");
+
+    // Each stored key finds itself first, at distance 0, and the exact 16
+    // nearest of queries near stored keys are found (the recall is measured
+    // against the scan of the unindexed copy).
+    let rows = [0usize, 77, 4_321, 9_999, 17_000];
+    for row in rows {
+        let found = indexed.search(indexed.key(row), 16);
+        assert_eq!(found.len(), 16);
+        assert_eq!(found[0].value as usize, row);
+        assert!(found[0].distance < 1e-4, "{}", found[0].distance);
+        assert!(found.windows(2).all(|w| w[0].distance <= w[1].distance));
+    }
+    let queries: Vec<Vec<f32>> = (0..100)
+        .map(|i| indexed.key(i * 173).iter().map(|v| v + 0.01).collect())
+        .collect();
+    let recall = indexed.recall(&queries, 16);
+    assert!(recall > 0.9, "recall@16 {recall}");
+    let approximate: Vec<Vec<u32>> = queries
+        .iter()
+        .map(|q| indexed.search(q, 16).iter().map(|n| n.value).collect())
+        .collect();
+    let scanned: Vec<Vec<u32>> = queries
+        .iter()
+        .map(|q| exact.search(q, 16).iter().map(|n| n.value).collect())
+        .collect();
+    let agree = approximate
+        .iter()
+        .zip(&scanned)
+        .map(|(a, s)| s.iter().filter(|v| a.contains(v)).count())
+        .sum::<usize>();
+    assert!(
+        (agree as f64 / (16.0 * queries.len() as f64) - recall).abs() < 1e-9,
+        "recall is the share of the scan's neighbours found"
+    );
+
+    // A change drops the index; a saved datastore is read back as it was
+    // and indexed again by `indexed`, as a server does.
+    let mut grown = indexed.clone();
+    grown.add(&[0.0; 16], 0).unwrap();
+    assert!(!grown.is_indexed());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.safetensors");
+    grown.save(&path).unwrap();
+    let loaded = Datastore::load(&path).unwrap();
+    assert!(!loaded.is_indexed());
+    assert_eq!(loaded, grown);
+    let served = loaded.indexed();
+    assert!(served.is_indexed());
+    assert_eq!(served.search(served.key(17_000), 1)[0].value, 17_000);
+}

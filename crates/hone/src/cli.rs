@@ -206,8 +206,10 @@ pub enum BenchCommand {
         /// A Python interpreter with torch and transformers, for the comparison column.
         #[arg(long, env = "HONE_BENCH_PYTHON")]
         python: Option<String>,
-        /// Also decode with kNN-LM memory of these many keys (exact search),
-        /// next to decoding without it: `--memory-keys 10000,100000`.
+        /// Also decode with kNN-LM memory of these many keys, next to
+        /// decoding without it: searched exactly, and through the HNSW index
+        /// too above 16,384 keys (with its build time and recall):
+        /// `--memory-keys 10000,100000`.
         #[arg(long, value_delimiter = ',')]
         memory_keys: Vec<usize>,
     },

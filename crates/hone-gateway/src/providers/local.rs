@@ -192,7 +192,8 @@ impl LocalProvider {
                         policy.datastore
                     ));
                 }
-                let read = Arc::new(read);
+                // Indexed (off the runtime) when it is too large to scan per token.
+                let read = Arc::new(blocking(move || read.indexed()));
                 self.datastores
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)

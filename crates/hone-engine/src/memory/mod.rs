@@ -12,27 +12,67 @@
 //! temperature over distances. Behaviour changes with no weight update: the
 //! datastore is built from recorded token ids and can be dropped at once.
 //!
-//! Search is exact (every key scanned, norms precomputed); the datastore is
-//! a safetensors file (`keys` `[n, dim]` f32, `values` `[n]` u32) named by
-//! its content hash.
+//! Search is exact (every key scanned, norms precomputed) up to
+//! [`EXACT_LIMIT`] keys; a larger datastore gets an HNSW index
+//! ([`index`]) when the server loading it calls [`Datastore::indexed`], since scanning
+//! 100k keys per decoded token halved batch-8 decoding (measured in
+//! docs/ARCHITECTURE.md). The datastore is a safetensors file (`keys`
+//! `[n, dim]` f32, `values` `[n]` u32) named by its content hash.
+
+mod index;
 
 use crate::lora::Adapter;
 use crate::model::{KvCache, Model};
 use crate::{EngineError, Result};
 use candle_core::{DType, Device, Tensor};
+use index::Index;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
+
+/// Up to this many keys a datastore is searched exactly; beyond, through an
+/// HNSW index (a scan of 16k keys of width 896 takes about as long as an
+/// index search with recall near 1; measured in docs/ARCHITECTURE.md).
+pub const EXACT_LIMIT: usize = 16_384;
 
 /// Keys and the tokens that followed them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Datastore {
+    keys: Arc<Keys>,
+    values: Vec<u32>,
+    /// Built by [`Datastore::indexed`] for stores above [`EXACT_LIMIT`];
+    /// dropped by any change.
+    index: Option<Arc<Index>>,
+}
+
+/// The key matrix, shared with the index's points.
+#[derive(Debug, Clone, PartialEq)]
+struct Keys {
     dim: usize,
     /// `n × dim`, row-major.
-    keys: Vec<f32>,
+    data: Vec<f32>,
     /// Squared norm of each key.
     norms: Vec<f32>,
-    values: Vec<u32>,
+}
+
+impl Keys {
+    fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// Squared Euclidean distance between key `i` and a vector of squared
+    /// norm `norm`.
+    fn distance(&self, i: usize, other: &[f32], norm: f32) -> f32 {
+        (norm - 2.0 * dot(self.row(i), other) + self.norms[i]).max(0.0)
+    }
+}
+
+impl PartialEq for Datastore {
+    /// The same pairs; whether either is indexed does not matter.
+    fn eq(&self, other: &Self) -> bool {
+        self.keys == other.keys && self.values == other.values
+    }
 }
 
 /// One neighbour of a query.
@@ -46,15 +86,39 @@ pub struct Neighbour {
 impl Datastore {
     pub fn new(dim: usize) -> Self {
         Self {
-            dim,
-            keys: Vec::new(),
-            norms: Vec::new(),
+            keys: Arc::new(Keys {
+                dim,
+                data: Vec::new(),
+                norms: Vec::new(),
+            }),
             values: Vec::new(),
+            index: None,
         }
     }
 
     pub fn dim(&self) -> usize {
-        self.dim
+        self.keys.dim
+    }
+
+    /// The same datastore with an HNSW index over its keys when it holds
+    /// more than [`EXACT_LIMIT`] (building one takes seconds to minutes:
+    /// call it off the async runtime); unchanged otherwise.
+    #[must_use]
+    pub fn indexed(mut self) -> Self {
+        if self.len() > EXACT_LIMIT && self.index.is_none() {
+            self.index = Some(Arc::new(Index::build(&self.keys)));
+        }
+        self
+    }
+
+    /// Key `i`.
+    pub fn key(&self, i: usize) -> &[f32] {
+        self.keys.row(i)
+    }
+
+    /// Whether searches go through an index (else every key is scanned).
+    pub fn is_indexed(&self) -> bool {
+        self.index.is_some()
     }
 
     pub fn len(&self) -> usize {
@@ -67,15 +131,18 @@ impl Datastore {
 
     /// Adds one pair; `key` must have `dim` entries.
     pub fn add(&mut self, key: &[f32], value: u32) -> Result<()> {
-        if key.len() != self.dim {
+        if key.len() != self.dim() {
             return Err(EngineError::Model(format!(
                 "a datastore key has {} entries, the datastore {}",
                 key.len(),
-                self.dim
+                self.dim()
             )));
         }
-        self.norms.push(key.iter().map(|v| v * v).sum());
-        self.keys.extend_from_slice(key);
+        // The index's points share the keys: drop it before changing them.
+        self.index = None;
+        let keys = Arc::make_mut(&mut self.keys);
+        keys.norms.push(key.iter().map(|v| v * v).sum());
+        keys.data.extend_from_slice(key);
         self.values.push(value);
         Ok(())
     }
@@ -111,18 +178,30 @@ impl Datastore {
         Ok(completion.len())
     }
 
-    /// The `k` nearest keys to `query`, nearest first (ties by insertion order).
+    /// The `k` nearest keys to `query`, nearest first: exact (ties by
+    /// insertion order), or approximate once [`Datastore::indexed`].
     pub fn search(&self, query: &[f32], k: usize) -> Vec<Neighbour> {
-        if query.len() != self.dim || k == 0 || self.is_empty() {
+        if query.len() != self.dim() || k == 0 || self.is_empty() {
             return Vec::new();
         }
+        let found = match &self.index {
+            Some(index) => index.search(query, k),
+            None => self.scan(query, k),
+        };
+        found
+            .into_iter()
+            .map(|(distance, i)| Neighbour {
+                distance,
+                value: self.values[i],
+            })
+            .collect()
+    }
+
+    /// The exact `k` nearest as (distance, row), every key scanned.
+    fn scan(&self, query: &[f32], k: usize) -> Vec<(f32, usize)> {
         let q_norm: f32 = query.iter().map(|v| v * v).sum();
-        let mut scored: Vec<(f32, usize)> = self
-            .keys
-            .chunks_exact(self.dim)
-            .zip(&self.norms)
-            .enumerate()
-            .map(|(i, (key, norm))| ((q_norm - 2.0 * dot(key, query) + norm).max(0.0), i))
+        let mut scored: Vec<(f32, usize)> = (0..self.len())
+            .map(|i| (self.keys.distance(i, query, q_norm), i))
             .collect();
         let k = k.min(scored.len());
         let by_distance = |a: &(f32, usize), b: &(f32, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
@@ -132,19 +211,29 @@ impl Datastore {
         }
         scored.sort_by(by_distance);
         scored
-            .into_iter()
-            .map(|(distance, i)| Neighbour {
-                distance,
-                value: self.values[i],
-            })
-            .collect()
+    }
+
+    /// Recall of the index: the share of the exact `k` nearest of each
+    /// query that the index finds (1 when not indexed).
+    pub fn recall(&self, queries: &[Vec<f32>], k: usize) -> f64 {
+        let Some(index) = &self.index else {
+            return 1.0;
+        };
+        let (mut found, mut wanted) = (0usize, 0usize);
+        for query in queries {
+            let exact: Vec<usize> = self.scan(query, k).into_iter().map(|(_, i)| i).collect();
+            let approximate: Vec<usize> = index.search(query, k).into_iter().map(|(_, i)| i).collect();
+            found += exact.iter().filter(|i| approximate.contains(i)).count();
+            wanted += exact.len();
+        }
+        found as f64 / wanted.max(1) as f64
     }
 
     /// SHA-256 over the dimension, keys and values: the datastore's version.
     pub fn content_hash(&self) -> String {
         let mut digest = Sha256::new();
-        digest.update((self.dim as u64).to_le_bytes());
-        for v in &self.keys {
+        digest.update((self.dim() as u64).to_le_bytes());
+        for v in &self.keys.data {
             digest.update(v.to_le_bytes());
         }
         for v in &self.values {
@@ -159,7 +248,7 @@ impl Datastore {
         let mut tensors = HashMap::new();
         tensors.insert(
             "keys".to_owned(),
-            Tensor::from_slice(&self.keys, (n, self.dim), &Device::Cpu)?,
+            Tensor::from_slice(&self.keys.data, (n, self.dim()), &Device::Cpu)?,
         );
         tensors.insert("values".to_owned(), Tensor::from_slice(&self.values, n, &Device::Cpu)?);
         if let Some(dir) = path.parent() {
@@ -170,6 +259,8 @@ impl Datastore {
         std::fs::rename(&partial, path).map_err(|e| EngineError::io(path, e))
     }
 
+    /// Reads a datastore written by [`Datastore::save`] (not indexed: a
+    /// server calls [`Datastore::indexed`], a builder adds to it first).
     pub fn load(path: &Path) -> Result<Self> {
         let tensors = candle_core::safetensors::load(path, &Device::Cpu)?;
         let get = |name: &str| {
