@@ -408,11 +408,15 @@ fn default_bounds() -> Bounds {
         ("refusal", Bound::absolute(0.02)),
         ("empty", Bound::absolute(0.02)),
         ("error", Bound::absolute(0.02)),
-        ("tool_use", Bound::absolute(0.2)),
-        // No `mean_length` by default: a longer answer is not a worse one,
-        // and bounding it rolled back canaries that were better on reward
-        // (issue 16). It is always measured and reported; bound it by
-        // naming it.
+        // No `mean_length` and no `tool_use` by default: a longer answer is
+        // not a worse one, and bounding it rolled back canaries that were
+        // better on reward (issue 16); and calling the tool more (or less)
+        // is what an agent learning when to use its tools does — the demo's
+        // first GRPO candidate that learned to call `calc` (tool use 0.47 →
+        // 0.80) was pruned by a 0.2 bound. The harm either can do shows
+        // as reward, invalid tool calls, cost and latency, which are
+        // bounded. Both are always measured and reported; bound them by
+        // naming them.
         ("reward", Bound::absolute(0.1)),
         ("cost", Bound::relative(0.5)),
         // Twice the latency evaluation predicted, and at least 50 ms more.

@@ -71,7 +71,9 @@ pub struct Recipe {
 
 impl Recipe {
     /// The demo's default: copy drills, then a short run on the
-    /// demonstrations that leaves the policy under-trained (measured in
+    /// demonstrations that leaves the policy under-trained, half of them
+    /// answering at once without the tool — a habit that is wrong on most
+    /// tasks and that learning from users can unlearn (measured in
     /// docs/ARCHITECTURE.md).
     pub fn demo(environment: Builtin) -> Self {
         Self {
@@ -81,7 +83,7 @@ impl Recipe {
             init_seed: 0,
             demonstrations: 4_000,
             max_difficulty: 3,
-            direct_share: 0.0,
+            direct_share: 0.5,
             drill_steps: 250,
             drill_batch: 16,
             drill_every: 0,

@@ -82,6 +82,7 @@ pub struct Choices<'a> {
     pub reward: RewardMode,
     pub optimisers: &'a [DemoOptimiser],
     pub grpo_groups: &'a [GrpoGroups],
+    pub temperature: f64,
 }
 
 impl std::fmt::Display for DemoOptimiser {
@@ -98,6 +99,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         reward,
         optimisers,
         grpo_groups,
+        temperature,
     } = choices;
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
@@ -138,7 +140,7 @@ description = "Solves arithmetic word problems; may call the `calc` tool."
 
 [agents.{AGENT}.versions.base]
 provider = {{ type = "local", model = {base} }}
-temperature = 0.7
+temperature = {temperature}
 max_tokens = 96
 
 [agents.{AGENT}.deployment]
@@ -178,7 +180,7 @@ endpoint = {endpoint}
 concurrency = 16{dropped}
 
 {tables}[agents.{AGENT}.learn.gate]
-# Answers are sampled (temperature 0.7): every instance runs 3 times per
+# Answers are sampled (temperature {temperature}): every instance runs 3 times per
 # version, and a flip counts as a regression only when re-runs confirm it.
 samples = 3
 reruns = 2

@@ -70,6 +70,10 @@ pub struct DemoArgs {
     /// Where `grpo` takes its groups from, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = GrpoGroups::DEFAULT)]
     pub grpo_groups: Vec<GrpoGroups>,
+    /// The agent's sampling temperature (users and held-out measurement
+    /// see sampled answers, as in production).
+    #[arg(long, default_value_t = 0.3)]
+    pub temperature: f64,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -111,6 +115,49 @@ impl Measured {
     }
 }
 
+/// The base and the last champion compared on per-task pass rates, each
+/// averaged over all of that champion's held-out measurements (the same
+/// tasks every time, answers sampled afresh).
+#[derive(Debug, Clone, Serialize)]
+struct Pooled {
+    base_measurements: usize,
+    last_measurements: usize,
+    base_rate: f64,
+    last_rate: f64,
+    /// Mean over tasks of (last − base) pass rate, with a bootstrap 95%
+    /// interval over tasks.
+    gain: f64,
+    gain_ci95: Option<(f64, f64)>,
+}
+
+impl Pooled {
+    fn new(measured: &[Measured], seed: u64) -> Option<Self> {
+        let (first, last) = (measured.first()?, measured.last()?);
+        if first.champion == last.champion {
+            return None;
+        }
+        let rates = |champion: &str| {
+            let runs: Vec<&Measured> = measured.iter().filter(|m| m.champion == champion).collect();
+            let per_task: Vec<f64> = (0..first.solved.len())
+                .map(|t| runs.iter().filter(|m| m.solved.get(t) == Some(&true)).count() as f64 / runs.len() as f64)
+                .collect();
+            (runs.len(), per_task)
+        };
+        let (base_measurements, base) = rates(&first.champion);
+        let (last_measurements, after) = rates(&last.champion);
+        let diffs: Vec<f64> = after.iter().zip(&base).map(|(a, b)| a - b).collect();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        Some(Self {
+            base_measurements,
+            last_measurements,
+            base_rate: mean(&base),
+            last_rate: mean(&after),
+            gain: mean(&diffs),
+            gain_ci95: bootstrap_ci(&diffs, 0.95, seed),
+        })
+    }
+}
+
 /// A canary that became the champion, and what kind of learning made it.
 #[derive(Debug, Clone, Serialize)]
 struct Promotion {
@@ -148,6 +195,9 @@ struct Summary {
     wins: u64,
     losses: u64,
     sign_test_p: f64,
+    /// Every measurement of the first champion against every measurement
+    /// of the last, when they differ: less noisy than one of each.
+    pooled: Option<Pooled>,
     promotions: Vec<Promotion>,
     rollbacks: Vec<String>,
     plots: Vec<PathBuf>,
@@ -243,6 +293,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
                 reward: args.reward,
                 optimisers: &args.optimisers,
                 grpo_groups: &args.grpo_groups,
+                temperature: args.temperature,
             },
         ),
     )
@@ -449,6 +500,7 @@ async fn rounds(
         wins,
         losses,
         sign_test_p: sign_test(wins, losses),
+        pooled: Pooled::new(&measured, args.seed),
         base,
         last,
         promotions,
@@ -627,6 +679,19 @@ fn print_summary(s: &Summary, path: &Path) {
         s.losses,
         s.sign_test_p
     ));
+    if let Some(p) = &s.pooled {
+        note(format_args!(
+            "  over every measurement of each (base ×{}, last champion ×{}): {:.1}% → {:.1}%, paired gain {:+.1} points{}",
+            p.base_measurements,
+            p.last_measurements,
+            p.base_rate * 100.0,
+            p.last_rate * 100.0,
+            p.gain * 100.0,
+            p.gain_ci95
+                .map(|(lo, hi)| format!(" (95% CI {:+.1} to {:+.1})", lo * 100.0, hi * 100.0))
+                .unwrap_or_default(),
+        ));
+    }
     for p in &s.promotions {
         note(format_args!(
             "  round {}: promoted {} from `{}` ({}): {}",
