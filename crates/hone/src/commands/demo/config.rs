@@ -52,7 +52,7 @@ impl DemoOptimiser {
                 "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4"
             }
             DemoOptimiser::Examples => "k = [2]",
-            DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]",
+            DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]\nadaptive = true",
         }
     }
 }
@@ -83,6 +83,7 @@ pub struct Choices<'a> {
     pub optimisers: &'a [DemoOptimiser],
     pub grpo_groups: &'a [GrpoGroups],
     pub temperature: f64,
+    pub replay_share: f64,
 }
 
 impl std::fmt::Display for DemoOptimiser {
@@ -100,6 +101,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         optimisers,
         grpo_groups,
         temperature,
+        replay_share,
     } = choices;
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
@@ -140,7 +142,7 @@ description = "Solves arithmetic word problems; may call the `calc` tool."
 
 [agents.{AGENT}.versions.base]
 provider = {{ type = "local", model = {base} }}
-temperature = {temperature}
+temperature = {temperature:?}
 max_tokens = 96
 
 [agents.{AGENT}.deployment]
@@ -187,6 +189,11 @@ reruns = 2
 
 [agents.{AGENT}.learn.monitor]
 min_episodes = 24
+
+[agents.{AGENT}.learn.replay]
+# Earlier accepted episodes, a share of every weight optimiser's batch, so a
+# candidate keeps what its champion learned (0: no replay).
+share = {replay_share:?}
 "#,
         // JSON string literals are valid TOML basic strings.
         data_dir = serde_json::Value::String(data_dir.display().to_string()),

@@ -74,6 +74,10 @@ pub struct DemoArgs {
     /// see sampled answers, as in production).
     #[arg(long, default_value_t = 0.3)]
     pub temperature: f64,
+    /// Share of every weight optimiser's batch replayed from earlier
+    /// accepted episodes, against forgetting (0 turns replay off).
+    #[arg(long, default_value_t = 0.25)]
+    pub replay_share: f64,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -174,7 +178,9 @@ struct Promotion {
 fn timescale(optimiser: &str) -> &'static str {
     match optimiser {
         "sft" | "dpo" | "grpo" => "weights",
-        "examples" => "episodic memory",
+        // Few-shot examples and kNN-LM datastores both change behaviour
+        // from stored episodes, with no weight update.
+        "examples" | "memory" => "episodic memory",
         _ => "harness",
     }
 }
@@ -294,6 +300,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
                 optimisers: &args.optimisers,
                 grpo_groups: &args.grpo_groups,
                 temperature: args.temperature,
+                replay_share: args.replay_share,
             },
         ),
     )
