@@ -137,10 +137,11 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
     }
     let memory = |s: &VersionSpec| match s.routes.first().and_then(|r| r.memory.as_ref()) {
         Some(m) => format!(
-            "knn-lm datastore {} k={} λ={} T={}",
+            "knn-lm datastore {} k={} λ={}{} T={}",
             m.datastore.get(..12).unwrap_or(&m.datastore),
             m.k,
             m.lambda,
+            if m.adaptive { " (adaptive)" } else { "" },
             m.temperature
         ),
         None => "none".into(),
