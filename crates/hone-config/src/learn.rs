@@ -85,7 +85,8 @@ pub struct RawLearn {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawShadow {
-    /// Share of live, non-streamed requests on the embedded engine sampled.
+    /// Share of live one-answer requests (streamed or not) on the embedded
+    /// engine sampled.
     pub share: Option<f64>,
     /// Extra answers per sampled request.
     pub n: Option<u32>,

@@ -702,6 +702,76 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
     );
 }
 
+/// A streamed request is shadow-sampled too: the client's stream carries
+/// answer 0 only (every chunk, and a usage of that answer's tokens alone),
+/// the call records the other answers whole, and what the client read is
+/// what was recorded as served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_request_is_shadow_sampled_and_the_client_sees_one_answer() {
+    let rest = "[agents.ss.learn.shadow]\nshare = 1.0\nn = 3\n";
+    let (_model, w) = tiny_world("ss", rest).await;
+    let body = serde_json::json!({
+        "model": "ss", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Say a word"}],
+    });
+    let r = w
+        .http
+        .post(format!("{}/v1/chat/completions", w.url))
+        .header("x-hone-episode", "ss-streamed")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let text = r.text().await.unwrap();
+    let frames: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(frames.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| serde_json::from_str(f).unwrap())
+        .collect();
+    let indices: Vec<u64> = chunks
+        .iter()
+        .flat_map(|c| {
+            c["choices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["index"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(!indices.is_empty() && indices.iter().all(|&i| i == 0), "{text}");
+    let streamed: String = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().unwrap().iter())
+        .filter_map(|x| x["delta"]["content"].as_str())
+        .collect();
+    let usage = chunks
+        .iter()
+        .find_map(|c| c.get("usage").filter(|u| !u.is_null()))
+        .unwrap();
+
+    let detail = w.episode("ss-streamed").await;
+    assert_eq!(detail.calls.len(), 1);
+    let call = &detail.calls[0];
+    let served = &call.response.as_ref().unwrap().choices;
+    assert_eq!(served.len(), 1, "the record's response is the served answer");
+    assert_eq!(served[0].message.text(), streamed);
+    let served_tokens = served[0].extra["token_ids"].as_array().unwrap().len() as u64;
+    assert_eq!(usage["completion_tokens"].as_u64().unwrap(), served_tokens, "{usage}");
+    assert_eq!(call.shadow.len(), 3);
+    for sample in &call.shadow {
+        assert!(
+            sample.extra["token_ids"].as_array().is_some_and(|t| !t.is_empty()),
+            "{sample:?}"
+        );
+        assert!(
+            sample.finish_reason.is_some(),
+            "a shadow sample is recorded whole: {sample:?}"
+        );
+    }
+}
+
 /// A relative judge as the reward source of GRPO rollouts ranks each
 /// task's group at once (RULER), not each rollout alone (a group of one
 /// cannot be ranked).

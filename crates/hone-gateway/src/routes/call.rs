@@ -17,7 +17,7 @@ use super::{header_value, read_body, CALL_HEADER, EPISODE_HEADER, VERSION_HEADER
 use crate::dispatch::{self, Answered};
 use crate::doors::{self, Door, Incoming};
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::ProviderError;
+use crate::providers::{ProviderError, StreamEvent};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -427,14 +427,7 @@ async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door
             let mut attempts = Vec::new();
             let upstream_started = Instant::now();
             let shadow_n = shadow_samples(&state, &context);
-            let upstream = match shadow_n {
-                Some(n) => {
-                    let mut request = context.request.clone();
-                    request.n = Some(1 + n);
-                    std::borrow::Cow::Owned(request)
-                }
-                None => std::borrow::Cow::Borrowed(&context.request),
-            };
+            let upstream = with_shadow(&context.request, shadow_n);
             let result = dispatch::complete(
                 &state.providers,
                 &context.version,
@@ -491,14 +484,14 @@ async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door
 }
 
 /// How many shadow samples to draw for this call, if any: the agent has
-/// `[learn.shadow]`, the request is not streamed and asks for one answer,
+/// `[learn.shadow]`, the request (streamed or not) asks for one answer,
 /// every route of the version runs on the embedded engine (a hosted
 /// fallback must never be billed for answers nobody sees), and the call's
 /// random draw falls within the share; never more than the engine's batch
 /// holds beside the served answer.
 fn shadow_samples(state: &AppState, context: &CallContext) -> Option<u32> {
     let spec = state.config.agents.get(&context.agent)?.learn.shadow.as_ref()?;
-    if context.request.n.unwrap_or(1) != 1 || context.request.is_stream() {
+    if context.request.n.unwrap_or(1) != 1 {
         return None;
     }
     // The engine's largest batch, over every route (one request holds all
@@ -520,23 +513,54 @@ fn shadow_samples(state: &AppState, context: &CallContext) -> Option<u32> {
     (draw < spec.share).then_some(n)
 }
 
+/// The request sent upstream: the client's, asking for `1 + n` answers
+/// when `n` shadow samples ride along.
+fn with_shadow(request: &ChatCompletionRequest, shadow_n: Option<u32>) -> std::borrow::Cow<'_, ChatCompletionRequest> {
+    match shadow_n {
+        Some(n) => {
+            let mut request = request.clone();
+            request.n = Some(1 + n);
+            std::borrow::Cow::Owned(request)
+        }
+        None => std::borrow::Cow::Borrowed(request),
+    }
+}
+
 /// Takes every answer but the first out of `response` (the client's): the
 /// shadow samples. The usage left is the served answer's own.
 fn split_shadow(response: &mut ChatCompletionResponse) -> Vec<Choice> {
     let shadow: Vec<Choice> = response.choices.drain(1..).collect();
-    if let Some(usage) = response.usage.as_mut() {
-        let served = response
-            .choices
-            .first()
-            .and_then(|c| c.extra.get(hone_types::call::TOKEN_IDS))
-            .and_then(|t| t.as_array())
-            .map(|t| t.len() as u64);
-        if let Some(tokens) = served {
+    if let (Some(usage), Some(tokens)) = (
+        response.usage.as_mut(),
+        response.choices.first().and_then(sampled_tokens),
+    ) {
+        usage.completion_tokens = tokens;
+        usage.total_tokens = usage.prompt_tokens + tokens;
+    }
+    shadow
+}
+
+/// How many tokens the engine sampled for one answer (its recorded ids).
+fn sampled_tokens(choice: &Choice) -> Option<u64> {
+    let ids = choice.extra.get(hone_types::call::TOKEN_IDS)?.as_array()?;
+    Some(ids.len() as u64)
+}
+
+/// Narrows a streamed chunk to the served answer (index 0) when shadow
+/// samples ride along, with the usage of the served answer alone; `false`
+/// when nothing is left for the client. `accumulator` holds every answer
+/// streamed so far, this chunk included.
+fn serve_first(event: &mut StreamEvent, accumulator: &StreamAccumulator) -> bool {
+    let had_choices = !event.chunk.choices.is_empty();
+    event.chunk.choices.retain(|c| c.index == 0);
+    event.raw = None;
+    if let Some(usage) = event.chunk.usage.as_mut() {
+        if let Some(tokens) = accumulator.response().choices.first().and_then(sampled_tokens) {
             usage.completion_tokens = tokens;
             usage.total_tokens = usage.prompt_tokens + tokens;
         }
     }
-    shadow
+    !(had_choices && event.chunk.choices.is_empty() && event.chunk.usage.is_none())
 }
 
 fn task_ended_without_answer() -> ApiError {
@@ -564,10 +588,11 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
             let (state, door) = (task_state, task_door);
             let mut attempts = Vec::new();
             let upstream_started = Instant::now();
+            let shadow_n = shadow_samples(&state, &context);
             let result = dispatch::stream(
                 &state.providers,
                 &context.version,
-                &context.request,
+                &with_shadow(&context.request, shadow_n),
                 &context.examples,
                 &mut attempts,
             )
@@ -603,8 +628,11 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
                 };
                 match item {
                     None => break,
-                    Some(Ok(event)) => {
+                    Some(Ok(mut event)) => {
                         accumulator.push(&event.chunk);
+                        if shadow_n.is_some() && !serve_first(&mut event, &accumulator) {
+                            continue;
+                        }
                         let out = encoder.event(&event);
                         if out.is_empty() {
                             continue;
@@ -637,10 +665,17 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
             }
             drop(upstream);
             let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
+            let mut response = (accumulator.chunks() > 0).then(|| accumulator.response());
+            // Shadow samples of a stream cut short are incomplete: not kept.
+            let shadow = match (response.as_mut(), shadow_n) {
+                (Some(response), Some(_)) => split_shadow(response),
+                _ => Vec::new(),
+            };
+            let shadow = if outcome == CallOutcome::Ok { shadow } else { Vec::new() };
             let finished = Outcome {
                 outcome,
-                response: (accumulator.chunks() > 0).then(|| accumulator.response()),
-                shadow: Vec::new(),
+                response,
+                shadow,
                 error,
                 route: Some(route),
                 attempts,
