@@ -74,6 +74,8 @@ pub struct RawLearn {
     pub replay: Option<RawReplay>,
     pub drift: Option<RawDrift>,
     pub shadow: Option<RawShadow>,
+    /// How many recent cycles' gates are mined for flipped instances.
+    pub flipped_cycles: Option<usize>,
     /// Behaviours (`invalid_tool_call`, …) whose episodes are left out of
     /// the weight optimisers' training data.
     #[serde(default)]
@@ -665,6 +667,11 @@ pub struct LearnSpec {
     pub drift: DriftSpec,
     /// Shadow sampling in the gateway; `None`: off.
     pub shadow: Option<ShadowSpec>,
+    /// Hard-example mining: the instances of the last this many finished
+    /// cycles' gates on which the champion and a candidate disagreed join
+    /// the next train set (the champion failed them) or regression set (it
+    /// passed them); 0: off.
+    pub flipped_cycles: usize,
     /// What the cycle's optimisers may spend calling models, together.
     pub budget: crate::reflect::Budget,
     /// Behaviour flags whose episodes the weight optimisers never train on.
@@ -819,6 +826,7 @@ impl Default for LearnSpec {
             replay: ReplaySpec::default(),
             drift: DriftSpec::default(),
             shadow: None,
+            flipped_cycles: 3,
             budget: crate::reflect::Budget::CYCLE,
             drop_from_training: Vec::new(),
         }
@@ -934,6 +942,7 @@ impl LearnSpec {
             replay,
             drift,
             shadow,
+            flipped_cycles,
             drop_from_training,
         } = raw;
         let every = every.unwrap_or_default();
@@ -986,6 +995,7 @@ impl LearnSpec {
             replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
             drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
             shadow: shadow.map(|raw| ShadowSpec::from_raw(field, raw)).transpose()?,
+            flipped_cycles: flipped_cycles.unwrap_or(d.flipped_cycles),
             budget: crate::reflect::Budget::from_raw(&format!("{field}.budget"), budget, d.budget)?,
             drop_from_training: flags_from_raw(&format!("{field}.drop_from_training"), drop_from_training)?,
         })

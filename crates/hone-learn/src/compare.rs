@@ -46,7 +46,7 @@ pub struct Comparison {
 }
 
 /// Each instance over its samples (attempts `0..samples`), by id.
-fn sampled(results: &[InstanceResult], samples: u32) -> BTreeMap<String, InstanceScore> {
+pub(crate) fn sampled(results: &[InstanceResult], samples: u32) -> BTreeMap<String, InstanceScore> {
     let runs: Vec<&InstanceResult> = results.iter().filter(|r| r.attempt < samples.max(1)).collect();
     per_instance(&runs)
         .into_iter()
@@ -63,7 +63,7 @@ fn confirmed(p_value: f64, confidence: f64) -> bool {
 }
 
 /// Whether A's samples mostly pass and B's mostly fail.
-fn flipped(a: &InstanceScore, b: &InstanceScore) -> bool {
+pub(crate) fn flipped(a: &InstanceScore, b: &InstanceScore) -> bool {
     a.pass_rate() > 0.5 && b.pass_rate() < 0.5
 }
 

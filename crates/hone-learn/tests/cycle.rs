@@ -3,7 +3,8 @@
 //! promoted; a candidate that wins on average but breaks passing cases is
 //! pruned; a dominated one is dropped; manual approval and auto rules; a
 //! canary whose invalid-tool-call rate jumps online is rolled back, alerted
-//! and posted to a webhook.
+//! and posted to a webhook; the cases a gate saw flip are mined into the
+//! next cycle's sets.
 
 use crate::support::{learner, wait_for_split, weather_tools, World};
 use axum::routing::post;
@@ -283,6 +284,77 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
         "{}",
         refused.summary
     );
+}
+
+const MINED: &str = r#"
+[agents.mined.versions.v1]
+provider = "up"
+model = "weak"
+[agents.mined.reward]
+reference_signal = "gold"
+[agents.mined.reward.critics.answer]
+type = "numeric"
+[agents.mined.learn]
+optimisers = ["model"]
+dataset_size = 40
+[agents.mined.learn.model]
+models = [{ provider = "up", model = "good" }, { provider = "up", model = "mixed" }]
+"#;
+
+/// Hard-example mining: the cases the last gate saw flip join the next
+/// cycle's sets. The champion (`weak`) fails even sums, which `good` and
+/// `mixed` solve: learnable, so they are trained on; it passes sums ending
+/// in 3, which `mixed` breaks: fragile, so they are gated on. Neither is in
+/// the next target set, and train and gate stay disjoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_cycle_trains_on_the_cases_the_last_gate_saw_flip() {
+    let w = World::start_with(MINED).await;
+    sums(&w, "mined", "m", 40).await;
+    let (learner, lines) = learner(&w);
+    let first = learner.run_cycle("mined", "manual").await.unwrap();
+    assert_eq!(first.state, CycleState::Done, "{:#?}", lines.lock().unwrap());
+    assert_eq!(w.store.candidates("mined", Some(&first.id)).unwrap().len(), 2);
+    let ids = |id: &Option<String>| -> std::collections::BTreeSet<String> {
+        id.as_deref().map_or_else(Default::default, |id| {
+            w.store.dataset_items(id).unwrap().into_iter().map(|i| i.id).collect()
+        })
+    };
+    // `m-i` asked (10 + i) + (i % 5 + 1).
+    let sum = |id: &str| {
+        let i: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+        10 + i + i % 5 + 1
+    };
+    let gated: std::collections::BTreeSet<String> = ids(&first.detail.target)
+        .union(&ids(&first.detail.regression))
+        .cloned()
+        .collect();
+    let learnable: std::collections::BTreeSet<String> = gated.iter().filter(|id| sum(id) % 2 == 0).cloned().collect();
+    let fragile: std::collections::BTreeSet<String> = gated.iter().filter(|id| sum(id) % 10 == 3).cloned().collect();
+    assert!(!learnable.is_empty() && !fragile.is_empty(), "{gated:?}");
+
+    sums(&w, "mined", "n", 40).await;
+    let second = learner.run_cycle("mined", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(second.state, CycleState::Done, "{log}");
+    let (train, target, regression) = (
+        ids(&second.detail.train),
+        ids(&second.detail.target),
+        ids(&second.detail.regression),
+    );
+    assert!(learnable.is_subset(&train), "{learnable:?} not all in {train:?}");
+    assert!(fragile.is_subset(&regression), "{fragile:?} not all in {regression:?}");
+    assert!(
+        target.is_disjoint(&learnable) && target.is_disjoint(&fragile),
+        "{target:?}"
+    );
+    assert!(train.is_disjoint(&target) && train.is_disjoint(&regression));
+    let said = format!(
+        "mined from the gates of {}: {} flipped cases the champion failed (to train on), {} it passed (to gate on)",
+        first.id,
+        learnable.len(),
+        fragile.len()
+    );
+    assert!(log.contains(&said), "{said}\n{log}");
 }
 
 const TOOLS: &str = r#"

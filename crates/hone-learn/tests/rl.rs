@@ -547,11 +547,13 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
         format!(
             "[agents.{agent}.reward]\npass_threshold = 0.5\n[agents.{agent}.reward.critics.answer]\ntype = \"regex\"\n\
              pattern = \"[a-z]\"\n[agents.{agent}.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\n\
+             flipped_cycles = 0\n\
              [agents.{agent}.learn.grpo]\nsteps = 4\nlr = 0.05\nrank = 4\nmin_examples = 2\ngroups = \"production\"\n\
              max_staleness = {staleness}\n"
         )
     };
-    // Both agents on the same tiny model.
+    // Both agents on the same tiny model; no flipped cases mined in, so
+    // the second cycle trains on its own window's episodes alone.
     let model = tiny_checkpoint();
     let config = format!(
         "[providers.local]\ntype = \"local\"\n{}{}{}{}",

@@ -6,6 +6,7 @@
 
 mod dedup;
 mod export;
+mod flipped;
 mod import;
 mod instance;
 mod select;
@@ -13,10 +14,11 @@ mod split;
 
 pub use dedup::{fingerprint, normalise, Deduper, Fingerprint};
 pub use export::{export, rows as export_rows, ExportFormat};
+pub use flipped::{recently_flipped, Flipped};
 pub use import::read_instances;
 pub use instance::instance_from_episode;
 pub use select::{sample_key, Strata};
-pub use split::{split, without};
+pub use split::{split, with, without, without_ids};
 
 use hone_store::{EpisodeFacts, EpisodeFilter, LearnStore, StoreError};
 use hone_types::{DatasetInfo, EpisodeId, VersionId};

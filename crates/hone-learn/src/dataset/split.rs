@@ -1,6 +1,7 @@
-//! Derived snapshots of a snapshot: its train / target halves, and a set
-//! less the instances of another. Both are new immutable snapshots whose
-//! `params` name where they came from, so every cycle's sets stay on record.
+//! Derived snapshots of a snapshot: its train / target halves, a set less
+//! the instances of another, and a set with mined instances added. Each is
+//! a new immutable snapshot whose `params` name where it came from, so
+//! every cycle's sets stay on record.
 
 use super::select::sample_key;
 use hone_store::{LearnStore, StoreError};
@@ -47,8 +48,8 @@ pub fn split(
 }
 
 /// `set` less every instance of `other` (by instance id, which for traffic
-/// is the episode id): the
-/// same snapshot when nothing overlaps, else `<name>.held` without them.
+/// is the episode id): the same snapshot when nothing overlaps, else
+/// `<name>.held` without them.
 pub fn without(
     store: &dyn LearnStore,
     set: &DatasetInfo,
@@ -56,17 +57,40 @@ pub fn without(
     now: i64,
 ) -> Result<DatasetInfo, StoreError> {
     let taken: HashSet<String> = store.dataset_items(&other.id)?.into_iter().map(|i| i.id).collect();
+    without_ids(store, set, &taken, &json!({"of": set.id, "without": other.id}), now)
+}
+
+/// `set` less the instances whose ids are in `taken`; `params` say why.
+pub fn without_ids(
+    store: &dyn LearnStore,
+    set: &DatasetInfo,
+    taken: &HashSet<String>,
+    params: &serde_json::Value,
+    now: i64,
+) -> Result<DatasetInfo, StoreError> {
     let items = store.dataset_items(&set.id)?;
     if !items.iter().any(|i| taken.contains(&i.id)) {
         return Ok(set.clone());
     }
     let kept: Vec<Instance> = items.into_iter().filter(|i| !taken.contains(&i.id)).collect();
-    store.create_dataset(
-        &format!("{}.held", set.name),
-        &set.agent,
-        "without",
-        &json!({"of": set.id, "without": other.id}),
-        &kept,
-        now,
-    )
+    store.create_dataset(&format!("{}.held", set.name), &set.agent, "without", params, &kept, now)
+}
+
+/// `set` and the instances of `extra` it lacks (by id): the same snapshot
+/// when it lacks none, else `<name>.mined` with them; `params` say why.
+pub fn with(
+    store: &dyn LearnStore,
+    set: &DatasetInfo,
+    extra: &[Instance],
+    params: &serde_json::Value,
+    now: i64,
+) -> Result<DatasetInfo, StoreError> {
+    let mut items = store.dataset_items(&set.id)?;
+    let have: HashSet<String> = items.iter().map(|i| i.id.clone()).collect();
+    let new: Vec<Instance> = extra.iter().filter(|i| !have.contains(&i.id)).cloned().collect();
+    if new.is_empty() {
+        return Ok(set.clone());
+    }
+    items.extend(new);
+    store.create_dataset(&format!("{}.mined", set.name), &set.agent, "with", params, &items, now)
 }

@@ -10,15 +10,23 @@
 //! First the window is checked for drift (`crate::drift`): when the task or
 //! failure mix moved, an alert is raised and this cycle's traffic sample is
 //! drawn from the window alone, so the new traffic weighs fully.
+//!
+//! Then, unless the window drifted, the recent gates are mined
+//! (`dataset::recently_flipped`): cases on which a champion and a candidate
+//! disagreed join this cycle's train set (the champion failed them) or
+//! regression set (it passed them), and leave the target set, so train and
+//! gate stay disjoint.
 
 use super::{Learner, Stepped};
 use crate::dataset::{self, BuildOptions, Builder};
 use crate::drift;
 use crate::error::Result;
+use crate::eval::Target;
 use hone_config::AgentConfig;
 use hone_store::EpisodeFilter;
 use hone_types::time::now_ms;
 use hone_types::{Alert, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionId};
+use serde_json::json;
 
 pub(super) async fn run(
     learner: &Learner,
@@ -52,19 +60,49 @@ pub(super) async fn run(
     };
     let store = learner.store.clone();
     let (traffic, previously_passing) = (options(Builder::Traffic), options(Builder::Regression));
+    let mining = (
+        name.to_owned(),
+        cycle.id.clone(),
+        // After a drift the new window weighs fully: no older cases mined in.
+        (
+            if drifted { 0 } else { agent.learn.flipped_cycles },
+            agent.learn.dataset_size / 2,
+        ),
+        Target::of(agent),
+        agent.learn.gate.samples,
+    );
     let now = now_ms();
-    let (train, target, regression) = tokio::task::spawn_blocking(move || {
-        let sample = dataset::build(store.as_ref(), &traffic, now, &mut |_| {})?.0;
-        let (train, target) = dataset::split(store.as_ref(), &sample, seed, now)?;
-        let regression = dataset::build(store.as_ref(), &previously_passing, now, &mut |_| {})?.0;
-        let regression = dataset::without(store.as_ref(), &regression, &train, now)?;
-        Ok::<_, hone_store::StoreError>((train, target, regression))
+    let (train, target, regression, flipped) = tokio::task::spawn_blocking(move || {
+        let store = store.as_ref();
+        let sample = dataset::build(store, &traffic, now, &mut |_| {})?.0;
+        let (train, target) = dataset::split(store, &sample, seed, now)?;
+        let (agent, current, limits, via, samples) = mining;
+        let flipped = dataset::recently_flipped(store, &agent, &current, limits, &via, samples)?;
+        let why = json!({"of": train.id, "flipped_in": flipped.cycles});
+        let train = dataset::with(store, &train, &flipped.learnable, &why, now)?;
+        let mined = json!({"of": target.id, "without_flipped_in": flipped.cycles});
+        let target = dataset::without_ids(store, &target, &flipped.ids(), &mined, now)?;
+        let regression = dataset::build(store, &previously_passing, now, &mut |_| {})?.0;
+        let why = json!({"of": regression.id, "flipped_in": flipped.cycles});
+        let regression = dataset::with(store, &regression, &flipped.fragile, &why, now)?;
+        let regression = dataset::without(store, &regression, &train, now)?;
+        Ok::<_, hone_store::StoreError>((train, target, regression, flipped))
     })
     .await??;
+    let mined = if flipped.cycles.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; mined from the gates of {}: {} flipped cases the champion failed (to train on), {} it passed (to gate on)",
+            flipped.cycles.join(", "),
+            flipped.learnable.len(),
+            flipped.fragile.len()
+        )
+    };
     learner.say(
         name,
         &format!(
-            "datasets: train {} ({} instances), target {} ({} instances), regression {} ({} instances)",
+            "datasets: train {} ({} instances), target {} ({} instances), regression {} ({} instances){mined}",
             train.id, train.item_count, target.id, target.item_count, regression.id, regression.item_count
         ),
     );
