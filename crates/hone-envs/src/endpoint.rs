@@ -10,6 +10,14 @@
 //! reads only user signals (as a live user would give them, never the
 //! hidden score).
 //!
+//! `POST /step` is the environment's side of an episode for a trainer that
+//! samples the model itself (TRL in `hone bench learn`): the body is
+//! `{"input": <the task's text>, "turn": <one raw assistant turn>, "last":
+//! bool}`; a turn with tool calls (not the last allowed) gets the tools'
+//! results, as the runner would send them; any other turn is the final
+//! answer and gets its hidden score. The rules (tool-call parsing, tool
+//! results, the score) stay hone's, in one place.
+//!
 //! Handlers stay thin: parse, recover the task, hand it to the
 //! [`Runner`], map errors to a status and an OpenAI-style error body.
 
@@ -49,6 +57,30 @@ pub struct RunResponse {
     pub signals: Vec<String>,
 }
 
+/// `POST /step` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRequest {
+    /// The task's text: its first user message.
+    pub input: String,
+    /// One assistant turn as the model wrote it (Hermes `<tool_call>`
+    /// blocks included, the end-of-turn token left out).
+    pub turn: String,
+    /// The episode's last allowed turn: scored as the answer even if it calls tools.
+    #[serde(default)]
+    pub last: bool,
+}
+
+/// `POST /step` reply: the tools' results to continue with, or the
+/// final answer's hidden score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepResponse {
+    /// One result text per tool call, in order (a refused call's error too).
+    ToolResults(Vec<String>),
+    /// The hidden score of the turn as the final answer, in [0, 1].
+    Score(f64),
+}
+
 /// What the routes share: the runner and the optional simulated user with
 /// its random stream.
 struct Served {
@@ -71,7 +103,10 @@ pub fn router_with_user(runner: Arc<Runner>, user: SimulatedUser) -> Router {
 }
 
 fn routes(served: Served) -> Router {
-    Router::new().route("/run", post(run)).with_state(Arc::new(served))
+    Router::new()
+        .route("/run", post(run))
+        .route("/step", post(step))
+        .with_state(Arc::new(served))
 }
 
 /// Serves `router` on `listener` until `shutdown` completes.
@@ -160,14 +195,7 @@ async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes)
         message: format!("invalid body ({e}); send {{\"input\": \"<the task's text>\"}}"),
         param: Some("input"),
     })?;
-    let environment = runner.environment();
-    let task = environment.task_from_prompt(&request.input).ok_or_else(|| {
-        let example = environment.task(Split::Train, 0, Difficulty::Easy).prompt;
-        EndpointError::UnknownTask(format!(
-            "`input` is not a task of environment `{}`; send a task's text, such as `{example}`",
-            environment.name()
-        ))
-    })?;
+    let task = task_of(runner.environment().as_ref(), &request.input)?;
     let outcome = runner
         .run(&task, &RunContext { episode, version })
         .await
@@ -193,4 +221,40 @@ async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes)
         signals,
     })
     .into_response())
+}
+
+/// The task whose text is `input`, or the error that names an example.
+fn task_of(environment: &dyn crate::Environment, input: &str) -> Result<crate::Task, EndpointError> {
+    environment.task_from_prompt(input).ok_or_else(|| {
+        let example = environment.task(Split::Train, 0, Difficulty::Easy).prompt;
+        EndpointError::UnknownTask(format!(
+            "`input` is not a task of environment `{}`; send a task's text, such as `{example}`",
+            environment.name()
+        ))
+    })
+}
+
+async fn step(State(served): State<Arc<Served>>, body: Bytes) -> Result<Response, EndpointError> {
+    let request: StepRequest = serde_json::from_slice(&body).map_err(|e| EndpointError::Invalid {
+        code: "invalid_body",
+        message: format!(
+            "invalid body ({e}); send {{\"input\": \"<the task's text>\", \"turn\": \"<the assistant's turn>\", \"last\": false}}"
+        ),
+        param: Some("turn"),
+    })?;
+    let environment = served.runner.environment().as_ref();
+    let task = task_of(environment, &request.input)?;
+    let parsed = hone_engine::tools::parse(&request.turn);
+    let reply = if parsed.tool_calls.is_empty() || request.last {
+        StepResponse::Score(environment.score(&task, &parsed.content))
+    } else {
+        StepResponse::ToolResults(
+            parsed
+                .tool_calls
+                .iter()
+                .map(|call| crate::tool_result_text(environment.call_tool(&task, &call.name, &call.arguments)))
+                .collect(),
+        )
+    };
+    Ok(Json(reply).into_response())
 }

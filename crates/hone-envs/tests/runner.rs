@@ -238,3 +238,60 @@ async fn the_run_endpoint_refuses_what_it_cannot_run() {
     );
     assert_eq!(body["error"]["type"], "upstream_error");
 }
+
+/// `POST /step`, a trainer's view of an episode: a turn that calls the tool
+/// gets the tool's result exactly as the runner sends it, a final answer
+/// gets its hidden score, a last turn is scored even if it calls a tool,
+/// and a body or task it cannot read is refused in the endpoint's format.
+#[tokio::test]
+async fn the_step_endpoint_runs_tools_and_scores_answers_by_the_environment_s_rules() {
+    let mut tasks = JoinSet::new();
+    let environment = Builtin::Calc.build(1);
+    let (_, model) = upstream(environment.clone(), Mode::Oracle, &mut tasks).await;
+    let endpoint = serve(router(Arc::new(runner(environment.clone(), &model))), &mut tasks).await;
+    let step = |body: Value| {
+        let url = format!("{endpoint}/step");
+        async move {
+            let response = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let task = environment.task(Split::Train, 5, Difficulty::Medium);
+    let demonstration = environment.demonstration(&task);
+    let call = &demonstration[0].tool_calls()[0].function;
+    let turn = format!(
+        "<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>",
+        call.name, call.arguments
+    );
+
+    let (status, body) = step(json!({"input": task.prompt, "turn": turn})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"tool_results": [demonstration[1].text()]}));
+    let (_, body) = step(json!({"input": task.prompt, "turn": demonstration[2].text()})).await;
+    assert_eq!(body, json!({"score": 1.0}));
+    let (_, body) = step(json!({"input": task.prompt, "turn": "The answer is 0.5."})).await;
+    assert_eq!(body, json!({"score": 0.0}));
+    let (_, body) = step(json!({"input": task.prompt, "turn": turn, "last": true})).await;
+    assert_eq!(body, json!({"score": 0.0}), "a last turn is the answer");
+    let bad = r#"<tool_call>
+{"name": "calc", "arguments": {"expression": "2 +"}}
+</tool_call>"#;
+    let (_, body) = step(json!({"input": task.prompt, "turn": bad})).await;
+    assert!(
+        body["tool_results"][0].as_str().unwrap().starts_with("error: "),
+        "{body}"
+    );
+
+    let (status, body) = step(json!({"input": "Tell me a joke.", "turn": "no"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("unknown_task")),
+        "{body}"
+    );
+    let (status, body) = step(json!({"input": task.prompt})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_body")),
+        "{body}"
+    );
+}
