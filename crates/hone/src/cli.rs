@@ -127,6 +127,10 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// The same base, environment and budget learned by hone (`hone demo`)
+    /// and by TRL's GRPOTrainer: learning time and episodes each took to
+    /// reach a held-out success threshold, in one run.
+    Learn(crate::commands::bench::learn::LearnArgs),
     /// Build a `traffic` dataset from a large store of recorded calls and
     /// export it as JSONL: time and peak memory.
     Dataset {
@@ -315,6 +319,9 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Rollback(args) => deploy::rollback(args),
         Command::Alerts(args) => deploy::alerts(args),
         Command::History(args) => deploy::history(args),
+        Command::Bench {
+            command: BenchCommand::Learn(args),
+        } => bench::learn::run(args),
         Command::Bench {
             command:
                 BenchCommand::Train {

@@ -17,11 +17,13 @@ mod config;
 mod plots;
 mod traffic;
 
+pub(crate) use traffic::{held_out, task_at};
+
 use crate::context::{open_store, runtime};
 use crate::output::{note, print_table};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use config::AGENT;
+pub use config::AGENT;
 pub use config::{DemoOptimiser, GrpoGroups, RewardMode};
 use hone_envs::base_policy::{self, Recipe};
 use hone_envs::endpoint::router_with_user;
@@ -34,7 +36,7 @@ use hone_store::CycleStore;
 use hone_types::{CandidateStatus, CycleInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 use plots::{FrontPoint, HeldOutPoint, Marker, MarkerKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -96,17 +98,24 @@ pub struct DemoArgs {
 }
 
 /// The champion's held-out measurement after a round.
-#[derive(Debug, Clone, Serialize)]
-struct Measured {
-    round: usize,
-    champion: String,
-    solved: Vec<bool>,
-    rate: f64,
-    ci95: (f64, f64),
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Measured {
+    pub round: usize,
+    pub champion: String,
+    pub solved: Vec<bool>,
+    pub rate: f64,
+    pub ci95: (f64, f64),
+    /// Seconds of learning before this measurement: the run's wall time
+    /// less the time spent measuring (which is the demo's, not learning's).
+    #[serde(default)]
+    pub learning_s: f64,
+    /// User episodes served before it.
+    #[serde(default)]
+    pub user_episodes: usize,
 }
 
 impl Measured {
-    fn new(round: usize, champion: String, solved: Vec<bool>) -> Self {
+    pub fn new(round: usize, champion: String, solved: Vec<bool>) -> Self {
         let hits = solved.iter().filter(|s| **s).count() as u64;
         let n = solved.len() as u64;
         Self {
@@ -115,6 +124,8 @@ impl Measured {
             rate: hits as f64 / n.max(1) as f64,
             ci95: wilson_95(hits, n).unwrap_or((0.0, 1.0)),
             solved,
+            learning_s: 0.0,
+            user_episodes: 0,
         }
     }
 }
@@ -207,6 +218,8 @@ struct Summary {
     promotions: Vec<Promotion>,
     rollbacks: Vec<String>,
     plots: Vec<PathBuf>,
+    /// Every held-out measurement, in order (the first is the base's).
+    measurements: Vec<Measured>,
 }
 
 pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
@@ -237,7 +250,7 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
 }
 
 /// The base policy: the cached one when its recipe matches, else built now.
-fn base(data_dir: &Path, rebuild: bool) -> Result<PathBuf> {
+pub(crate) fn base(data_dir: &Path, rebuild: bool) -> Result<PathBuf> {
     let recipe = Recipe::demo(Builtin::Calc);
     let dir = base_policy::dir_in(data_dir, Builtin::Calc);
     if !rebuild {
@@ -395,8 +408,21 @@ async fn rounds(
     let agent = learner.agent(AGENT)?.clone();
     let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
     let champion = || -> Result<String> { Ok(hone_learn::deploy::current(store, &agent)?.0.champion.to_string()) };
-    let mut measured = vec![measure(runner, &champion()?, 0, args).await?];
-    report_measure(&measured[0]);
+    // Time spent measuring is not learning time.
+    let mut measuring = Duration::ZERO;
+    let timed_measure = |round: usize, champion: String, users: usize, measuring: Duration| {
+        let at = Instant::now();
+        let learning = started.elapsed().saturating_sub(measuring);
+        async move {
+            let mut m = measure(runner, &champion, round, args).await?;
+            (m.learning_s, m.user_episodes) = (learning.as_secs_f64(), users);
+            report_measure(&m);
+            Ok::<_, anyhow::Error>((m, at.elapsed()))
+        }
+    };
+    let (first, took) = timed_measure(0, champion()?, 0, measuring).await?;
+    measuring += took;
+    let mut measured = vec![first];
     let (mut accepted_log, mut markers, mut front) = (Vec::new(), Vec::new(), Vec::new());
     let (mut promotions, mut rollbacks) = (Vec::new(), Vec::new());
     let mut next_task = 0u64;
@@ -476,8 +502,8 @@ async fn rounds(
             verdict,
         };
         report_round(round, &row, store, &agent, &mut front)?;
-        let m = measure(runner, &champion()?, round, args).await?;
-        report_measure(&m);
+        let (m, took) = timed_measure(round, champion()?, accepted_log.len(), measuring).await?;
+        measuring += took;
         measured.push(m);
     }
 
@@ -513,11 +539,25 @@ async fn rounds(
         promotions,
         rollbacks,
         plots: paths,
+        measurements: measured,
     };
     let summary_path = data_dir.join("summary.json");
     std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)? + "\n")?;
     print_summary(&summary, &summary_path);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The held-out measurements a demo wrote into `data_dir`'s summary.
+pub(crate) fn measurements(data_dir: &Path) -> Result<Vec<Measured>> {
+    #[derive(Deserialize)]
+    struct Written {
+        measurements: Vec<Measured>,
+    }
+    let path = data_dir.join("summary.json");
+    let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(serde_json::from_slice::<Written>(&text)
+        .with_context(|| format!("{}: no measurements", path.display()))?
+        .measurements)
 }
 
 fn marker(started: Instant, label: &str, kind: MarkerKind) -> Marker {

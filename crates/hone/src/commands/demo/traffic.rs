@@ -24,7 +24,7 @@ pub struct Served {
 }
 
 /// The task of a running index: difficulties take turns.
-fn task_at(runner: &Runner, split: Split, index: u64) -> hone_envs::Task {
+pub fn task_at(runner: &Runner, split: Split, index: u64) -> hone_envs::Task {
     let difficulty = Difficulty::from_level((index % 3) as u8 + 1).unwrap_or(Difficulty::Easy);
     runner.environment().task(split, index, difficulty)
 }

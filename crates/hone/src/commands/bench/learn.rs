@@ -1,0 +1,464 @@
+//! `hone bench learn`: the same base checkpoint, environment and budget
+//! learned by hone and by TRL's `GRPOTrainer`, one after the other on this
+//! machine, and how long each took to reach a held-out success threshold.
+//!
+//! - hone: `hone demo` as it ships (simulated users' implicit feedback, the
+//!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`.
+//! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
+//!   episodes it samples itself, tools run and answers scored by the same
+//!   environment through its endpoint (`POST /step`), rewarded with the
+//!   hidden score (a cleaner signal than hone's users give), checkpointed
+//!   every `--checkpoint-seconds` of learning, in `<data-dir>/trl`.
+//!
+//! Both are measured by one instrument: the champions hone's demo measured
+//! after each round, and every TRL checkpoint served as a version of the
+//! demo's agent through the same gateway on the same held-out tasks.
+//! Learning time leaves out the measuring (and TRL's checkpoint saves).
+//! Prints the table and writes `bench-learn.json`; not a test.
+
+use super::support::progress;
+use crate::commands::demo::{self, DemoArgs, Measured, AGENT};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser};
+use hone_envs::base_policy::Recipe;
+use hone_envs::{Builtin, Runner, RunnerConfig, Split};
+use hone_types::VersionRecord;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+const TRL_SCRIPT: &str = include_str!("../../../../../bench/learn_trl.py");
+
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// Where both runs go: `hone/` (the demo's data directory), `trl/`
+    /// (TRL's checkpoints) and `bench-learn.json`.
+    #[arg(long, default_value = "./hone-bench-learn")]
+    pub data_dir: PathBuf,
+    /// Learning budget of each side, in minutes of wall time.
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Held-out success a learner must reach.
+    #[arg(long, default_value_t = 0.35)]
+    pub threshold: f64,
+    /// Seed of both sides (users, sampling, initialisation of the adapter).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Start both from this checkpoint instead of the demo's base policy.
+    #[arg(long)]
+    pub base: Option<PathBuf>,
+    /// A Python with torch, transformers, peft, trl and datasets.
+    #[arg(long, env = "HONE_BENCH_PYTHON", default_value = "python3")]
+    pub python: String,
+    /// Held-out tasks per measurement.
+    #[arg(long, default_value_t = 60)]
+    pub held_out: u64,
+    /// Seconds of TRL's learning between two checkpoints.
+    #[arg(long, default_value_t = 60.0)]
+    pub checkpoint_seconds: f64,
+    /// Train tasks offered to TRL (its sampler draws from them).
+    #[arg(long, default_value_t = 1024)]
+    pub train_tasks: u64,
+}
+
+/// The demo's arguments as `hone demo` would parse them (one home for its defaults).
+#[derive(Parser)]
+struct DemoCommand {
+    #[command(flatten)]
+    demo: DemoArgs,
+}
+
+/// One held-out measurement of a learner.
+#[derive(Debug, Clone, Serialize)]
+struct Point {
+    learning_s: f64,
+    episodes: usize,
+    rate: f64,
+    ci95: (f64, f64),
+    version: String,
+}
+
+/// A learner's curve and when it first reached the threshold.
+#[derive(Debug, Clone, Serialize)]
+struct Side {
+    learner: String,
+    /// What counts as an episode for it.
+    episodes_are: String,
+    points: Vec<Point>,
+    reached: Option<Point>,
+}
+
+impl Side {
+    fn new(learner: &str, episodes_are: &str, points: Vec<Point>, threshold: f64) -> Self {
+        let reached = points.iter().find(|p| p.rate >= threshold).cloned();
+        Self {
+            learner: learner.to_owned(),
+            episodes_are: episodes_are.to_owned(),
+            points,
+            reached,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    threshold: f64,
+    minutes: f64,
+    seed: u64,
+    held_out_tasks: u64,
+    base: PathBuf,
+    sides: Vec<Side>,
+}
+
+/// What `learn_trl.py` writes beside each checkpoint.
+#[derive(Debug, Deserialize)]
+struct CheckpointMeta {
+    learning_s: f64,
+    episodes: usize,
+}
+
+pub fn run(args: LearnArgs) -> Result<ExitCode> {
+    if !(args.threshold > 0.0 && args.threshold <= 1.0) {
+        bail!("--threshold must be in (0, 1]");
+    }
+    check_python(&args.python)?;
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize()?;
+    let base = match &args.base {
+        Some(dir) => dir
+            .canonicalize()
+            .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
+        None => demo::base(&data_dir, false)?,
+    };
+
+    progress(format!(
+        "hone bench learn: [1/3] hone — `hone demo` for {} minutes from {}",
+        args.minutes,
+        base.display()
+    ));
+    let hone_dir = data_dir.join("hone");
+    let demo_args = DemoCommand::try_parse_from([
+        "demo".into(),
+        "--data-dir".into(),
+        hone_dir.clone().into_os_string(),
+        "--base".into(),
+        base.clone().into_os_string(),
+        "--minutes".into(),
+        args.minutes.to_string().into(),
+        "--seed".into(),
+        args.seed.to_string().into(),
+        "--held-out".into(),
+        args.held_out.to_string().into(),
+    ])?
+    .demo;
+    demo::run(demo_args)?;
+    let measured = demo::measurements(&hone_dir)?;
+    let hone_points: Vec<Point> = measured
+        .iter()
+        .map(|m| Point {
+            learning_s: m.learning_s,
+            episodes: m.user_episodes,
+            rate: m.rate,
+            ci95: m.ci95,
+            version: m.champion.clone(),
+        })
+        .collect();
+    let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
+
+    let trl_points = crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base))?;
+    let mut points = vec![Point {
+        version: format!("{} (the base, as hone measured it)", base_point.version),
+        ..base_point
+    }];
+    points.extend(trl_points);
+
+    let report = Report {
+        threshold: args.threshold,
+        minutes: args.minutes,
+        seed: args.seed,
+        held_out_tasks: args.held_out,
+        base,
+        sides: vec![
+            Side::new(
+                "hone (demo: users' implicit feedback, gate, canary)",
+                "user episodes",
+                hone_points,
+                args.threshold,
+            ),
+            Side::new(
+                "TRL GRPOTrainer (hidden score as reward)",
+                "sampled episodes",
+                points,
+                args.threshold,
+            ),
+        ],
+    };
+    let path = data_dir.join("bench-learn.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    print_report(&report, &path)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fails early, with what to install, when the Python side cannot run.
+fn check_python(python: &str) -> Result<()> {
+    let probe = std::process::Command::new(python)
+        .args(["-c", "import torch, transformers, peft, trl, datasets"])
+        .output()
+        .with_context(|| format!("cannot run `{python}` (pass --python PATH)"))?;
+    if !probe.status.success() {
+        bail!(
+            "`{python}` lacks the TRL side's packages ({}); install them with `{python} -m pip install torch transformers peft trl datasets`, or pass --python PATH",
+            String::from_utf8_lossy(&probe.stderr).lines().last().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Trains with TRL against the environment endpoint, then measures every
+/// checkpoint through the demo's own gateway; the points, in order.
+async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Path) -> Result<Vec<Point>> {
+    let trl_dir = data_dir.join("trl");
+    let checkpoints = trl_dir.join("checkpoints");
+    if checkpoints.exists() {
+        std::fs::remove_dir_all(&checkpoints).with_context(|| format!("cannot clear {}", checkpoints.display()))?;
+    }
+    std::fs::create_dir_all(&trl_dir)?;
+
+    // The demo's config, served again: same agent, same sampling.
+    let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    config.gateway.listen = gateway_listener.local_addr()?;
+    let gateway_url = format!("http://{}", gateway_listener.local_addr()?);
+    let endpoint_url = format!("http://{}", endpoint_listener.local_addr()?);
+    let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    let mut stopped = stop_rx.clone();
+    servers.spawn(gateway.serve(gateway_listener, async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
+    let mut runner_config = RunnerConfig::new(gateway_url, AGENT);
+    runner_config.timeout = Duration::from_secs(300);
+    let runner = Runner::new(environment.clone(), runner_config)?;
+    let mut stopped = stop_rx.clone();
+    let router = hone_envs::endpoint::router(Arc::new(runner.clone()));
+    servers.spawn(hone_envs::endpoint::serve(endpoint_listener, router, async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+
+    let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
+    let base_version = agent
+        .versions
+        .get("base")
+        .context("the demo's config has no `base` version")?;
+    let spec = &base_version.spec;
+    let tasks_path = trl_dir.join("tasks.json");
+    write_tasks(&tasks_path, base, &runner, spec, args)?;
+
+    progress(format!(
+        "hone bench learn: [2/3] TRL — GRPOTrainer for {} minutes (progress below)",
+        args.minutes
+    ));
+    let script = trl_dir.join("learn_trl.py");
+    std::fs::write(&script, TRL_SCRIPT)?;
+    let mut command = std::process::Command::new(&args.python);
+    command
+        .arg(&script)
+        .arg("--model")
+        .arg(base)
+        .arg("--tasks")
+        .arg(&tasks_path)
+        .arg("--endpoint")
+        .arg(&endpoint_url)
+        .arg("--minutes")
+        .arg(args.minutes.to_string())
+        .arg("--out")
+        .arg(&trl_dir)
+        .arg("--seed")
+        .arg(args.seed.to_string())
+        .arg("--checkpoint-seconds")
+        .arg(args.checkpoint_seconds.to_string());
+    let status = tokio::task::spawn_blocking(move || command.status())
+        .await?
+        .with_context(|| format!("cannot run `{}`", args.python))?;
+    if !status.success() {
+        bail!("the TRL side failed ({status}); its output is above");
+    }
+
+    progress("hone bench learn: [3/3] measuring TRL's checkpoints on the held-out tasks".to_owned());
+    let store = crate::context::open_store(&config)?;
+    let adapters = config.adapters_dir(&spec.routes[0].provider);
+    let mut points = Vec::new();
+    for (name, meta) in trl_checkpoints(&checkpoints)? {
+        let adapter = format!("trl-{name}");
+        copy_dir(&checkpoints.join(&name), &adapters.join(&adapter))?;
+        let mut trained = spec.clone();
+        trained.routes[0].adapter = Some(adapter.clone());
+        let id = trained.id();
+        store.upsert_versions(&[VersionRecord {
+            id: id.clone(),
+            agent: AGENT.to_owned(),
+            label: Some(adapter.clone()),
+            spec: trained,
+            parent: Some(base_version.id.clone()),
+            created_by: "trl".to_owned(),
+            created_at: hone_types::time::now_ms(),
+        }])?;
+        let solved = demo::held_out(
+            &runner,
+            id.as_str(),
+            &format!("bench-trl-{name}"),
+            args.held_out,
+            16,
+            &|| {},
+        )
+        .await?;
+        let m = Measured::new(0, id.to_string(), solved);
+        progress(format!(
+            "  TRL {name}: {:.0} s of learning, {} episodes → held-out {:.1}%",
+            meta.learning_s,
+            meta.episodes,
+            m.rate * 100.0
+        ));
+        points.push(Point {
+            learning_s: meta.learning_s,
+            episodes: meta.episodes,
+            rate: m.rate,
+            ci95: m.ci95,
+            version: format!("{id} ({adapter})"),
+        });
+    }
+    let _ = stop_tx.send(true);
+    while servers.join_next().await.is_some() {}
+    Ok(points)
+}
+
+/// The tasks TRL learns on, each with the prompt token ids hone's engine
+/// renders for it (the prompt the base was trained on), and the settings
+/// both sides share.
+fn write_tasks(
+    path: &Path,
+    base: &Path,
+    runner: &Runner,
+    spec: &hone_types::VersionSpec,
+    args: &LearnArgs,
+) -> Result<()> {
+    let tokenizer = hone_engine::Tokenizer::load(base)?;
+    let environment = runner.environment();
+    let tools = serde_json::to_value(environment.tools())?;
+    let mut tasks = Vec::new();
+    for index in 0..args.train_tasks {
+        let task = demo::task_at(runner, Split::Train, index);
+        let opening = serde_json::to_value(hone_envs::opening(environment.as_ref(), &task))?;
+        let text = tokenizer.template.render(&opening, Some(&tools), true)?;
+        tasks.push(serde_json::json!({"input": task.prompt, "prompt_ids": tokenizer.encode(&text)?}));
+    }
+    let grpo = hone_train::loss::grpo::GrpoOptions::default();
+    let settings = serde_json::json!({
+        "tasks": tasks,
+        "temperature": spec.temperature.unwrap_or(1.0),
+        "max_tokens": spec.max_tokens.unwrap_or(96),
+        "max_steps": runner.config().max_steps,
+        // The demo's `grpo` table: 4 samples a task, lr 2e-3, rank 8 (alpha 2 × rank), hone-train's clipping.
+        "group_size": 4,
+        "tasks_per_step": 4,
+        "lr": 2e-3,
+        "rank": 8,
+        "alpha": 16,
+        "epsilon_low": grpo.epsilon_low,
+        "epsilon_high": grpo.epsilon_high,
+    });
+    std::fs::write(path, serde_json::to_string(&settings)?)?;
+    Ok(())
+}
+
+/// The checkpoints `learn_trl.py` saved, in order, with their meta.
+fn trl_checkpoints(dir: &Path) -> Result<Vec<(String, CheckpointMeta)>> {
+    let mut found = Vec::new();
+    if !dir.exists() {
+        return Ok(found);
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let meta_path = entry.path().join("meta.json");
+        if !name.starts_with("ckpt-") || !meta_path.exists() {
+            continue;
+        }
+        let meta: CheckpointMeta = serde_json::from_slice(&std::fs::read(&meta_path)?)
+            .with_context(|| format!("cannot read {}", meta_path.display()))?;
+        found.push((name, meta));
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(found)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+fn print_report(report: &Report, path: &Path) -> Result<()> {
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "\nhone bench learn — held-out success ≥ {:.0}% on {} tasks, {} minutes each, seed {}, base {}",
+        report.threshold * 100.0,
+        report.held_out_tasks,
+        report.minutes,
+        report.seed,
+        report.base.display()
+    )?;
+    writeln!(
+        out,
+        "\n| learner | reached after (min of learning) | episodes then | base | best (95% CI) | last |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
+    for side in &report.sides {
+        let best = side
+            .points
+            .iter()
+            .max_by(|a, b| a.rate.total_cmp(&b.rate))
+            .map_or("—".to_owned(), |p| {
+                format!(
+                    "{:.1}% ({:.1}–{:.1})",
+                    p.rate * 100.0,
+                    p.ci95.0 * 100.0,
+                    p.ci95.1 * 100.0
+                )
+            });
+        let pct = |p: Option<&Point>| p.map_or("—".to_owned(), |p| format!("{:.1}%", p.rate * 100.0));
+        let (when, episodes) = match &side.reached {
+            Some(p) => (
+                format!("{:.1}", p.learning_s / 60.0),
+                format!("{} {}", p.episodes, side.episodes_are),
+            ),
+            None => ("not reached".to_owned(), "—".to_owned()),
+        };
+        writeln!(
+            out,
+            "| {} | {when} | {episodes} | {} | {best} | {} |",
+            side.learner,
+            pct(side.points.first()),
+            pct(side.points.last())
+        )?;
+    }
+    writeln!(
+        out,
+        "\nOne measurement of {} tasks at the agent's temperature swings by several points; the curves are in {}.",
+        report.held_out_tasks,
+        path.display()
+    )?;
+    Ok(())
+}
