@@ -85,6 +85,23 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         );
     }
 
+    // Every measurement, with the learning time before it (measuring left
+    // out) and the user episodes served by then: what `hone bench learn` reads.
+    let measurements = summary["measurements"].as_array().unwrap();
+    assert_eq!(measurements.len(), 2, "{summary}");
+    assert_eq!(measurements[0]["user_episodes"], 0);
+    assert_eq!(measurements[1]["user_episodes"], 10);
+    let (before, learned) = (
+        measurements[0]["learning_s"].as_f64().unwrap(),
+        measurements[1]["learning_s"].as_f64().unwrap(),
+    );
+    let minutes = summary["minutes"].as_f64().unwrap();
+    assert!(
+        before < learned && learned < minutes * 60.0,
+        "{before} s, then {learned} s of {minutes} min"
+    );
+    assert_eq!(measurements[1]["solved"], summary["last"]["solved"]);
+
     // Plots: real PNGs and SVGs with their titles in them.
     for (name, title) in [
         ("held-out", "Held-out success"),
