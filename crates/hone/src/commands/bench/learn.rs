@@ -17,18 +17,16 @@
 //! Prints the table and writes `bench-learn.json`; not a test.
 
 use super::support::progress;
+use crate::commands::demo::stage::{Ports, Stage};
 use crate::commands::demo::{self, DemoArgs, Measured, AGENT};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use hone_envs::base_policy::Recipe;
-use hone_envs::{Builtin, Runner, RunnerConfig, Split};
+use hone_envs::{Runner, Split};
 use hone_types::VersionRecord;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 const TRL_SCRIPT: &str = include_str!("../../../../../bench/learn_trl.py");
 
@@ -229,27 +227,10 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
 
     // The demo's config, served again: same agent, same sampling.
     let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let endpoint_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    config.gateway.listen = gateway_listener.local_addr()?;
-    let gateway_url = format!("http://{}", gateway_listener.local_addr()?);
-    let endpoint_url = format!("http://{}", endpoint_listener.local_addr()?);
-    let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut servers = tokio::task::JoinSet::new();
-    let mut stopped = stop_rx.clone();
-    servers.spawn(gateway.serve(gateway_listener, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-    let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
-    let mut runner_config = RunnerConfig::new(gateway_url, AGENT);
-    runner_config.timeout = Duration::from_secs(300);
-    let runner = Runner::new(environment.clone(), runner_config)?;
-    let mut stopped = stop_rx.clone();
-    let router = hone_envs::endpoint::router(Arc::new(runner.clone()));
-    servers.spawn(hone_envs::endpoint::serve(endpoint_listener, router, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
+    let ports = Ports::bind().await?;
+    let endpoint_url = ports.endpoint_url.clone();
+    let stage = Stage::start(ports, &mut config, None).await?;
+    let runner = &stage.runner;
 
     let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
     let base_version = agent
@@ -258,7 +239,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
         .context("the demo's config has no `base` version")?;
     let spec = &base_version.spec;
     let tasks_path = trl_dir.join("tasks.json");
-    write_tasks(&tasks_path, base, &runner, spec, args)?;
+    write_tasks(&tasks_path, base, runner, spec, args)?;
 
     progress(format!(
         "hone bench learn: [2/3] TRL — GRPOTrainer for {} minutes (progress below)",
@@ -310,7 +291,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
             created_at: hone_types::time::now_ms(),
         }])?;
         let solved = demo::held_out(
-            &runner,
+            runner,
             id.as_str(),
             &format!("bench-trl-{name}"),
             args.held_out,
@@ -333,8 +314,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
             version: format!("{id} ({adapter})"),
         });
     }
-    let _ = stop_tx.send(true);
-    while servers.join_next().await.is_some() {}
+    stage.stop().await;
     Ok(points)
 }
 

@@ -15,6 +15,7 @@
 
 mod config;
 mod plots;
+pub(crate) mod stage;
 mod traffic;
 
 pub(crate) use traffic::{held_out, task_at};
@@ -26,8 +27,7 @@ use clap::Args;
 pub use config::AGENT;
 pub use config::{DemoOptimiser, GrpoGroups, RewardMode};
 use hone_envs::base_policy::{self, Recipe};
-use hone_envs::endpoint::router_with_user;
-use hone_envs::{Builtin, Runner, RunnerConfig, SimulatedUser};
+use hone_envs::{Builtin, Runner, SimulatedUser};
 use hone_learn::cycle::Learner;
 use hone_learn::eval::{run_id, Target};
 use hone_learn::stats::{bootstrap_ci, sign_test, wilson_95};
@@ -295,10 +295,8 @@ fn bar(len: u64, template: &str) -> ProgressBar {
 }
 
 async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started: Instant) -> Result<ExitCode> {
-    let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let endpoint_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let gateway_url = format!("http://{}", gateway_listener.local_addr()?);
-    let endpoint_url = format!("http://{}/run", endpoint_listener.local_addr()?);
+    let ports = stage::Ports::bind().await?;
+    let (gateway_url, endpoint_url) = (ports.gateway_url.clone(), format!("{}/run", ports.endpoint_url));
 
     // The config on disk is the config that runs.
     let config_path = data_dir.join("hone.toml");
@@ -319,29 +317,11 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     )
     .with_context(|| format!("cannot write {}", config_path.display()))?;
     let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    config.gateway.listen = gateway_listener.local_addr()?;
-
-    let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
-    let recorder = gateway.state().recorder.clone();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut servers = tokio::task::JoinSet::new();
-    let mut stopped = stop_rx.clone();
-    servers.spawn(gateway.serve(gateway_listener, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-
-    let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
-    let mut runner_config = RunnerConfig::new(gateway_url.clone(), AGENT);
-    runner_config.timeout = Duration::from_secs(300);
-    let runner = Runner::new(environment, runner_config)?;
     // Rollouts and evaluations through the endpoint get their reward from a
     // simulated user of their own (reacting at once), as traffic does.
     let rollout_user = SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003));
-    let router = router_with_user(Arc::new(runner.clone()), rollout_user);
-    let mut stopped = stop_rx.clone();
-    servers.spawn(hone_envs::endpoint::serve(endpoint_listener, router, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
+    let stage = stage::Stage::start(ports, &mut config, Some(rollout_user)).await?;
+    let (runner, recorder) = (stage.runner.clone(), stage.recorder.clone());
 
     let store = open_store(&config)?;
     let log_path = data_dir.join("demo.log");
@@ -377,12 +357,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
         log_path.display()
     ));
     let outcome = rounds(&args, &learner, &runner, store.as_ref(), &data_dir, started).await;
-    let _ = stop_tx.send(true);
-    while let Some(joined) = servers.join_next().await {
-        if let Ok(Err(e)) = joined {
-            tracing::warn!(error = %e, "a demo server ended with an error");
-        }
-    }
+    stage.stop().await;
     outcome
 }
 
