@@ -74,6 +74,10 @@ struct DemoCommand {
 struct Point {
     learning_s: f64,
     episodes: usize,
+    /// hone only: episodes its learner played itself before this point
+    /// (rollouts and the gate's evaluations), beside the users' episodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    learner_episodes: Option<usize>,
     rate: f64,
     ci95: (f64, f64),
     version: String,
@@ -154,11 +158,13 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     .demo;
     demo::run(demo_args)?;
     let measured = demo::measurements(&hone_dir)?;
+    let runs = learner_runs(&hone_dir)?;
     let hone_points: Vec<Point> = measured
         .iter()
         .map(|m| Point {
             learning_s: m.learning_s,
             episodes: m.user_episodes,
+            learner_episodes: Some(played_by(&runs, m.at_ms)),
             rate: m.rate,
             ci95: m.ci95,
             version: m.champion.clone(),
@@ -198,6 +204,25 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     print_report(&report, &path)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The episodes hone's learner played in the demo (rollouts and the
+/// evaluate and gate steps' runs; the demo's own held-out measurements are
+/// not evaluation runs), as `(when its run began, episodes)`, sorted.
+fn learner_runs(hone_dir: &Path) -> Result<Vec<(i64, usize)>> {
+    let config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = crate::context::open_store(&config)?;
+    let mut runs = Vec::new();
+    for run in store.eval_runs(Some(AGENT), 1_000_000)? {
+        runs.push((run.created_at, store.eval_results(&run.id)?.len()));
+    }
+    runs.sort_unstable();
+    Ok(runs)
+}
+
+/// Episodes of `runs` begun by `at_ms`.
+fn played_by(runs: &[(i64, usize)], at_ms: i64) -> usize {
+    runs.iter().take_while(|(at, _)| *at <= at_ms).map(|(_, n)| n).sum()
 }
 
 /// Fails early, with what to install, when the Python side cannot run.
@@ -309,6 +334,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
         points.push(Point {
             learning_s: meta.learning_s,
             episodes: meta.episodes,
+            learner_episodes: None,
             rate: m.rate,
             ci95: m.ci95,
             version: format!("{id} ({adapter})"),
@@ -422,7 +448,13 @@ fn print_report(report: &Report, path: &Path) -> Result<()> {
         let (when, episodes) = match &side.reached {
             Some(p) => (
                 format!("{:.1}", p.learning_s / 60.0),
-                format!("{} {}", p.episodes, side.episodes_are),
+                match p.learner_episodes {
+                    Some(played) => format!(
+                        "{} {} (+{played} its learner played: rollouts, gate)",
+                        p.episodes, side.episodes_are
+                    ),
+                    None => format!("{} {}", p.episodes, side.episodes_are),
+                },
             ),
             None => ("not reached".to_owned(), "—".to_owned()),
         };

@@ -97,6 +97,10 @@ pub struct DemoArgs {
     pub noise: f64,
 }
 
+/// What the demo's held-out measurements are labelled (their episodes are
+/// `eval.demo-held-out-…`).
+const HELD_OUT_LABEL: &str = "demo-held-out";
+
 /// The champion's held-out measurement after a round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
@@ -112,6 +116,9 @@ pub struct Measured {
     /// User episodes served before it.
     #[serde(default)]
     pub user_episodes: usize,
+    /// When it began (Unix ms).
+    #[serde(default)]
+    pub at_ms: i64,
 }
 
 impl Measured {
@@ -126,6 +133,7 @@ impl Measured {
             solved,
             learning_s: 0.0,
             user_episodes: 0,
+            at_ms: hone_types::time::now_ms(),
         }
     }
 }
@@ -386,11 +394,11 @@ async fn rounds(
     // Time spent measuring is not learning time.
     let mut measuring = Duration::ZERO;
     let timed_measure = |round: usize, champion: String, users: usize, measuring: Duration| {
-        let at = Instant::now();
+        let (at, at_ms) = (Instant::now(), hone_types::time::now_ms());
         let learning = started.elapsed().saturating_sub(measuring);
         async move {
             let mut m = measure(runner, &champion, round, args).await?;
-            (m.learning_s, m.user_episodes) = (learning.as_secs_f64(), users);
+            (m.learning_s, m.user_episodes, m.at_ms) = (learning.as_secs_f64(), users, at_ms);
             report_measure(&m);
             Ok::<_, anyhow::Error>((m, at.elapsed()))
         }
@@ -550,7 +558,7 @@ fn short(id: &str) -> &str {
 async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs) -> Result<Measured> {
     let bar = bar(args.held_out, "held-out {bar:30} {pos}/{len} ({elapsed})");
     let tick = || bar.inc(1);
-    let label = format!("demo-held-out-{}-{round}", short(champion));
+    let label = format!("{HELD_OUT_LABEL}-{}-{round}", short(champion));
     let solved = traffic::held_out(runner, champion, &label, args.held_out, args.concurrency, &tick).await?;
     bar.finish_and_clear();
     Ok(Measured::new(round, champion.to_owned(), solved))
