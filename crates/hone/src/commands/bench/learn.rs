@@ -60,6 +60,10 @@ pub struct LearnArgs {
     /// Train tasks offered to TRL (its sampler draws from them).
     #[arg(long, default_value_t = 1024)]
     pub train_tasks: u64,
+    /// TRL's learning rate (default: the demo's `grpo` lr, so both sides
+    /// take steps of the same size).
+    #[arg(long)]
+    pub trl_lr: Option<f64>,
 }
 
 /// The demo's arguments as `hone demo` would parse them (one home for its defaults).
@@ -172,7 +176,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         .collect();
     let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
 
-    let trl_points = crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base))?;
+    let (trl_points, trl_lr) = crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base))?;
     let mut points = vec![Point {
         version: format!("{} (the base, as hone measured it)", base_point.version),
         ..base_point
@@ -193,7 +197,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
                 args.threshold,
             ),
             Side::new(
-                "TRL GRPOTrainer (hidden score as reward)",
+                &format!("TRL GRPOTrainer (hidden score as reward, lr {trl_lr})"),
                 "sampled episodes",
                 points,
                 args.threshold,
@@ -242,7 +246,7 @@ fn check_python(python: &str) -> Result<()> {
 
 /// Trains with TRL against the environment endpoint, then measures every
 /// checkpoint through the demo's own gateway; the points, in order.
-async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Path) -> Result<Vec<Point>> {
+async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Path) -> Result<(Vec<Point>, f64)> {
     let trl_dir = data_dir.join("trl");
     let checkpoints = trl_dir.join("checkpoints");
     if checkpoints.exists() {
@@ -263,8 +267,18 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
         .get("base")
         .context("the demo's config has no `base` version")?;
     let spec = &base_version.spec;
+    let grpo = agent
+        .learn
+        .optimisers
+        .iter()
+        .find_map(|o| match o {
+            hone_config::OptimiserSpec::Grpo(training) => Some(training),
+            _ => None,
+        })
+        .context("the demo's config has no `grpo` optimiser")?;
     let tasks_path = trl_dir.join("tasks.json");
-    write_tasks(&tasks_path, base, runner, spec, args)?;
+    let lr = args.trl_lr.unwrap_or(grpo.lr);
+    write_tasks(&tasks_path, base, runner, spec, grpo, lr, args)?;
 
     progress(format!(
         "hone bench learn: [2/3] TRL — GRPOTrainer for {} minutes (progress below)",
@@ -341,7 +355,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
         });
     }
     stage.stop().await;
-    Ok(points)
+    Ok((points, lr))
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine
@@ -352,6 +366,8 @@ fn write_tasks(
     base: &Path,
     runner: &Runner,
     spec: &hone_types::VersionSpec,
+    grpo: &hone_config::TrainingSpec,
+    lr: f64,
     args: &LearnArgs,
 ) -> Result<()> {
     let tokenizer = hone_engine::Tokenizer::load(base)?;
@@ -364,20 +380,21 @@ fn write_tasks(
         let text = tokenizer.template.render(&opening, Some(&tools), true)?;
         tasks.push(serde_json::json!({"input": task.prompt, "prompt_ids": tokenizer.encode(&text)?}));
     }
-    let grpo = hone_train::loss::grpo::GrpoOptions::default();
+    let clipping = hone_train::loss::grpo::GrpoOptions::default();
+    // The demo's `grpo` table (group, lr, rank; alpha 2 × rank as hone's
+    // optimisers set it) and hone-train's clipping.
     let settings = serde_json::json!({
         "tasks": tasks,
         "temperature": spec.temperature.unwrap_or(1.0),
         "max_tokens": spec.max_tokens.unwrap_or(96),
         "max_steps": runner.config().max_steps,
-        // The demo's `grpo` table: 4 samples a task, lr 2e-3, rank 8 (alpha 2 × rank), hone-train's clipping.
-        "group_size": 4,
+        "group_size": grpo.group_size,
         "tasks_per_step": 4,
-        "lr": 2e-3,
-        "rank": 8,
-        "alpha": 16,
-        "epsilon_low": grpo.epsilon_low,
-        "epsilon_high": grpo.epsilon_high,
+        "lr": lr,
+        "rank": grpo.rank,
+        "alpha": 2 * grpo.rank,
+        "epsilon_low": clipping.epsilon_low,
+        "epsilon_high": clipping.epsilon_high,
     });
     std::fs::write(path, serde_json::to_string(&settings)?)?;
     Ok(())
