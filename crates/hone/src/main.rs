@@ -16,9 +16,16 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    // The demo tells its own story; the gateway's and engine's info lines
-    // would drown it (HONE_LOG=info brings them back).
-    let level = if matches!(cli.command, cli::Command::Demo(_)) {
+    // The demo (also inside `hone bench learn`) tells its own story; the
+    // gateway's and engine's info lines would drown it (HONE_LOG=info
+    // brings them back).
+    let level = if matches!(
+        cli.command,
+        cli::Command::Demo(_)
+            | cli::Command::Bench {
+                command: cli::BenchCommand::Learn(_)
+            }
+    ) {
         "warn"
     } else {
         "info"
