@@ -1,6 +1,7 @@
 //! The CLI's commands end to end: `hone config check`, `hone key new`,
 //! `hone train` (progress, PEFT output, resume, a malformed line named),
-//! `hone dataset` and `hone eval` on the embedded engine.
+//! `hone dataset` and `hone eval` on the embedded engine, `hone bench
+//! learn`'s checks before it starts.
 
 use std::process::Command;
 
@@ -210,4 +211,44 @@ fn datasets_import_list_export_and_evaluate_on_the_embedded_engine() {
         .contains("unknown builder `popular` (one of regression, errors, traffic, cost)"));
     let missing = hone(&["eval", "--dataset", "nope", "--version", "v1", "-c", &c]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no dataset `nope`"));
+}
+
+/// `hone bench learn` checks its Python before it starts anything: a
+/// missing interpreter or a missing package is named with what to do,
+/// and no data directory is made.
+#[test]
+fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bench");
+    let data_arg = data.to_str().unwrap();
+
+    let missing = dir.path().join("no-such-python");
+    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--python", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot run") && stderr.contains("--python"), "{stderr}");
+
+    // An interpreter that answers as a Python without `trl` does.
+    let python = dir.path().join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'trl'\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&python).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&python, permissions).unwrap();
+    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--python", python.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("No module named 'trl'"), "{stderr}");
+    assert!(stderr.contains("-m pip install torch transformers peft trl datasets"), "{stderr}");
+
+    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--threshold", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threshold"));
+    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--minutes", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--minutes"));
+    assert!(!data.exists(), "nothing is made before the checks pass");
 }

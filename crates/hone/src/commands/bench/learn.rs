@@ -130,6 +130,9 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     if !(args.threshold > 0.0 && args.threshold <= 1.0) {
         bail!("--threshold must be in (0, 1]");
     }
+    if !(args.minutes > 0.0 && args.checkpoint_seconds > 0.0) {
+        bail!("--minutes and --checkpoint-seconds must be above 0");
+    }
     check_python(&args.python)?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
