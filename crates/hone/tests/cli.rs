@@ -223,7 +223,14 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     let data_arg = data.to_str().unwrap();
 
     let missing = dir.path().join("no-such-python");
-    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--python", missing.to_str().unwrap()]);
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--data-dir",
+        data_arg,
+        "--python",
+        missing.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot run") && stderr.contains("--python"), "{stderr}");
@@ -238,11 +245,21 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     let mut permissions = std::fs::metadata(&python).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&python, permissions).unwrap();
-    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--python", python.to_str().unwrap()]);
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--data-dir",
+        data_arg,
+        "--python",
+        python.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("No module named 'trl'"), "{stderr}");
-    assert!(stderr.contains("-m pip install torch transformers peft trl datasets"), "{stderr}");
+    assert!(
+        stderr.contains("-m pip install torch transformers peft trl datasets"),
+        "{stderr}"
+    );
 
     let out = hone(&["bench", "learn", "--data-dir", data_arg, "--threshold", "0"]);
     assert!(!out.status.success());
