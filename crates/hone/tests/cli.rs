@@ -220,19 +220,15 @@ fn datasets_import_list_export_and_evaluate_on_the_embedded_engine() {
 fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("bench");
-    let data_arg = data.to_str().unwrap();
+    // `hone bench learn --data-dir DATA FLAG VALUE`: it fails, and says this.
+    let refused = |flag: &str, value: &str| -> String {
+        let out = hone(&["bench", "learn", "--data-dir", data.to_str().unwrap(), flag, value]);
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
 
     let missing = dir.path().join("no-such-python");
-    let out = hone(&[
-        "bench",
-        "learn",
-        "--data-dir",
-        data_arg,
-        "--python",
-        missing.to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("--python", missing.to_str().unwrap());
     assert!(stderr.contains("cannot run") && stderr.contains("--python"), "{stderr}");
 
     // An interpreter that answers as a Python without `trl` does.
@@ -245,27 +241,14 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     let mut permissions = std::fs::metadata(&python).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&python, permissions).unwrap();
-    let out = hone(&[
-        "bench",
-        "learn",
-        "--data-dir",
-        data_arg,
-        "--python",
-        python.to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("--python", python.to_str().unwrap());
     assert!(stderr.contains("No module named 'trl'"), "{stderr}");
     assert!(
         stderr.contains("-m pip install torch transformers peft trl datasets"),
         "{stderr}"
     );
 
-    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--threshold", "0"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--threshold"));
-    let out = hone(&["bench", "learn", "--data-dir", data_arg, "--minutes", "0"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--minutes"));
+    assert!(refused("--threshold", "0").contains("--threshold"));
+    assert!(refused("--minutes", "0").contains("--minutes"));
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
