@@ -511,6 +511,13 @@ pub struct TrainingSpec {
     pub max_staleness: u32,
 }
 
+impl TrainingSpec {
+    /// The LoRA scale its adapters train with: alpha = 2 × rank.
+    pub fn lora_alpha(&self) -> f64 {
+        2.0 * self.rank as f64
+    }
+}
+
 /// Where GRPO's groups come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupSource {

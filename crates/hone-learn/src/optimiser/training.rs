@@ -316,7 +316,7 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     let mut config = TrainConfig {
         lora: LoraSpec {
             rank: spec.rank,
-            alpha: 2.0 * spec.rank as f64,
+            alpha: spec.lora_alpha(),
             // RL's importance ratios compare the policy with the one that
             // sampled (or its proximal stand-in): no dropout, or a ratio
             // leaves 1 from noise alone.

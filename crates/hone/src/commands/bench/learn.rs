@@ -384,8 +384,8 @@ fn write_tasks(
         tasks.push(serde_json::json!({"input": task.prompt, "prompt_ids": tokenizer.encode(&text)?}));
     }
     let clipping = hone_train::loss::grpo::GrpoOptions::default();
-    // The demo's `grpo` table (group, lr, rank; alpha 2 × rank as hone's
-    // optimisers set it) and hone-train's clipping.
+    // The demo's `grpo` table (group, lr, rank and the alpha hone trains
+    // with) and hone-train's clipping.
     let settings = serde_json::json!({
         "tasks": tasks,
         "temperature": spec.temperature.unwrap_or(1.0),
@@ -395,7 +395,7 @@ fn write_tasks(
         "tasks_per_step": 4,
         "lr": lr,
         "rank": grpo.rank,
-        "alpha": 2 * grpo.rank,
+        "alpha": grpo.lora_alpha(),
         "epsilon_low": clipping.epsilon_low,
         "epsilon_high": clipping.epsilon_high,
     });
