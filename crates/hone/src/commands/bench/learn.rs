@@ -14,7 +14,8 @@
 //! after each round, and every TRL checkpoint served as a version of the
 //! demo's agent through the same gateway on the same held-out tasks.
 //! Learning time leaves out the measuring (and TRL's checkpoint saves).
-//! Prints the table and writes `bench-learn.json`; not a test.
+//! Prints the table and writes `bench-learn.json` and both curves as
+//! `bench-learn.{svg,png}`; not a test.
 
 use super::support::progress;
 use crate::commands::demo::stage::{Ports, Stage};
@@ -182,6 +183,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     let (trl_points, trl_lr) = crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base))?;
     let mut points = vec![Point {
         version: format!("{} (the base, as hone measured it)", base_point.version),
+        learner_episodes: None,
         ..base_point
     }];
     points.extend(trl_points);
@@ -209,7 +211,17 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     };
     let path = data_dir.join("bench-learn.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
-    print_report(&report, &path)?;
+    let curves: Vec<demo::plots::Curve> = report
+        .sides
+        .iter()
+        .map(|side| {
+            let points = side.points.iter();
+            let points = points.map(|p| (p.learning_s / 60.0, p.rate, p.ci95.0, p.ci95.1));
+            (side.learner.clone(), points.collect())
+        })
+        .collect();
+    let plots = demo::plots::learning_race(&data_dir, &curves, args.threshold)?;
+    print_report(&report, &path, &plots)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -435,7 +447,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn print_report(report: &Report, path: &Path) -> Result<()> {
+fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
     let mut out = std::io::stdout();
     writeln!(
         out,
@@ -492,5 +504,17 @@ fn print_report(report: &Report, path: &Path) -> Result<()> {
         report.held_out_tasks,
         path.display()
     )?;
+    if let Some(base) = report.sides.first().and_then(|side| side.points.first()) {
+        if base.rate >= report.threshold {
+            writeln!(
+                out,
+                "The base already measured {:.1}%, at or above the threshold: both \"reached\" it before learning; raise --threshold.",
+                base.rate * 100.0
+            )?;
+        }
+    }
+    for plot in plots {
+        writeln!(out, "plot: {}", plot.display())?;
+    }
     Ok(())
 }

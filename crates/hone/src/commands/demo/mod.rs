@@ -14,7 +14,7 @@
 //! held-out measurement only; hone hears nothing but the users' signals.
 
 mod config;
-mod plots;
+pub(crate) mod plots;
 pub(crate) mod stage;
 mod traffic;
 

@@ -7,7 +7,10 @@
 //! - `online.{svg,png}`: the share of users who accepted their answer, as a
 //!   moving average over time, with deploy, promote and rollback markers;
 //! - `front.{svg,png}`: every candidate's offline reward against its mean
-//!   latency, gated ones in colour and pruned ones grey.
+//!   latency, gated ones in colour and pruned ones grey;
+//! - `bench-learn.{svg,png}` (`hone bench learn`): each learner's held-out
+//!   success against minutes of learning, with 95% intervals and the
+//!   threshold.
 
 use anyhow::{anyhow, Result};
 use plotters::coord::types::RangedCoordf64;
@@ -17,6 +20,10 @@ use std::path::{Path, PathBuf};
 
 /// Held-out success after a cycle: `(cycle index, rate, low, high)`.
 pub type HeldOutPoint = (usize, f64, f64, f64);
+
+/// A learner's curve in `hone bench learn`: its name and
+/// `(minutes of learning, rate, low, high)` points.
+pub type Curve = (String, Vec<(f64, f64, f64, f64)>);
 
 /// A marker on the online chart: seconds since the start and what happened.
 #[derive(Debug, Clone)]
@@ -325,6 +332,78 @@ where
                 .collect(),
             colour,
         )?;
+    }
+    legend(&mut chart)
+}
+
+/// Learners' held-out success against minutes of learning, with the threshold.
+pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "bench-learn",
+        |r| draw_learning_race(r, curves, threshold),
+        |r| draw_learning_race(r, curves, threshold),
+    )
+}
+
+fn draw_learning_race<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, curves: &[Curve], threshold: f64) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    const COLOURS: [RGBColor; 3] = [RGBColor(0, 110, 200), RGBColor(210, 90, 0), RGBColor(0, 150, 60)];
+    let end = curves
+        .iter()
+        .flat_map(|(_, points)| points.iter().map(|p| p.0))
+        .fold(0.1, f64::max);
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = frame(
+        root,
+        "Held-out success against minutes of learning (95% interval)",
+        -0.2..end * 1.04,
+        0.0..1.0,
+    )?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes of learning (measuring left out)")
+        .y_desc("held-out tasks solved")
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    let grey = RGBColor(40, 40, 40);
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, threshold), (end * 1.04, threshold)],
+            grey.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label(format!("threshold {:.0}%", threshold * 100.0))
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
+    for ((name, points), colour) in curves.iter().zip(COLOURS.iter().cycle()) {
+        let colour = *colour;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y, lo, hi)| ErrorBar::new_vertical(x, lo, y, hi, colour.mix(0.5).stroke_width(1), 8)),
+            )
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|&(x, y, _, _)| (x, y)),
+                colour.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y, _, _)| Circle::new((x, y), 4, colour.filled())),
+            )
+            .map_err(err)?;
     }
     legend(&mut chart)
 }
