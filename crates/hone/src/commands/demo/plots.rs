@@ -374,8 +374,8 @@ where
     let grey = RGBColor(40, 40, 40);
     chart
         .draw_series(LineSeries::new(
-            [(0.0, threshold), (end * 1.04, threshold)],
-            grey.stroke_width(1),
+            [(-0.2, threshold), (end * 1.04, threshold)],
+            grey.stroke_width(2),
         ))
         .map_err(err)?
         .label(format!("threshold {:.0}%", threshold * 100.0))
