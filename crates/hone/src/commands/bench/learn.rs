@@ -65,6 +65,10 @@ pub struct LearnArgs {
     /// take steps of the same size).
     #[arg(long)]
     pub trl_lr: Option<f64>,
+    /// Hardest task both sides learn on and are measured on (1 easy,
+    /// 2 medium, 3 hard), as `hone demo --max-difficulty`.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub max_difficulty: u8,
 }
 
 /// The demo's arguments as `hone demo` would parse them (one home for its defaults).
@@ -162,6 +166,8 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         args.seed.to_string().into(),
         "--held-out".into(),
         args.held_out.to_string().into(),
+        "--max-difficulty".into(),
+        args.max_difficulty.to_string().into(),
     ])?
     .demo;
     demo::run(demo_args)?;
@@ -349,6 +355,7 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
             id.as_str(),
             &format!("bench-trl-{name}"),
             args.held_out,
+            args.max_difficulty,
             16,
             &|| {},
         )
@@ -390,7 +397,7 @@ fn write_tasks(
     let tools = serde_json::to_value(environment.tools())?;
     let mut tasks = Vec::new();
     for index in 0..args.train_tasks {
-        let task = demo::task_at(runner, Split::Train, index);
+        let task = demo::task_at(runner, Split::Train, index, args.max_difficulty);
         let opening = serde_json::to_value(hone_envs::opening(environment.as_ref(), &task))?;
         let text = tokenizer.template.render(&opening, Some(&tools), true)?;
         tasks.push(serde_json::json!({"input": task.prompt, "prompt_ids": tokenizer.encode(&text)?}));

@@ -84,6 +84,7 @@ pub struct Choices<'a> {
     pub grpo_groups: &'a [GrpoGroups],
     pub temperature: f64,
     pub replay_share: f64,
+    pub canary_share: f64,
 }
 
 impl std::fmt::Display for DemoOptimiser {
@@ -102,6 +103,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         grpo_groups,
         temperature,
         replay_share,
+        canary_share,
     } = choices;
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
@@ -150,7 +152,7 @@ champion = "base"
 # A candidate that passes the gate goes to a canary at once (min_gain: least
 # reward gain over the champion on the cycle's held-out instances).
 policy = {{ type = "auto", min_gain = 0.02, max_cost_ratio = 10.0 }}
-canary_share = 0.3
+canary_share = {canary_share:?}
 canary_episodes = 24
 
 [agents.{AGENT}.reward]

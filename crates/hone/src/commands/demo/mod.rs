@@ -54,8 +54,14 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
     /// Stop after this many cycles.
-    #[arg(long)]
+    #[arg(long, default_value_if("quick", "true", Some("3")))]
     pub cycles: Option<u32>,
+    /// A short run that shows learning in about two minutes: easy tasks
+    /// only, `grpo` on rollouts, half the traffic to a canary, three rounds
+    /// (`--max-difficulty 1 --optimisers grpo --grpo-groups rollouts
+    /// --canary-share 0.5 --cycles 3`; any of them given explicitly wins).
+    #[arg(long)]
+    pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
     #[arg(long)]
     pub rebuild_base: bool,
@@ -67,10 +73,22 @@ pub struct DemoArgs {
     #[arg(long, value_enum, default_value_t = RewardMode::Implicit)]
     pub reward: RewardMode,
     /// The optimisers the learning loop runs, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = DemoOptimiser::DEFAULT)]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_values_t = DemoOptimiser::DEFAULT,
+        default_value_if("quick", "true", Some("grpo"))
+    )]
     pub optimisers: Vec<DemoOptimiser>,
     /// Where `grpo` takes its groups from, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = GrpoGroups::DEFAULT)]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_values_t = GrpoGroups::DEFAULT,
+        default_value_if("quick", "true", Some("rollouts"))
+    )]
     pub grpo_groups: Vec<GrpoGroups>,
     /// The agent's sampling temperature (users and held-out measurement
     /// see sampled answers, as in production).
@@ -80,6 +98,9 @@ pub struct DemoArgs {
     /// accepted episodes, against forgetting (0 turns replay off).
     #[arg(long, default_value_t = 0.25)]
     pub replay_share: f64,
+    /// Share of traffic a new candidate gets as a canary.
+    #[arg(long, default_value_t = 0.3, default_value_if("quick", "true", Some("0.5")))]
+    pub canary_share: f64,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -95,6 +116,15 @@ pub struct DemoArgs {
     /// Probability that a user reacts against the answer's real quality.
     #[arg(long, default_value_t = 0.05)]
     pub noise: f64,
+    /// Hardest task users and the held-out measurement play (1 easy,
+    /// 2 medium, 3 hard); tasks take turns over the levels up to it.
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u8).range(1..=3),
+        default_value_if("quick", "true", Some("1"))
+    )]
+    pub max_difficulty: u8,
 }
 
 /// What the demo's held-out measurements are labelled (their episodes are
@@ -240,6 +270,9 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
     if args.minutes <= 0.0 {
         bail!("--minutes must be more than 0");
     }
+    if !(args.canary_share > 0.0 && args.canary_share < 1.0) {
+        bail!("--canary-share must be between 0 and 1");
+    }
     if args.held_out < 2 || args.episodes_per_round < 2 {
         bail!("--held-out and --episodes-per-round must be at least 2");
     }
@@ -320,6 +353,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
                 grpo_groups: &args.grpo_groups,
                 temperature: args.temperature,
                 replay_share: args.replay_share,
+                canary_share: args.canary_share,
             },
         ),
     )
@@ -422,8 +456,11 @@ async fn rounds(
         let (served, errors) = traffic::serve_users(
             runner,
             &user,
-            next_task,
-            args.episodes_per_round,
+            traffic::Tasks {
+                first: next_task,
+                count: args.episodes_per_round,
+                max_difficulty: args.max_difficulty,
+            },
             args.concurrency,
             started,
             &tick,
@@ -559,7 +596,16 @@ async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs)
     let bar = bar(args.held_out, "held-out {bar:30} {pos}/{len} ({elapsed})");
     let tick = || bar.inc(1);
     let label = format!("{HELD_OUT_LABEL}-{}-{round}", short(champion));
-    let solved = traffic::held_out(runner, champion, &label, args.held_out, args.concurrency, &tick).await?;
+    let solved = traffic::held_out(
+        runner,
+        champion,
+        &label,
+        args.held_out,
+        args.max_difficulty,
+        args.concurrency,
+        &tick,
+    )
+    .await?;
     bar.finish_and_clear();
     Ok(Measured::new(round, champion.to_owned(), solved))
 }

@@ -107,6 +107,31 @@ where
         .map_err(err)
 }
 
+/// A white chart of a share (0–100%) against minutes, its mesh drawn:
+/// `axes` are the x and y descriptions.
+fn share_chart<'a, DB: DrawingBackend + 'a>(
+    root: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x: std::ops::Range<f64>,
+    axes: (&str, &str),
+) -> Result<Chart<'a, DB>>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = frame(root, caption, x, 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(axes.0)
+        .y_desc(axes.1)
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// The series' legend, in the lower right corner.
 fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> Result<()>
 where
@@ -229,22 +254,12 @@ fn draw_online<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = frame(
+    let mut chart = share_chart(
         root,
         &format!("Users who accepted the answer (moving share over {window} episodes)"),
         0.0..end * 1.02,
-        0.0..1.0,
+        ("minutes since the demo started", "accepted"),
     )?;
-    chart
-        .configure_mesh()
-        .x_desc("minutes since the demo started")
-        .y_desc("accepted")
-        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .draw()
-        .map_err(err)?;
     chart
         .draw_series(LineSeries::new(series.iter().copied(), BLUE.stroke_width(2)))
         .map_err(err)?
@@ -355,22 +370,12 @@ where
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.0))
         .fold(0.1, f64::max);
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = frame(
+    let mut chart = share_chart(
         root,
         "Held-out success against minutes of learning (95% interval)",
         -0.2..end * 1.04,
-        0.0..1.0,
+        ("minutes of learning (measuring left out)", "held-out tasks solved"),
     )?;
-    chart
-        .configure_mesh()
-        .x_desc("minutes of learning (measuring left out)")
-        .y_desc("held-out tasks solved")
-        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .draw()
-        .map_err(err)?;
     let grey = RGBColor(40, 40, 40);
     chart
         .draw_series(LineSeries::new(

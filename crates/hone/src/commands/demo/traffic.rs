@@ -23,27 +23,41 @@ pub struct Served {
     pub accepted: bool,
 }
 
-/// The task of a running index: difficulties take turns.
-pub fn task_at(runner: &Runner, split: Split, index: u64) -> hone_envs::Task {
-    let difficulty = Difficulty::from_level((index % 3) as u8 + 1).unwrap_or(Difficulty::Easy);
+/// The task of a running index: difficulties up to `max_difficulty` take
+/// turns.
+pub fn task_at(runner: &Runner, split: Split, index: u64, max_difficulty: u8) -> hone_envs::Task {
+    let levels = u64::from(max_difficulty.clamp(1, 3));
+    let difficulty = Difficulty::from_level((index % levels) as u8 + 1).unwrap_or(Difficulty::Easy);
     runner.environment().task(split, index, difficulty)
 }
 
-/// `count` users, `concurrency` at a time, starting at task `first`; each
-/// plays its task and reacts. A run the gateway refused is reported and
-/// skipped (the user got no answer and sends nothing).
+/// Which training tasks a round's users play: `count` of them from index
+/// `first`, difficulties up to `max_difficulty` taking turns.
+pub struct Tasks {
+    pub first: u64,
+    pub count: u64,
+    pub max_difficulty: u8,
+}
+
+/// One user per task of `tasks`, `concurrency` at a time; each plays its
+/// task and reacts. A run the gateway refused is reported and skipped (the
+/// user got no answer and sends nothing).
 pub async fn serve_users(
     runner: &Runner,
     user: &SimulatedUser,
-    first: u64,
-    count: u64,
+    tasks: Tasks,
     concurrency: usize,
     started: std::time::Instant,
     tick: &(dyn Fn() + Sync),
 ) -> (Vec<Served>, Vec<String>) {
+    let Tasks {
+        first,
+        count,
+        max_difficulty,
+    } = tasks;
     let runs = futures::stream::iter(first..first + count)
         .map(|index| async move {
-            let task = task_at(runner, Split::Train, index);
+            let task = task_at(runner, Split::Train, index, max_difficulty);
             let outcome = runner.run(&task, &RunContext::default()).await?;
             // Each user reacts with a stream of their own, so the order in
             // which concurrent runs finish does not change any reaction.
@@ -81,12 +95,13 @@ pub async fn held_out(
     version: &str,
     label: &str,
     n: u64,
+    max_difficulty: u8,
     concurrency: usize,
     tick: &(dyn Fn() + Sync),
 ) -> Result<Vec<bool>, hone_envs::RunError> {
     let runs = futures::stream::iter(0..n)
         .map(|index| async move {
-            let task = task_at(runner, Split::HeldOut, index);
+            let task = task_at(runner, Split::HeldOut, index, max_difficulty);
             let context = RunContext {
                 episode: EpisodeId::evaluation(label, index as usize, "0").ok(),
                 version: Some(version.to_owned()),
