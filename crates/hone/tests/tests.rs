@@ -7,7 +7,7 @@
 //! - `python_sdk`: real client libraries drive every door (openai, the Agents SDK, anthropic)
 //! - `otel`: OpenTelemetry GenAI traces become episodes; hone's own spans go out over OTLP
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
-//! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals
+//! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals; `hone demo --quick` learns significantly
 //! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
 //! - `replicas`: two gateways on one PostgreSQL — deployments, sticky splits, feedback, no loss through kill -9 and a 30 s outage; `hone store migrate`
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
