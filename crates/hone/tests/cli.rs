@@ -1,7 +1,7 @@
 //! The CLI's commands end to end: `hone config check`, `hone key new`,
 //! `hone train` (progress, PEFT output, resume, a malformed line named),
 //! `hone dataset` and `hone eval` on the embedded engine, `hone bench
-//! learn`'s checks before it starts.
+//! learn`'s and `hone demo`'s checks before they start.
 
 use std::process::Command;
 
@@ -250,5 +250,23 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
 
     assert!(refused("--threshold", "0").contains("--threshold"));
     assert!(refused("--minutes", "0").contains("--minutes"));
+    assert!(!data.exists(), "nothing is made before the checks pass");
+}
+
+#[test]
+fn demo_refuses_a_canary_share_or_level_out_of_range_and_makes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    for (flag, value) in [
+        ("--canary-share", "0"),
+        ("--canary-share", "1.5"),
+        ("--max-difficulty", "0"),
+        ("--max-difficulty", "4"),
+    ] {
+        let out = hone(&["demo", "--quick", "--data-dir", data.to_str().unwrap(), flag, value]);
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
