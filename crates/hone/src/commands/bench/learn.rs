@@ -67,7 +67,7 @@ pub struct LearnArgs {
     pub trl_lr: Option<f64>,
     /// Hardest task both sides learn on and are measured on (1 easy,
     /// 2 medium, 3 hard), as `hone demo --max-difficulty`.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
+    #[arg(long, default_value_t = 3, value_parser = demo::parse_max_difficulty)]
     pub max_difficulty: u8,
 }
 

@@ -18,7 +18,7 @@ pub(crate) mod plots;
 pub(crate) mod stage;
 mod traffic;
 
-pub(crate) use traffic::{held_out, task_at};
+pub(crate) use traffic::{held_out, parse_max_difficulty, task_at};
 
 use crate::context::{open_store, runtime};
 use crate::output::{note, print_table};
@@ -121,7 +121,7 @@ pub struct DemoArgs {
     #[arg(
         long,
         default_value_t = 3,
-        value_parser = clap::value_parser!(u8).range(1..=3),
+        value_parser = traffic::parse_max_difficulty,
         default_value_if("quick", "true", Some("1"))
     )]
     pub max_difficulty: u8,

@@ -23,10 +23,19 @@ pub struct Served {
     pub accepted: bool,
 }
 
+/// `--max-difficulty`'s parser: a level the environments know
+/// ([`Difficulty::from_level`]).
+pub fn parse_max_difficulty(text: &str) -> Result<u8, String> {
+    text.parse::<u8>()
+        .ok()
+        .filter(|level| Difficulty::from_level(*level).is_some())
+        .ok_or_else(|| format!("`{text}` is not a difficulty level (1 easy, 2 medium, 3 hard)"))
+}
+
 /// The task of a running index: difficulties up to `max_difficulty` take
 /// turns.
 pub fn task_at(runner: &Runner, split: Split, index: u64, max_difficulty: u8) -> hone_envs::Task {
-    let levels = u64::from(max_difficulty.clamp(1, 3));
+    let levels = u64::from(max_difficulty.clamp(1, Difficulty::ALL.len() as u8));
     let difficulty = Difficulty::from_level((index % levels) as u8 + 1).unwrap_or(Difficulty::Easy);
     runner.environment().task(split, index, difficulty)
 }
