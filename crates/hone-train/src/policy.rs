@@ -11,9 +11,14 @@
 //! model whose base weights do not require gradients.
 //!
 //! Sequences are packed: projections, norms and the MLP run on all tokens of
-//! the batch at once (no padding); attention pads the rows into
-//! `[B, heads, T, T]` (index gathers both ways) so it is a few batched
-//! matmuls. Only the positions whose next token is scored reach the LM head.
+//! the batch at once (no padding), and the prompt every sequence of a batch
+//! shares (an agent's system prompt and tool list: ~280 of the demo's ~330
+//! tokens a call) is packed once. Attention gathers the rows into padded
+//! blocks — the shared prefix over itself, then every sequence's own tokens
+//! over the prefix and themselves — so it is a few batched matmuls; the
+//! gradients of a shared key or value add up over the sequences that
+//! attend to it. Only the positions whose next token is scored reach the
+//! LM head.
 //!
 //! Every loss hone trains with (GRPO, DPO, SFT, KL, replay NLL) is a function
 //! of the log-probabilities of the scored tokens, so the interface is:
@@ -53,38 +58,108 @@ impl Sequence {
 }
 
 /// A batch of sequences laid out for [`forward`]: tokens packed end to end,
-/// with the index maps to and from the padded attention layout.
+/// the prompt every sequence shares (the system prompt and tool list of an
+/// agent's calls) stored once, and the index maps to and from the padded
+/// attention layout of each [`Block`].
 #[derive(Debug)]
 pub struct Packed {
     tokens: Tensor,
     rows: usize,
-    batch: usize,
-    longest: usize,
     cos: Tensor,
     sin: Tensor,
-    /// For each padded slot `[B·T]`, its packed row (or `rows`: a zero row).
-    pad_index: Tensor,
-    /// For each packed row, its padded slot.
-    valid_index: Tensor,
-    /// `[B, 1, 1, T, T]`: causal and key padding.
-    mask: Tensor,
+    /// The shared prefix (if any), then every sequence's own tokens.
+    blocks: Vec<Block>,
+    /// For each packed row, its query slot in the blocks' padded layouts
+    /// laid end to end (each row is a query of exactly one block).
+    query_slot: Tensor,
+    /// Every block's key slots end to end (a shared row appears once per
+    /// sequence that attends to it; `rows`: padding).
+    key_index: Tensor,
     /// The packed rows whose next token is scored, and those tokens.
     target_rows: Tensor,
     target_tokens: Tensor,
     /// Per sequence, its range in the scored-token list.
     pub ranges: Vec<Range<usize>>,
-    /// All tokens in the batch.
+    /// All tokens in the batch, the shared ones counted per sequence.
     pub token_count: usize,
+    /// Tokens at the start of every sequence, run once.
+    pub shared: usize,
+}
+
+/// One batched attention: `batch` rows of `queries` padded query slots over
+/// `keys` padded key slots, gathered from the packed rows.
+#[derive(Debug)]
+struct Block {
+    batch: usize,
+    queries: usize,
+    keys: usize,
+    /// `[batch·queries]`: the packed row in each query slot (or `rows`).
+    query_index: Tensor,
+    /// `[batch·keys]`: the packed row in each key slot (or `rows`).
+    key_index: Tensor,
+    /// `[batch, 1, 1, queries, keys]`: causal and key padding.
+    mask: Tensor,
+}
+
+/// A block's shape and, for sequence `b`, the packed row in query slot `i`
+/// and key slot `j` (`None`: padding) and whether `i` sees `j`.
+struct BlockLayout<'a> {
+    batch: usize,
+    queries: usize,
+    keys: usize,
+    query_row: &'a dyn Fn(usize, usize) -> Option<usize>,
+    key_row: &'a dyn Fn(usize, usize) -> Option<usize>,
+    visible: &'a dyn Fn(usize, usize, usize) -> bool,
+}
+
+impl BlockLayout<'_> {
+    fn build(&self, rows: usize, device: &Device) -> Result<Block> {
+        let (b, tq, tk) = (self.batch, self.queries, self.keys);
+        let slot = |row: Option<usize>| row.unwrap_or(rows) as u32;
+        let query_index: Vec<u32> = (0..b * tq).map(|s| slot((self.query_row)(s / tq, s % tq))).collect();
+        let key_index: Vec<u32> = (0..b * tk).map(|s| slot((self.key_row)(s / tk, s % tk))).collect();
+        let mut mask = vec![f32::NEG_INFINITY; b * tq * tk];
+        for n in 0..b {
+            for i in 0..tq {
+                for j in 0..tk {
+                    if (self.visible)(n, i, j) {
+                        mask[(n * tq + i) * tk + j] = 0.0;
+                    }
+                }
+            }
+        }
+        Ok(Block {
+            batch: b,
+            queries: tq,
+            keys: tk,
+            query_index: Tensor::new(query_index.as_slice(), device)?,
+            key_index: Tensor::new(key_index.as_slice(), device)?,
+            mask: Tensor::from_vec(mask, (b, 1, 1, tq, tk), device)?,
+        })
+    }
 }
 
 impl Packed {
+    /// Packs `sequences`, running the prompt they all share once: its keys
+    /// and values are attended by every sequence, and the gradients that
+    /// reach them from each add up.
     pub fn new(model: &Model, sequences: &[&Sequence]) -> Result<Self> {
+        Self::build(model, sequences, true)
+    }
+
+    /// Packs every sequence whole, nothing shared: the reference the shared
+    /// layout is checked against.
+    pub fn unshared(model: &Model, sequences: &[&Sequence]) -> Result<Self> {
+        Self::build(model, sequences, false)
+    }
+
+    fn build(model: &Model, sequences: &[&Sequence], share: bool) -> Result<Self> {
         let device = model.device();
         let context = model.rope().0.dim(0)?;
         let batch = sequences.len();
         let longest = sequences.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
-        if batch == 0 || longest == 0 {
-            return Err(TrainError::Data("an empty batch".into()));
+        if batch == 0 || longest == 0 || sequences.iter().any(|s| s.tokens.is_empty()) {
+            return Err(TrainError::Data("an empty batch or sequence".into()));
         }
         if longest > context {
             return Err(TrainError::Data(format!(
@@ -92,16 +167,7 @@ impl Packed {
             )));
         }
         let vocab = model.config.vocab_size as u32;
-        let rows: usize = sequences.iter().map(|s| s.tokens.len()).sum();
-        let mut tokens = Vec::with_capacity(rows);
-        let mut positions = Vec::with_capacity(rows);
-        let mut pad_index = vec![rows as u32; batch * longest];
-        let mut valid_index = Vec::with_capacity(rows);
-        let mut mask = vec![f32::NEG_INFINITY; batch * longest * longest];
-        let mut target_rows = Vec::new();
-        let mut target_tokens = Vec::new();
-        let mut ranges = Vec::with_capacity(batch);
-        for (b, s) in sequences.iter().enumerate() {
+        for s in sequences {
             if s.scored.len() != s.tokens.len() {
                 return Err(TrainError::Data("scored mask and tokens differ in length".into()));
             }
@@ -110,26 +176,86 @@ impl Packed {
                     "token id {bad} is outside the model's vocabulary of {vocab}"
                 )));
             }
+        }
+        // Shared only when two or more sequences have it, and every
+        // sequence keeps a token of its own.
+        let shared = if share && batch > 1 {
+            shared_prefix(sequences)
+        } else {
+            0
+        };
+        let own: Vec<usize> = sequences.iter().map(|s| s.tokens.len() - shared).collect();
+        let mut starts = Vec::with_capacity(batch);
+        let mut tokens: Vec<u32> = sequences[0].tokens[..shared].to_vec();
+        let mut positions: Vec<u32> = (0..shared as u32).collect();
+        for s in sequences {
+            starts.push(tokens.len());
+            tokens.extend_from_slice(&s.tokens[shared..]);
+            positions.extend(shared as u32..s.tokens.len() as u32);
+        }
+        let rows = tokens.len();
+        let row_of = |b: usize, t: usize| if t < shared { t } else { starts[b] + t - shared };
+        let mut target_rows = Vec::new();
+        let mut target_tokens = Vec::new();
+        let mut ranges = Vec::with_capacity(batch);
+        for (b, s) in sequences.iter().enumerate() {
             let start = target_rows.len();
-            let len = s.tokens.len();
-            for (t, token) in s.tokens.iter().enumerate() {
-                let row = tokens.len();
-                pad_index[b * longest + t] = row as u32;
-                valid_index.push((b * longest + t) as u32);
-                tokens.push(*token);
-                positions.push(t as u32);
-                if t + 1 < len && s.scored[t + 1] {
-                    target_rows.push(row as u32);
+            for t in 0..s.tokens.len() - 1 {
+                if s.scored[t + 1] {
+                    target_rows.push(row_of(b, t) as u32);
                     target_tokens.push(s.tokens[t + 1]);
-                }
-            }
-            for i in 0..longest {
-                for j in 0..=i.min(len.saturating_sub(1)) {
-                    mask[(b * longest + i) * longest + j] = 0.0;
                 }
             }
             ranges.push(start..target_rows.len());
         }
+
+        let mut blocks = Vec::new();
+        if shared > 0 {
+            blocks.push(
+                BlockLayout {
+                    batch: 1,
+                    queries: shared,
+                    keys: shared,
+                    query_row: &|_, i| Some(i),
+                    key_row: &|_, j| Some(j),
+                    visible: &|_, i, j| j <= i,
+                }
+                .build(rows, device)?,
+            );
+        }
+        // Each sequence's own tokens: keys are the shared prefix, then its
+        // own; a padded query slot sees its sequence's keys (no empty row).
+        let longest_own = own.iter().copied().max().unwrap_or(0);
+        blocks.push(
+            BlockLayout {
+                batch,
+                queries: longest_own,
+                keys: shared + longest_own,
+                query_row: &|b, i| (i < own[b]).then(|| starts[b] + i),
+                key_row: &|b, j| {
+                    if j < shared {
+                        Some(j)
+                    } else {
+                        (j - shared < own[b]).then(|| starts[b] + j - shared)
+                    }
+                },
+                visible: &|b, i, j| j < shared || j - shared <= i.min(own[b] - 1),
+            }
+            .build(rows, device)?,
+        );
+        let mut query_slot = vec![0u32; rows];
+        let mut offset = 0usize;
+        for block in &blocks {
+            let index: Vec<u32> = block.query_index.to_vec1()?;
+            for (s, row) in index.iter().enumerate() {
+                if (*row as usize) < rows {
+                    query_slot[*row as usize] = (offset + s) as u32;
+                }
+            }
+            offset += index.len();
+        }
+        let key_index = Tensor::cat(&blocks.iter().map(|b| &b.key_index).collect::<Vec<_>>(), 0)?;
+
         let (cos, sin) = model.rope();
         let index = Tensor::new(positions.as_slice(), device)?;
         let d = model.config.head_dim;
@@ -137,17 +263,16 @@ impl Packed {
         Ok(Self {
             tokens: Tensor::new(tokens.as_slice(), device)?,
             rows,
-            batch,
-            longest,
             cos: cos.index_select(&index, 0)?.reshape((rows, 1, d))?,
             sin: sin.index_select(&index, 0)?.reshape((rows, 1, d))?,
-            pad_index: Tensor::new(pad_index.as_slice(), device)?,
-            valid_index: Tensor::new(valid_index.as_slice(), device)?,
-            mask: Tensor::from_vec(mask, (batch, 1, 1, longest, longest), device)?,
+            blocks,
+            query_slot: Tensor::new(query_slot.as_slice(), device)?,
+            key_index,
             target_rows: Tensor::new(target_rows.as_slice(), device)?,
             target_tokens: Tensor::from_vec(target_tokens, (scored, 1), device)?,
             ranges,
-            token_count: rows,
+            token_count: sequences.iter().map(|s| s.tokens.len()).sum(),
+            shared,
         })
     }
 
@@ -156,15 +281,39 @@ impl Packed {
         self.ranges.last().map_or(0, |r| r.end)
     }
 
-    fn pad(&self, x: &Tensor) -> Result<Tensor> {
-        let width = x.dim(1)?;
-        let zero = Tensor::zeros((1, width), x.dtype(), x.device())?;
-        Ok(Tensor::cat(&[x, &zero], 0)?.index_select(&self.pad_index, 0)?)
+    /// Rows actually run: the shared prefix once, then every sequence's own.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
-    fn unpad(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.index_select(&self.valid_index, 0)?)
+    /// `x` (packed rows) with a zero row appended, for gathering padded slots.
+    fn with_zero_row(&self, x: &Tensor) -> Result<Tensor> {
+        let zero = Tensor::zeros((1, x.dim(1)?), x.dtype(), x.device())?;
+        Ok(Tensor::cat(&[x, &zero], 0)?)
     }
+
+    /// Padded query-slot rows of every block, end to end, back to packed rows.
+    fn rows_of_query_slots(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.index_select(&self.query_slot, 0)?)
+    }
+
+    /// Padded key-slot rows of every block, end to end, summed into packed
+    /// rows (a shared row gets every sequence's share; padding is dropped).
+    fn rows_of_key_slots(&self, x: &Tensor) -> Result<Tensor> {
+        let sums =
+            Tensor::zeros((self.rows + 1, x.dim(1)?), x.dtype(), x.device())?.index_add(&self.key_index, x, 0)?;
+        Ok(sums.narrow(0, 0, self.rows)?)
+    }
+}
+
+/// The longest prefix every sequence shares, leaving each at least one
+/// token of its own.
+fn shared_prefix(sequences: &[&Sequence]) -> usize {
+    let first = &sequences[0].tokens;
+    let limit = sequences.iter().map(|s| s.tokens.len() - 1).min().unwrap_or(0);
+    (0..limit)
+        .take_while(|&i| sequences.iter().all(|s| s.tokens[i] == first[i]))
+        .count()
 }
 
 /// Gradients of every LoRA tensor, in [`LoraParams::tensors`] order.
@@ -219,10 +368,8 @@ struct LayerSaved {
     x_in: Tensor,
     r1: Tensor,
     h1: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    probs: Tensor,
+    /// Per block: padded `q`, `k`, `v` and the attention probabilities.
+    attention: Vec<AttentionSaved>,
     attn: Tensor,
     x_mid: Tensor,
     r2: Tensor,
@@ -231,6 +378,14 @@ struct LayerSaved {
     up: Tensor,
     act: Tensor,
     lora: Vec<(Module, LoraSaved)>,
+}
+
+#[derive(Debug)]
+struct AttentionSaved {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    probs: Tensor,
 }
 
 impl LayerSaved {
@@ -323,7 +478,7 @@ fn run(
         let q = rope(&project(Module::QProj, &h1)?, packed, c.num_attention_heads, false)?;
         let k = rope(&project(Module::KProj, &h1)?, packed, c.num_key_value_heads, false)?;
         let v = project(Module::VProj, &h1)?;
-        let (attn, qp, kp, vp, probs) = attention(model, packed, &q, &k, &v)?;
+        let (attn, attention) = attention(model, packed, &q, &k, &v)?;
         let x_mid = (&x + project(Module::OProj, &attn)?)?;
         let (h2, r2) = rms_forward(&x_mid, &layer.post_norm, eps)?;
         let gate = project(Module::GateProj, &h2)?;
@@ -335,10 +490,7 @@ fn run(
                 x_in: x,
                 r1,
                 h1,
-                q: qp,
-                k: kp,
-                v: vp,
-                probs,
+                attention,
                 attn,
                 x_mid,
                 r2,
@@ -459,41 +611,61 @@ fn rope(x: &Tensor, packed: &Packed, heads: usize, inverse: bool) -> Result<Tens
     Ok(y.reshape((rows, width))?)
 }
 
-/// Causal GQA attention over the padded layout. Returns the packed output
-/// `[N, heads·d]` and the padded `q [B, kv, g·T, d]`, `k`, `v [B, kv, T, d]`
-/// and probabilities `[B, kv, g·T, T]`.
+/// Causal GQA attention, block by block over the padded layouts. Returns
+/// the packed output `[N, heads·d]` and, per block, the padded
+/// `q [B, kv, g·Tq, d]`, `k`, `v [B, kv, Tk, d]` and probabilities
+/// `[B, kv, g·Tq, Tk]`.
 fn attention(
     model: &Model,
     packed: &Packed,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-) -> Result<(Tensor, Tensor, Tensor, Tensor, Tensor)> {
+) -> Result<(Tensor, Vec<AttentionSaved>)> {
     let c = &model.config;
-    let (b, t, d) = (packed.batch, packed.longest, c.head_dim);
+    let d = c.head_dim;
     let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
     let group = heads / kv;
-    let split = |x: &Tensor, h: usize| -> Result<Tensor> {
-        Ok(packed.pad(x)?.reshape((b, t, h, d))?.transpose(1, 2)?.contiguous()?)
-    };
-    let qp = split(q, heads)?.reshape((b, kv, group * t, d))?;
-    let kp = split(k, kv)?;
-    let vp = split(v, kv)?;
-    let scores = (qp.matmul(&kp.t()?)? * (1.0 / (d as f64).sqrt()))?
-        .reshape((b, kv, group, t, t))?
-        .broadcast_add(&packed.mask)?
-        .reshape((b, kv, group * t, t))?;
-    let probs = softmax_last(&scores)?;
-    let out = merge_heads(&probs.matmul(&vp)?, packed, heads)?;
-    Ok((out, qp, kp, vp, probs))
+    let (q, k, v) = (
+        packed.with_zero_row(q)?,
+        packed.with_zero_row(k)?,
+        packed.with_zero_row(v)?,
+    );
+    let mut outs = Vec::with_capacity(packed.blocks.len());
+    let mut saved = Vec::with_capacity(packed.blocks.len());
+    for block in &packed.blocks {
+        let (b, tq, tk) = (block.batch, block.queries, block.keys);
+        let split = |x: &Tensor, index: &Tensor, t: usize, h: usize| -> Result<Tensor> {
+            Ok(x.index_select(index, 0)?
+                .reshape((b, t, h, d))?
+                .transpose(1, 2)?
+                .contiguous()?)
+        };
+        let qp = split(&q, &block.query_index, tq, heads)?.reshape((b, kv, group * tq, d))?;
+        let kp = split(&k, &block.key_index, tk, kv)?;
+        let vp = split(&v, &block.key_index, tk, kv)?;
+        let scores = (qp.matmul(&kp.t()?)? * (1.0 / (d as f64).sqrt()))?
+            .reshape((b, kv, group, tq, tk))?
+            .broadcast_add(&block.mask)?
+            .reshape((b, kv, group * tq, tk))?;
+        let probs = softmax_last(&scores)?;
+        outs.push(merge_heads(&probs.matmul(&vp)?, block, tq, heads)?);
+        saved.push(AttentionSaved {
+            q: qp,
+            k: kp,
+            v: vp,
+            probs,
+        });
+    }
+    Ok((packed.rows_of_query_slots(&Tensor::cat(&outs, 0)?)?, saved))
 }
 
-/// `[B, h·(g), T, d]`-shaped heads back to packed rows `[N, heads·d]`.
-fn merge_heads(x: &Tensor, packed: &Packed, heads: usize) -> Result<Tensor> {
-    let (b, t) = (packed.batch, packed.longest);
+/// `[B, h·(g), T, d]`-shaped heads to the block's padded slot rows
+/// `[B·T, heads·d]`.
+fn merge_heads(x: &Tensor, block: &Block, t: usize, heads: usize) -> Result<Tensor> {
     let d = x.dim(D::Minus1)?;
-    let x = x.reshape((b, heads, t, d))?.transpose(1, 2)?.contiguous()?;
-    packed.unpad(&x.reshape((b * t, heads * d))?)
+    let x = x.reshape((block.batch, heads, t, d))?.transpose(1, 2)?.contiguous()?;
+    Ok(x.reshape((block.batch * t, heads * d))?)
 }
 
 fn attention_backward(
@@ -503,24 +675,32 @@ fn attention_backward(
     dattn: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let c = &model.config;
-    let (b, t, d) = (packed.batch, packed.longest, c.head_dim);
+    let d = c.head_dim;
     let (heads, kv) = (c.num_attention_heads, c.num_key_value_heads);
     let scale = 1.0 / (d as f64).sqrt();
-    let dout = packed
-        .pad(dattn)?
-        .reshape((b, t, heads, d))?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((b, kv, heads / kv * t, d))?;
-    let dv = s.probs.t()?.matmul(&dout)?;
-    let dp = dout.matmul(&s.v.t()?)?;
-    let ds = (&s.probs * dp.broadcast_sub(&(&dp * &s.probs)?.sum_keepdim(D::Minus1)?)?)?;
-    let dq = (ds.matmul(&s.k)? * scale)?;
-    let dk = (ds.t()?.matmul(&s.q)? * scale)?;
+    let dattn = packed.with_zero_row(dattn)?;
+    let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+    for (block, a) in packed.blocks.iter().zip(&s.attention) {
+        let (b, tq, tk) = (block.batch, block.queries, block.keys);
+        let dout = dattn
+            .index_select(&block.query_index, 0)?
+            .reshape((b, tq, heads, d))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, kv, heads / kv * tq, d))?;
+        let dv = a.probs.t()?.matmul(&dout)?;
+        let dp = dout.matmul(&a.v.t()?)?;
+        let ds = (&a.probs * dp.broadcast_sub(&(&dp * &a.probs)?.sum_keepdim(D::Minus1)?)?)?;
+        let dq = (ds.matmul(&a.k)? * scale)?;
+        let dk = (ds.t()?.matmul(&a.q)? * scale)?;
+        dqs.push(merge_heads(&dq, block, tq, heads)?);
+        dks.push(merge_heads(&dk, block, tk, kv)?);
+        dvs.push(merge_heads(&dv, block, tk, kv)?);
+    }
     Ok((
-        merge_heads(&dq, packed, heads)?,
-        merge_heads(&dk, packed, kv)?,
-        merge_heads(&dv, packed, kv)?,
+        packed.rows_of_query_slots(&Tensor::cat(&dqs, 0)?)?,
+        packed.rows_of_key_slots(&Tensor::cat(&dks, 0)?)?,
+        packed.rows_of_key_slots(&Tensor::cat(&dvs, 0)?)?,
     ))
 }
 

@@ -114,6 +114,75 @@ fn every_lora_tensor_gets_a_gradient_and_dropout_backward_matches_finite_differe
     );
 }
 
+/// A batch whose sequences share a prompt runs it once: the log-probabilities
+/// and every LoRA gradient equal those of the same batch packed whole (which
+/// `reference.rs` checks against PyTorch), also where a sequence scores
+/// tokens inside the shared part or ends one token after it.
+#[test]
+fn a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_whole_sequences() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let model = Model::load(&path, DType::F32, &Device::Cpu).unwrap();
+    let mut lora = LoraParams::init(&model, &config(1).lora, 5).unwrap();
+    let moved: Vec<Tensor> = lora
+        .tensors()
+        .iter()
+        .map(|t| t.randn_like(0.0, 0.05).unwrap())
+        .collect();
+    lora.set_tensors(moved).unwrap();
+    let prompt: Vec<u32> = (0..12).map(|i| 20 + 3 * i).collect();
+    let with = |own: &[u32], completion: &[u32]| {
+        let mut tokens = prompt.clone();
+        tokens.extend_from_slice(own);
+        Sequence::prompt_completion(&tokens, completion)
+    };
+    let mut scored_inside = Sequence::prompt_completion(&prompt[..8], &prompt[8..]);
+    scored_inside.tokens.extend([90, 91]);
+    scored_inside.scored.extend([true, true]);
+    let seqs = [
+        with(&[5, 6, 7], &[50, 51, 52, 53]),
+        with(&[], &[60]),
+        with(&[8], &[70, 71, 72, 73, 74, 75, 76]),
+        scored_inside,
+    ];
+    let refs: Vec<&Sequence> = seqs.iter().collect();
+    let shared = Packed::new(&model, &refs).unwrap();
+    let whole = Packed::unshared(&model, &refs).unwrap();
+    assert_eq!((shared.shared, whole.shared), (12, 0));
+    assert_eq!(shared.rows(), whole.rows() - 3 * 12);
+    assert_eq!(shared.token_count, whole.token_count);
+
+    let run = |packed: &Packed| {
+        let (lps, saved) = policy::forward(&model, &lora, packed, None).unwrap();
+        let per_seq: Vec<&[f32]> = packed.ranges.iter().map(|r| &lps[r.clone()]).collect();
+        let out = sft_loss(&per_seq);
+        let grads = policy::backward(&model, &lora, packed, saved, &out.grads.concat()).unwrap();
+        (lps, grads)
+    };
+    let (lps_shared, grads_shared) = run(&shared);
+    let (lps_whole, grads_whole) = run(&whole);
+    assert_eq!(lps_shared.len(), lps_whole.len());
+    for (i, (a, b)) in lps_shared.iter().zip(&lps_whole).enumerate() {
+        assert!((a - b).abs() < 1e-5, "logprob {i}: shared {a} vs whole {b}");
+    }
+    for (i, (a, b)) in grads_shared.0.iter().zip(&grads_whole.0).enumerate() {
+        let diff = (a - b)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            .sqrt();
+        let norm = b.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap().sqrt();
+        assert!(norm > 0.0, "LoRA tensor {i} got no gradient");
+        assert!(
+            diff <= 1e-4 * norm + 1e-7,
+            "LoRA tensor {i}: ‖shared − whole‖ {diff} of ‖whole‖ {norm}"
+        );
+    }
+}
+
 #[test]
 fn a_resumed_run_takes_exactly_the_same_steps() {
     let (dir, path) = tiny(Arch::Qwen2);
