@@ -56,7 +56,7 @@ pub struct DemoArgs {
     /// Stop after this many cycles.
     #[arg(long, default_value_if("quick", "true", Some("3")))]
     pub cycles: Option<u32>,
-    /// A short run that shows learning in about three minutes: easy tasks
+    /// A short run that shows learning in about two minutes: easy tasks
     /// only, `grpo` on rollouts, half the traffic to a canary, three rounds
     /// (`--max-difficulty 1 --optimisers grpo --grpo-groups rollouts
     /// --canary-share 0.5 --cycles 3`; any of them given explicitly wins).
