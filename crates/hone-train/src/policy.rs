@@ -243,17 +243,17 @@ impl Packed {
             }
             .build(rows, device)?,
         );
-        let mut query_slot = vec![0u32; rows];
-        let mut offset = 0usize;
-        for block in &blocks {
-            let index: Vec<u32> = block.query_index.to_vec1()?;
-            for (s, row) in index.iter().enumerate() {
-                if (*row as usize) < rows {
-                    query_slot[*row as usize] = (offset + s) as u32;
-                }
-            }
-            offset += index.len();
-        }
+        // Rows are the prefix (the first block's `shared` query slots), then
+        // each sequence's own tokens (row `i` of sequence `b` in slot
+        // `shared + b·longest_own + i` of the second block).
+        let query_slot: Vec<u32> = (0..shared)
+            .chain(
+                own.iter()
+                    .enumerate()
+                    .flat_map(|(b, &n)| (0..n).map(move |i| shared + b * longest_own + i)),
+            )
+            .map(|slot| slot as u32)
+            .collect();
         let key_index = Tensor::cat(&blocks.iter().map(|b| &b.key_index).collect::<Vec<_>>(), 0)?;
 
         let (cos, sin) = model.rope();
