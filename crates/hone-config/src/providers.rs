@@ -40,6 +40,10 @@ pub struct RawLocalProvider {
     pub device: Option<String>,
     /// Most samples decoded together (default 16).
     pub max_batch: Option<usize>,
+    /// MiB of prompt keys and values kept so a prompt that starts like an
+    /// earlier one prefills only what is new (default: the engine's, 128;
+    /// 0 turns it off).
+    pub prefix_cache_mib: Option<usize>,
     /// Where adapters named by versions are found (default `<data_dir>/adapters`).
     pub adapters_dir: Option<String>,
     #[serde(default)]
@@ -97,6 +101,9 @@ pub struct LocalOptions {
     /// `cpu` or `cuda`.
     pub device: String,
     pub max_batch: usize,
+    /// Bytes of the engine's prefix cache (`prefix_cache_mib`), or `None`
+    /// for the engine's default.
+    pub prefix_cache_bytes: Option<usize>,
     /// Where adapters named by versions are found: the configured
     /// `adapters_dir`, or `<data_dir>/adapters` (resolved at load).
     pub adapters_dir: PathBuf,
@@ -242,6 +249,7 @@ impl ProviderConfig {
                 dtype,
                 device,
                 max_batch: p.max_batch.unwrap_or(16),
+                prefix_cache_bytes: p.prefix_cache_mib.map(|mib| mib.saturating_mul(1 << 20)),
                 adapters_dir,
             }),
             ..default_local_provider(name, data_dir)
@@ -317,6 +325,7 @@ pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderCon
             dtype: LocalDType::F32,
             device: "cpu".to_owned(),
             max_batch: 16,
+            prefix_cache_bytes: None,
             adapters_dir: default_adapters_dir(data_dir),
         }),
     }

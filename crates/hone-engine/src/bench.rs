@@ -155,7 +155,15 @@ pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Re
     });
     let rate = |batch: usize, memory: Option<Arc<KnnLm>>| {
         timed(settings.reps, || {
-            let mut sequences = start(model, &prompt, None, memory.clone(), sampling.clone(), batch)?;
+            let mut sequences = start(
+                model,
+                &prompt,
+                KvCache::new(),
+                None,
+                memory.clone(),
+                sampling.clone(),
+                batch,
+            )?;
             let started = Instant::now();
             for _ in 0..settings.new_tokens {
                 let mut refs: Vec<_> = sequences.iter_mut().collect();

@@ -75,6 +75,9 @@ pub struct Generation {
     /// Per token, the `top_logprobs` most likely `(token, logprob)` pairs.
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub finish: Finish,
+    /// Prompt tokens whose keys and values were reused from the engine's
+    /// prefix cache rather than computed.
+    pub cached_prompt_tokens: usize,
 }
 
 /// One sample being generated: its cache, what it has produced, its random
@@ -91,6 +94,7 @@ pub struct Sequence {
     pub memory: Option<Arc<KnnLm>>,
     sampling: Arc<Sampling>,
     rng: rand::rngs::StdRng,
+    cached_prompt_tokens: usize,
 }
 
 impl Sequence {
@@ -121,6 +125,7 @@ impl Sequence {
             logprobs: self.logprobs,
             top_logprobs: self.top_logprobs,
             finish: self.finish.unwrap_or(Finish::Length),
+            cached_prompt_tokens: self.cached_prompt_tokens,
         }
     }
 }
@@ -136,10 +141,14 @@ fn remembered(memory: &KnnLm, lm: &[f32], hidden: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// Prefills `prompt` once and starts `n` samples from it, each with its own
-/// copy of the prompt's cache and its first token already sampled.
+/// copy of the prompt's cache and its first token already sampled. `cache`
+/// already holds the keys and values of the prompt's first `cache.len()`
+/// tokens under `adapter` (a reused prefix; empty for a cold prefill, and
+/// always shorter than the prompt).
 pub fn start(
     model: &Model,
     prompt: &[u32],
+    mut cache: KvCache,
     adapter: Option<Arc<Adapter>>,
     memory: Option<Arc<KnnLm>>,
     sampling: Arc<Sampling>,
@@ -148,10 +157,16 @@ pub fn start(
     if prompt.is_empty() {
         return Err(crate::EngineError::Model("the prompt is empty".into()));
     }
-    let mut cache = KvCache::new();
-    let input = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+    let cached = cache.len();
+    if cached >= prompt.len() {
+        return Err(crate::EngineError::Model(format!(
+            "a reused prefix of {cached} tokens leaves nothing of the {}-token prompt to compute",
+            prompt.len()
+        )));
+    }
+    let input = Tensor::new(&prompt[cached..], model.device())?.unsqueeze(0)?;
     let hidden = model.hidden(&input, &mut cache, adapter.as_deref())?.squeeze(0)?;
-    let last = hidden.narrow(0, prompt.len() - 1, 1)?;
+    let last = hidden.narrow(0, prompt.len() - cached - 1, 1)?;
     let logits = model.logits(&last.unsqueeze(0)?)?;
     let logprobs = crate::model::log_softmax_row(&logits)?;
     let logprobs = match &memory {
@@ -175,6 +190,7 @@ pub fn start(
             memory: memory.clone(),
             rng: rand::rngs::StdRng::seed_from_u64(sampling.seed.wrapping_add(i as u64)),
             sampling: sampling.clone(),
+            cached_prompt_tokens: cached,
         };
         if sampling.max_tokens == 0 {
             sequence.finish = Some(Finish::Length);
@@ -257,7 +273,15 @@ pub fn generate_with_memory(
     sampling: &Sampling,
     n: usize,
 ) -> Result<Vec<Generation>> {
-    let mut sequences = start(model, prompt, adapter, memory, Arc::new(sampling.clone()), n)?;
+    let mut sequences = start(
+        model,
+        prompt,
+        KvCache::new(),
+        adapter,
+        memory,
+        Arc::new(sampling.clone()),
+        n,
+    )?;
     while sequences.iter().any(|s| s.finish.is_none()) {
         let mut refs: Vec<&mut Sequence> = sequences.iter_mut().collect();
         step(model, &mut refs)?;

@@ -8,6 +8,8 @@
 //! - [`generate`]: sampling with per-token logprobs, `n` samples per prompt;
 //! - [`engine`]: the running engine — continuous batching, streaming,
 //!   stop strings, resident adapters loaded and unloaded at run time;
+//! - [`prefix_cache`]: prompt keys and values kept for later prompts that
+//!   start the same way;
 //! - [`tools`]: Hermes/Qwen `<tool_call>` blocks → OpenAI tool calls;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
@@ -24,6 +26,7 @@ pub mod init;
 pub mod lora;
 pub mod memory;
 pub mod model;
+pub mod prefix_cache;
 pub mod tokenizer;
 pub mod tools;
 pub mod weights;
@@ -34,6 +37,7 @@ pub use generate::{generate, generate_n, Finish, Generation, Sampling, Sequence}
 pub use lora::{Adapter, LoraConfig};
 pub use memory::{Datastore, KnnLm, Neighbour, EXACT_LIMIT};
 pub use model::{KvCache, Model};
+pub use prefix_cache::{PrefixCache, PrefixStats};
 pub use tokenizer::{ChatTemplate, Tokenizer};
 
 use std::path::Path;

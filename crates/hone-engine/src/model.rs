@@ -153,22 +153,42 @@ impl KvCache {
 
     /// An independent copy (a sample that continues from a shared prompt).
     pub fn fork(&self) -> Result<Self> {
+        self.fork_prefix(self.len)
+    }
+
+    /// An independent copy of the first `len` positions (at most all).
+    pub fn fork_prefix(&self, len: usize) -> Result<Self> {
+        let len = len.min(self.len);
         let layers = self
             .layers
             .iter()
             .map(|layer| match layer {
-                Some((k, v)) => Ok(Some((
-                    k.narrow(2, 0, self.len)?.copy()?,
-                    v.narrow(2, 0, self.len)?.copy()?,
-                ))),
+                Some((k, v)) => Ok(Some((k.narrow(2, 0, len)?.copy()?, v.narrow(2, 0, len)?.copy()?))),
                 None => Ok(None),
             })
             .collect::<Result<_>>()?;
         Ok(Self {
             layers,
-            len: self.len,
+            len,
             concat: false,
         })
+    }
+
+    /// Bytes of the keys and values of the cached positions (not counting a
+    /// buffer's spare room).
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| {
+                let per_position = |t: &Tensor| {
+                    let dims = t.dims();
+                    dims.iter().product::<usize>() / dims.get(2).copied().unwrap_or(1).max(1)
+                        * t.dtype().size_in_bytes()
+                };
+                (per_position(k) + per_position(v)) * self.len
+            })
+            .sum()
     }
 
     /// Appends layer `n`'s new keys and values `[B, kv_heads, t, d]` after the

@@ -1,7 +1,8 @@
 //! The running engine: concurrent requests batched together (with different
 //! adapters) give what each gives alone; streamed text adds up to the final
 //! text; stop strings cut it; adapters come and go without disturbing
-//! requests in flight.
+//! requests in flight; a prompt that starts like an earlier one reuses its
+//! keys and values and gives what a cold prefill gives.
 
 use candle_core::{DType, Device};
 use hone_engine::engine::{Engine, EngineOptions, Event, Request};
@@ -208,10 +209,141 @@ fn adapters_are_found_in_the_adapters_dir_on_first_use() {
             device: Device::Cpu,
             max_batch: 4,
             adapters_dir: Some(adapters.path().to_path_buf()),
+            ..EngineOptions::default()
         },
     )
     .unwrap();
     assert!(engine.adapters().is_empty());
     engine.generate_blocking(request("hi", 1, 3, Some("v2"))).unwrap();
     assert_eq!(engine.adapters()[0].name, "v2");
+}
+
+/// Greedy-free sampling with logprobs, so two engines can be compared token
+/// by token.
+fn blocking(engine: &Engine, prompt: &str, adapter: Option<&str>) -> hone_engine::Generation {
+    engine
+        .generate_blocking(request(prompt, 5, 12, adapter))
+        .unwrap()
+        .remove(0)
+        .1
+}
+
+#[test]
+fn a_prompt_that_starts_like_an_earlier_one_reuses_its_prefix_and_gives_what_a_cold_prefill_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(Arch::Llama, hone_engine::init::Preset::Tiny, 11, dir.path()).unwrap();
+    let cached = Engine::load(dir.path(), EngineOptions::default()).unwrap();
+    let cold = Engine::load(
+        dir.path(),
+        EngineOptions {
+            prefix_cache_bytes: 0,
+            ..EngineOptions::default()
+        },
+    )
+    .unwrap();
+    for engine in [&cached, &cold] {
+        engine.load_adapter("tuned", &reference_adapter_dir()).unwrap();
+    }
+    let system = "<|im_start|>system\nYou answer arithmetic questions; call calc when unsure.<|im_end|>\n";
+    let first = format!("{system}<|im_start|>user\nWhat is 3 + 4?<|im_end|>\n");
+    let second = format!("{system}<|im_start|>user\nAnd 12 * 7?<|im_end|>\n");
+    let next_turn = format!("{first}<|im_start|>assistant\n7<|im_end|>\n<|im_start|>user\nThanks");
+    let shared = |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    // (prompt, adapter, prompt tokens the cached engine should reuse)
+    let steps = [
+        (first.as_str(), None, 0),
+        (second.as_str(), None, shared(&first, &second)),
+        (next_turn.as_str(), None, first.len()),
+        // Keys and values computed under the base are never reused under an adapter.
+        (second.as_str(), Some("tuned"), 0),
+        (first.as_str(), Some("tuned"), shared(&first, &second)),
+        // The same prompt again: all but its last token.
+        (first.as_str(), Some("tuned"), first.len() - 1),
+    ];
+    let mut reused = 0;
+    for (prompt, adapter, expected) in steps {
+        let warm = blocking(&cached, prompt, adapter);
+        let fresh = blocking(&cold, prompt, adapter);
+        assert_eq!(warm.cached_prompt_tokens, expected, "{prompt:?} under {adapter:?}");
+        assert_eq!(fresh.cached_prompt_tokens, 0, "the cache is off");
+        assert_eq!(warm.tokens, fresh.tokens, "{prompt:?} under {adapter:?}");
+        for (a, b) in warm.logprobs.iter().zip(&fresh.logprobs) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+        reused += expected as u64;
+    }
+    let stats = cached.prefix_stats();
+    assert_eq!((stats.lookups, stats.hits, stats.reused_tokens), (6, 4, reused));
+    assert_eq!(cold.prefix_stats().hits, 0);
+}
+
+#[test]
+fn the_prefix_cache_stays_within_its_budget_and_forgets_unloaded_adapters() {
+    use hone_engine::{KvCache, Model, PrefixCache};
+    let dir = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(Arch::Llama, hone_engine::init::Preset::Tiny, 11, dir.path()).unwrap();
+    let model = Model::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
+    let prefill = |prompt: &[u32]| {
+        let mut cache = KvCache::new();
+        let input = candle_core::Tensor::new(prompt, model.device())
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        model.hidden(&input, &mut cache, None).unwrap();
+        cache
+    };
+    let prompt = |first: u32, len: usize| (0..len as u32).map(|i| (first + i) % 250).collect::<Vec<u32>>();
+    let per_prompt = prefill(&prompt(0, 40)).bytes();
+    assert!(per_prompt > 0);
+    let mut cache = PrefixCache::new(3 * per_prompt);
+    for first in 0..5 {
+        let p = prompt(first * 50, 40);
+        cache.insert(&p, &None, &prefill(&p)).unwrap();
+        assert!(
+            cache.bytes() <= 3 * per_prompt,
+            "{} over {}",
+            cache.bytes(),
+            3 * per_prompt
+        );
+    }
+    // The least recently used were evicted: the first prompt is gone, the last is there.
+    assert!(cache.lookup(&prompt(0, 40), &None).unwrap().is_empty());
+    assert_eq!(cache.lookup(&prompt(200, 40), &None).unwrap().len(), 39);
+    // A prompt longer than the whole budget is not kept.
+    let huge = prompt(7, 200);
+    let before = cache.bytes();
+    cache.insert(&huge, &None, &prefill(&huge)).unwrap();
+    assert_eq!(cache.bytes(), before);
+
+    // A prompt that extends an entry replaces it rather than adding a copy;
+    // one an entry already covers adds nothing.
+    let mut cache = PrefixCache::new(10 * per_prompt);
+    let (short, longer) = (prompt(200, 40), prompt(200, 60));
+    cache.insert(&short, &None, &prefill(&short)).unwrap();
+    cache.insert(&longer, &None, &prefill(&longer)).unwrap();
+    assert_eq!(cache.bytes(), prefill(&longer).bytes());
+    cache.insert(&short, &None, &prefill(&short)).unwrap();
+    assert_eq!(cache.bytes(), prefill(&longer).bytes());
+    assert_eq!(cache.lookup(&longer, &None).unwrap().len(), 59);
+
+    // Entries under an adapter live only while someone else still holds it.
+    let adapter = Some(std::sync::Arc::new(
+        hone_engine::Adapter::load(&reference_adapter_dir(), DType::F32, &Device::Cpu).unwrap(),
+    ));
+    let mut cache = PrefixCache::new(10 * per_prompt);
+    let p = prompt(3, 40);
+    cache.insert(&p, &adapter, &prefill(&p)).unwrap();
+    assert_eq!(cache.lookup(&p, &adapter).unwrap().len(), 39);
+    assert!(cache.lookup(&p, &None).unwrap().is_empty(), "not under another adapter");
+    let remembered = cache.bytes();
+    assert!(remembered > 0);
+    let same_weights = Some(std::sync::Arc::new(
+        hone_engine::Adapter::load(&reference_adapter_dir(), DType::F32, &Device::Cpu).unwrap(),
+    ));
+    drop(adapter);
+    assert!(
+        cache.lookup(&p, &same_weights).unwrap().is_empty(),
+        "the unloaded copy is forgotten"
+    );
+    assert_eq!(cache.bytes(), 0);
 }

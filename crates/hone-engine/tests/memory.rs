@@ -209,8 +209,26 @@ fn rows_with_and_without_memory_decode_together_as_they_would_alone() {
             .remove(0)
     };
     let (expected_with, expected_without) = (alone(Some(memory.clone())), alone(None));
-    let mut with = generate::start(&model, &prompt, None, Some(memory), sampling.clone(), 1).unwrap();
-    let mut without = generate::start(&model, &prompt, None, None, sampling.clone(), 1).unwrap();
+    let mut with = generate::start(
+        &model,
+        &prompt,
+        hone_engine::KvCache::new(),
+        None,
+        Some(memory),
+        sampling.clone(),
+        1,
+    )
+    .unwrap();
+    let mut without = generate::start(
+        &model,
+        &prompt,
+        hone_engine::KvCache::new(),
+        None,
+        None,
+        sampling.clone(),
+        1,
+    )
+    .unwrap();
     while with[0].finish.is_none() || without[0].finish.is_none() {
         let mut batch = vec![&mut with[0], &mut without[0]];
         generate::step(&model, &mut batch).unwrap();

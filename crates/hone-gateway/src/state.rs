@@ -54,6 +54,20 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The configured `local` providers (embedded engines), by name.
+    pub fn local_providers(&self) -> Vec<&crate::providers::LocalProvider> {
+        let mut found: Vec<_> = self
+            .providers
+            .values()
+            .filter_map(|entry| match &entry.provider {
+                AnyProvider::Local(local) => Some(local),
+                _ => None,
+            })
+            .collect();
+        found.sort_by_key(|l| l.name().to_owned());
+        found
+    }
+
     /// Opens the store, records the declared versions, and starts the recorder.
     pub fn start(config: Config) -> Result<Arc<Self>, StartError> {
         // Calls wait on its writes: short waits, the recorder spools instead.

@@ -358,19 +358,19 @@ fn read_span(span: &Span, a: &Attributes) -> Result<ObservedCall, String> {
         (None, None) => None,
         (prompt, completion) => {
             let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
-            let mut extra = Map::new();
+            let mut usage = Usage {
+                prompt_tokens: prompt,
+                completion_tokens: completion,
+                total_tokens: prompt + completion,
+                extra: Map::new(),
+            };
             if let Some(cached) = a.number(&[
                 "gen_ai.usage.cache_read.input_tokens",
                 "gen_ai.usage.cache_read_input_tokens",
             ]) {
-                extra.insert("prompt_tokens_details".into(), json!({"cached_tokens": cached}));
+                usage.set_cached_prompt_tokens(cached);
             }
-            Some(Usage {
-                prompt_tokens: prompt,
-                completion_tokens: completion,
-                total_tokens: prompt + completion,
-                extra,
-            })
+            Some(usage)
         }
     };
     let finish_reasons: Vec<String> = match a.get("gen_ai.response.finish_reasons") {

@@ -597,6 +597,15 @@ impl Usage {
             .unwrap_or(0)
     }
 
+    /// Records `cached` prompt tokens as served from the prompt cache, where
+    /// OpenAI reports them.
+    pub fn set_cached_prompt_tokens(&mut self, cached: u64) {
+        self.extra.insert(
+            "prompt_tokens_details".to_owned(),
+            serde_json::json!({"cached_tokens": cached}),
+        );
+    }
+
     /// Prompt tokens written to the provider's prompt cache (Anthropic's
     /// `cache_creation_input_tokens`).
     pub fn cache_write_tokens(&self) -> u64 {

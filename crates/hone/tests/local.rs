@@ -88,6 +88,12 @@ async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs()
         again["choices"][0]["token_ids"], choice["token_ids"],
         "same seed, same answer"
     );
+    // The first prefill was cold; the same prompt again reuses all of it but
+    // the last token from the engine's prefix cache, reported as OpenAI
+    // reports its prompt cache.
+    assert_eq!(first["usage"].get("prompt_tokens_details"), None);
+    let reused = prompt.len() - 1;
+    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], reused);
 
     // The recorded call carries the tokens and logprobs.
     hone.wait_caught_up();
@@ -136,6 +142,27 @@ async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs()
         .unwrap();
     assert_eq!(last["choices"][0]["token_ids"], choice["token_ids"]);
     assert_eq!(events.last().unwrap()["usage"]["completion_tokens"], ids.len());
+    assert_eq!(
+        events.last().unwrap()["usage"]["prompt_tokens_details"]["cached_tokens"],
+        reused
+    );
+    let metrics = client()
+        .get(hone.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counter = |name: &str| -> u64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{provider=\"local\"")))
+            .unwrap_or_else(|| panic!("{name} missing from {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(counter("hone_engine_prompt_tokens_total"), 3 * prompt.len() as u64);
+    assert_eq!(counter("hone_engine_prefix_cache_tokens_total"), 2 * reused as u64);
 }
 
 /// `examples/local.toml` sets `temperature = 0.7` and `max_tokens = 512`

@@ -347,21 +347,19 @@ fn usage(u: &AnthropicUsage) -> Usage {
     let written = u.cache_creation_input_tokens.unwrap_or(0);
     let prompt = u.input_tokens + read + written;
     let mut extra = Extra::new();
-    if u.cache_read_input_tokens.is_some() {
-        extra.insert(
-            "prompt_tokens_details".to_owned(),
-            serde_json::json!({"cached_tokens": read}),
-        );
-    }
     if let Some(written) = u.cache_creation_input_tokens {
         extra.insert(hone_types::openai::CACHE_WRITE_TOKENS.to_owned(), written.into());
     }
-    Usage {
+    let mut usage = Usage {
         prompt_tokens: prompt,
         completion_tokens: u.output_tokens,
         total_tokens: prompt + u.output_tokens,
         extra,
+    };
+    if u.cache_read_input_tokens.is_some() {
+        usage.set_cached_prompt_tokens(read);
     }
+    usage
 }
 
 /// The other way (the `/v1/messages` door): OpenAI usage as Anthropic

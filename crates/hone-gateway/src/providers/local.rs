@@ -147,6 +147,10 @@ impl LocalProvider {
                 device,
                 max_batch: self.options.max_batch,
                 adapters_dir: Some(self.adapters_dir.clone()),
+                prefix_cache_bytes: self
+                    .options
+                    .prefix_cache_bytes
+                    .unwrap_or(hone_engine::engine::DEFAULT_PREFIX_CACHE_BYTES),
             },
         )
         .map_err(|e| format!("provider `{}` cannot load `{model}`: {e}", self.name))?;
@@ -450,9 +454,11 @@ impl Provider for LocalProvider {
         }
         let mut choices = Vec::with_capacity(n);
         let mut completion_tokens = 0;
+        let mut cached_tokens = 0;
         for (index, slot) in done.into_iter().enumerate() {
             let (text, generation) = slot.ok_or_else(|| internal("the engine stopped mid-request".into()))?;
             completion_tokens += generation.tokens.len() as u64;
+            cached_tokens = generation.cached_prompt_tokens as u64;
             let (content, calls, malformed) = if prepared.tools {
                 let parsed = hone_engine::tools::parse(&text);
                 (parsed.content, tool_calls(&parsed.tool_calls), parsed.malformed)
@@ -490,7 +496,7 @@ impl Provider for LocalProvider {
             created: now_s(),
             model: prepared.model,
             choices,
-            usage: Some(usage(prompt_tokens, completion_tokens)),
+            usage: Some(usage(prompt_tokens, cached_tokens, completion_tokens)),
             extra,
         })
     }
@@ -501,13 +507,19 @@ impl Provider for LocalProvider {
     }
 }
 
-fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
-    Usage {
+/// A request's usage; `cached_tokens` of its prompt tokens were reused from
+/// the engine's prefix cache (reported as OpenAI reports its prompt cache).
+fn usage(prompt_tokens: u64, cached_tokens: u64, completion_tokens: u64) -> Usage {
+    let mut usage = Usage {
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,
         extra: Extra::new(),
+    };
+    if cached_tokens > 0 {
+        usage.set_cached_prompt_tokens(cached_tokens);
     }
+    usage
 }
 
 /// Per-sample streaming state.
@@ -582,6 +594,7 @@ fn stream_chunks(
         let mut states: Vec<StreamedChoice> = (0..n).map(|_| StreamedChoice::default()).collect();
         let mut finished = 0;
         let mut completion_tokens = 0u64;
+        let mut cached_tokens = 0u64;
         while let Some(event) = rx.recv().await {
             match event {
                 Event::Token { index, token, logprob, top_logprobs } => {
@@ -605,6 +618,7 @@ fn stream_chunks(
                 }
                 Event::Done { index, generation, .. } => {
                     completion_tokens += generation.tokens.len() as u64;
+                    cached_tokens = generation.cached_prompt_tokens as u64;
                     let s = &mut states[index];
                     let held = std::mem::take(&mut s.held);
                     let parsed = hone_engine::tools::parse(&held);
@@ -650,7 +664,7 @@ fn stream_chunks(
             return;
         }
         let prompt_tokens = prepared.request.prompt.len() as u64;
-        yield Ok(chunk(Vec::new(), Some(usage(prompt_tokens, completion_tokens)), Extra::new()));
+        yield Ok(chunk(Vec::new(), Some(usage(prompt_tokens, cached_tokens, completion_tokens)), Extra::new()));
     }
 }
 

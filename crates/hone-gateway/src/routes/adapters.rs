@@ -52,16 +52,8 @@ pub struct Scope {
 
 /// The local providers, with their names, optionally only `name`.
 fn local_providers<'a>(state: &'a AppState, name: Option<&str>) -> Result<Vec<&'a LocalProvider>, ApiError> {
-    let mut found: Vec<&LocalProvider> = state
-        .providers
-        .values()
-        .filter_map(|entry| match &entry.provider {
-            AnyProvider::Local(local) => Some(local),
-            _ => None,
-        })
-        .filter(|local| name.is_none_or(|n| local.name() == n))
-        .collect();
-    found.sort_by_key(|l| l.name().to_owned());
+    let mut found = state.local_providers();
+    found.retain(|local| name.is_none_or(|n| local.name() == n));
     if found.is_empty() {
         return Err(match name {
             Some(n) => ApiError::not_found("provider_not_found", format!("no local provider named `{n}`")),

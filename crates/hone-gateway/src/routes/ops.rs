@@ -38,6 +38,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.metrics.render(state.recorder.stats());
+    text.push_str(&engine_metrics(&state));
     let learn_state = state.clone();
     match tokio::task::spawn_blocking(move || learning_metrics(&learn_state)).await {
         Ok(Ok(more)) => text.push_str(&more),
@@ -45,6 +46,37 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         Err(e) => tracing::warn!(error = %e, "learning metrics task failed"),
     }
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The embedded engines' prompt tokens, and how many of them the prefix
+/// cache supplied, per local provider and checkpoint.
+fn engine_metrics(state: &AppState) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# HELP hone_engine_prompt_tokens_total Prompt tokens the embedded engine was asked to prefill.\n# TYPE hone_engine_prompt_tokens_total counter\n# HELP hone_engine_prefix_cache_tokens_total Prompt tokens whose keys and values the engine's prefix cache supplied.\n# TYPE hone_engine_prefix_cache_tokens_total counter\n",
+    );
+    for local in state.local_providers() {
+        for (model, engine) in local.engines() {
+            let stats = engine.prefix_stats();
+            let labels = format!("provider=\"{}\",model=\"{}\"", label(local.name()), label(&model));
+            let _ = writeln!(
+                out,
+                "hone_engine_prompt_tokens_total{{{labels}}} {}",
+                stats.prompt_tokens
+            );
+            let _ = writeln!(
+                out,
+                "hone_engine_prefix_cache_tokens_total{{{labels}}} {}",
+                stats.reused_tokens
+            );
+        }
+    }
+    out
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// What the learner stored, read at scrape time (the learner may be another
