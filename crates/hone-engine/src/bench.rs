@@ -213,3 +213,93 @@ pub fn measure_memory(model: &Model, settings: BenchSettings, keys: usize) -> Re
     }
     Ok(rows)
 }
+
+/// Requests that share a prompt, served through the whole engine without
+/// and with its prefix cache, in the same run.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct PrefixFigures {
+    pub requests: usize,
+    /// Tokens every request's prompt starts with.
+    pub shared: usize,
+    /// Tokens of each request's own after the shared ones.
+    pub own: usize,
+    /// Median seconds to serve all requests, submitted together.
+    pub cold_seconds: f64,
+    pub cached_seconds: f64,
+    /// Share of prompt tokens the cache supplied (over every run, the
+    /// warm-up included).
+    pub reused: f64,
+}
+
+/// Serves `requests` prompts of `settings.prompt` shared tokens and `own`
+/// tokens each (different per request and per run), `settings.new_tokens`
+/// greedy tokens each, all submitted at once as an agent's concurrent
+/// episodes are — through an [`Engine`](crate::engine::Engine) on the
+/// checkpoint in `dir` with the prefix cache off, then on.
+pub fn measure_prefix_cache(
+    dir: &std::path::Path,
+    settings: BenchSettings,
+    requests: usize,
+    own: usize,
+) -> Result<PrefixFigures> {
+    use crate::engine::{Engine, EngineOptions, Event, Request, DEFAULT_PREFIX_CACHE_BYTES};
+    use crate::generate::Sampling;
+    let serve = |prefix_cache_bytes: usize| -> Result<(f64, f64)> {
+        let engine = Engine::load(
+            dir,
+            EngineOptions {
+                prefix_cache_bytes,
+                ..EngineOptions::default()
+            },
+        )?;
+        let vocab = engine.model().config.vocab_size;
+        let shared = prompt_ids(settings.prompt, vocab);
+        let range = vocab.min(256) as u32;
+        let mut run = 0u32;
+        let once = || -> Result<f64> {
+            run += 1;
+            let started = Instant::now();
+            let receivers = (0..requests as u32)
+                .map(|r| {
+                    let mut prompt = shared.clone();
+                    prompt.extend((0..own as u32).map(|i| (run * 7919 + r * 104_729 + i * 13) % range));
+                    engine.submit(Request {
+                        prompt,
+                        sampling: Sampling {
+                            temperature: 0.0,
+                            max_tokens: settings.new_tokens,
+                            ..Sampling::default()
+                        },
+                        n: 1,
+                        adapter: None,
+                        memory: None,
+                        stop: Vec::new(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for mut rx in receivers {
+                while let Some(event) = rx.blocking_recv() {
+                    match event {
+                        Event::Done { .. } => break,
+                        Event::Failed(message) => return Err(crate::EngineError::Model(message)),
+                        _ => {}
+                    }
+                }
+            }
+            Ok(started.elapsed().as_secs_f64())
+        };
+        let seconds = timed(settings.reps, once)?;
+        let stats = engine.prefix_stats();
+        Ok((seconds, stats.reused_tokens as f64 / stats.prompt_tokens.max(1) as f64))
+    };
+    let (cold_seconds, _) = serve(0)?;
+    let (cached_seconds, reused) = serve(DEFAULT_PREFIX_CACHE_BYTES)?;
+    Ok(PrefixFigures {
+        requests,
+        shared: settings.prompt,
+        own,
+        cold_seconds,
+        cached_seconds,
+        reused,
+    })
+}

@@ -2,16 +2,22 @@
 //! at batch 1 and 8, on the tiny preset and on a random model with the exact
 //! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same CPU,
 //! the same weights and the same settings (`bench/engine_hf.py`, run with
-//! `--python`). Prints a table with the ratios; not a test.
+//! `--python`). Then the prefix cache: requests that share the prompt,
+//! served through the whole engine with it off and on in the same run.
+//! Prints tables with the ratios; not a test.
 
 use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::{DType, Device};
-use hone_engine::bench::{measure, measure_memory, BenchSettings, Figures};
+use hone_engine::bench::{measure, measure_memory, measure_prefix_cache, BenchSettings, Figures};
 use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Requests in the prefix-cache measurement, and each one's own prompt tokens.
+const PREFIX_REQUESTS: usize = 16;
+const PREFIX_OWN_TOKENS: usize = 24;
 
 const HF_SCRIPT: &str = include_str!("../../../../../bench/engine_hf.py");
 
@@ -43,6 +49,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     )?;
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
+    let mut prefix_rows = Vec::new();
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
         progress(format!("[{name}] measuring hone-engine (candle) …"));
@@ -55,6 +62,13 @@ pub fn run(options: Options) -> Result<ExitCode> {
             }
         }
         drop(model);
+        progress(format!(
+            "[{name}] {PREFIX_REQUESTS} requests sharing their prompt, prefix cache off and on …"
+        ));
+        prefix_rows.push((
+            name.clone(),
+            measure_prefix_cache(dir.path(), settings, PREFIX_REQUESTS, PREFIX_OWN_TOKENS)?,
+        ));
         let theirs = match &options.python {
             Some(python) => {
                 progress(format!("[{name}] measuring transformers ({python}) …"));
@@ -124,6 +138,27 @@ pub fn run(options: Options) -> Result<ExitCode> {
                 m.recall.map_or("–".into(), |r| format!("{r:.3}")),
             )?;
         }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Prefix cache: {PREFIX_REQUESTS} requests submitted together, each the same {} tokens and {PREFIX_OWN_TOKENS} of its own, {} greedy tokens each, through the engine (median seconds):",
+        settings.prompt, settings.new_tokens
+    )?;
+    writeln!(
+        out,
+        "| model | cache off | cache on | off / on | prompt tokens reused |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for (name, p) in &prefix_rows {
+        writeln!(
+            out,
+            "| {name} | {:.3} s | {:.3} s | {:.2}× | {:.0}% |",
+            p.cold_seconds,
+            p.cached_seconds,
+            p.cold_seconds / p.cached_seconds,
+            100.0 * p.reused
+        )?;
     }
     if options.python.is_none() {
         writeln!(

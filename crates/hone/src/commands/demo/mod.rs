@@ -56,10 +56,11 @@ pub struct DemoArgs {
     /// Stop after this many cycles.
     #[arg(long, default_value_if("quick", "true", Some("3")))]
     pub cycles: Option<u32>,
-    /// A short run that shows learning in about two minutes: easy tasks
-    /// only, `grpo` on rollouts, half the traffic to a canary, three rounds
-    /// (`--max-difficulty 1 --optimisers grpo --grpo-groups rollouts
-    /// --canary-share 0.5 --cycles 3`; any of them given explicitly wins).
+    /// A short run that shows learning in about a minute (once the base
+    /// policy is built): easy tasks only, `grpo` on rollouts, half the
+    /// traffic to a canary, three rounds (`--max-difficulty 1 --optimisers
+    /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 3`; any of
+    /// them given explicitly wins).
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
