@@ -494,14 +494,7 @@ async fn feedback_episodes_listing_models_and_metrics() {
         .collect();
     assert_eq!(ids, vec!["assistant", "claude", "fallback"]);
 
-    let metrics = client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hone.metrics().await;
     assert!(
         metrics.contains("hone_requests_total{route=\"chat\",status=\"2xx\"} 5"),
         "{metrics}"

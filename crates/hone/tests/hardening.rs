@@ -66,17 +66,6 @@ async fn post_chat(hone: &Hone, episode: Option<&str>, request: &Value) -> reqwe
     builder.send().await.unwrap()
 }
 
-async fn metrics_text(hone: &Hone) -> String {
-    client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The same error, with the id it names taken out.
 fn without(body: &Value, id: &str) -> String {
     body.to_string().replace(id, "ID")
@@ -225,7 +214,7 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         acknowledged.push(response.headers()["x-hone-call"].to_str().unwrap().to_owned());
         after_torn += 1;
     }
-    let metrics = metrics_text(&hone).await;
+    let metrics = hone.metrics().await;
     assert!(
         metrics.contains(&format!("hone_recorder_append_failures_total {torn}")),
         "{metrics}"
@@ -254,7 +243,7 @@ async fn finding_2_a_torn_journal_write_on_a_full_disk_loses_no_acknowledged_cal
         assert!(stored.contains(&call.as_str()), "acknowledged call {call} is lost");
     }
     assert_eq!(stored.len(), acknowledged.len(), "a refused call was stored");
-    let metrics = metrics_text(&hone).await;
+    let metrics = hone.metrics().await;
     assert!(metrics.contains("hone_recorder_corrupt_lines_total 0"), "{metrics}");
     eprintln!(
         "full disk: {torn} torn writes refused, {after_torn} calls acknowledged right after one, all {} acknowledged calls found after kill -9 and restart",

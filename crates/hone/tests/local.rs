@@ -146,14 +146,7 @@ async fn the_local_provider_answers_streams_and_records_token_ids_and_logprobs()
         events.last().unwrap()["usage"]["prompt_tokens_details"]["cached_tokens"],
         reused
     );
-    let metrics = client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hone.metrics().await;
     let counter = |name: &str| -> u64 {
         let line = metrics
             .lines()

@@ -143,14 +143,7 @@ async fn every_door_round_trips_with_real_clients() {
 
     // Exactly the successful calls were recorded: 5 Responses, 2 from the
     // Agents SDK, 5 Anthropic; the bad inputs and embeddings wrote nothing.
-    let metrics = client()
-        .get(hone.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hone.metrics().await;
     assert!(metrics.contains("hone_recorder_rows_journaled_total 12\n"), "{metrics}");
     assert!(metrics.contains("hone_embedding_requests_total 1\n"), "{metrics}");
     assert!(metrics.contains("hone_embedding_tokens_total 3\n"), "{metrics}");

@@ -174,6 +174,18 @@ impl Hone {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The text `/metrics` serves now.
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("hone.log")).unwrap_or_default()
     }
