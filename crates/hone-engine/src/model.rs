@@ -177,17 +177,15 @@ impl KvCache {
     /// Bytes of the keys and values of the cached positions (not counting a
     /// buffer's spare room).
     pub fn bytes(&self) -> usize {
+        // Keys and values are `[B, kv_heads, positions, head_dim]` alike.
+        let per_position = |t: &Tensor| match t.dims() {
+            [b, heads, _, d] => b * heads * d * t.dtype().size_in_bytes(),
+            _ => 0,
+        };
         self.layers
             .iter()
             .flatten()
-            .map(|(k, v)| {
-                let per_position = |t: &Tensor| {
-                    let dims = t.dims();
-                    dims.iter().product::<usize>() / dims.get(2).copied().unwrap_or(1).max(1)
-                        * t.dtype().size_in_bytes()
-                };
-                (per_position(k) + per_position(v)) * self.len
-            })
+            .map(|(k, _)| 2 * per_position(k) * self.len)
             .sum()
     }
 
