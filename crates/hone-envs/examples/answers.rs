@@ -1,5 +1,8 @@
 //! Plays a checkpoint greedily on held-out `calc` tasks and prints each
-//! episode's turns and score, to see what a base policy gets wrong:
+//! episode's turns and score, then where episodes fail per difficulty: how
+//! many call the tool first, how many of those name the expression exactly
+//! (copying the problem's numbers), and how many of those are solved
+//! (copying the tool's result into the answer):
 //! `cargo run --release -p hone-envs --example answers -- DIR [N]`.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +27,8 @@ async fn main() {
         ..Default::default()
     };
     let (mut solved, mut right_call) = (0.0, 0);
+    // Per difficulty: tasks, solved, tool first, exact expression, solved after an exact one.
+    let mut stages = [[0.0f64; 5]; 3];
     for i in 0..n {
         let difficulty = Difficulty::from_level((i % 3) as u8 + 1).unwrap();
         let task = env.task(Split::HeldOut, i, difficulty);
@@ -56,13 +61,22 @@ async fn main() {
         let hone_envs::TaskData::Calc(calc) = &task.data else {
             unreachable!()
         };
-        if turns
+        let tool_first = turns.first().is_some_and(|t| t.starts_with("<tool_call>"));
+        let exact = turns
             .first()
-            .is_some_and(|t| t.contains(&format!("\"{}\"", calc.expression)))
-        {
-            right_call += 1;
-        }
+            .is_some_and(|t| t.contains(&format!("\"{}\"", calc.expression)));
+        right_call += usize::from(exact);
         solved += played.score;
+        let row = &mut stages[usize::from(difficulty.level()) - 1];
+        for (k, add) in [1.0, played.score, f64::from(u8::from(tool_first)), f64::from(u8::from(exact))]
+            .into_iter()
+            .enumerate()
+        {
+            row[k] += add;
+        }
+        if exact {
+            row[4] += played.score;
+        }
         println!(
             "{difficulty:?} {} | {} = {}",
             played.score, task.prompt, calc.expression
@@ -70,6 +84,12 @@ async fn main() {
         for turn in turns {
             println!("  -> {turn}");
         }
+    }
+    for (level, [tasks, solved, tool, exact, copied]) in stages.iter().enumerate() {
+        println!(
+            "level {}: solved {solved}/{tasks}; tool first {tool}; exact expression {exact}; solved after an exact one {copied}",
+            level + 1
+        );
     }
     println!("solved {solved}/{n}; first call names the expression exactly in {right_call}/{n}");
 }

@@ -6,11 +6,16 @@
 //!
 //! A [`Recipe`] fixes everything the weights depend on; its hash names the
 //! result. [`ensure`] reuses a checkpoint whose `recipe.json` matches and
-//! builds it otherwise. [`success_rate`] measures a checkpoint on an
+//! builds it otherwise. Whether such a small model learns to copy numbers
+//! in so few steps hinges on its initialisation and on the order of float
+//! sums (another CPU, another result), so a build is checked on training
+//! tasks it never saw and, if its copying did not form, made again from the
+//! next init seed ([`Recipe::check_tasks`]). [`success_rate`] measures a checkpoint on an
 //! environment with the engine directly (greedy, through the same episode
 //! loop the runner uses), for reports; the demo itself measures through the
 //! gateway.
 
+use crate::episode::Played;
 use crate::{opening, Builtin, Difficulty, Environment, Split};
 use hone_engine::init::{trained_tokenizer, write_checkpoint, write_checkpoint_with, Numbers, Preset};
 use hone_engine::model::Model;
@@ -67,6 +72,19 @@ pub struct Recipe {
     /// How that tokenizer cuts numbers.
     #[serde(default)]
     pub numbers: Numbers,
+    /// The copy check: a build is kept only if, of `check_tasks` greedy
+    /// episodes on training-split tasks it was not trained on, those that
+    /// call a tool first are solved at least `min_copy_rate` of the time
+    /// (the problem's numbers copied into the call and the tool's result
+    /// into the answer); otherwise it is built again from the next init
+    /// seed, `attempts` builds at most, the last kept whatever it scored.
+    /// 0 tasks: no check.
+    #[serde(default)]
+    pub check_tasks: usize,
+    #[serde(default)]
+    pub min_copy_rate: f64,
+    #[serde(default)]
+    pub attempts: usize,
 }
 
 impl Recipe {
@@ -93,6 +111,9 @@ impl Recipe {
             lr: 8e-3,
             vocab_size: 2048,
             numbers: Numbers::Runs,
+            check_tasks: 60,
+            min_copy_rate: 0.25,
+            attempts: 3,
         }
     }
 
@@ -113,7 +134,52 @@ pub struct Built {
     /// Mean loss per scored token of the first and the last step.
     pub first_loss: f64,
     pub last_loss: f64,
+    /// All builds, the copy check included (the last one made these weights).
     pub seconds: f64,
+    /// Every build tried, in order (one unless a copy check failed).
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+}
+
+/// One build of a recipe and how its copy check went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub init_seed: u64,
+    /// Checked episodes, those that called a tool first, and how many of
+    /// those were solved (all 0 without a check).
+    pub tasks: usize,
+    pub tool_first: usize,
+    pub solved_after_tool: usize,
+    pub kept: bool,
+}
+
+impl Attempt {
+    /// The share of tool-first episodes solved (0 when none called a tool).
+    pub fn copy_rate(&self) -> f64 {
+        if self.tool_first == 0 {
+            0.0
+        } else {
+            self.solved_after_tool as f64 / self.tool_first as f64
+        }
+    }
+
+    /// One line for progress output, e.g. "init seed 0: 16 of 35 episodes
+    /// that called the tool first were solved (46%; 25% needed): kept".
+    pub fn summary(&self, recipe: &Recipe) -> String {
+        if self.tasks == 0 {
+            return format!("init seed {}: no copy check", self.init_seed);
+        }
+        format!(
+            "init seed {}: {} of {} episodes that called the tool first were solved ({:.0}%; {:.0}% needed) on {} unseen training tasks: {}",
+            self.init_seed,
+            self.solved_after_tool,
+            self.tool_first,
+            100.0 * self.copy_rate(),
+            100.0 * recipe.min_copy_rate,
+            self.tasks,
+            if self.kept { "kept" } else { "built again" }
+        )
+    }
 }
 
 /// Progress while building: `(step, steps, loss)`.
@@ -158,9 +224,7 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
     let all = (0..recipe.demonstrations)
         .map(|i| {
-            let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
-            let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
-            let task = env.task(Split::Train, i as u64, difficulty);
+            let task = env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty));
             let mut turns = env.demonstration(&task);
             if answers_directly(recipe, i) {
                 turns = turns.split_off(turns.len().saturating_sub(1));
@@ -198,9 +262,7 @@ pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
     };
     (0..recipe.demonstrations)
         .map(|i| {
-            let level = (i % usize::from(recipe.max_difficulty.max(1))) as u8 + 1;
-            let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
-            let task = env.task(Split::Train, i as u64, difficulty);
+            let task = env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty));
             let (prompt, answer) = if evenly_among(recipe.answer_drill_share, i) {
                 let mut turns = to_values(&env.demonstration(&task))?;
                 let last = turns.split_off(turns.len().saturating_sub(1));
@@ -255,18 +317,89 @@ fn to_values(messages: &[Message]) -> Result<Vec<serde_json::Value>> {
 }
 
 /// Builds the checkpoint into `dir` (replacing what is there): random
-/// weights of the `mini` shape, then `recipe.steps` full-weight steps.
+/// weights of the recipe's preset, then `recipe.steps` full-weight steps;
+/// again from the next init seed while the copy check fails (see
+/// [`Recipe::check_tasks`]).
 pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
     let started = std::time::Instant::now();
     let partial = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
+    let env = recipe.environment.build(recipe.environment_seed);
+    let mut attempts = Vec::new();
+    let tries = recipe.attempts.max(1);
+    let (parameters, first_loss, last_loss) = loop {
+        let init_seed = recipe.init_seed + attempts.len() as u64;
+        let trained = train(recipe, init_seed, &partial, progress)?;
+        let last = attempts.len() + 1 == tries;
+        let mut attempt = Attempt {
+            init_seed,
+            tasks: recipe.check_tasks,
+            tool_first: 0,
+            solved_after_tool: 0,
+            kept: true,
+        };
+        if recipe.check_tasks > 0 {
+            let tasks: Vec<_> = (0..recipe.check_tasks)
+                .map(|i| env.task(Split::Train, CHECK_FROM + i as u64, level_of(i, recipe.max_difficulty)))
+                .collect();
+            for played in play_greedily(&partial, env.as_ref(), &tasks, 3)? {
+                let first = played.messages.get(opening_len(env.as_ref(), &tasks[0]));
+                if first.is_some_and(|m| !m.tool_calls().is_empty()) {
+                    attempt.tool_first += 1;
+                    attempt.solved_after_tool += usize::from(played.score > 0.0);
+                }
+            }
+            attempt.kept = last || attempt.copy_rate() >= recipe.min_copy_rate;
+        }
+        let kept = attempt.kept;
+        attempts.push(attempt);
+        if kept {
+            break trained;
+        }
+    };
+    let built = Built {
+        recipe: recipe.clone(),
+        hash: recipe.hash(),
+        parameters,
+        first_loss,
+        last_loss,
+        seconds: started.elapsed().as_secs_f64(),
+        attempts,
+    };
+    let text = serde_json::to_string_pretty(&built).map_err(|e| BaseError::Data(e.to_string()))?;
+    let io = |e: std::io::Error| BaseError::Io(format!("{}: {e}", partial.display()));
+    std::fs::write(partial.join("recipe.json"), text + "\n").map_err(io)?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&partial, dir).map_err(|e| BaseError::Io(format!("{}: {e}", dir.display())))?;
+    Ok(built)
+}
+
+/// Training-split indices of the copy check's tasks: far past any recipe's
+/// demonstrations, so the check never sees a task the build trained on.
+const CHECK_FROM: u64 = 1 << 32;
+
+/// The difficulty of the `i`-th task when tasks take turns over the levels
+/// up to `max`.
+fn level_of(i: usize, max: u8) -> Difficulty {
+    let level = (i % usize::from(max.max(1))) as u8 + 1;
+    Difficulty::from_level(level).unwrap_or(Difficulty::Easy)
+}
+
+/// Messages before the agent's first turn.
+fn opening_len(env: &dyn Environment, task: &crate::Task) -> usize {
+    opening(env, task).len()
+}
+
+/// One build from `init_seed` into `partial` (replacing what is there):
+/// returns its parameter count and its first and last step's loss.
+fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) -> Result<(usize, f64, f64)> {
+    let _ = std::fs::remove_dir_all(partial);
     let preset = Preset::parse(&recipe.preset)
         .ok_or_else(|| BaseError::Data(format!("unknown preset `{}` ({})", recipe.preset, Preset::NAMES)))?;
-    write_checkpoint(Arch::Qwen2, preset, recipe.init_seed, &partial)?;
-    let text = corpus(recipe, &Tokenizer::load(&partial)?)?;
+    write_checkpoint(Arch::Qwen2, preset, init_seed, partial)?;
+    let text = corpus(recipe, &Tokenizer::load(partial)?)?;
     let learned = trained_tokenizer(&text, recipe.vocab_size, recipe.numbers)?;
-    write_checkpoint_with(Arch::Qwen2, preset, recipe.init_seed, &partial, &learned)?;
-    let tokenizer = Tokenizer::load(&partial)?;
+    write_checkpoint_with(Arch::Qwen2, preset, init_seed, partial, &learned)?;
+    let tokenizer = Tokenizer::load(partial)?;
     let data = demonstrations(recipe, &tokenizer)?;
     let drilled = if recipe.drill_steps > 0 || recipe.drill_every > 0 {
         drills(recipe, &tokenizer)?
@@ -279,7 +412,7 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
         warmup_steps: total / 10,
         ..OptimConfig::default()
     };
-    let mut trainer = FullTrainer::load(&partial, &candle_core::Device::Cpu, optim.clone())?;
+    let mut trainer = FullTrainer::load(partial, &candle_core::Device::Cpu, optim.clone())?;
     let (mut first_loss, mut last_loss) = (f64::NAN, f64::NAN);
     // Drills first, then the demonstrations, under one learning-rate schedule.
     let phases = [
@@ -313,26 +446,23 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
             progress(step, total, report.loss);
         }
     }
-    trainer.save(&partial)?;
-    let built = Built {
-        recipe: recipe.clone(),
-        hash: recipe.hash(),
-        parameters: trainer.parameters(),
-        first_loss,
-        last_loss,
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    let text = serde_json::to_string_pretty(&built).map_err(|e| BaseError::Data(e.to_string()))?;
-    let io = |e: std::io::Error| BaseError::Io(format!("{}: {e}", partial.display()));
-    std::fs::write(partial.join("recipe.json"), text + "\n").map_err(io)?;
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&partial, dir).map_err(|e| BaseError::Io(format!("{}: {e}", dir.display())))?;
-    Ok(built)
+    trainer.save(partial)?;
+    Ok((trainer.parameters(), first_loss, last_loss))
 }
 
 /// The share of `n` held-out tasks of `env` the checkpoint in `dir` solves
 /// greedily, each played to its end (at most `max_steps` model turns).
 pub async fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps: usize) -> Result<f64> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| env.task(Split::HeldOut, i as u64, level_of(i, 3)))
+        .collect();
+    let played = play_greedily(dir, env, &tasks, max_steps)?;
+    Ok(played.iter().map(|p| p.score).sum::<f64>() / n.max(1) as f64)
+}
+
+/// The checkpoint in `dir` playing `tasks` greedily with the engine
+/// directly, each to its end (at most `max_steps` model turns).
+fn play_greedily(dir: &Path, env: &dyn Environment, tasks: &[crate::Task], max_steps: usize) -> Result<Vec<Played>> {
     let model = Model::load(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
     let tokenizer = Tokenizer::load(dir)?;
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
@@ -370,14 +500,24 @@ pub async fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps
             })
         }
     };
-    let mut solved = 0.0;
-    for i in 0..n {
-        let level = (i % 3) as u8 + 1;
-        let difficulty = Difficulty::from_level(level).unwrap_or(Difficulty::Easy);
-        let task = env.task(Split::HeldOut, i as u64, difficulty);
-        solved += crate::episode::play(env, &task, max_steps, answer).await?.score;
+    tasks
+        .iter()
+        .map(|task| ready(crate::episode::play(env, task, max_steps, answer))?)
+        .collect()
+}
+
+/// The output of a future that finishes without waiting on anything (the
+/// episodes above: the engine runs synchronously inside them), so a build
+/// can play them with or without an async runtime around it.
+fn ready<F: std::future::Future>(future: F) -> Result<F::Output> {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(output) => Ok(output),
+        std::task::Poll::Pending => Err(BaseError::Data("an episode waited on something outside the engine".into())),
     }
-    Ok(solved / n.max(1) as f64)
 }
 
 /// Where the demo keeps its base policy inside a data directory.

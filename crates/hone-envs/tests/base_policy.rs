@@ -1,7 +1,8 @@
 //! The base policy builder: a recipe builds a checkpoint (learned tokenizer,
 //! full-weight training on demonstrations) that the engine loads, records
 //! its recipe and hash, and is reused rather than rebuilt when the recipe is
-//! unchanged. (How well the demo's recipe learns is measured by
+//! unchanged; a build whose copy check fails is made again from the next
+//! init seed. (How well the demo's recipe learns is measured by
 //! `examples/base_policy.rs`, not asserted here.)
 
 use hone_envs::base_policy::{ensure, existing, success_rate, Recipe};
@@ -19,6 +20,7 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     recipe.drill_batch = 2;
     recipe.drill_every = 3; // two of the six demonstration steps drill
     recipe.vocab_size = 400;
+    recipe.check_tasks = 0;
     let mut seen = Vec::new();
     let built = ensure(&recipe, &out, &mut |step, steps, loss| seen.push((step, steps, loss))).unwrap();
     // Drills, then demonstrations, under one count.
@@ -32,6 +34,8 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
         built.last_loss
     );
     assert_eq!(existing(&out).unwrap(), built);
+    assert_eq!(built.attempts.len(), 1, "no check, one build");
+    assert!(built.attempts[0].kept && built.attempts[0].tasks == 0);
     // Unchanged recipe: reused, not rebuilt.
     let again = ensure(&recipe, &out, &mut |_, _, _| panic!("rebuilt")).unwrap();
     assert_eq!(again, built);
@@ -42,4 +46,42 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     let env = Builtin::Calc.build(recipe.environment_seed);
     let rate = success_rate(&out, env.as_ref(), 2, 2).await.unwrap();
     assert!((0.0..=1.0).contains(&rate));
+}
+
+/// A copy check no build can pass (a rate above 1): every attempt is made,
+/// each from the next init seed, and the last is kept and says so.
+#[test]
+fn a_build_that_fails_its_copy_check_is_made_again_from_the_next_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("base-calc");
+    let mut recipe = Recipe::demo(Builtin::Calc);
+    recipe.demonstrations = 30;
+    recipe.steps = 3;
+    recipe.batch = 2;
+    recipe.drill_steps = 1;
+    recipe.drill_batch = 2;
+    recipe.vocab_size = 400;
+    recipe.init_seed = 5;
+    recipe.check_tasks = 3;
+    recipe.min_copy_rate = 1.5;
+    recipe.attempts = 2;
+    let mut steps = Vec::new();
+    let built = ensure(&recipe, &out, &mut |step, total, _| steps.push((step, total))).unwrap();
+    assert_eq!(steps.len(), 8, "two builds of four steps: {steps:?}");
+    let seeds: Vec<u64> = built.attempts.iter().map(|a| a.init_seed).collect();
+    assert_eq!(seeds, [5, 6]);
+    assert_eq!(built.attempts.iter().map(|a| a.kept).collect::<Vec<_>>(), [false, true]);
+    for attempt in &built.attempts {
+        assert_eq!(attempt.tasks, 3);
+        assert!(attempt.solved_after_tool <= attempt.tool_first && attempt.tool_first <= 3);
+    }
+    // The weights on disk are the second build's: its own init seed again
+    // (without a check) gives the same first loss.
+    let mut again = recipe.clone();
+    again.init_seed = 6;
+    again.check_tasks = 0;
+    let alone = ensure(&again, &dir.path().join("alone"), &mut |_, _, _| {}).unwrap();
+    assert_eq!(alone.first_loss, built.first_loss);
+    assert_eq!(alone.last_loss, built.last_loss);
+    assert_eq!(existing(&out).unwrap(), built);
 }

@@ -51,6 +51,9 @@ fn demo(arch: Arch, out: &Path, seed: u64) -> Result<ExitCode> {
         }
     })
     .with_context(|| format!("cannot build the demo base policy in {}", out.display()))?;
+    for attempt in &built.attempts {
+        note(format_args!("copy check, {}", attempt.summary(&recipe)));
+    }
     writeln!(
         std::io::stdout(),
         "wrote the demo base policy ({} parameters, loss {:.3} → {:.3}, {:.0} s) to {}",

@@ -325,6 +325,9 @@ pub(crate) fn base(data_dir: &Path, rebuild: bool) -> Result<PathBuf> {
         "base policy built in {:.0} s: {} parameters, loss {:.3} → {:.3}",
         built.seconds, built.parameters, built.first_loss, built.last_loss
     ));
+    for attempt in &built.attempts {
+        note(format_args!("copy check, {}", attempt.summary(&recipe)));
+    }
     Ok(dir)
 }
 
