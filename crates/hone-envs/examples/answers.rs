@@ -68,9 +68,14 @@ async fn main() {
         right_call += usize::from(exact);
         solved += played.score;
         let row = &mut stages[usize::from(difficulty.level()) - 1];
-        for (k, add) in [1.0, played.score, f64::from(u8::from(tool_first)), f64::from(u8::from(exact))]
-            .into_iter()
-            .enumerate()
+        for (k, add) in [
+            1.0,
+            played.score,
+            f64::from(u8::from(tool_first)),
+            f64::from(u8::from(exact)),
+        ]
+        .into_iter()
+        .enumerate()
         {
             row[k] += add;
         }

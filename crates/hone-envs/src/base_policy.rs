@@ -516,7 +516,9 @@ fn ready<F: std::future::Future>(future: F) -> Result<F::Output> {
         .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
     {
         std::task::Poll::Ready(output) => Ok(output),
-        std::task::Poll::Pending => Err(BaseError::Data("an episode waited on something outside the engine".into())),
+        std::task::Poll::Pending => Err(BaseError::Data(
+            "an episode waited on something outside the engine".into(),
+        )),
     }
 }
 

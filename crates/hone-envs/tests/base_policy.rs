@@ -8,18 +8,26 @@
 use hone_envs::base_policy::{ensure, existing, success_rate, Recipe};
 use hone_envs::Builtin;
 
+/// The demo's recipe cut down to `steps` demonstration steps after
+/// `drill_steps` drills, batches of two: seconds to build.
+fn small(steps: usize, drill_steps: usize) -> Recipe {
+    Recipe {
+        demonstrations: 40,
+        steps,
+        batch: 2,
+        drill_steps,
+        drill_batch: 2,
+        vocab_size: 400,
+        ..Recipe::demo(Builtin::Calc)
+    }
+}
+
 #[tokio::test]
 async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("base-calc");
-    let mut recipe = Recipe::demo(Builtin::Calc);
-    recipe.demonstrations = 40;
-    recipe.steps = 6;
-    recipe.batch = 2;
-    recipe.drill_steps = 2;
-    recipe.drill_batch = 2;
+    let mut recipe = small(6, 2);
     recipe.drill_every = 3; // two of the six demonstration steps drill
-    recipe.vocab_size = 400;
     recipe.check_tasks = 0;
     let mut seen = Vec::new();
     let built = ensure(&recipe, &out, &mut |step, steps, loss| seen.push((step, steps, loss))).unwrap();
@@ -54,13 +62,7 @@ async fn a_recipe_builds_a_loadable_checkpoint_once_and_records_how() {
 fn a_build_that_fails_its_copy_check_is_made_again_from_the_next_seed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("base-calc");
-    let mut recipe = Recipe::demo(Builtin::Calc);
-    recipe.demonstrations = 30;
-    recipe.steps = 3;
-    recipe.batch = 2;
-    recipe.drill_steps = 1;
-    recipe.drill_batch = 2;
-    recipe.vocab_size = 400;
+    let mut recipe = small(3, 1);
     recipe.init_seed = 5;
     recipe.check_tasks = 3;
     recipe.min_copy_rate = 1.5;
