@@ -341,8 +341,8 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
             let tasks: Vec<_> = (0..recipe.check_tasks)
                 .map(|i| env.task(Split::Train, CHECK_FROM + i as u64, level_of(i, recipe.max_difficulty)))
                 .collect();
-            for played in play_greedily(&partial, env.as_ref(), &tasks, 3)? {
-                let first = played.messages.get(opening_len(env.as_ref(), &tasks[0]));
+            for (task, played) in tasks.iter().zip(play_greedily(&partial, env.as_ref(), &tasks, 3)?) {
+                let first = played.messages.get(opening(env.as_ref(), task).len());
                 if first.is_some_and(|m| !m.tool_calls().is_empty()) {
                     attempt.tool_first += 1;
                     attempt.solved_after_tool += usize::from(played.score > 0.0);
@@ -382,11 +382,6 @@ const CHECK_FROM: u64 = 1 << 32;
 fn level_of(i: usize, max: u8) -> Difficulty {
     let level = (i % usize::from(max.max(1))) as u8 + 1;
     Difficulty::from_level(level).unwrap_or(Difficulty::Easy)
-}
-
-/// Messages before the agent's first turn.
-fn opening_len(env: &dyn Environment, task: &crate::Task) -> usize {
-    opening(env, task).len()
 }
 
 /// One build from `init_seed` into `partial` (replacing what is there):
