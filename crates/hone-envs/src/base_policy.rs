@@ -11,9 +11,9 @@
 //! sums (another CPU, another result), so a build is checked on training
 //! tasks it never saw and, if its copying did not form, made again from the
 //! next init seed ([`Recipe::check_tasks`]). [`success_rate`] measures a
-//! checkpoint on an environment with the engine directly (greedy, through the same episode
-//! loop the runner uses), for reports; the demo itself measures through the
-//! gateway.
+//! checkpoint on an environment with the engine directly (greedy, through
+//! the same episode loop the runner uses), for reports; the demo itself
+//! measures through the gateway.
 
 use crate::episode::Played;
 use crate::{opening, Builtin, Difficulty, Environment, Split};
