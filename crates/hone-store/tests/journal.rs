@@ -4,7 +4,7 @@
 
 use crate::common::call;
 use hone_store::journal::parse_segment;
-use hone_types::EpisodeId;
+use hone_types::{CallRecord, EpisodeId};
 use proptest::prelude::*;
 
 /// What one append left in a segment.
@@ -37,23 +37,46 @@ proptest! {
         let mut bytes = Vec::new();
         let mut whole = Vec::new();
         let mut garbage = 0;
+        // What each append turned out to be: a torn fragment that garbage
+        // happens to complete (a record ending `{}}` cut before its `}}`, then
+        // the garbage `}}`) is a whole record in bytes, and no reader can
+        // tell, so the pair counts as one whole line.
+        let mut effective = Vec::new();
+        let mut fragment: Option<Vec<u8>> = None;
         for (i, append) in appends.iter().enumerate() {
             let record = call(&episode, i as i64);
             let line = serde_json::to_vec(&record).unwrap();
+            let last_fragment = fragment.take();
             match append {
                 Append::Whole => {
                     bytes.extend_from_slice(&line);
                     bytes.push(b'\n');
                     whole.push(record.id);
+                    effective.push(Append::Whole);
                 }
                 Append::Torn(fraction) => {
                     let cut = 1 + ((line.len() - 2) as f64 * fraction) as usize;
                     bytes.extend_from_slice(&line[..cut]);
+                    fragment = Some(line[..cut].to_vec());
+                    effective.push(append.clone());
                 }
                 Append::Garbage(text) => {
                     bytes.extend_from_slice(text.as_bytes());
                     bytes.push(b'\n');
-                    garbage += 1;
+                    let completed = last_fragment
+                        .map(|head| [head, text.clone().into_bytes()].concat())
+                        .and_then(|joined| serde_json::from_slice::<CallRecord>(&joined).ok());
+                    match completed {
+                        Some(completed) => {
+                            whole.push(completed.id);
+                            effective.pop();
+                            effective.push(Append::Whole);
+                        }
+                        None => {
+                            garbage += 1;
+                            effective.push(append.clone());
+                        }
+                    }
                 }
             }
         }
@@ -61,9 +84,9 @@ proptest! {
         let read: Vec<_> = segment.calls.iter().map(|c| c.id).collect();
         prop_assert_eq!(read, whole, "whole lines lost, reordered or invented");
         prop_assert_eq!(segment.bad_lines.len(), garbage);
-        let torn_runs = appends
+        let torn_runs = effective
             .iter()
-            .zip(appends.iter().skip(1).map(Some).chain([None]))
+            .zip(effective.iter().skip(1).map(Some).chain([None]))
             .filter(|(this, next)| {
                 matches!(this, Append::Torn(_)) && matches!(next, None | Some(Append::Whole))
             })
