@@ -52,6 +52,15 @@ async fn main() {
     if let Ok(v) = std::env::var("PRESET") {
         recipe.preset = v;
     }
+    if let Some(v) = var("ATTEMPTS") {
+        recipe.attempts = v as usize;
+    }
+    if let Some(v) = var("LR") {
+        recipe.lr = v;
+    }
+    if let Some(v) = var("CHECK") {
+        recipe.check_tasks = v as usize;
+    }
     if let Some(v) = var("SEED") {
         recipe.init_seed = v as u64;
     }
@@ -66,6 +75,9 @@ async fn main() {
         }
     })
     .unwrap();
+    for attempt in &built.attempts {
+        println!("{}", attempt.summary(&recipe));
+    }
     println!(
         "built {} params in {:.0} s: loss {:.3} → {:.3}",
         built.parameters, built.seconds, built.first_loss, built.last_loss
