@@ -61,6 +61,12 @@ async fn main() {
     if let Some(v) = var("CHECK") {
         recipe.check_tasks = v as usize;
     }
+    if let Some(v) = var("SELECT_FROM") {
+        recipe.select_from = v as usize;
+    }
+    if let Some(v) = var("SELECT_EVERY") {
+        recipe.select_every = v as usize;
+    }
     if let Some(v) = var("SEED") {
         recipe.init_seed = v as u64;
     }

@@ -8,9 +8,11 @@
 //! result. [`ensure`] reuses a checkpoint whose `recipe.json` matches and
 //! builds it otherwise. Whether such a small model learns to copy numbers
 //! in so few steps hinges on its initialisation and on the order of float
-//! sums (another CPU, another result), so a build is checked on training
-//! tasks it never saw and, if its copying did not form, made again from the
-//! next init seed ([`Recipe::check_tasks`]). [`success_rate`] measures a
+//! sums (another CPU, another result), and copying comes and goes within a
+//! few dozen steps, so a build checks several of its last checkpoints on
+//! training tasks it never saw, keeps the best ([`Recipe::select_every`]),
+//! and, if copying formed in none, is made again from the next init seed
+//! ([`Recipe::check_tasks`]). [`success_rate`] measures a
 //! checkpoint on an environment with the engine directly (greedy, through
 //! the same episode loop the runner uses), for reports; the demo itself
 //! measures through the gateway.
@@ -30,7 +32,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +87,15 @@ pub struct Recipe {
     pub min_copy_rate: f64,
     #[serde(default)]
     pub attempts: usize,
+    /// Checkpoint selection: from demonstration step `select_from` on,
+    /// every `select_every`-th step's checkpoint is copy-checked as well as
+    /// the last one, and the one that solves most tool-first episodes is
+    /// kept (the earliest on a tie: the least trained). 0: only the last
+    /// step's is checked.
+    #[serde(default)]
+    pub select_from: usize,
+    #[serde(default)]
+    pub select_every: usize,
 }
 
 impl Recipe {
@@ -114,6 +125,8 @@ impl Recipe {
             check_tasks: 60,
             min_copy_rate: 0.25,
             attempts: 3,
+            select_from: 150,
+            select_every: 25,
         }
     }
 
@@ -141,7 +154,8 @@ pub struct Built {
     pub attempts: Vec<Attempt>,
 }
 
-/// One build of a recipe and how its copy check went.
+/// One build of a recipe and how the copy check of the checkpoint it kept
+/// went.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     pub init_seed: u64,
@@ -151,6 +165,21 @@ pub struct Attempt {
     pub tool_first: usize,
     pub solved_after_tool: usize,
     pub kept: bool,
+    /// The demonstration step whose checkpoint the build kept.
+    #[serde(default)]
+    pub step: usize,
+    /// Every checkpoint checked, in order (one without selection).
+    #[serde(default)]
+    pub checked: Vec<Checked>,
+}
+
+/// The copy check of one checkpoint of a build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checked {
+    /// The demonstration step it was saved after.
+    pub step: usize,
+    pub tool_first: usize,
+    pub solved_after_tool: usize,
 }
 
 impl Attempt {
@@ -170,8 +199,18 @@ impl Attempt {
         if self.tasks == 0 {
             return format!("init seed {}: no copy check", self.init_seed);
         }
+        let selected = if self.checked.len() > 1 {
+            let steps: Vec<String> = self
+                .checked
+                .iter()
+                .map(|c| format!("{} {}/{}", c.step, c.solved_after_tool, c.tool_first))
+                .collect();
+            format!(", step {} of those checked ({})", self.step, steps.join(", "))
+        } else {
+            String::new()
+        };
         format!(
-            "init seed {}: {} of {} episodes that called the tool first were solved ({:.0}%; {:.0}% needed) on {} unseen training tasks: {}",
+            "init seed {}: {} of {} episodes that called the tool first were solved ({:.0}%; {:.0}% needed) on {} unseen training tasks{selected}: {}",
             self.init_seed,
             self.solved_after_tool,
             self.tool_first,
@@ -318,37 +357,35 @@ fn to_values(messages: &[Message]) -> Result<Vec<serde_json::Value>> {
 }
 
 /// Builds the checkpoint into `dir` (replacing what is there): random
-/// weights of the recipe's preset, then `recipe.steps` full-weight steps;
-/// again from the next init seed while the copy check fails (see
+/// weights of the recipe's preset, then `recipe.steps` full-weight steps,
+/// keeping the best checkpoint checked ([`Recipe::select_every`]); again
+/// from the next init seed while the copy check fails (see
 /// [`Recipe::check_tasks`]).
 pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
     let started = std::time::Instant::now();
     let partial = dir.with_extension("partial");
-    let env = recipe.environment.build(recipe.environment_seed);
     let mut attempts = Vec::new();
     let tries = recipe.attempts.max(1);
-    let (parameters, first_loss, last_loss) = loop {
+    let Trained {
+        parameters,
+        first_loss,
+        last_loss,
+        ..
+    } = loop {
         let init_seed = recipe.init_seed + attempts.len() as u64;
         let trained = train(recipe, init_seed, &partial, progress)?;
         let last = attempts.len() + 1 == tries;
+        let best = best_checked(&trained.checked);
         let mut attempt = Attempt {
             init_seed,
             tasks: recipe.check_tasks,
-            tool_first: 0,
-            solved_after_tool: 0,
+            tool_first: best.map_or(0, |c| c.tool_first),
+            solved_after_tool: best.map_or(0, |c| c.solved_after_tool),
             kept: true,
+            step: best.map_or(recipe.steps, |c| c.step),
+            checked: trained.checked.clone(),
         };
         if recipe.check_tasks > 0 {
-            let tasks: Vec<_> = (0..recipe.check_tasks)
-                .map(|i| env.task(Split::Train, CHECK_FROM + i as u64, level_of(i, recipe.max_difficulty)))
-                .collect();
-            for (task, played) in tasks.iter().zip(play_greedily(&partial, env.as_ref(), &tasks, 3)?) {
-                let first = played.messages.get(opening(env.as_ref(), task).len());
-                if first.is_some_and(|m| !m.tool_calls().is_empty()) {
-                    attempt.tool_first += 1;
-                    attempt.solved_after_tool += usize::from(played.score > 0.0);
-                }
-            }
             attempt.kept = last || attempt.copy_rate() >= recipe.min_copy_rate;
         }
         let kept = attempt.kept;
@@ -374,6 +411,54 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
     Ok(built)
 }
 
+/// The copy check of the checkpoint in `dir`, saved after demonstration
+/// step `step`: of `recipe.check_tasks` greedy episodes on unseen training
+/// tasks, those that called a tool first and those of them solved.
+fn copy_check(recipe: &Recipe, env: &dyn Environment, dir: &Path, step: usize) -> Result<Checked> {
+    let tasks: Vec<_> = (0..recipe.check_tasks)
+        .map(|i| env.task(Split::Train, CHECK_FROM + i as u64, level_of(i, recipe.max_difficulty)))
+        .collect();
+    let mut checked = Checked {
+        step,
+        tool_first: 0,
+        solved_after_tool: 0,
+    };
+    for (task, played) in tasks.iter().zip(play_greedily(dir, env, &tasks, 3)?) {
+        let first = played.messages.get(opening(env, task).len());
+        if first.is_some_and(|m| !m.tool_calls().is_empty()) {
+            checked.tool_first += 1;
+            checked.solved_after_tool += usize::from(played.score > 0.0);
+        }
+    }
+    Ok(checked)
+}
+
+/// The checkpoint selection's rule: most tool-first episodes solved, the
+/// earliest checkpoint on a tie.
+pub fn best_checked(checked: &[Checked]) -> Option<Checked> {
+    checked
+        .iter()
+        .copied()
+        .max_by_key(|c| (c.solved_after_tool, std::cmp::Reverse(c.step)))
+}
+
+/// Whether the checkpoint after demonstration step `step` (1-based) is
+/// copy-checked: the last always, and the selection's when it is on.
+fn checked_at(recipe: &Recipe, step: usize) -> bool {
+    recipe.check_tasks > 0
+        && (step == recipe.steps
+            || (recipe.select_every > 0 && step >= recipe.select_from && step % recipe.select_every == 0))
+}
+
+/// One build: its parameter count, its first and last step's loss, and
+/// the copy check of every checkpoint checked.
+struct Trained {
+    parameters: usize,
+    first_loss: f64,
+    last_loss: f64,
+    checked: Vec<Checked>,
+}
+
 /// Training-split indices of the copy check's tasks: far past any recipe's
 /// demonstrations, so the check never sees a task the build trained on.
 const CHECK_FROM: u64 = 1 << 32;
@@ -385,9 +470,11 @@ fn level_of(i: usize, max: u8) -> Difficulty {
     Difficulty::from_level(level).unwrap_or(Difficulty::Easy)
 }
 
-/// One build from `init_seed` into `partial` (replacing what is there):
-/// returns its parameter count and its first and last step's loss.
-fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) -> Result<(usize, f64, f64)> {
+/// One build from `init_seed` into `partial` (replacing what is there),
+/// leaving there the best checkpoint checked ([`best_checked`]; the last
+/// step's without a check).
+fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) -> Result<Trained> {
+    let env = recipe.environment.build(recipe.environment_seed);
     let _ = std::fs::remove_dir_all(partial);
     let preset = Preset::parse(&recipe.preset)
         .ok_or_else(|| BaseError::Data(format!("unknown preset `{}` ({})", recipe.preset, Preset::NAMES)))?;
@@ -417,6 +504,10 @@ fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) ->
     ];
     let mut step = 0;
     let mut drilled_at = recipe.drill_steps;
+    let mut checked: Vec<Checked> = Vec::new();
+    // The best checkpoint so far, beside the weights being trained.
+    let selected = partial.join("selected.safetensors");
+    let io = |e: std::io::Error| BaseError::Io(format!("{}: {e}", selected.display()));
     for (phase, (sequences, steps, batch)) in phases.into_iter().enumerate() {
         let mut taken = 0;
         for k in 0..steps {
@@ -440,10 +531,27 @@ fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) ->
             last_loss = report.loss;
             step += 1;
             progress(step, total, report.loss);
+            if phase == 1 && checked_at(recipe, k + 1) {
+                trainer.save(partial)?;
+                let check = copy_check(recipe, env.as_ref(), partial, k + 1)?;
+                checked.push(check);
+                if best_checked(&checked) == Some(check) {
+                    std::fs::copy(partial.join("model.safetensors"), &selected).map_err(io)?;
+                }
+            }
         }
     }
-    trainer.save(partial)?;
-    Ok((trainer.parameters(), first_loss, last_loss))
+    if checked.is_empty() {
+        trainer.save(partial)?;
+    } else {
+        std::fs::rename(&selected, partial.join("model.safetensors")).map_err(io)?;
+    }
+    Ok(Trained {
+        parameters: trainer.parameters(),
+        first_loss,
+        last_loss,
+        checked,
+    })
 }
 
 /// The share of `n` held-out tasks of `env` the checkpoint in `dir` solves

@@ -1,11 +1,11 @@
 //! The base policy builder: a recipe builds a checkpoint (learned tokenizer,
 //! full-weight training on demonstrations) that the engine loads, records
 //! its recipe and hash, and is reused rather than rebuilt when the recipe is
-//! unchanged; a build whose copy check fails is made again from the next
-//! init seed. (How well the demo's recipe learns is measured by
+//! unchanged; a build keeps the best of the checkpoints it copy-checks, and
+//! one whose copy check fails is made again from the next init seed. (How well the demo's recipe learns is measured by
 //! `examples/base_policy.rs`, not asserted here.)
 
-use hone_envs::base_policy::{ensure, existing, success_rate, Recipe};
+use hone_envs::base_policy::{best_checked, ensure, existing, success_rate, Recipe};
 use hone_envs::Builtin;
 
 /// The demo's recipe cut down to `steps` demonstration steps after
@@ -86,4 +86,50 @@ fn a_build_that_fails_its_copy_check_is_made_again_from_the_next_seed() {
     assert_eq!(alone.first_loss, built.first_loss);
     assert_eq!(alone.last_loss, built.last_loss);
     assert_eq!(existing(&out).unwrap(), built);
+}
+
+/// Checkpoint selection: the checkpoints of the steps it names are checked,
+/// the one the rule picks is what lies on disk (the last step's weights
+/// only when it is the one picked), and recipe.json says which.
+#[tokio::test]
+async fn a_build_keeps_the_best_checkpoint_it_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recipe = small(6, 1);
+    recipe.check_tasks = 3;
+    recipe.min_copy_rate = 0.0;
+    recipe.attempts = 1;
+    recipe.select_from = 2;
+    recipe.select_every = 2;
+    let built = ensure(&recipe, &dir.path().join("selected"), &mut |_, _, _| {}).unwrap();
+    let [attempt] = built.attempts.as_slice() else {
+        panic!("one build: {:?}", built.attempts);
+    };
+    let steps: Vec<usize> = attempt.checked.iter().map(|c| c.step).collect();
+    assert_eq!(steps, [2, 4, 6]);
+    let best = best_checked(&attempt.checked).unwrap();
+    assert_eq!(
+        (attempt.step, attempt.tool_first, attempt.solved_after_tool),
+        (best.step, best.tool_first, best.solved_after_tool)
+    );
+    assert_eq!(existing(&dir.path().join("selected")).unwrap(), built);
+    assert!(!dir.path().join("selected/selected.safetensors").exists());
+
+    // The same build without a check keeps its last step's weights.
+    let mut unchecked = recipe.clone();
+    unchecked.check_tasks = 0;
+    let last = ensure(&unchecked, &dir.path().join("last"), &mut |_, _, _| {}).unwrap();
+    assert_eq!(last.last_loss, built.last_loss, "the same training");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("model.safetensors")).unwrap();
+    assert_eq!(
+        weights("selected") == weights("last"),
+        attempt.step == 6,
+        "kept step {}",
+        attempt.step
+    );
+    // Loadable whichever was kept.
+    let env = Builtin::Calc.build(recipe.environment_seed);
+    let rate = success_rate(&dir.path().join("selected"), env.as_ref(), 2, 2)
+        .await
+        .unwrap();
+    assert!((0.0..=1.0).contains(&rate));
 }
