@@ -447,7 +447,7 @@ pub fn best_checked(checked: &[Checked]) -> Option<Checked> {
 fn checked_at(recipe: &Recipe, step: usize) -> bool {
     recipe.check_tasks > 0
         && (step == recipe.steps
-            || (recipe.select_every > 0 && step >= recipe.select_from && step % recipe.select_every == 0))
+            || (recipe.select_every > 0 && step >= recipe.select_from && step.is_multiple_of(recipe.select_every)))
 }
 
 /// One build: its parameter count, its first and last step's loss, and
