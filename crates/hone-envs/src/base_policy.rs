@@ -8,11 +8,10 @@
 //! result. [`ensure`] reuses a checkpoint whose `recipe.json` matches and
 //! builds it otherwise. Whether such a small model learns to copy numbers
 //! in so few steps hinges on its initialisation and on the order of float
-//! sums (another CPU, another result), and copying comes and goes within a
-//! few dozen steps, so a build checks several of its last checkpoints on
-//! training tasks it never saw, keeps the best ([`Recipe::select_every`]),
-//! and, if copying formed in none, is made again from the next init seed
-//! ([`Recipe::check_tasks`]). [`success_rate`] measures a
+//! sums (another CPU, another result), so a build is checked on training
+//! tasks it never saw and, if its copying did not form, made again from the
+//! next init seed ([`Recipe::check_tasks`]); a recipe may also check several
+//! of its last checkpoints and keep the best ([`Recipe::select_every`]). [`success_rate`] measures a
 //! checkpoint on an environment with the engine directly (greedy, through
 //! the same episode loop the runner uses), for reports; the demo itself
 //! measures through the gateway.
@@ -125,8 +124,11 @@ impl Recipe {
             check_tasks: 60,
             min_copy_rate: 0.25,
             attempts: 3,
-            select_from: 150,
-            select_every: 25,
+            // Selection is off: it kept checkpoints that already call the
+            // tool more often, leaving the loop less to learn (measured in
+            // docs/ARCHITECTURE.md, "Checkpoint selection").
+            select_from: 0,
+            select_every: 0,
         }
     }
 
