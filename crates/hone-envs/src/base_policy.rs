@@ -12,9 +12,9 @@
 //! tasks it never saw and, if its copying did not form, made again from the
 //! next init seed ([`Recipe::check_tasks`]); a recipe may also check several
 //! of its last checkpoints and keep the best ([`Recipe::select_every`]).
-//! [`success_rate`] measures a checkpoint on an environment with the engine directly (greedy, through
-//! the same episode loop the runner uses), for reports; the demo itself
-//! measures through the gateway.
+//! [`success_rate`] measures a checkpoint on an environment with the
+//! engine directly (greedy, through the same episode loop the runner
+//! uses), for reports; the demo itself measures through the gateway.
 
 use crate::episode::Played;
 use crate::{opening, Builtin, Difficulty, Environment, Split};
