@@ -16,7 +16,8 @@
 //!   and the next-token distribution interpolated with it;
 //! - [`tokenizer`]: `tokenizer.json` and the chat template of
 //!   `tokenizer_config.json`, rendered with minijinja;
-//! - [`init`]: `hone model init`, tiny random checkpoints in the same layout.
+//! - [`init`]: `hone model init`, tiny random checkpoints in the same layout;
+//! - [`threads`]: the CPU thread count, fixed once per process.
 
 pub mod bench;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod lora;
 pub mod memory;
 pub mod model;
 pub mod prefix_cache;
+pub mod threads;
 pub mod tokenizer;
 pub mod tools;
 pub mod weights;

@@ -13,6 +13,7 @@ use hone_types::openai::{Message, Role};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    hone_engine::threads::fix_thread_count();
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().expect("usage: answers DIR [N]"));
     let n: u64 = args.next().map_or(9, |n| n.parse().unwrap());

@@ -6,8 +6,13 @@
 use hone_envs::base_policy::{build, success_rate, Recipe};
 use hone_envs::Builtin;
 
+/// The allocator `hone` uses, so build times match `hone model init`'s.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    hone_engine::threads::fix_thread_count();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
     let mut recipe = Recipe::demo(env);

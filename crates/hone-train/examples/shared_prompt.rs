@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
 fn main() {
+    hone_engine::threads::fix_thread_count();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().expect("a number"));
     let preset = match args.first().map_or("mini", String::as_str) {

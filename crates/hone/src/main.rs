@@ -14,7 +14,14 @@ use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
 
+/// glibc's malloc returns freed tensors to the system and faults them back
+/// in; mimalloc keeps them (measured in docs/ARCHITECTURE.md, "Performance").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
+    // Before any thread starts (see the function).
+    hone_engine::threads::fix_thread_count();
     let cli = cli::Cli::parse();
     // The demo (also inside `hone bench learn`) tells its own story; the
     // gateway's and engine's info lines would drown it (HONE_LOG=info
