@@ -254,7 +254,7 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
 }
 
 #[test]
-fn demo_refuses_a_canary_share_or_level_out_of_range_and_makes_nothing() {
+fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_makes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");
     for (flag, value) in [
@@ -262,6 +262,7 @@ fn demo_refuses_a_canary_share_or_level_out_of_range_and_makes_nothing() {
         ("--canary-share", "1.5"),
         ("--max-difficulty", "0"),
         ("--max-difficulty", "4"),
+        ("--seeds", "1,2,1"),
     ] {
         let out = hone(&["demo", "--quick", "--data-dir", data.to_str().unwrap(), flag, value]);
         assert!(!out.status.success(), "{flag} {value} was accepted");

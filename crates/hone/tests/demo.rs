@@ -2,11 +2,13 @@
 //! - the plumbing, in seconds: one round on a random `tiny` base (`--base`):
 //!   the config it wrote loads and is the one that ran; hone heard only
 //!   implicit signals; the summary, the tables and the plots are written;
+//!   `--seeds` runs it once per seed and draws the curves together;
 //! - learning: `hone demo --quick` as a new user runs it (its base policy
 //!   built first), whose held-out success must rise significantly above
 //!   the base's (paired over the same held-out tasks, 95% interval above
-//!   zero) through a promoted candidate. The full demo's figures are in
-//!   docs/ARCHITECTURE.md.
+//!   zero) through a promoted candidate, and every promotion is compared
+//!   with the champion it replaced (recomputed here from the
+//!   measurements). The full demo's figures are in docs/ARCHITECTURE.md.
 
 use std::process::Command;
 
@@ -75,6 +77,8 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["rounds"], 1);
     assert_eq!(summary["user_episodes"], 10);
+    let promoted = summary["promotions"].as_array().unwrap().len();
+    assert!(summary["regressions_shipped"].as_u64().unwrap() as usize <= promoted);
     for m in ["base", "last"] {
         assert_eq!(summary[m]["solved"].as_array().unwrap().len(), 6, "{summary}");
         let rate = summary[m]["rate"].as_f64().unwrap();
@@ -144,6 +148,77 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
 }
 
 #[test]
+fn seeds_run_the_demo_once_each_on_one_base_and_draw_their_curves_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("tiny");
+    let init = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(["model", "init", "--arch", "qwen2", "--preset", "tiny", "--out"])
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let data = dir.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args([
+            "demo",
+            "--seeds",
+            "3,4",
+            "--cycles",
+            "1",
+            "--held-out",
+            "4",
+            "--episodes-per-round",
+            "6",
+            "--concurrency",
+            "4",
+            "--optimisers",
+            "sft",
+        ])
+        .arg("--base")
+        .arg(&base)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("over 2 seeds"), "{stderr}");
+
+    // Each seed ran a whole demo of its own, in its own directory.
+    let seeds: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("seeds.json")).unwrap()).unwrap();
+    let runs = seeds["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{seeds}");
+    let mut gains = Vec::new();
+    for (run, seed) in runs.iter().zip([3, 4]) {
+        assert_eq!(run["seed"], seed);
+        let own = data.join(format!("seed-{seed}"));
+        assert_eq!(run["data_dir"].as_str().unwrap(), own.canonicalize().unwrap().to_str().unwrap());
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(own.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(summary["rounds"], 1);
+        assert_eq!(run["rounds"], 1);
+        assert_eq!(summary["user_episodes"], 6);
+        assert!(own.join("hone.toml").exists());
+        gains.push(summary["pooled"]["gain"].as_f64().unwrap_or(0.0));
+    }
+    // The spread over the seeds is computed from the runs' own gains.
+    let mean = gains.iter().sum::<f64>() / 2.0;
+    assert!((seeds["gain_mean"].as_f64().unwrap() - mean).abs() < 1e-9, "{seeds}");
+    assert_eq!(seeds["gain_min"].as_f64().unwrap(), gains[0].min(gains[1]));
+    assert_eq!(seeds["gain_max"].as_f64().unwrap(), gains[0].max(gains[1]));
+
+    // Both curves in one picture.
+    let plots = data.join("plots");
+    let png = std::fs::read(plots.join("seeds.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(plots.join("seeds.svg")).unwrap();
+    for text in ["Held-out success", "seed 3", "seed 4"] {
+        assert!(svg.contains(text), "`{text}` missing from seeds.svg");
+    }
+}
+
+#[test]
 fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");
@@ -197,9 +272,42 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     );
     assert!(low > 0.0, "paired gain {gain:.3}, 95% CI from {low:.3}:\n{stderr}");
     assert!(
-        pooled["last_rate"].as_f64().unwrap() > pooled["base_rate"].as_f64().unwrap(),
+        pooled["after_rate"].as_f64().unwrap() > pooled["before_rate"].as_f64().unwrap(),
         "{pooled}"
     );
     let tasks = summary["base"]["solved"].as_array().unwrap().len();
     assert_eq!(tasks, 60);
+
+    // Every promotion is compared on the held-out tasks with the champion
+    // it replaced, over all measurements of each: recomputed here from the
+    // measurements (the mean of a champion's rates is its mean per-task
+    // pass rate, every measurement having the same tasks).
+    let measurements = summary["measurements"].as_array().unwrap();
+    let mean_rate = |champion: &serde_json::Value| {
+        let rates: Vec<f64> = measurements
+            .iter()
+            .filter(|m| &m["champion"] == champion)
+            .map(|m| m["rate"].as_f64().unwrap())
+            .collect();
+        (rates.len(), rates.iter().sum::<f64>() / rates.len() as f64)
+    };
+    let mut champion = &measurements[0]["champion"];
+    for p in promotions {
+        assert_eq!(&p["replaced"], champion, "{p}");
+        let h = &p["held_out"];
+        for (version, side) in [(&p["replaced"], "before"), (&p["version"], "after")] {
+            let (runs, rate) = mean_rate(version);
+            assert_eq!(h[format!("{side}_measurements")].as_u64().unwrap() as usize, runs, "{p}");
+            assert!((h[format!("{side}_rate")].as_f64().unwrap() - rate).abs() < 1e-9, "{p}");
+        }
+        let high = h["gain_ci95"][1].as_f64().unwrap();
+        assert_eq!(p["regressed"].as_bool().unwrap(), high < 0.0, "{p}");
+        champion = &p["version"];
+    }
+    let regressed = promotions.iter().filter(|p| p["regressed"] == true).count();
+    assert_eq!(summary["regressions_shipped"].as_u64().unwrap() as usize, regressed);
+    assert!(
+        stderr.contains(&format!("regressions shipped: {regressed} of {}", promotions.len())),
+        "{stderr}"
+    );
 }

@@ -15,6 +15,7 @@
 
 mod config;
 pub(crate) mod plots;
+mod seeds;
 pub(crate) mod stage;
 mod traffic;
 
@@ -43,7 +44,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Where everything goes: the base policy, the store, adapters, the
     /// config it ran with (`hone.toml`), the plots and the summary.
@@ -114,6 +115,12 @@ pub struct DemoArgs {
     /// Seed of the simulated users.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run the whole demo once per seed, one after the other, each in
+    /// `<data-dir>/seed-N` on the same base policy, then draw their
+    /// learning curves together (`<data-dir>/plots/seeds.{svg,png}`) and
+    /// summarise the spread (`<data-dir>/seeds.json`); e.g. `--seeds 1,2,3`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "seed")]
+    pub seeds: Vec<u64>,
     /// Probability that a user reacts against the answer's real quality.
     #[arg(long, default_value_t = 0.05)]
     pub noise: f64,
@@ -169,46 +176,77 @@ impl Measured {
     }
 }
 
-/// The base and the last champion compared on per-task pass rates, each
-/// averaged over all of that champion's held-out measurements (the same
-/// tasks every time, answers sampled afresh).
+/// Two champions compared on the held-out tasks by per-task pass rates,
+/// each averaged over all of that champion's measurements (the same tasks
+/// every time, answers sampled afresh): the base against the last
+/// champion, or a promoted version against the champion it replaced.
 #[derive(Debug, Clone, Serialize)]
-struct Pooled {
-    base_measurements: usize,
-    last_measurements: usize,
-    base_rate: f64,
-    last_rate: f64,
-    /// Mean over tasks of (last − base) pass rate, with a bootstrap 95%
+pub(crate) struct Pooled {
+    before_measurements: usize,
+    after_measurements: usize,
+    before_rate: f64,
+    after_rate: f64,
+    /// Mean over tasks of (after − before) pass rate, with a bootstrap 95%
     /// interval over tasks.
     gain: f64,
     gain_ci95: Option<(f64, f64)>,
 }
 
 impl Pooled {
-    fn new(measured: &[Measured], seed: u64) -> Option<Self> {
-        let (first, last) = (measured.first()?, measured.last()?);
-        if first.champion == last.champion {
-            return None;
-        }
+    /// `before` against `after`; `None` when either was never measured or
+    /// they are the same version.
+    fn between(measured: &[Measured], before: &str, after: &str, seed: u64) -> Option<Self> {
+        let tasks = measured.first()?.solved.len();
         let rates = |champion: &str| {
             let runs: Vec<&Measured> = measured.iter().filter(|m| m.champion == champion).collect();
-            let per_task: Vec<f64> = (0..first.solved.len())
+            let per_task: Vec<f64> = (0..tasks)
                 .map(|t| runs.iter().filter(|m| m.solved.get(t) == Some(&true)).count() as f64 / runs.len() as f64)
                 .collect();
             (runs.len(), per_task)
         };
-        let (base_measurements, base) = rates(&first.champion);
-        let (last_measurements, after) = rates(&last.champion);
-        let diffs: Vec<f64> = after.iter().zip(&base).map(|(a, b)| a - b).collect();
+        let (before_measurements, earlier) = rates(before);
+        let (after_measurements, later) = rates(after);
+        if before == after || before_measurements == 0 || after_measurements == 0 {
+            return None;
+        }
+        let diffs: Vec<f64> = later.iter().zip(&earlier).map(|(a, b)| a - b).collect();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         Some(Self {
-            base_measurements,
-            last_measurements,
-            base_rate: mean(&base),
-            last_rate: mean(&after),
+            before_measurements,
+            after_measurements,
+            before_rate: mean(&earlier),
+            after_rate: mean(&later),
             gain: mean(&diffs),
             gain_ci95: bootstrap_ci(&diffs, 0.95, seed),
         })
+    }
+
+    /// The base (the first champion measured) against the last champion.
+    fn base_to_last(measured: &[Measured], seed: u64) -> Option<Self> {
+        let (first, last) = (measured.first()?, measured.last()?);
+        Self::between(measured, &first.champion, &last.champion, seed)
+    }
+
+    /// Significantly worse on held-out tasks: the whole 95% interval of the
+    /// paired gain below zero. A promotion that does this shipped a
+    /// regression.
+    fn regressed(&self) -> bool {
+        self.gain_ci95.is_some_and(|(_, high)| high < 0.0)
+    }
+
+    /// E.g. "30.0% (×3) → 36.1% (×8), paired gain +6.1 points (95% CI +0.8 to +11.4)".
+    fn line(&self) -> String {
+        format!(
+            "{:.1}% (×{}) → {:.1}% (×{}), paired gain {:+.1} points{}",
+            self.before_rate * 100.0,
+            self.before_measurements,
+            self.after_rate * 100.0,
+            self.after_measurements,
+            self.gain * 100.0,
+            self.gain_ci95
+                .map(|(lo, hi)| format!(" (95% CI {:+.1} to {:+.1})", lo * 100.0, hi * 100.0))
+                .unwrap_or_default(),
+        )
     }
 }
 
@@ -217,10 +255,18 @@ impl Pooled {
 struct Promotion {
     round: usize,
     version: String,
+    /// The champion it replaced.
+    replaced: String,
     optimiser: String,
     /// `weights`, `episodic memory` or `harness`.
     timescale: String,
     why: String,
+    /// The replaced champion against this version on the held-out tasks,
+    /// every measurement of each (filled in at the end of the run).
+    held_out: Option<Pooled>,
+    /// Whether it shipped a regression: held-out success significantly
+    /// below the champion it replaced ([`Pooled::regressed`]).
+    regressed: bool,
 }
 
 /// The timescale an optimiser learns on (DESIGN.md): weights, episodic
@@ -237,7 +283,7 @@ fn timescale(optimiser: &str) -> &'static str {
 
 /// What `summary.json` holds.
 #[derive(Debug, Serialize)]
-struct Summary {
+pub(crate) struct Summary {
     reward: String,
     minutes: f64,
     rounds: usize,
@@ -255,6 +301,9 @@ struct Summary {
     /// of the last, when they differ: less noisy than one of each.
     pooled: Option<Pooled>,
     promotions: Vec<Promotion>,
+    /// Promotions whose version is significantly worse on the held-out
+    /// tasks than the champion it replaced.
+    regressions_shipped: usize,
     rollbacks: Vec<String>,
     plots: Vec<PathBuf>,
     /// Every held-out measurement, in order (the first is the base's).
@@ -277,6 +326,7 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
     if args.held_out < 2 || args.episodes_per_round < 2 {
         bail!("--held-out and --episodes-per-round must be at least 2");
     }
+    seeds::check(&args.seeds)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -286,6 +336,15 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
             .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
         None => base(&data_dir, args.rebuild_base)?,
     };
+    if !args.seeds.is_empty() {
+        return seeds::run(&args, &data_dir, &base_dir);
+    }
+    once(args, data_dir, base_dir)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One whole demo in `data_dir` on the base policy in `base_dir`.
+fn once(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf) -> Result<Summary> {
     // The budget is the learning's: a base policy built first does not count.
     let started = Instant::now();
     runtime()?.block_on(run_demo(args, data_dir, base_dir, started))
@@ -339,7 +398,7 @@ fn bar(len: u64, template: &str) -> ProgressBar {
     bar
 }
 
-async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started: Instant) -> Result<ExitCode> {
+async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started: Instant) -> Result<Summary> {
     let ports = stage::Ports::bind().await?;
     let (gateway_url, endpoint_url) = (ports.gateway_url.clone(), format!("{}/run", ports.endpoint_url));
 
@@ -425,7 +484,7 @@ async fn rounds(
     store: &dyn CycleStore,
     data_dir: &Path,
     started: Instant,
-) -> Result<ExitCode> {
+) -> Result<Summary> {
     let agent = learner.agent(AGENT)?.clone();
     let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
     let champion = || -> Result<String> { Ok(hone_learn::deploy::current(store, &agent)?.0.champion.to_string()) };
@@ -486,10 +545,15 @@ async fn rounds(
                 markers.push(marker(started, &format!("promoted ({optimiser})"), MarkerKind::Promote));
                 promotions.push(Promotion {
                     version: champion.to_string(),
+                    // Measured after every round, so the last measurement's
+                    // champion is the one just replaced.
+                    replaced: measured.last().map(|m| m.champion.clone()).unwrap_or_default(),
                     timescale: timescale(&optimiser).to_owned(),
                     optimiser,
                     round,
                     why: why.clone(),
+                    held_out: None,
+                    regressed: false,
                 });
             }
             Verdict::RolledBack(why) => {
@@ -545,6 +609,10 @@ async fn rounds(
         .zip(&last.solved)
         .map(|(b, l)| f64::from(u8::from(*l)) - f64::from(u8::from(*b)))
         .collect();
+    for p in &mut promotions {
+        p.held_out = Pooled::between(&measured, &p.replaced, &p.version, args.seed);
+        p.regressed = p.held_out.as_ref().is_some_and(Pooled::regressed);
+    }
     let wins = diffs.iter().filter(|d| **d > 0.0).count() as u64;
     let losses = diffs.iter().filter(|d| **d < 0.0).count() as u64;
     let summary = Summary {
@@ -557,9 +625,10 @@ async fn rounds(
         wins,
         losses,
         sign_test_p: sign_test(wins, losses),
-        pooled: Pooled::new(&measured, args.seed),
+        pooled: Pooled::base_to_last(&measured, args.seed),
         base,
         last,
+        regressions_shipped: promotions.iter().filter(|p| p.regressed).count(),
         promotions,
         rollbacks,
         plots: paths,
@@ -568,7 +637,7 @@ async fn rounds(
     let summary_path = data_dir.join("summary.json");
     std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)? + "\n")?;
     print_summary(&summary, &summary_path);
-    Ok(ExitCode::SUCCESS)
+    Ok(summary)
 }
 
 /// The held-out measurements a demo wrote into `data_dir`'s summary.
@@ -761,15 +830,8 @@ fn print_summary(s: &Summary, path: &Path) {
     ));
     if let Some(p) = &s.pooled {
         note(format_args!(
-            "  over every measurement of each (base ×{}, last champion ×{}): {:.1}% → {:.1}%, paired gain {:+.1} points{}",
-            p.base_measurements,
-            p.last_measurements,
-            p.base_rate * 100.0,
-            p.last_rate * 100.0,
-            p.gain * 100.0,
-            p.gain_ci95
-                .map(|(lo, hi)| format!(" (95% CI {:+.1} to {:+.1})", lo * 100.0, hi * 100.0))
-                .unwrap_or_default(),
+            "  over every measurement of each (base, last champion): {}",
+            p.line()
         ));
     }
     for p in &s.promotions {
@@ -781,9 +843,23 @@ fn print_summary(s: &Summary, path: &Path) {
             p.timescale,
             p.why
         ));
+        if let Some(h) = &p.held_out {
+            note(format_args!(
+                "    held-out against {}: {}{}",
+                short(&p.replaced),
+                h.line(),
+                if p.regressed { ": a regression shipped" } else { "" }
+            ));
+        }
     }
     if s.promotions.is_empty() {
         note(format_args!("  nothing was promoted: no timescale has helped yet"));
+    } else {
+        note(format_args!(
+            "  regressions shipped: {} of {} promotions (held-out success significantly below the champion replaced)",
+            s.regressions_shipped,
+            s.promotions.len()
+        ));
     }
     for r in &s.rollbacks {
         note(format_args!("  rolled back: {r}"));

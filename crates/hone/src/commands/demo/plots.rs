@@ -10,7 +10,8 @@
 //!   latency, gated ones in colour and pruned ones grey;
 //! - `bench-learn.{svg,png}` (`hone bench learn`): each learner's held-out
 //!   success against minutes of learning, with 95% intervals and the
-//!   threshold.
+//!   threshold;
+//! - `seeds.{svg,png}` (`hone demo --seeds`): the same curves, one per seed.
 
 use anyhow::{anyhow, Result};
 use plotters::coord::types::RangedCoordf64;
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
 /// Held-out success after a cycle: `(cycle index, rate, low, high)`.
 pub type HeldOutPoint = (usize, f64, f64, f64);
 
-/// A learner's curve in `hone bench learn`: its name and
-/// `(minutes of learning, rate, low, high)` points.
+/// A curve in `hone bench learn` (a learner) or `hone demo --seeds` (a
+/// seed): its name and `(minutes of learning, rate, low, high)` points.
 pub type Curve = (String, Vec<(f64, f64, f64, f64)>);
 
 /// A marker on the online chart: seconds since the start and what happened.
@@ -356,16 +357,38 @@ pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec
     both(
         dir,
         "bench-learn",
-        |r| draw_learning_race(r, curves, threshold),
-        |r| draw_learning_race(r, curves, threshold),
+        |r| draw_curves(r, curves, Some(threshold)),
+        |r| draw_curves(r, curves, Some(threshold)),
     )
 }
 
-fn draw_learning_race<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, curves: &[Curve], threshold: f64) -> Result<()>
+/// Several runs' held-out success against minutes of learning, one curve
+/// per seed.
+pub fn seeds(dir: &Path, curves: &[Curve]) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "seeds",
+        |r| draw_curves(r, curves, None),
+        |r| draw_curves(r, curves, None),
+    )
+}
+
+fn draw_curves<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    curves: &[Curve],
+    threshold: Option<f64>,
+) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    const COLOURS: [RGBColor; 3] = [RGBColor(0, 110, 200), RGBColor(210, 90, 0), RGBColor(0, 150, 60)];
+    const COLOURS: [RGBColor; 6] = [
+        RGBColor(0, 110, 200),
+        RGBColor(210, 90, 0),
+        RGBColor(0, 150, 60),
+        RGBColor(150, 40, 170),
+        RGBColor(190, 30, 60),
+        RGBColor(90, 90, 90),
+    ];
     let end = curves
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.0))
@@ -376,15 +399,17 @@ where
         -0.2..end * 1.04,
         ("minutes of learning (measuring left out)", "held-out tasks solved"),
     )?;
-    let grey = RGBColor(40, 40, 40);
-    chart
-        .draw_series(LineSeries::new(
-            [(-0.2, threshold), (end * 1.04, threshold)],
-            grey.stroke_width(2),
-        ))
-        .map_err(err)?
-        .label(format!("threshold {:.0}%", threshold * 100.0))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
+    if let Some(threshold) = threshold {
+        let grey = RGBColor(40, 40, 40);
+        chart
+            .draw_series(LineSeries::new(
+                [(-0.2, threshold), (end * 1.04, threshold)],
+                grey.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(format!("threshold {:.0}%", threshold * 100.0))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
+    }
     for ((name, points), colour) in curves.iter().zip(COLOURS.iter().cycle()) {
         let colour = *colour;
         chart

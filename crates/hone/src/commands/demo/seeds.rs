@@ -1,0 +1,155 @@
+//! `hone demo --seeds 1,2,3`: the whole demo once per seed, one after the
+//! other on the same base policy and the same held-out tasks, then their
+//! learning curves in one picture (`plots/seeds.{svg,png}`) and the spread
+//! of what they gained (`seeds.json`). A learning result is one seed's
+//! luck until it is shown over several.
+
+use super::plots::{self, Curve};
+use super::{once, DemoArgs, Pooled, Summary};
+use crate::output::note;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// One seed's run, as `seeds.json` lists it.
+#[derive(Debug, Serialize)]
+struct SeedRun {
+    seed: u64,
+    data_dir: PathBuf,
+    rounds: usize,
+    user_episodes: usize,
+    minutes: f64,
+    /// Every measurement of the base against every one of the last
+    /// champion (`None` when nothing was promoted: the same model).
+    pooled: Option<Pooled>,
+    promotions: usize,
+    regressions_shipped: usize,
+}
+
+impl SeedRun {
+    fn of(seed: u64, data_dir: PathBuf, s: &Summary) -> Self {
+        Self {
+            seed,
+            data_dir,
+            rounds: s.rounds,
+            user_episodes: s.user_episodes,
+            minutes: s.minutes,
+            pooled: s.pooled.clone(),
+            promotions: s.promotions.len(),
+            regressions_shipped: s.regressions_shipped,
+        }
+    }
+
+    /// The pooled paired gain; 0 for a run that promoted nothing (its last
+    /// champion is its base).
+    fn gain(&self) -> f64 {
+        self.pooled.as_ref().map_or(0.0, |p| p.gain)
+    }
+}
+
+/// What `seeds.json` holds: every run, and the pooled gain's spread over
+/// them.
+#[derive(Debug, Serialize)]
+struct Seeds {
+    runs: Vec<SeedRun>,
+    gain_mean: f64,
+    /// Sample standard deviation over the seeds (0 for one seed).
+    gain_sd: f64,
+    gain_min: f64,
+    gain_max: f64,
+    plots: Vec<PathBuf>,
+}
+
+/// Refuses a seed given twice (its run would overwrite the first).
+pub(super) fn check(seeds: &[u64]) -> Result<()> {
+    for (i, seed) in seeds.iter().enumerate() {
+        if seeds[..i].contains(seed) {
+            bail!("--seeds: seed {seed} is given twice");
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<ExitCode> {
+    let (mut runs, mut curves): (Vec<SeedRun>, Vec<Curve>) = (Vec::new(), Vec::new());
+    for (i, &seed) in args.seeds.iter().enumerate() {
+        let dir = data_dir.join(format!("seed-{seed}"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        note(format_args!(
+            "seed {seed} ({} of {}) in {}",
+            i + 1,
+            args.seeds.len(),
+            dir.display()
+        ));
+        let one = DemoArgs {
+            seed,
+            seeds: Vec::new(),
+            data_dir: dir.clone(),
+            ..args.clone()
+        };
+        let summary = once(one, dir.clone(), base_dir.to_path_buf())?;
+        let points = summary
+            .measurements
+            .iter()
+            .map(|m| (m.learning_s / 60.0, m.rate, m.ci95.0, m.ci95.1))
+            .collect();
+        curves.push((format!("seed {seed}"), points));
+        runs.push(SeedRun::of(seed, dir, &summary));
+    }
+
+    let dir = data_dir.join("plots");
+    std::fs::create_dir_all(&dir)?;
+    let plots = plots::seeds(&dir, &curves)?;
+    let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
+    let n = gains.len() as f64;
+    let gain_mean = gains.iter().sum::<f64>() / n;
+    let gain_sd = if gains.len() > 1 {
+        (gains.iter().map(|g| (g - gain_mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    let seeds = Seeds {
+        gain_mean,
+        gain_sd,
+        gain_min: gains.iter().copied().fold(f64::INFINITY, f64::min),
+        gain_max: gains.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        runs,
+        plots,
+    };
+    let path = data_dir.join("seeds.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&seeds)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    report(&seeds, &path);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(s: &Seeds, path: &Path) {
+    note(format_args!(
+        "over {} seeds (the same base policy and held-out tasks):",
+        s.runs.len()
+    ));
+    for r in &s.runs {
+        let held_out = match &r.pooled {
+            Some(p) => format!("base → last champion {}", p.line()),
+            None => "nothing promoted, the base throughout".to_owned(),
+        };
+        note(format_args!(
+            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {} promotions, {} shipped a regression",
+            r.seed, r.rounds, r.user_episodes, r.minutes, r.promotions, r.regressions_shipped
+        ));
+    }
+    let promotions: usize = s.runs.iter().map(|r| r.promotions).sum();
+    let regressions: usize = s.runs.iter().map(|r| r.regressions_shipped).sum();
+    note(format_args!(
+        "  paired held-out gain over the seeds: mean {:+.1} points, sd {:.1}, from {:+.1} to {:+.1}; regressions shipped: {regressions} of {promotions} promotions",
+        s.gain_mean * 100.0,
+        s.gain_sd * 100.0,
+        s.gain_min * 100.0,
+        s.gain_max * 100.0,
+    ));
+    for p in &s.plots {
+        note(format_args!("  plot: {}", p.display()));
+    }
+    note(format_args!("  summary: {}", path.display()));
+}
