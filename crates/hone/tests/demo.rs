@@ -10,18 +10,26 @@
 //!   with the champion it replaced (recomputed here from the
 //!   measurements). The full demo's figures are in docs/ARCHITECTURE.md.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[test]
-fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit_signals() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("tiny");
+/// A random `tiny` checkpoint in `dir`: a base for the plumbing, not for
+/// learning.
+fn tiny_base(dir: &Path) -> PathBuf {
+    let base = dir.join("tiny");
     let init = Command::new(env!("CARGO_BIN_EXE_hone"))
         .args(["model", "init", "--arch", "qwen2", "--preset", "tiny", "--out"])
         .arg(&base)
         .output()
         .unwrap();
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    base
+}
+
+#[test]
+fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny_base(dir.path());
     let data = dir.path().join("demo");
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
         .args([
@@ -150,13 +158,7 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
 #[test]
 fn seeds_run_the_demo_once_each_on_one_base_and_draw_their_curves_together() {
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("tiny");
-    let init = Command::new(env!("CARGO_BIN_EXE_hone"))
-        .args(["model", "init", "--arch", "qwen2", "--preset", "tiny", "--out"])
-        .arg(&base)
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let base = tiny_base(dir.path());
     let data = dir.path().join("demo");
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
         .args([
@@ -193,7 +195,10 @@ fn seeds_run_the_demo_once_each_on_one_base_and_draw_their_curves_together() {
     for (run, seed) in runs.iter().zip([3, 4]) {
         assert_eq!(run["seed"], seed);
         let own = data.join(format!("seed-{seed}"));
-        assert_eq!(run["data_dir"].as_str().unwrap(), own.canonicalize().unwrap().to_str().unwrap());
+        assert_eq!(
+            run["data_dir"].as_str().unwrap(),
+            own.canonicalize().unwrap().to_str().unwrap()
+        );
         let summary: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(own.join("summary.json")).unwrap()).unwrap();
         assert_eq!(summary["rounds"], 1);
@@ -297,7 +302,11 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
         let h = &p["held_out"];
         for (version, side) in [(&p["replaced"], "before"), (&p["version"], "after")] {
             let (runs, rate) = mean_rate(version);
-            assert_eq!(h[format!("{side}_measurements")].as_u64().unwrap() as usize, runs, "{p}");
+            assert_eq!(
+                h[format!("{side}_measurements")].as_u64().unwrap() as usize,
+                runs,
+                "{p}"
+            );
             assert!((h[format!("{side}_rate")].as_f64().unwrap() - rate).abs() < 1e-9, "{p}");
         }
         let high = h["gain_ci95"][1].as_f64().unwrap();

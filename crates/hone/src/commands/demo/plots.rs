@@ -381,14 +381,6 @@ fn draw_curves<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    const COLOURS: [RGBColor; 6] = [
-        RGBColor(0, 110, 200),
-        RGBColor(210, 90, 0),
-        RGBColor(0, 150, 60),
-        RGBColor(150, 40, 170),
-        RGBColor(190, 30, 60),
-        RGBColor(90, 90, 90),
-    ];
     let end = curves
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.0))
@@ -410,8 +402,8 @@ where
             .label(format!("threshold {:.0}%", threshold * 100.0))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
     }
-    for ((name, points), colour) in curves.iter().zip(COLOURS.iter().cycle()) {
-        let colour = *colour;
+    for (i, (name, points)) in curves.iter().enumerate() {
+        let colour = Palette99::pick(i).to_rgba();
         chart
             .draw_series(
                 points
