@@ -598,7 +598,11 @@ async fn rounds(
     let dir = data_dir.join("plots");
     std::fs::create_dir_all(&dir)?;
     let points: Vec<HeldOutPoint> = measured.iter().map(|m| (m.round, m.rate, m.ci95.0, m.ci95.1)).collect();
-    let mut paths = plots::held_out(&dir, &points)?;
+    let promoted: Vec<(usize, String)> = promotions
+        .iter()
+        .map(|p| (p.round, format!("promoted ({})", p.optimiser)))
+        .collect();
+    let mut paths = plots::held_out(&dir, &points, &promoted)?;
     paths.extend(plots::online(&dir, &accepted_log, 32, &markers)?);
     paths.extend(plots::front(&dir, &front)?);
 

@@ -3,7 +3,7 @@
 //! crate, so no system font is needed):
 //!
 //! - `held-out.{svg,png}`: held-out success of the champion after each
-//!   cycle, with its 95% interval;
+//!   cycle, with its 95% interval and a line where a promotion came;
 //! - `online.{svg,png}`: the share of users who accepted their answer, as a
 //!   moving average over time, with deploy, promote and rollback markers;
 //! - `front.{svg,png}`: every candidate's offline reward against its mean
@@ -167,17 +167,23 @@ where
     Ok(())
 }
 
-/// Held-out success per cycle with 95% intervals.
-pub fn held_out(dir: &Path, points: &[HeldOutPoint]) -> Result<Vec<PathBuf>> {
+/// Held-out success per cycle with 95% intervals; `promoted` are the
+/// rounds in which a new champion was promoted, with a label each (drawn
+/// just before that round's measurement, the new champion's first).
+pub fn held_out(dir: &Path, points: &[HeldOutPoint], promoted: &[(usize, String)]) -> Result<Vec<PathBuf>> {
     both(
         dir,
         "held-out",
-        |r| draw_held_out(r, points),
-        |r| draw_held_out(r, points),
+        |r| draw_held_out(r, points, promoted),
+        |r| draw_held_out(r, points, promoted),
     )
 }
 
-fn draw_held_out<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, points: &[HeldOutPoint]) -> Result<()>
+fn draw_held_out<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    points: &[HeldOutPoint],
+    promoted: &[(usize, String)],
+) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -220,7 +226,21 @@ where
                 .map(|&(x, y, _, _)| Circle::new((x as f64, y), 5, BLUE.filled())),
         )
         .map_err(err)?;
-    Ok(())
+    let green = RGBColor(0, 150, 60);
+    chart
+        .draw_series(promoted.iter().map(|(round, _)| {
+            let x = *round as f64 - 0.5;
+            PathElement::new(vec![(x, 0.0), (x, 1.0)], green.stroke_width(2))
+        }))
+        .map_err(err)?;
+    labels(
+        &mut chart,
+        promoted
+            .iter()
+            .map(|(round, label)| (label.clone(), (*round as f64 - 0.45, 0.96)))
+            .collect(),
+        green,
+    )
 }
 
 /// The moving share of accepted answers over time, with markers.
