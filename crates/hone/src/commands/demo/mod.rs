@@ -873,3 +873,57 @@ fn print_summary(s: &Summary, path: &Path) {
     }
     note(format_args!("  summary: {}", path.display()));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Measured, Pooled};
+
+    fn measured(round: usize, champion: &str, solved: &[bool]) -> Measured {
+        Measured::new(round, champion.to_owned(), solved.to_vec())
+    }
+
+    #[test]
+    fn a_promotion_is_compared_with_every_measurement_of_the_champion_it_replaced() {
+        let (t, f) = (true, false);
+        let runs = [
+            measured(0, "a", &[t, t, f, f]),
+            measured(1, "a", &[t, f, f, f]),
+            measured(2, "b", &[t, t, t, f]),
+            measured(3, "b", &[t, t, t, t]),
+            measured(4, "b", &[t, t, f, t]),
+        ];
+        let p = Pooled::between(&runs, "a", "b", 1).unwrap();
+        assert_eq!((p.before_measurements, p.after_measurements), (2, 3));
+        // Per task, a: 1, 1/2, 0, 0 → 3/8; b: 1, 1, 2/3, 2/3 → 5/6.
+        assert!((p.before_rate - 0.375).abs() < 1e-12, "{p:?}");
+        assert!((p.after_rate - 5.0 / 6.0).abs() < 1e-12, "{p:?}");
+        assert!((p.gain - (5.0 / 6.0 - 0.375)).abs() < 1e-12, "{p:?}");
+        assert!(!p.regressed());
+        // The same comparison the other way round is a regression once
+        // the interval is below zero: every task the earlier champion
+        // solved always, the later never.
+        let worse = [measured(0, "a", &[t; 8]), measured(1, "b", &[f; 8])];
+        let w = Pooled::between(&worse, "a", "b", 1).unwrap();
+        assert_eq!(w.gain, -1.0);
+        assert!(w.regressed(), "{w:?}");
+        // One task of eight lost: worse, but the interval reaches zero.
+        let mut lost_one = [t; 8];
+        lost_one[0] = f;
+        let slip = [measured(0, "a", &[t; 8]), measured(1, "b", &lost_one)];
+        let l = Pooled::between(&slip, "a", "b", 1).unwrap();
+        assert_eq!(l.gain, -0.125);
+        let (low, high) = l.gain_ci95.unwrap();
+        assert!(low < 0.0 && high >= 0.0, "{l:?}");
+        assert!(!l.regressed());
+        // Unchanged answers: no gain, no regression.
+        let same = [measured(0, "a", &[t, f, t, f]), measured(1, "b", &[t, f, t, f])];
+        let s = Pooled::between(&same, "a", "b", 1).unwrap();
+        assert_eq!(s.gain, 0.0);
+        assert!(!s.regressed());
+        // Nothing to compare: one version, or one never measured.
+        assert!(Pooled::between(&runs, "a", "a", 1).is_none());
+        assert!(Pooled::between(&runs, "a", "c", 1).is_none());
+        assert!(Pooled::base_to_last(&runs[..2], 1).is_none());
+        assert_eq!(Pooled::base_to_last(&runs, 1).unwrap().after_measurements, 3);
+    }
+}
