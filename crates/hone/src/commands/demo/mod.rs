@@ -708,7 +708,7 @@ fn report_round(
     front: &mut Vec<FrontPoint>,
 ) -> Result<()> {
     note(format_args!(
-        "round {round}: {} user episodes, {} accepted ({:.0}%; hidden success {:.0}%){}; canary: {}",
+        "round {round}: {} user episodes, {} accepted ({:.0}%; hidden success {:.0}%){}; {}",
         row.episodes,
         row.accepted,
         100.0 * row.accepted as f64 / row.episodes.max(1) as f64,
@@ -719,8 +719,9 @@ fn report_round(
             format!(", {} failed (first: {})", row.errors.len(), row.errors[0])
         },
         match &row.verdict {
-            Verdict::NoCanary => "none".to_owned(),
-            Verdict::Waiting(n) => format!("collecting ({n} rewarded episodes)"),
+            Verdict::NoCanary => "no canary".to_owned(),
+            Verdict::Waiting(n) => format!("canary collecting ({n} rewarded episodes)"),
+            // Each says which canary it was about.
             Verdict::Promoted(s) | Verdict::RolledBack(s) | Verdict::Alerted(s) => s.clone(),
         }
     ));
