@@ -63,7 +63,9 @@ fn draw(draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> R
     }
 }
 
-const PALETTE: [RGBColor; 6] = [
+/// The series colours every hone chart shares, the dashboard's and
+/// `hone demo`'s (readable on white, told apart in order).
+pub const PALETTE: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),

@@ -25,6 +25,7 @@ use hone_learn::client::GatewayClient;
 use hone_store::CycleStore;
 use std::sync::Arc;
 
+pub use charts::PALETTE;
 pub use error::UiError;
 
 /// What the pages read and act through.

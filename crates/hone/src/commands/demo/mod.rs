@@ -665,6 +665,11 @@ fn marker(started: Instant, label: &str, kind: MarkerKind) -> Marker {
     }
 }
 
+/// "1 promotion", "3 promotions".
+fn promotions(n: usize) -> String {
+    format!("{n} promotion{}", if n == 1 { "" } else { "s" })
+}
+
 fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
@@ -861,9 +866,9 @@ fn print_summary(s: &Summary, path: &Path) {
         note(format_args!("  nothing was promoted: no timescale has helped yet"));
     } else {
         note(format_args!(
-            "  regressions shipped: {} of {} promotions (held-out success significantly below the champion replaced)",
+            "  regressions shipped: {} of {} (held-out success significantly below the champion replaced)",
             s.regressions_shipped,
-            s.promotions.len()
+            promotions(s.promotions.len())
         ));
     }
     for r in &s.rollbacks {

@@ -423,7 +423,7 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
     }
     for (i, (name, points)) in curves.iter().enumerate() {
-        let colour = Palette99::pick(i).to_rgba();
+        let colour = hone_ui::PALETTE[i % hone_ui::PALETTE.len()];
         chart
             .draw_series(
                 points

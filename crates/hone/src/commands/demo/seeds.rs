@@ -5,7 +5,7 @@
 //! luck until it is shown over several.
 
 use super::plots::{self, Curve};
-use super::{once, DemoArgs, Pooled, Summary};
+use super::{once, promotions, DemoArgs, Pooled, Summary};
 use crate::output::note;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -149,18 +149,24 @@ fn report(s: &Seeds, path: &Path) {
             None => "nothing promoted, the base throughout".to_owned(),
         };
         note(format_args!(
-            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {} promotions, {} shipped a regression",
-            r.seed, r.rounds, r.user_episodes, r.minutes, r.promotions, r.regressions_shipped
+            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {}, {} shipped a regression",
+            r.seed,
+            r.rounds,
+            r.user_episodes,
+            r.minutes,
+            promotions(r.promotions),
+            r.regressions_shipped
         ));
     }
-    let promotions: usize = s.runs.iter().map(|r| r.promotions).sum();
+    let promotions_total: usize = s.runs.iter().map(|r| r.promotions).sum();
     let regressions: usize = s.runs.iter().map(|r| r.regressions_shipped).sum();
     note(format_args!(
-        "  paired held-out gain over the seeds: mean {:+.1} points, sd {:.1}, from {:+.1} to {:+.1}; regressions shipped: {regressions} of {promotions} promotions",
+        "  paired held-out gain over the seeds: mean {:+.1} points, sd {:.1}, from {:+.1} to {:+.1}; regressions shipped: {regressions} of {}",
         s.gain.mean * 100.0,
         s.gain.sd * 100.0,
         s.gain.min * 100.0,
         s.gain.max * 100.0,
+        promotions(promotions_total),
     ));
     for p in &s.plots {
         note(format_args!("  plot: {}", p.display()));
