@@ -13,6 +13,12 @@ pub fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
+/// Sample variance (n − 1 in the denominator); `None` below two values.
+pub fn sample_variance(values: &[f64]) -> Option<f64> {
+    let m = mean(values).filter(|_| values.len() > 1)?;
+    Some(values.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (values.len() - 1) as f64)
+}
+
 /// Percentile bootstrap interval of the mean at `level` (e.g. 0.95).
 pub fn bootstrap_ci(values: &[f64], level: f64, seed: u64) -> Option<(f64, f64)> {
     if values.is_empty() {
@@ -119,14 +125,10 @@ pub fn fisher_greater_p(passes_a: u64, runs_a: u64, passes_b: u64, runs_b: u64) 
 /// over-confident). Checked against scipy in `tests/stats.rs`.
 pub fn mean_greater_p(a: &[f64], b: &[f64]) -> f64 {
     use statrs::distribution::{ContinuousCDF, StudentsT};
-    let (Some(ma), Some(mb)) = (mean(a), mean(b)) else {
+    let (Some(ma), Some(mb), Some(va), Some(vb)) = (mean(a), mean(b), sample_variance(a), sample_variance(b)) else {
         return 1.0;
     };
-    if a.len() < 2 || b.len() < 2 {
-        return 1.0;
-    }
-    let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
-    let (qa, qb) = (var(a, ma) / a.len() as f64, var(b, mb) / b.len() as f64);
+    let (qa, qb) = (va / a.len() as f64, vb / b.len() as f64);
     let se = (qa + qb).sqrt();
     if se == 0.0 {
         return if mb > ma { 0.0 } else { 1.0 };

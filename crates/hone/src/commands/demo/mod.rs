@@ -269,6 +269,13 @@ struct Promotion {
     regressed: bool,
 }
 
+impl Promotion {
+    /// What the charts write where it happened, e.g. "promoted (grpo)".
+    fn label(&self) -> String {
+        format!("promoted ({})", self.optimiser)
+    }
+}
+
 /// The timescale an optimiser learns on (DESIGN.md): weights, episodic
 /// memory, or the harness.
 fn timescale(optimiser: &str) -> &'static str {
@@ -542,8 +549,7 @@ async fn rounds(
                     .find(|c| c.version_id == champion)
                     .map(|c| c.optimiser)
                     .unwrap_or_default();
-                markers.push(marker(started, &format!("promoted ({optimiser})"), MarkerKind::Promote));
-                promotions.push(Promotion {
+                let promotion = Promotion {
                     version: champion.to_string(),
                     // Measured after every round, so the last measurement's
                     // champion is the one just replaced.
@@ -554,7 +560,9 @@ async fn rounds(
                     why: why.clone(),
                     held_out: None,
                     regressed: false,
-                });
+                };
+                markers.push(marker(started, &promotion.label(), MarkerKind::Promote));
+                promotions.push(promotion);
             }
             Verdict::RolledBack(why) => {
                 markers.push(marker(started, "rolled back", MarkerKind::Rollback));
@@ -598,10 +606,7 @@ async fn rounds(
     let dir = data_dir.join("plots");
     std::fs::create_dir_all(&dir)?;
     let points: Vec<HeldOutPoint> = measured.iter().map(|m| (m.round, m.rate, m.ci95.0, m.ci95.1)).collect();
-    let promoted: Vec<(usize, String)> = promotions
-        .iter()
-        .map(|p| (p.round, format!("promoted ({})", p.optimiser)))
-        .collect();
+    let promoted: Vec<(usize, String)> = promotions.iter().map(|p| (p.round, p.label())).collect();
     let mut paths = plots::held_out(&dir, &points, &promoted)?;
     paths.extend(plots::online(&dir, &accepted_log, 32, &markers)?);
     paths.extend(plots::front(&dir, &front)?);

@@ -8,6 +8,7 @@ use super::plots::{self, Curve};
 use super::{once, promotions, DemoArgs, Pooled, Summary};
 use crate::output::note;
 use anyhow::{bail, Context, Result};
+use hone_learn::stats;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,16 +70,9 @@ struct Spread {
 
 impl Spread {
     fn of(values: &[f64]) -> Self {
-        let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        let sd = if values.len() > 1 {
-            (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-        } else {
-            0.0
-        };
         Self {
-            mean,
-            sd,
+            mean: stats::mean(values).unwrap_or(0.0),
+            sd: stats::sample_variance(values).map_or(0.0, f64::sqrt),
             min: values.iter().copied().fold(f64::INFINITY, f64::min),
             max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         }
