@@ -563,7 +563,9 @@ async fn graceful_shutdown_drains_in_flight_calls() {
     });
     // Terminate only once the call is in flight (the upstream has it): a
     // request not yet accepted when the signal comes is not this test's case.
-    for _ in 0..100 {
+    // Up to 15 s: beside the suite's demo tests on two cores, 2 s was once
+    // not enough for the call to arrive.
+    for _ in 0..750 {
         if !upstream.bodies("/v1/chat/completions").is_empty() {
             break;
         }
