@@ -163,6 +163,14 @@ pub struct RawDeployment {
     pub canary_share: Option<f64>,
     /// Canary episodes (with rewards) before promotion is decided (default 50).
     pub canary_episodes: Option<usize>,
+    /// Promote only a canary shown to be at most this much online reward
+    /// below the champion (non-inferiority); unset, a canary is promoted
+    /// unless the champion is shown better.
+    pub promote_margin: Option<f64>,
+    /// With `promote_margin`: rewarded canary episodes after which a canary
+    /// not yet shown within the margin is rolled back (default 4 ×
+    /// `canary_episodes`, at most the monitors' window).
+    pub canary_max_episodes: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -206,6 +214,8 @@ pub struct DeploymentConfig {
     pub canary_share: f64,
     /// Canary episodes with rewards before promotion is decided.
     pub canary_episodes: usize,
+    /// What a canary must show online to be promoted.
+    pub promotion: PromotionRule,
 }
 
 impl DeploymentConfig {
@@ -216,8 +226,24 @@ impl DeploymentConfig {
             policy: DeploymentPolicy::Manual,
             canary_share: 0.1,
             canary_episodes: 50,
+            promotion: PromotionRule::NotShownWorse,
         }
     }
+}
+
+/// What a canary must show online, once it has `canary_episodes` rewarded
+/// episodes, to be promoted (a canary the champion is shown to beat is
+/// rolled back under either rule).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PromotionRule {
+    /// Promoted unless the champion's online reward is significantly
+    /// higher (the default).
+    NotShownWorse,
+    /// Promoted once its reward is shown to be at most `margin` below the
+    /// champion's (a one-sided test at the monitors' confidence); until
+    /// then it keeps collecting, and after `max_episodes` rewarded
+    /// episodes it is rolled back.
+    WithinMargin { margin: f64, max_episodes: usize },
 }
 
 /// Where a version's routes are checked against: the providers declared so
@@ -296,9 +322,9 @@ impl AgentConfig {
             let id = spec.id();
             versions.insert(label.clone(), DeclaredVersion { label, id, spec });
         }
-        let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions)?;
-        let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
         let learn = LearnSpec::from_raw(&format!("{field}.learn"), raw.learn.unwrap_or_default(), names)?;
+        let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions, learn.monitor.window)?;
+        let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
         let embeddings = match raw.embeddings {
             None => None,
             Some(raw) => {
@@ -624,26 +650,36 @@ fn check_sampling(
 
 impl DeploymentConfig {
     /// Validates `[agents.NAME.deployment]` (`field` is `agents.NAME`); it
-    /// may be left out when the agent has a single version.
+    /// may be left out when the agent has a single version. `window` is the
+    /// monitors' window: the most episodes of a version a decision sees.
     fn from_raw(
         field: &str,
         agent: &str,
         raw: Option<RawDeployment>,
         versions: &BTreeMap<String, DeclaredVersion>,
+        window: usize,
     ) -> Result<Self, ConfigError> {
-        let Some(d) = raw else {
-            if versions.len() == 1 {
-                return Ok(DeploymentConfig::new(
-                    versions.keys().next().cloned().unwrap_or_default(),
-                ));
+        let d = match raw {
+            Some(d) => d,
+            // One version: it is the champion, with every default.
+            None if versions.len() == 1 => RawDeployment {
+                champion: versions.keys().next().cloned().unwrap_or_default(),
+                canaries: BTreeMap::new(),
+                policy: None,
+                canary_share: None,
+                canary_episodes: None,
+                promote_margin: None,
+                canary_max_episodes: None,
+            },
+            None => {
+                return Err(ConfigError::at(
+                    format!("{field}.deployment"),
+                    format!(
+                        "agent `{agent}` has {} versions; say which is the champion in [{field}.deployment]",
+                        versions.len()
+                    ),
+                ))
             }
-            return Err(ConfigError::at(
-                format!("{field}.deployment"),
-                format!(
-                    "agent `{agent}` has {} versions; say which is the champion in [{field}.deployment]",
-                    versions.len()
-                ),
-            ));
         };
         let dfield = format!("{field}.deployment");
         if !versions.contains_key(&d.champion) {
@@ -664,20 +700,63 @@ impl DeploymentConfig {
                 format!("must be between 0 and 1 (exclusive), got {share}"),
             ));
         }
-        let canary_episodes = d.canary_episodes.unwrap_or(50);
+        let canary_episodes = d.canary_episodes.unwrap_or(50).min(window);
         if canary_episodes == 0 {
             return Err(ConfigError::at(
                 format!("{dfield}.canary_episodes"),
                 "must be at least 1",
             ));
         }
+        if d.canary_episodes.is_some_and(|n| n > window) {
+            return Err(ConfigError::at(
+                format!("{dfield}.canary_episodes"),
+                format!("must be at most the monitors' window ({window} episodes, learn.monitor.window): a canary is judged on its last {window}"),
+            ));
+        }
+        let promotion = PromotionRule::from_raw(&dfield, &d, canary_episodes, window)?;
         Ok(DeploymentConfig {
             champion: d.champion,
             canaries: d.canaries.into_iter().collect(),
             policy: DeploymentPolicy::from_raw(&format!("{dfield}.policy"), d.policy)?,
             canary_share: share,
             canary_episodes,
+            promotion,
         })
+    }
+}
+
+impl PromotionRule {
+    /// A promotion margin is a reward difference of 0 or more.
+    pub fn check_margin(margin: f64) -> Result<f64, String> {
+        if margin.is_finite() && margin >= 0.0 {
+            Ok(margin)
+        } else {
+            Err(format!("must be a reward difference of 0 or more, got {margin}"))
+        }
+    }
+
+    /// `promote_margin` and `canary_max_episodes` of `[agents.NAME.deployment]`.
+    fn from_raw(dfield: &str, d: &RawDeployment, canary_episodes: usize, window: usize) -> Result<Self, ConfigError> {
+        let Some(margin) = d.promote_margin else {
+            if d.canary_max_episodes.is_some() {
+                return Err(ConfigError::at(
+                    format!("{dfield}.canary_max_episodes"),
+                    "applies only with promote_margin (without it a canary is decided at canary_episodes)",
+                ));
+            }
+            return Ok(PromotionRule::NotShownWorse);
+        };
+        Self::check_margin(margin).map_err(|e| ConfigError::at(format!("{dfield}.promote_margin"), e))?;
+        let max_episodes = d.canary_max_episodes.unwrap_or((4 * canary_episodes).min(window));
+        if !(canary_episodes..=window).contains(&max_episodes) {
+            return Err(ConfigError::at(
+                format!("{dfield}.canary_max_episodes"),
+                format!(
+                    "must be at least canary_episodes ({canary_episodes}) and at most the monitors' window ({window}, learn.monitor.window), got {max_episodes}"
+                ),
+            ));
+        }
+        Ok(PromotionRule::WithinMargin { margin, max_episodes })
     }
 }
 

@@ -12,6 +12,8 @@
 //! policy = { type = "auto", min_gain = 0.02, max_cost_ratio = 1.0 }   # or "manual"
 //! canary_share = 0.1
 //! canary_episodes = 50
+//! promote_margin = 0.05           # optional: promote only a canary shown within 0.05 reward of the champion
+//! canary_max_episodes = 200       # with promote_margin: roll back a canary still undecided here
 //!
 //! [agents.support.learn]
 //! every = { episodes = 500, minutes = 60 }

@@ -95,6 +95,67 @@ model = "m"
     }
 
     #[test]
+    fn a_promotion_margin_asks_a_canary_to_show_it_is_not_worse_within_a_cap() {
+        use crate::PromotionRule;
+        let deployment =
+            |extra: &str| format!("{BASE}[agents.a.deployment]\nchampion = \"v1\"\ncanary_episodes = 20\n{extra}");
+        let rule = |extra: &str| load(&deployment(extra)).map(|c| c.agents["a"].deployment.promotion);
+        assert_eq!(rule("").unwrap(), PromotionRule::NotShownWorse);
+        assert_eq!(
+            load(BASE).unwrap().agents["a"].deployment.promotion,
+            PromotionRule::NotShownWorse
+        );
+        assert_eq!(
+            rule("promote_margin = 0.05").unwrap(),
+            PromotionRule::WithinMargin {
+                margin: 0.05,
+                max_episodes: 80
+            }
+        );
+        assert_eq!(
+            rule("promote_margin = 0\ncanary_max_episodes = 20").unwrap(),
+            PromotionRule::WithinMargin {
+                margin: 0.0,
+                max_episodes: 20
+            }
+        );
+        // A canary is judged on the monitors' window of its episodes: it
+        // cannot be asked for more.
+        let e = load(&format!(
+            "{BASE}[agents.a.deployment]\nchampion = \"v1\"\ncanary_episodes = 201"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("monitors' window (200 episodes"), "{e}");
+        let small = format!("{BASE}[agents.a.learn.monitor]\nwindow = 30\n");
+        assert_eq!(load(&small).unwrap().agents["a"].deployment.canary_episodes, 30);
+        for (bad, field, says) in [
+            ("promote_margin = -0.1", "promote_margin", "0 or more"),
+            ("promote_margin = nan", "promote_margin", "0 or more"),
+            (
+                "promote_margin = 0.1\ncanary_max_episodes = 19",
+                "canary_max_episodes",
+                "at least canary_episodes (20)",
+            ),
+            (
+                "promote_margin = 0.1\ncanary_max_episodes = 201",
+                "canary_max_episodes",
+                "window (200",
+            ),
+            (
+                "canary_max_episodes = 100",
+                "canary_max_episodes",
+                "only with promote_margin",
+            ),
+        ] {
+            let e = rule(bad).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("agents.a.deployment.{field}")) && e.message.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn artefacts_are_addressed_by_url_and_their_keys_never_print() {
         let text = format!(
             "[artefacts]\nurl = \"s3://bucket/hone/\"\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\naccess_key_id = \"${{KEY_ID}}\"\nsecret_access_key = \"${{SECRET}}\"\n{BASE}"

@@ -4,7 +4,8 @@
 //! pruned; a dominated one is dropped; manual approval and auto rules; a
 //! canary whose invalid-tool-call rate jumps online is rolled back, alerted
 //! and posted to a webhook; the cases a gate saw flip are mined into the
-//! next cycle's sets.
+//! next cycle's sets; with a promotion margin, a canary not shown within
+//! it collects until its cap and is rolled back.
 
 use crate::support::{learner, wait_for_split, weather_tools, World};
 use axum::routing::post;
@@ -365,7 +366,7 @@ model = "good"
 champion = "v1"
 policy = { type = "auto", min_gain = 0.0 }
 canary_share = 0.5
-canary_episodes = 1000
+canary_episodes = 200
 [agents.tools.reward]
 reference_signal = "gold"
 [agents.tools.reward.critics.answer]
@@ -691,7 +692,7 @@ models = [{ provider = "up", model = "good" }]
 champion = "v1"
 policy = { type = "manual" }
 canary_share = 0.5
-canary_episodes = 1000
+canary_episodes = 200
 [agents.late.learn.monitor]
 min_episodes = 1000
 "#;
@@ -808,4 +809,96 @@ async fn a_new_task_mix_in_the_window_is_raised_as_drift_and_weighted() {
         "{:?}",
         train.iter().chain(&target).map(|i| &i.id).collect::<Vec<_>>()
     );
+}
+
+const MARGIN: &str = r#"
+[agents.margin.versions.v1]
+provider = "up"
+model = "weak"
+[agents.margin.deployment]
+champion = "v1"
+policy = { type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }
+canary_share = 0.5
+canary_episodes = 10
+promote_margin = 0.05
+canary_max_episodes = 16
+[agents.margin.reward]
+reference_signal = "gold"
+[agents.margin.reward.critics.answer]
+type = "numeric"
+[agents.margin.learn]
+optimisers = ["model"]
+dataset_size = 40
+[agents.margin.learn.model]
+models = [{ provider = "up", model = "good" }]
+[agents.margin.learn.monitor]
+min_episodes = 1000
+"#;
+
+/// Online sums until `canary` has served `target` of them since `*index`;
+/// the users' gold answer agrees with every other canary answer (so the
+/// canary is right half the time online, level with the weak champion)
+/// and with the right sum for the champion's.
+async fn level_traffic(w: &World, canary: &VersionId, index: &mut usize, served: &mut usize, target: usize) {
+    while *served < target {
+        let (a, b) = (10 + *index, *index % 5 + 1);
+        let id = format!("level-{index}");
+        w.ask("margin", &id, &format!("What is {a}+{b}?")).await;
+        let on_canary = &w.episode(&id).await.calls[0].version_id == canary;
+        let gold = if on_canary && *served % 2 == 1 {
+            a + b + 1
+        } else {
+            a + b
+        };
+        w.feedback(&id, "gold", json!(gold)).await;
+        *served += usize::from(on_canary);
+        *index += 1;
+    }
+}
+
+/// With `promote_margin`, a canary that is level with its champion online
+/// but too noisy to be shown within the margin is not promoted at
+/// `canary_episodes` (the default rule would promote it): it keeps
+/// collecting, and at `canary_max_episodes` it is rolled back, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_promotion_margin_a_canary_not_shown_within_it_collects_then_is_rolled_back() {
+    let w = World::start_with(MARGIN).await;
+    sums(&w, "margin", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    learner.run_cycle("margin", "manual").await.unwrap();
+    let agent = &w.config.agents["margin"];
+    let good = version(&w, "margin", "good");
+    let d = w.store.deployment("margin").unwrap().unwrap();
+    assert_eq!(d.canary.as_ref(), Some(&good), "{:#?}", lines.lock().unwrap());
+    wait_for_split(&w, "margin", Some(&good)).await;
+
+    let (mut index, mut served) = (0, 0);
+    level_traffic(&w, &good, &mut index, &mut served, 12).await;
+    assert_eq!(learner.watch(agent).await.unwrap(), Verdict::Waiting(12));
+    assert_eq!(
+        w.store.deployment("margin").unwrap().unwrap().canary.as_ref(),
+        Some(&good)
+    );
+
+    level_traffic(&w, &good, &mut index, &mut served, 16).await;
+    let verdict = learner.watch(agent).await.unwrap();
+    let Verdict::RolledBack(why) = &verdict else {
+        panic!("{verdict:?}")
+    };
+    assert!(
+        why.contains("not shown within 0.05 of the champion after 16 episodes")
+            && why.contains("online reward 0.500 over 16 episodes"),
+        "{why}"
+    );
+    let d = w.store.deployment("margin").unwrap().unwrap();
+    assert_eq!((d.canary, &d.champion), (None, &agent.versions["v1"].id));
+    let c = w.store.candidates("margin", None).unwrap();
+    let candidate = c.iter().find(|c| c.version_id == good).unwrap();
+    assert_eq!(candidate.status, CandidateStatus::RolledBack);
+    assert!(w
+        .store
+        .history("margin", 100)
+        .unwrap()
+        .iter()
+        .any(|e| e.kind == "rollback" && e.summary.contains("not shown within 0.05")));
 }

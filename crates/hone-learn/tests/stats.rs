@@ -175,3 +175,46 @@ fn drift_permutation_test_separates_a_new_task_mix_from_the_same_one() {
     // Numbers are one token: different numbers are the same task.
     assert_eq!(task_words("What is 12+7?"), task_words("what is 3 + 99"));
 }
+
+/// The promotion rule (`watch::Online`) on fixed online rewards: its two
+/// one-sided tests against scipy, and its call against the one the
+/// reference script makes independently (by default a canary not shown
+/// worse is promoted; with a margin it must be shown within it, and is
+/// rolled back at the cap when it is not).
+#[test]
+fn the_promotion_rule_calls_what_scipy_and_the_reference_rule_call() {
+    use hone_config::{DeploymentConfig, PromotionRule};
+    use hone_learn::watch::{Call, Online};
+    let cases = reference()["cases"]["promotion"].as_array().unwrap().clone();
+    assert_eq!(cases.len(), 8);
+    for c in &cases {
+        let mut deployment = DeploymentConfig::new("v1".into());
+        deployment.canary_episodes = c["canary_episodes"].as_u64().unwrap() as usize;
+        deployment.promotion = match c["margin"].as_f64() {
+            None => PromotionRule::NotShownWorse,
+            Some(margin) => PromotionRule::WithinMargin {
+                margin,
+                max_episodes: c["max_episodes"].as_u64().unwrap() as usize,
+            },
+        };
+        let online = Online::of(&deployment, 0.95, &numbers(&c["canary"]), &numbers(&c["champion"]));
+        let name = &c["name"];
+        let expected = c["p_champion_better"].as_f64().unwrap();
+        assert!(
+            close(online.p_champion_better, expected),
+            "{name}: {online:?} vs scipy {expected}"
+        );
+        match (online.p_within_margin, c["p_within_margin"].as_f64()) {
+            (Some(ours), Some(scipy)) => assert!(close(ours, scipy), "{name}: {ours} vs scipy {scipy}"),
+            (None, None) => {}
+            (ours, scipy) => panic!("{name}: {ours:?} vs scipy {scipy:?}"),
+        }
+        let call = match c["call"].as_str().unwrap() {
+            "wait" => Call::Wait,
+            "promote" => Call::Promote,
+            "roll_back" => Call::RollBack,
+            other => panic!("{other}"),
+        };
+        assert_eq!(online.call, call, "{name}: {}", online.summary());
+    }
+}

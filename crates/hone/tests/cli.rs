@@ -250,6 +250,9 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
 
     assert!(refused("--threshold", "0").contains("--threshold"));
     assert!(refused("--minutes", "0").contains("--minutes"));
+    // hone's loop settings are the demo's, checked by the demo's rules.
+    assert!(refused("--canary-share", "1.5").contains("--canary-share"));
+    assert!(refused("--optimisers", "adam").contains("adam"));
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
 
@@ -263,6 +266,8 @@ fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_make
         ("--max-difficulty", "0"),
         ("--max-difficulty", "4"),
         ("--seeds", "1,2,1"),
+        ("--promote-margin", "-0.1"),
+        ("--promote-margin", "much"),
     ] {
         let out = hone(&["demo", "--quick", "--data-dir", data.to_str().unwrap(), flag, value]);
         assert!(!out.status.success(), "{flag} {value} was accepted");

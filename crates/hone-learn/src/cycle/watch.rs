@@ -1,6 +1,7 @@
 //! Watching a canary: score its new episodes, run the monitors against the
 //! champion's episodes of the same period, and then alert (log, store,
 //! webhook) and roll back, promote it after enough quiet episodes, or wait.
+//! The promotion rule itself is [`Online::of`].
 
 use super::Learner;
 use crate::deploy::{self, Change};
@@ -8,7 +9,7 @@ use crate::error::{LearnError, Result};
 use crate::monitor::{check, Firing};
 use crate::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p};
-use hone_config::AgentConfig;
+use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
 use hone_types::{Alert, Deployment, HistoryEvent};
 use serde_json::json;
@@ -107,31 +108,132 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
     let canary_rewards: Vec<f64> = c.iter().filter_map(|e| e.reward).collect();
     let champion_rewards: Vec<f64> = h.iter().filter_map(|e| e.reward).collect();
     let n = canary_rewards.len() as u64;
-    if n < agent.deployment.canary_episodes as u64 {
-        return Ok(Verdict::Waiting(n));
-    }
-    let (mc, mh) = (mean(&canary_rewards), mean(&champion_rewards));
-    // Not worse: the champion's mean is not significantly above the canary's.
-    let p_worse = mean_greater_p(&canary_rewards, &champion_rewards);
-    let evidence = json!({"canary_mean": mc, "champion_mean": mh, "canary_episodes": n,
-        "champion_episodes": champion_rewards.len(), "p_champion_better": p_worse});
-    let summary = format!(
-        "online reward {} over {n} episodes vs champion {} over {} (p = {p_worse:.3})",
-        mc.map_or("-".into(), |m| format!("{m:.3}")),
-        mh.map_or("-".into(), |m| format!("{m:.3}")),
-        champion_rewards.len()
-    );
-    let change = if p_worse >= 1.0 - spec.confidence {
-        deploy::promote(learner.store.as_ref(), agent, evidence, &summary)?
-    } else {
-        deploy::rollback(learner.store.as_ref(), agent, &format!("worse online: {summary}"), None)?
+    let online = Online::of(&agent.deployment, spec.confidence, &canary_rewards, &champion_rewards);
+    let change = match online.call {
+        Call::Wait => return Ok(Verdict::Waiting(n)),
+        Call::Promote => deploy::promote(learner.store.as_ref(), agent, online.evidence(), &online.summary())?,
+        Call::RollBack => deploy::rollback(learner.store.as_ref(), agent, &online.why(), None)?,
     };
     learner.say(name, &format!("{change:?}"));
     Ok(match change {
-        Change::Applied(s) if p_worse >= 1.0 - spec.confidence => Verdict::Promoted(s),
+        Change::Applied(s) if online.call == Call::Promote => Verdict::Promoted(s),
         Change::Applied(s) => Verdict::RolledBack(s),
         Change::AlreadyDone(s) | Change::Refused(s) => Verdict::Alerted(s),
     })
+}
+
+/// What the deployment's promotion rule makes of a canary's online rewards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// Too few rewarded episodes yet, or (with a margin) not yet shown
+    /// within it and not yet at the cap.
+    Wait,
+    Promote,
+    RollBack,
+}
+
+/// The canary's and the champion's online rewards of one look, the tests
+/// on them and the call the promotion rule makes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Online {
+    pub canary_mean: Option<f64>,
+    pub champion_mean: Option<f64>,
+    pub canary_episodes: usize,
+    pub champion_episodes: usize,
+    /// One-sided Welch: the p-value that the champion's mean is above the
+    /// canary's by chance alone (small: the champion is better).
+    pub p_champion_better: f64,
+    /// With a promotion margin: the p-value that the canary's mean is above
+    /// the champion's less the margin by chance alone (small: the canary
+    /// is shown within the margin).
+    pub p_within_margin: Option<f64>,
+    pub margin: Option<f64>,
+    /// The champion is shown better (`p_champion_better` below 1 − confidence).
+    pub shown_worse: bool,
+    pub call: Call,
+}
+
+impl Online {
+    /// Every rule of promotion, in one place: nothing is decided before
+    /// `canary_episodes` rewarded canary episodes; a canary the champion
+    /// is shown to beat (at the monitors' `confidence`) is rolled back;
+    /// otherwise, by default, it is promoted; with `promote_margin` it is
+    /// promoted only once shown to be at most the margin below the
+    /// champion, and rolled back if not shown so by `canary_max_episodes`.
+    pub fn of(deployment: &DeploymentConfig, confidence: f64, canary: &[f64], champion: &[f64]) -> Self {
+        let alpha = 1.0 - confidence;
+        let p_champion_better = mean_greater_p(canary, champion);
+        let margin = match deployment.promotion {
+            PromotionRule::NotShownWorse => None,
+            PromotionRule::WithinMargin { margin, max_episodes } => Some((margin, max_episodes)),
+        };
+        let p_within_margin = margin.map(|(m, _)| {
+            let lowered: Vec<f64> = champion.iter().map(|r| r - m).collect();
+            mean_greater_p(&lowered, canary)
+        });
+        let n = canary.len();
+        let shown_worse = p_champion_better < alpha;
+        let call = if n < deployment.canary_episodes {
+            Call::Wait
+        } else if shown_worse {
+            Call::RollBack
+        } else {
+            match (margin, p_within_margin) {
+                (Some(_), Some(p)) if p < alpha => Call::Promote,
+                (Some((_, max_episodes)), _) if n < max_episodes => Call::Wait,
+                (Some(_), _) => Call::RollBack,
+                (None, _) => Call::Promote,
+            }
+        };
+        Self {
+            canary_mean: mean(canary),
+            champion_mean: mean(champion),
+            canary_episodes: n,
+            champion_episodes: champion.len(),
+            p_champion_better,
+            p_within_margin,
+            margin: margin.map(|(m, _)| m),
+            shown_worse,
+            call,
+        }
+    }
+
+    fn evidence(&self) -> serde_json::Value {
+        json!({"canary_mean": self.canary_mean, "champion_mean": self.champion_mean,
+            "canary_episodes": self.canary_episodes, "champion_episodes": self.champion_episodes,
+            "p_champion_better": self.p_champion_better, "p_within_margin": self.p_within_margin,
+            "promote_margin": self.margin})
+    }
+
+    /// `online reward 0.412 over 50 episodes vs champion 0.398 over 117 (p = 0.412)`,
+    /// with the margin's test when there is one.
+    pub fn summary(&self) -> String {
+        let shown = |m: Option<f64>| m.map_or("-".into(), |m| format!("{m:.3}"));
+        let mut line = format!(
+            "online reward {} over {} episodes vs champion {} over {} (p = {:.3})",
+            shown(self.canary_mean),
+            self.canary_episodes,
+            shown(self.champion_mean),
+            self.champion_episodes,
+            self.p_champion_better
+        );
+        if let (Some(margin), Some(p)) = (self.margin, self.p_within_margin) {
+            line.push_str(&format!("; within {margin} of the champion: p = {p:.3}"));
+        }
+        line
+    }
+
+    /// Why a rolled-back canary was rolled back.
+    fn why(&self) -> String {
+        match self.margin {
+            Some(margin) if !self.shown_worse => format!(
+                "not shown within {margin} of the champion after {} episodes: {}",
+                self.canary_episodes,
+                self.summary()
+            ),
+            _ => format!("worse online: {}", self.summary()),
+        }
+    }
 }
 
 /// The canary's offline cost and latency relative to the champion's in

@@ -59,6 +59,57 @@ cases["fisher_greater"] = [
     for a, n, b, m in [(3, 3, 0, 3), (3, 5, 0, 5), (6, 6, 0, 6), (5, 6, 1, 6), (0, 4, 0, 4), (4, 4, 4, 4), (7, 9, 2, 8)]
 ]
 
+# Promotion (the deployment's rule, `watch::Online`): online rewards of a
+# canary and its champion, as Welch's one-sided tests on them and the call
+# the rule makes at confidence 0.95. `p_champion_better`: is the
+# champion's mean above the canary's; `p_within_margin`: is the canary's
+# mean above the champion's less the margin (non-inferiority).
+def call(canary, champion, canary_episodes, margin, max_episodes):
+    better = stats.ttest_ind(champion, canary, equal_var=False, alternative="greater").pvalue
+    within = None if margin is None else stats.ttest_ind(
+        canary, champion - margin, equal_var=False, alternative="greater").pvalue
+    if len(canary) < canary_episodes:
+        verdict = "wait"
+    elif better < 0.05:
+        verdict = "roll_back"
+    elif margin is None or within < 0.05:
+        verdict = "promote"
+    elif len(canary) < max_episodes:
+        verdict = "wait"
+    else:
+        verdict = "roll_back"
+    return float(better), None if within is None else float(within), verdict
+
+def passes(k, n):
+    """n 0/1 rewards, k of them 1 (a t-test does not see their order)."""
+    return np.array([1.0] * k + [0.0] * (n - k))
+
+
+level = passes(30, 60)
+promotion = []
+for name, canary, champion, canary_episodes, margin, max_episodes in [
+    # A little below a coin-flip champion, too noisy to tell apart:
+    # promoted by default; with a 0.05 margin still collecting below the
+    # cap and rolled back at it.
+    ("slightly_below_default", passes(17, 40), level, 24, None, None),
+    ("slightly_below_margin_before_cap", passes(17, 40), level, 24, 0.05, 80),
+    ("slightly_below_margin_at_cap", passes(17, 40), level, 24, 0.05, 40),
+    # Rewards that vary little: level within a 0.1 margin is shown at once.
+    ("tight_within_margin", np.round(rng.normal(0.70, 0.05, 30), 4),
+     np.round(rng.normal(0.71, 0.05, 50), 4), 24, 0.1, 96),
+    # Clearly better, and clearly worse (rolled back under either rule).
+    ("better_margin", passes(27, 30), level, 24, 0.05, 96),
+    ("worse_default", passes(5, 30), level, 24, None, None),
+    ("worse_margin", passes(5, 30), level, 24, 0.05, 96),
+    # Too few canary episodes: nothing is decided.
+    ("too_few", passes(9, 10), level, 24, 0.05, 96),
+]:
+    better, within, verdict = call(canary, champion, canary_episodes, margin, max_episodes)
+    promotion.append({"name": name, "canary": canary.tolist(), "champion": champion.tolist(),
+                      "canary_episodes": canary_episodes, "margin": margin, "max_episodes": max_episodes,
+                      "p_champion_better": better, "p_within_margin": within, "call": verdict})
+cases["promotion"] = promotion
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monitor_stats.json")
 with open(out, "w") as f:
     json.dump({"scipy": __import__("scipy").__version__, "cases": cases}, f, indent=1)

@@ -3,7 +3,9 @@
 //! machine, and how long each took to reach a held-out success threshold.
 //!
 //! - hone: `hone demo` as it ships (simulated users' implicit feedback, the
-//!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`.
+//!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`;
+//!   `--optimisers`, `--grpo-groups` and `--canary-share` choose its loop
+//!   as they do the demo's.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
 //!   episodes it samples itself, tools run and answers scored by the same
 //!   environment through its endpoint (`POST /step`), rewarded with the
@@ -19,7 +21,7 @@
 
 use super::support::progress;
 use crate::commands::demo::stage::{Ports, Stage};
-use crate::commands::demo::{self, DemoArgs, Measured, AGENT};
+use crate::commands::demo::{self, DemoArgs, DemoOptimiser, GrpoGroups, Measured, AGENT};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
 use hone_envs::{Runner, Split};
@@ -55,8 +57,9 @@ pub struct LearnArgs {
     /// Held-out tasks per measurement.
     #[arg(long, default_value_t = 60)]
     pub held_out: u64,
-    /// Seconds of TRL's learning between two checkpoints.
-    #[arg(long, default_value_t = 60.0)]
+    /// Seconds of TRL's learning between two checkpoints (each is measured
+    /// afterwards; hone's side is measured after every round, ~30–60 s).
+    #[arg(long, default_value_t = 20.0)]
     pub checkpoint_seconds: f64,
     /// Train tasks offered to TRL (its sampler draws from them).
     #[arg(long, default_value_t = 1024)]
@@ -69,6 +72,18 @@ pub struct LearnArgs {
     /// 2 medium, 3 hard), as `hone demo --max-difficulty`.
     #[arg(long, default_value_t = 3, value_parser = demo::parse_max_difficulty)]
     pub max_difficulty: u8,
+    /// hone's side: the optimisers its loop runs, as `hone demo
+    /// --optimisers` (default: the demo's).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub optimisers: Vec<DemoOptimiser>,
+    /// hone's side: where `grpo` takes its groups from, as `hone demo
+    /// --grpo-groups` (default: the demo's).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub grpo_groups: Vec<GrpoGroups>,
+    /// hone's side: the share of traffic a canary gets, as `hone demo
+    /// --canary-share` (default: the demo's).
+    #[arg(long)]
+    pub canary_share: Option<f64>,
 }
 
 /// The demo's arguments as `hone demo` would parse them (one home for its defaults).
@@ -121,6 +136,9 @@ struct Report {
     seed: u64,
     held_out_tasks: u64,
     base: PathBuf,
+    /// `hone demo` arguments hone's side ran with beyond the bench's own
+    /// (none: the demo's defaults).
+    hone_settings: Vec<String>,
     sides: Vec<Side>,
 }
 
@@ -138,6 +156,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     if !(args.minutes > 0.0 && args.checkpoint_seconds > 0.0) {
         bail!("--minutes and --checkpoint-seconds must be above 0");
     }
+    let (mut demo_args, settings) = hone_side(&args)?;
     check_python(&args.python)?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -154,22 +173,8 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         base.display()
     ));
     let hone_dir = data_dir.join("hone");
-    let demo_args = DemoCommand::try_parse_from([
-        "demo".into(),
-        "--data-dir".into(),
-        hone_dir.clone().into_os_string(),
-        "--base".into(),
-        base.clone().into_os_string(),
-        "--minutes".into(),
-        args.minutes.to_string().into(),
-        "--seed".into(),
-        args.seed.to_string().into(),
-        "--held-out".into(),
-        args.held_out.to_string().into(),
-        "--max-difficulty".into(),
-        args.max_difficulty.to_string().into(),
-    ])?
-    .demo;
+    demo_args.data_dir = hone_dir.clone();
+    demo_args.base = Some(base.clone());
     demo::run(demo_args)?;
     let measured = demo::measurements(&hone_dir)?;
     let runs = learner_runs(&hone_dir)?;
@@ -200,9 +205,17 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         seed: args.seed,
         held_out_tasks: args.held_out,
         base,
+        hone_settings: settings.clone(),
         sides: vec![
             Side::new(
-                "hone (demo: users' implicit feedback, gate, canary)",
+                &if settings.is_empty() {
+                    "hone (demo: users' implicit feedback, gate, canary)".to_owned()
+                } else {
+                    format!(
+                        "hone (demo {}: users' implicit feedback, gate, canary)",
+                        settings.join(" ")
+                    )
+                },
                 "user episodes",
                 hone_points,
                 args.threshold,
@@ -229,6 +242,44 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     let plots = demo::plots::learning_race(&data_dir, &curves, args.threshold)?;
     print_report(&report, &path, &plots)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// hone's side: `hone demo` with the bench's budget, seed and tasks and
+/// the loop settings given (parsed and checked by the demo's own
+/// arguments, so its defaults and rules live in one place), and those
+/// settings as they were given.
+fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
+    let mut chosen: Vec<String> = Vec::new();
+    let listed = |names: Vec<&str>| names.join(",");
+    if !args.optimisers.is_empty() {
+        chosen.extend([
+            "--optimisers".into(),
+            listed(args.optimisers.iter().map(|o| o.name()).collect()),
+        ]);
+    }
+    if !args.grpo_groups.is_empty() {
+        chosen.extend([
+            "--grpo-groups".into(),
+            listed(args.grpo_groups.iter().map(|g| g.name()).collect()),
+        ]);
+    }
+    if let Some(share) = args.canary_share {
+        chosen.extend(["--canary-share".into(), share.to_string()]);
+    }
+    let common = [
+        "--minutes".into(),
+        args.minutes.to_string(),
+        "--seed".into(),
+        args.seed.to_string(),
+        "--held-out".into(),
+        args.held_out.to_string(),
+        "--max-difficulty".into(),
+        args.max_difficulty.to_string(),
+    ];
+    let demo =
+        DemoCommand::try_parse_from(std::iter::once("demo".to_owned()).chain(common).chain(chosen.clone()))?.demo;
+    demo.check()?;
+    Ok((demo, chosen))
 }
 
 /// The episodes hone's learner played in the demo (rollouts and the

@@ -34,7 +34,7 @@ pub enum DemoOptimiser {
 impl DemoOptimiser {
     pub const DEFAULT: [DemoOptimiser; 3] = [DemoOptimiser::Sft, DemoOptimiser::Grpo, DemoOptimiser::Dpo];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DemoOptimiser::Sft => "sft",
             DemoOptimiser::Grpo => "grpo",
@@ -69,12 +69,18 @@ pub enum GrpoGroups {
 impl GrpoGroups {
     pub const DEFAULT: [GrpoGroups; 2] = [GrpoGroups::Rollouts, GrpoGroups::Production];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GrpoGroups::Rollouts => "rollouts",
             GrpoGroups::Production => "production",
         }
     }
+}
+
+/// `--promote-margin`'s parser: the config's own check of a margin.
+pub fn parse_margin(text: &str) -> Result<f64, String> {
+    let margin = text.parse::<f64>().map_err(|_| format!("`{text}` is not a number"))?;
+    hone_config::PromotionRule::check_margin(margin)
 }
 
 /// What a user chose on the command line that shapes the config.
@@ -85,6 +91,8 @@ pub struct Choices<'a> {
     pub temperature: f64,
     pub replay_share: f64,
     pub canary_share: f64,
+    /// `--promote-margin`: promote only canaries shown within it.
+    pub promote_margin: Option<f64>,
 }
 
 impl std::fmt::Display for DemoOptimiser {
@@ -104,7 +112,19 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         temperature,
         replay_share,
         canary_share,
+        promote_margin,
     } = choices;
+    let promotion = match promote_margin {
+        None => "# A canary not shown worse online than the champion is promoted\n\
+                 # (`promote_margin` asks it to be shown within a margin instead)."
+            .to_owned(),
+        Some(margin) => format!(
+            "# --promote-margin: a canary is promoted only once its online reward is\n\
+             # shown to be at most {margin} below the champion's; one not shown so\n\
+             # by canary_max_episodes (default 4 × canary_episodes) is rolled back.\n\
+             promote_margin = {margin:?}"
+        ),
+    };
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
         RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
@@ -154,6 +174,7 @@ champion = "base"
 policy = {{ type = "auto", min_gain = 0.02, max_cost_ratio = 10.0 }}
 canary_share = {canary_share:?}
 canary_episodes = 24
+{promotion}
 
 [agents.{AGENT}.reward]
 # What the simulated users do is all hone hears about an answer.

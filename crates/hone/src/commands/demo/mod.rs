@@ -103,6 +103,11 @@ pub struct DemoArgs {
     /// Share of traffic a new candidate gets as a canary.
     #[arg(long, default_value_t = 0.3, default_value_if("quick", "true", Some("0.5")))]
     pub canary_share: f64,
+    /// Promote a canary only once its online reward is shown to be at most
+    /// this much below the champion's (non-inferiority; rolled back if not
+    /// shown by 4 × 24 canary episodes). Default: promoted unless shown worse.
+    #[arg(long, value_parser = config::parse_margin)]
+    pub promote_margin: Option<f64>,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -317,6 +322,22 @@ pub(crate) struct Summary {
     measurements: Vec<Measured>,
 }
 
+impl DemoArgs {
+    /// Refuses arguments the demo cannot run with, before anything is made.
+    pub fn check(&self) -> Result<()> {
+        if self.minutes <= 0.0 {
+            bail!("--minutes must be more than 0");
+        }
+        if !(self.canary_share > 0.0 && self.canary_share < 1.0) {
+            bail!("--canary-share must be between 0 and 1");
+        }
+        if self.held_out < 2 || self.episodes_per_round < 2 {
+            bail!("--held-out and --episodes-per-round must be at least 2");
+        }
+        seeds::check(&self.seeds)
+    }
+}
+
 pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
     let mut seen = Vec::new();
     args.optimisers.retain(|o| {
@@ -324,16 +345,7 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
         seen.push(*o);
         first
     });
-    if args.minutes <= 0.0 {
-        bail!("--minutes must be more than 0");
-    }
-    if !(args.canary_share > 0.0 && args.canary_share < 1.0) {
-        bail!("--canary-share must be between 0 and 1");
-    }
-    if args.held_out < 2 || args.episodes_per_round < 2 {
-        bail!("--held-out and --episodes-per-round must be at least 2");
-    }
-    seeds::check(&args.seeds)?;
+    args.check()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -424,6 +436,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
                 temperature: args.temperature,
                 replay_share: args.replay_share,
                 canary_share: args.canary_share,
+                promote_margin: args.promote_margin,
             },
         ),
     )
