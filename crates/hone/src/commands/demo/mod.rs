@@ -106,7 +106,7 @@ pub struct DemoArgs {
     /// Promote a canary only once its online reward is shown to be at most
     /// this much below the champion's (non-inferiority; rolled back if not
     /// shown by 4 × 24 canary episodes). Default: promoted unless shown worse.
-    #[arg(long, value_parser = config::parse_margin)]
+    #[arg(long, value_parser = config::parse_margin, allow_hyphen_values = true)]
     pub promote_margin: Option<f64>,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
