@@ -259,6 +259,17 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         monitors.contains("within bound") || monitors.contains("fires"),
         "{monitors}"
     );
+    // Where the canary stands against the promotion rule: nothing rewarded
+    // yet (the watcher scores episodes when it looks), short of the 50
+    // rewarded episodes the default asks for.
+    let promotion = section(&watched, "promotion");
+    for text in [
+        "promoted unless the champion is shown better online",
+        "0 of 50 / 0",
+        "collecting episodes",
+    ] {
+        assert!(promotion.contains(text), "`{text}` not in {promotion}");
+    }
     let rolled = form(&hone, "/ui/agents/story/rollback", "").await;
     assert!(
         section(&rolled, "notice").contains("roll"),

@@ -1,8 +1,9 @@
 //! `/ui/agents/{agent}`: the Pareto front as a chart (reward × cost, one
 //! point per candidate, pruned ones grey and their reasons in the table),
 //! online reward per version over time with deploy, promote and rollback
-//! marked, the canary monitors' alerts, the history as a timeline, and the
-//! **Approve** and **Roll back** buttons (`hone approve`, `hone rollback`).
+//! marked, the canary monitors' alerts and where the canary stands against
+//! the promotion rule, the history as a timeline, and the **Approve** and
+//! **Roll back** buttons (`hone approve`, `hone rollback`).
 
 use super::{agent_config, html, short, version_name};
 use crate::charts::{self, FrontPoint, Marker, Series};
@@ -11,7 +12,9 @@ use crate::{blocking, Ui, UiError};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
+use hone_config::PromotionRule;
 use hone_learn::deploy::{self, Change};
+use hone_learn::watch::{Call, Online};
 use hone_types::{CandidateStatus, VersionId};
 use serde::Serialize;
 use std::sync::Arc;
@@ -61,6 +64,49 @@ struct MonitorRow {
     bound: String,
     p_value: f64,
     fires: bool,
+}
+
+/// Where the running canary stands against the promotion rule: what the
+/// watcher would decide on the episodes rewarded so far.
+#[derive(Serialize)]
+struct PromotionView {
+    rule: String,
+    needed: usize,
+    canary_episodes: usize,
+    champion_episodes: usize,
+    canary_mean: Option<f64>,
+    champion_mean: Option<f64>,
+    p_champion_better: f64,
+    p_within_margin: Option<f64>,
+    call: &'static str,
+}
+
+impl PromotionView {
+    fn new(deployment: &hone_config::DeploymentConfig, online: &Online) -> Self {
+        let rule = match deployment.promotion {
+            PromotionRule::NotShownWorse => "promoted unless the champion is shown better online".to_owned(),
+            PromotionRule::WithinMargin { margin, max_episodes } => format!(
+                "promoted once shown within {margin} reward of the champion online; rolled back if not shown so by {max_episodes} episodes"
+            ),
+        };
+        let call = match online.call {
+            Call::Wait if online.canary_episodes < deployment.canary_episodes => "collecting episodes",
+            Call::Wait => "collecting: not yet shown within the margin",
+            Call::Promote => "promotes at the watcher's next look",
+            Call::RollBack => "rolls back at the watcher's next look",
+        };
+        Self {
+            rule,
+            needed: deployment.canary_episodes,
+            canary_episodes: online.canary_episodes,
+            champion_episodes: online.champion_episodes,
+            canary_mean: online.canary_mean,
+            champion_mean: online.champion_mean,
+            p_champion_better: online.p_champion_better,
+            p_within_margin: online.p_within_margin,
+            call,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -211,28 +257,32 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
         .collect();
     // The canary's monitored measures against their bounds, over the
     // windows the canary watcher reads.
-    let monitors: Vec<MonitorRow> = match (&deployment.canary, deployment.canary_since) {
-        (Some(canary), Some(since)) => {
-            let monitor = &agent.learn.monitor;
-            let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
-            let (c, h) = (window(canary)?, window(&deployment.champion)?);
-            let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
-            hone_learn::monitor::readings(monitor, &c, &h, expected)
-                .into_iter()
-                .map(|r| MonitorRow {
-                    metric: r.metric,
-                    canary: r.canary,
-                    champion: r.champion,
-                    canary_episodes: r.canary_episodes,
-                    champion_episodes: r.champion_episodes,
-                    bound: r.bound.to_string(),
-                    p_value: r.p_value,
-                    fires: r.fires,
-                })
-                .collect()
-        }
-        _ => Vec::new(),
-    };
+    let (monitors, promotion): (Vec<MonitorRow>, Option<PromotionView>) =
+        match (&deployment.canary, deployment.canary_since) {
+            (Some(canary), Some(since)) => {
+                let monitor = &agent.learn.monitor;
+                let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
+                let (c, h) = (window(canary)?, window(&deployment.champion)?);
+                let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
+                let rewards = |w: &[hone_store::WindowEpisode]| w.iter().filter_map(|e| e.reward).collect::<Vec<f64>>();
+                let online = Online::of(&agent.deployment, monitor.confidence, &rewards(&c), &rewards(&h));
+                let rows = hone_learn::monitor::readings(monitor, &c, &h, expected)
+                    .into_iter()
+                    .map(|r| MonitorRow {
+                        metric: r.metric,
+                        canary: r.canary,
+                        champion: r.champion,
+                        canary_episodes: r.canary_episodes,
+                        champion_episodes: r.champion_episodes,
+                        bound: r.bound.to_string(),
+                        p_value: r.p_value,
+                        fires: r.fires,
+                    })
+                    .collect();
+                (rows, Some(PromotionView::new(&agent.deployment, &online)))
+            }
+            _ => (Vec::new(), None),
+        };
     let cycle = store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned());
     page(
         "agent.html",
@@ -252,6 +302,7 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
             reward_svg => minijinja::Value::from_safe_string(charts::reward_over_time(&series, &markers)),
             alerts => minijinja::Value::from(minijinja::value::Serde(&alerts)),
             monitors => minijinja::Value::from(minijinja::value::Serde(&monitors)),
+            promotion => minijinja::Value::from(minijinja::value::Serde(&promotion)),
             timeline => minijinja::Value::from(minijinja::value::Serde(&timeline)),
             notice,
         },
@@ -311,4 +362,51 @@ pub async fn rollback(State(ui): State<Arc<Ui>>, Path(agent): Path<String>) -> R
         )?)
     });
     after(ui.clone(), agent, change).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 0/1 rewards, `k` of `n` passing.
+    fn passes(k: usize, n: usize) -> Vec<f64> {
+        (0..n).map(|i| if i < k { 1.0 } else { 0.0 }).collect()
+    }
+
+    #[test]
+    fn the_promotion_view_says_which_rule_and_what_the_watcher_would_do() {
+        let mut deployment = hone_config::DeploymentConfig::new("v1".into());
+        deployment.canary_episodes = 24;
+        let view = |d: &hone_config::DeploymentConfig, canary: &[f64]| {
+            PromotionView::new(d, &Online::of(d, 0.95, canary, &passes(30, 60)))
+        };
+        // Default rule: too few, then promoted while not shown worse, and
+        // rolled back when it is.
+        assert_eq!(view(&deployment, &passes(9, 10)).call, "collecting episodes");
+        assert_eq!(
+            view(&deployment, &passes(17, 40)).call,
+            "promotes at the watcher's next look"
+        );
+        assert_eq!(
+            view(&deployment, &passes(5, 30)).call,
+            "rolls back at the watcher's next look"
+        );
+        // With a margin, a slightly lower canary keeps collecting until the cap.
+        deployment.promotion = PromotionRule::WithinMargin {
+            margin: 0.05,
+            max_episodes: 80,
+        };
+        let waiting = view(&deployment, &passes(17, 40));
+        assert_eq!(waiting.call, "collecting: not yet shown within the margin");
+        assert!(
+            waiting.rule.contains("within 0.05 reward") && waiting.rule.contains("by 80 episodes"),
+            "{}",
+            waiting.rule
+        );
+        assert_eq!(
+            (waiting.canary_episodes, waiting.needed, waiting.champion_episodes),
+            (40, 24, 60)
+        );
+        assert!(waiting.p_within_margin.is_some_and(|p| p > 0.05));
+    }
 }
