@@ -148,6 +148,8 @@ pub struct Online {
     /// is shown within the margin).
     pub p_within_margin: Option<f64>,
     pub margin: Option<f64>,
+    /// The canary has the `canary_episodes` rewarded episodes a decision needs.
+    pub enough: bool,
     /// The champion is shown better (`p_champion_better` below 1 − confidence).
     pub shown_worse: bool,
     pub call: Call,
@@ -172,8 +174,9 @@ impl Online {
             mean_greater_p(&lowered, canary)
         });
         let n = canary.len();
+        let enough = n >= deployment.canary_episodes;
         let shown_worse = p_champion_better < alpha;
-        let call = if n < deployment.canary_episodes {
+        let call = if !enough {
             Call::Wait
         } else if shown_worse {
             Call::RollBack
@@ -193,6 +196,7 @@ impl Online {
             p_champion_better,
             p_within_margin,
             margin: margin.map(|(m, _)| m),
+            enough,
             shown_worse,
             call,
         }

@@ -90,7 +90,7 @@ impl PromotionView {
             ),
         };
         let call = match online.call {
-            Call::Wait if online.canary_episodes < deployment.canary_episodes => "collecting episodes",
+            Call::Wait if !online.enough => "collecting episodes",
             Call::Wait => "collecting: not yet shown within the margin",
             Call::Promote => "promotes at the watcher's next look",
             Call::RollBack => "rolls back at the watcher's next look",

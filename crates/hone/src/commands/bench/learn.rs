@@ -153,9 +153,10 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     if !(args.threshold > 0.0 && args.threshold <= 1.0) {
         bail!("--threshold must be in (0, 1]");
     }
-    if !(args.minutes > 0.0 && args.checkpoint_seconds > 0.0) {
-        bail!("--minutes and --checkpoint-seconds must be above 0");
+    if args.checkpoint_seconds <= 0.0 {
+        bail!("--checkpoint-seconds must be above 0");
     }
+    // hone's side is checked by the demo's own rules (`--minutes` among them).
     let (mut demo_args, settings) = hone_side(&args)?;
     check_python(&args.python)?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
@@ -208,14 +209,10 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         hone_settings: settings.clone(),
         sides: vec![
             Side::new(
-                &if settings.is_empty() {
-                    "hone (demo: users' implicit feedback, gate, canary)".to_owned()
-                } else {
-                    format!(
-                        "hone (demo {}: users' implicit feedback, gate, canary)",
-                        settings.join(" ")
-                    )
-                },
+                &format!(
+                    "hone (demo{}: users' implicit feedback, gate, canary)",
+                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
+                ),
                 "user episodes",
                 hone_points,
                 args.threshold,
