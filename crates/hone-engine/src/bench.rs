@@ -235,12 +235,15 @@ pub struct PrefixFigures {
 /// tokens each (different per request and per run), `settings.new_tokens`
 /// greedy tokens each, all submitted at once as an agent's concurrent
 /// episodes are — through an [`Engine`](crate::engine::Engine) on the
-/// checkpoint in `dir` with the prefix cache off, then on.
+/// checkpoint in `dir` (on `device`, in `dtype`) with the prefix cache off,
+/// then on.
 pub fn measure_prefix_cache(
     dir: &std::path::Path,
     settings: BenchSettings,
     requests: usize,
     own: usize,
+    dtype: candle_core::DType,
+    device: &candle_core::Device,
 ) -> Result<PrefixFigures> {
     use crate::engine::{Engine, EngineOptions, Event, Request, DEFAULT_PREFIX_CACHE_BYTES};
     use crate::generate::Sampling;
@@ -249,6 +252,8 @@ pub fn measure_prefix_cache(
             dir,
             EngineOptions {
                 prefix_cache_bytes,
+                dtype,
+                device: device.clone(),
                 ..EngineOptions::default()
             },
         )?;

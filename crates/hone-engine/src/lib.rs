@@ -16,11 +16,13 @@
 //!   and the next-token distribution interpolated with it;
 //! - [`tokenizer`]: `tokenizer.json` and the chat template of
 //!   `tokenizer_config.json`, rendered with minijinja;
+//! - [`device`]: `cpu` / `cuda` → a candle device;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout;
 //! - [`threads`]: the CPU thread count, fixed once per process.
 
 pub mod bench;
 pub mod config;
+pub mod device;
 pub mod engine;
 pub mod generate;
 pub mod init;
@@ -57,6 +59,8 @@ pub enum EngineError {
     Template(String),
     #[error("adapter: {0}")]
     Adapter(String),
+    #[error("device: {0}")]
+    Device(String),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

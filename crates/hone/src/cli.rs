@@ -216,6 +216,12 @@ pub enum BenchCommand {
         /// `--memory-keys 10000,100000`.
         #[arg(long, value_delimiter = ',')]
         memory_keys: Vec<usize>,
+        /// Where both engines run: `cpu`, or `cuda` (a build with `--features cuda`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Weights and activations: `f32`, `bf16` or `f16`.
+        #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
+        dtype: String,
     },
 }
 
@@ -381,6 +387,8 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     reps,
                     python,
                     memory_keys,
+                    device,
+                    dtype,
                 },
         } => bench::engine::run(bench::engine::Options {
             presets,
@@ -389,6 +397,8 @@ pub fn run(command: Command) -> Result<ExitCode> {
             reps,
             memory_keys,
             python,
+            device,
+            dtype,
         }),
     }
 }

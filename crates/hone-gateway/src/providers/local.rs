@@ -123,11 +123,8 @@ impl LocalProvider {
         if let Some(engine) = engines.get(model) {
             return Ok(engine.clone());
         }
-        let device = match self.options.device.as_str() {
-            "cuda" => candle_core::Device::new_cuda(0)
-                .map_err(|e| format!("provider `{}`: no CUDA device: {e}", self.name))?,
-            _ => candle_core::Device::Cpu,
-        };
+        let device =
+            hone_engine::device::by_name(&self.options.device).map_err(|e| format!("provider `{}`: {e}", self.name))?;
         let dtype = match self.options.dtype {
             LocalDType::F32 => candle_core::DType::F32,
             LocalDType::Bf16 => candle_core::DType::BF16,

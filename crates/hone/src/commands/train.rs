@@ -3,7 +3,7 @@
 //! `OUT/metrics.jsonl`, checkpoints under `OUT/checkpoints/`, and the
 //! adapter in PEFT format in `OUT`.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hone_engine::lora::Module;
 use hone_train::data::{self, Renderer};
@@ -138,11 +138,7 @@ pub struct TrainArgs {
 }
 
 pub fn run(algorithm: Algorithm, args: TrainArgs) -> Result<ExitCode> {
-    let device = match args.device.as_str() {
-        "cpu" => candle_core::Device::Cpu,
-        "cuda" => candle_core::Device::new_cuda(0).context("no CUDA device (build with --features cuda)")?,
-        other => bail!("unknown device `{other}` (cpu, cuda)"),
-    };
+    let device = hone_engine::device::by_name(&args.device)?;
     let targets = args
         .targets
         .iter()

@@ -1,19 +1,20 @@
 //! `hone bench engine`: the embedded engine's prefill and decode throughput
 //! at batch 1 and 8, on the tiny preset and on a random model with the exact
-//! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same CPU,
-//! the same weights and the same settings (`bench/engine_hf.py`, run with
-//! `--python`). Then the prefix cache: requests that share the prompt,
+//! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same device
+//! (the CPU, or a GPU with `--device cuda`), the same weights, dtype and
+//! settings (`bench/engine_hf.py`, run with `--python`). Then the prefix cache: requests that share the prompt,
 //! served through the whole engine with it off and on in the same run.
 //! Prints tables with the ratios; not a test.
 
 use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
-use candle_core::{DType, Device};
+use candle_core::DType;
 use hone_engine::bench::{measure, measure_memory, measure_prefix_cache, BenchSettings, Figures};
 use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::str::FromStr;
 
 /// Requests in the prefix-cache measurement, and each one's own prompt tokens.
 const PREFIX_REQUESTS: usize = 16;
@@ -30,6 +31,10 @@ pub struct Options {
     pub python: Option<String>,
     /// Datastore sizes to decode with (kNN-LM memory), each next to decoding without.
     pub memory_keys: Vec<usize>,
+    /// `cpu` or `cuda` (see `hone_engine::device`).
+    pub device: String,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: String,
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
@@ -38,10 +43,14 @@ pub fn run(options: Options) -> Result<ExitCode> {
         new_tokens: options.new_tokens,
         reps: options.reps,
     };
+    let device = hone_engine::device::by_name(&options.device)?;
+    let dtype = DType::from_str(&options.dtype).map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
     let mut out = std::io::stdout();
     writeln!(
         out,
-        "hone bench engine — f32, CPU ({} threads), prompt {} tokens, {} decode steps, median of {} runs",
+        "hone bench engine — {}, {} ({} CPU threads), prompt {} tokens, {} decode steps, median of {} runs",
+        options.dtype,
+        hone_engine::device::label(&device),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         settings.prompt,
         settings.new_tokens,
@@ -53,7 +62,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
         progress(format!("[{name}] measuring hone-engine (candle) …"));
-        let model = Model::load(dir.path(), DType::F32, &Device::Cpu)?;
+        let model = Model::load(dir.path(), dtype, &device)?;
         let ours = measure(&model, settings)?;
         for keys in &options.memory_keys {
             progress(format!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
@@ -67,12 +76,12 @@ pub fn run(options: Options) -> Result<ExitCode> {
         ));
         prefix_rows.push((
             name.clone(),
-            measure_prefix_cache(dir.path(), settings, PREFIX_REQUESTS, PREFIX_OWN_TOKENS)?,
+            measure_prefix_cache(dir.path(), settings, PREFIX_REQUESTS, PREFIX_OWN_TOKENS, dtype, &device)?,
         ));
         let theirs = match &options.python {
             Some(python) => {
                 progress(format!("[{name}] measuring transformers ({python}) …"));
-                match transformers(python, dir.path(), settings) {
+                match transformers(python, dir.path(), settings, &options) {
                     Ok(figures) => Some(figures),
                     Err(e) => {
                         progress(format!("[{name}] transformers skipped: {e:#}"));
@@ -170,7 +179,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
 }
 
 /// Runs `bench/engine_hf.py` on the same checkpoint.
-fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<Figures> {
+fn transformers(python: &str, model: &Path, settings: BenchSettings, options: &Options) -> Result<Figures> {
     let args: Vec<std::ffi::OsString> = vec![
         "--model".into(),
         model.into(),
@@ -180,6 +189,10 @@ fn transformers(python: &str, model: &Path, settings: BenchSettings) -> Result<F
         settings.new_tokens.to_string().into(),
         "--reps".into(),
         settings.reps.to_string().into(),
+        "--device".into(),
+        options.device.clone().into(),
+        "--dtype".into(),
+        options.dtype.clone().into(),
     ];
     run_json(python, HF_SCRIPT, &args)
 }

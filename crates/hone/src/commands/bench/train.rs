@@ -50,18 +50,14 @@ struct Trl {
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
-    let device = match options.device.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0).context("no CUDA device (build with --features cuda)")?,
-        other => anyhow::bail!("unknown device `{other}` (cpu, cuda)"),
-    };
+    let device = hone_engine::device::by_name(&options.device)?;
     let mut out = std::io::stdout();
     let peak = matmul_gflops(&device)?;
     writeln!(
         out,
         "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
          LoRA r={} on q,k,v,o,gate,up,down, median of {} steps",
-        if device.is_cpu() { "CPU" } else { "CUDA" },
+        hone_engine::device::label(&device),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         options.group,
         options.prompt,
