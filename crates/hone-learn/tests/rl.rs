@@ -10,6 +10,7 @@
 //! build on the champion's adapter, so gains accumulate across cycles.
 
 use crate::support::{learner, World};
+use hone_learn::optimiser::training::{adapter_name, Method};
 use hone_store::{CycleStore, LearnStore, Store};
 use hone_types::CycleState;
 use serde_json::Value;
@@ -110,7 +111,7 @@ async fn grpo_in_a_cycle_trains_on_recorded_tokens_and_sampler_logprobs_of_the_t
     assert!(log.contains(&format!("on {} tasks", train.len())), "{log}");
 
     // What the trainer saw, step by step.
-    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+    let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Grpo));
     assert_eq!(steps.len(), 12, "{metrics}");
     let extra = |s: &Value, k: &str| s["extra"][k].as_f64().unwrap_or(f64::NAN);
     // On the first step that trains (a batch whose groups all tie is
@@ -184,7 +185,7 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
     let log = lines.lock().unwrap().join("\n");
     let c1 = w.store.candidates("acc", Some(&first.id)).unwrap();
     assert_eq!(c1.len(), 1, "{log}");
-    let adapter1 = format!("{}-sft", first.id);
+    let adapter1 = adapter_name(&first, Method::Sft);
     assert_eq!(adapter_of(&w, &c1[0].version_id), Some(adapter1.clone()));
 
     // Make the candidate the champion, as a promotion would.
@@ -202,7 +203,7 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
     let log = lines.lock().unwrap().join("\n");
     let c2 = w.store.candidates("acc", Some(&second.id)).unwrap();
     assert_eq!(c2.len(), 1, "{log}");
-    let adapter2 = format!("{}-sft", second.id);
+    let adapter2 = adapter_name(&second, Method::Sft);
     assert_eq!(adapter_of(&w, &c2[0].version_id), Some(adapter2.clone()));
     assert_eq!(c2[0].parent, c1[0].version_id);
     // Cycle 2 replays cycle 1's successes, none it gates on.
@@ -290,7 +291,7 @@ async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() 
         .unwrap_or(0);
     assert!(pairs > 0, "no on-policy pair\n{log}");
 
-    let (steps, metrics) = trainer_steps(&w, &format!("{}-dpo", cycle.id));
+    let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Dpo));
     assert_eq!(steps.len(), 24, "{metrics}");
     let ln2 = std::f64::consts::LN_2;
     assert!((steps[0]["loss"].as_f64().unwrap() - ln2).abs() < 1e-3, "{metrics}");
@@ -333,7 +334,7 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
             tokens += sampled.prompt.len() + sampled.completion.len();
         }
     }
-    let (steps, metrics) = trainer_steps(&w, &format!("{}-sft", cycle.id));
+    let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Sft));
     assert_eq!(steps.len(), 1, "{metrics}");
     // One batch of four holds every chosen call: the whole of what was sampled.
     assert_eq!(
@@ -348,6 +349,44 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
         (loss - expected).abs() < 1e-3,
         "loss {loss} vs recorded {expected}\n{metrics}"
     );
+}
+
+/// Two deployments with stores of their own share one artefact store (or
+/// a store is made afresh beside an old one): both count their cycles from
+/// 1, and the second's first cycle trains its own adapter instead of taking
+/// the first's, published under the same cycle id, for one it trained
+/// before a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_store_sharing_the_artefacts_trains_its_own_adapters() {
+    let model = tiny_checkpoint();
+    let shared = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[providers.local]\ntype = \"local\"\n[agents.pub.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
+         temperature = 1.0\nmax_tokens = 6\n[agents.pub.deployment]\nchampion = \"v1\"\n\
+         [agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
+         pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+         [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1\n\
+         [artefacts]\nurl = {:?}\n",
+        model.path().display().to_string(),
+        format!("file://{}", shared.path().display()),
+    );
+    let first = World::start_with(&config).await;
+    let (cycle1, _) = one_cycle(&first, "pub", "sft", 8).await;
+    // The second deployment starts its cycle 1 a moment later.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let second = World::start_with(&config).await;
+    let (cycle2, log) = one_cycle(&second, "pub", "sft", 8).await;
+    assert_eq!(cycle1.id, cycle2.id, "both stores count from 1");
+    let (name1, name2) = (adapter_name(&cycle1, Method::Sft), adapter_name(&cycle2, Method::Sft));
+    assert!(!log.contains("published earlier"), "{log}");
+    assert!(log.contains(&format!("sft: training adapter {name2}")), "{log}");
+    assert_ne!(name1, name2);
+    let candidate = &second.store.candidates("pub", Some(&cycle2.id)).unwrap()[0];
+    assert_eq!(adapter_of(&second, &candidate.version_id), Some(name2.clone()));
+    let artefacts = hone_artefacts::Artefacts::new(&second.config.artefacts).unwrap();
+    for name in [&name1, &name2] {
+        assert!(artefacts.published_adapter(name).await.unwrap().is_some(), "{name}");
+    }
 }
 
 /// With a shared artefact store the adapter a cycle trains is published
@@ -370,7 +409,7 @@ async fn a_trained_adapter_is_published_before_a_candidate_names_it() {
     let cached: Vec<_> = std::fs::read_dir(&w.config.artefacts.cache_dir).unwrap().collect();
     assert_eq!(cached.len(), 1, "the gateway fetched the base checkpoint once");
     let (cycle, log) = one_cycle(&w, "pub", "sft", 8).await;
-    let name = format!("{}-sft", cycle.id);
+    let name = adapter_name(&cycle, Method::Sft);
     assert!(
         log.contains(&format!("sft: adapter {name} published to file://")),
         "{log}"
@@ -586,7 +625,7 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
         let log = lines.lock().unwrap().join("\n");
         assert!(!log.contains("rolling out"), "production groups need no rollout\n{log}");
         assert!(log.contains(&format!("{agent}: grpo: 8 production episodes")), "{log}");
-        let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+        let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Grpo));
         assert!(
             (first_trained(&steps)["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
             "{metrics}"
@@ -618,7 +657,7 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
         log.contains("prod: grpo: 8 production episodes as single-answer groups (8 served by other weights"),
         "{log}"
     );
-    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+    let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Grpo));
     assert!(
         (first_trained(&steps)["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
         "{metrics}"
@@ -697,7 +736,7 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
     }
     assert!(log.contains("sh: grpo: 8 shadow groups"), "{log}");
     assert!(!log.contains("rolling out"), "{log}");
-    let (steps, metrics) = trainer_steps(&w, &format!("{}-grpo", cycle.id));
+    let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Grpo));
     assert!(
         (first_trained(&steps)["extra"]["ratio"].as_f64().unwrap() - 1.0).abs() < 1e-3,
         "{metrics}"

@@ -56,7 +56,7 @@ impl Proposal {
 pub struct ProposeContext<'a> {
     pub config: &'a Config,
     pub agent: &'a AgentConfig,
-    pub cycle_id: &'a str,
+    pub cycle: &'a hone_types::CycleInfo,
     pub champion_id: &'a VersionId,
     pub champion: &'a VersionSpec,
     /// What to learn from: the cycle's train set (half of a stratified

@@ -30,7 +30,7 @@ impl Optimiser for PlaybookOptimiser {
                 (ctx.progress)("playbook: no episodes in the train set");
                 return Ok(Vec::new());
             }
-            let batch = evidence::minibatch(evidence, self.spec.minibatch, 0, ctx.cycle_id);
+            let batch = evidence::minibatch(evidence, self.spec.minibatch, 0, &ctx.cycle.id);
             let reflector = Reflector::of(ctx, self.name());
             let before = ctx.meter.spent();
             let prompt = reflection_prompt(&ctx.champion.playbook, &batch);

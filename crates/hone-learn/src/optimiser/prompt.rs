@@ -44,9 +44,9 @@ impl Optimiser for PromptOptimiser {
             }
             let reflector = Reflector::of(ctx, self.name());
             for round in 0..self.spec.candidates {
-                let parent = parent(&pool, ctx.cycle_id, round);
+                let parent = parent(&pool, &ctx.cycle.id, round);
                 let parent_prompt = parent.map_or(champion_prompt.as_str(), |p| p.system.as_str());
-                let batch = evidence::minibatch(evidence, self.spec.minibatch, round, ctx.cycle_id);
+                let batch = evidence::minibatch(evidence, self.spec.minibatch, round, &ctx.cycle.id);
                 let before = ctx.meter.spent();
                 let answer = reflector
                     .ask(&reflection_prompt(ctx, parent_prompt, &batch), parse)

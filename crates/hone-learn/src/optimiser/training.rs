@@ -133,7 +133,7 @@ pub async fn propose_adapter(
         }
     };
     let fetch_failed = |e: hone_artefacts::ArtefactError| LearnError::training(e.to_string());
-    let name = format!("{}-{}", ctx.cycle_id, method.name());
+    let name = adapter_name(ctx.cycle, method);
     let done = ctx.adapters_dir.join(&name);
     if !done.join("adapter_config.json").exists()
         && ctx
@@ -228,6 +228,36 @@ pub async fn propose_adapter(
         training: Some(training),
         spend: None,
     }])
+}
+
+/// The name of the adapter `method` trains in `cycle`: the cycle's id
+/// (`<agent>-<seq>`), the method, and the cycle's start in base 36. The
+/// start keeps names apart between stores that share an adapters folder or
+/// an artefact store — a store made afresh, or a second deployment, counts
+/// its cycles from 1 again, and an adapter found under its name is taken as
+/// this cycle's own, trained before a restart (resumed, not retrained). A
+/// resumed cycle keeps its start, so it still finds its adapter.
+pub fn adapter_name(cycle: &hone_types::CycleInfo, method: Method) -> String {
+    format!(
+        "{}-{}-{}",
+        cycle.id,
+        method.name(),
+        base36(cycle.started_at.max(0) as u64)
+    )
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The replay buffer as the trainer takes it, and how much of each batch.

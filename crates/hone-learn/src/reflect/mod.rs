@@ -35,7 +35,7 @@ impl<'a> Reflector<'a> {
         Self {
             client: &ctx.evaluator.gateway,
             label: hone_config::reflect::reflector_label(&ctx.agent.name, optimiser),
-            cycle: ctx.cycle_id,
+            cycle: &ctx.cycle.id,
             meter: ctx.meter,
         }
     }

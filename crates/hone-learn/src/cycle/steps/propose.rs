@@ -66,7 +66,7 @@ pub(super) async fn run(
         let ctx = ProposeContext {
             config: &learner.config,
             agent,
-            cycle_id: &cycle.id,
+            cycle,
             champion_id: &champion_id,
             champion: &champion.spec,
             target: &train,
