@@ -858,11 +858,17 @@ fn flags_from_raw(field: &str, names: Vec<String>) -> Result<Vec<String>, Config
 fn confidence(field: &str, value: Option<f64>, default: f64) -> Result<f64, ConfigError> {
     match value {
         None => Ok(default),
-        Some(c) if c > 0.5 && c < 1.0 => Ok(c),
-        Some(c) => Err(ConfigError::at(
-            field,
-            format!("must be between 0.5 and 1 (exclusive), got {c}"),
-        )),
+        Some(c) => check_confidence(c).map_err(|why| ConfigError::at(field, why)),
+    }
+}
+
+/// A confidence the gate or the monitors may ask for: strictly between 0.5
+/// and 1 (for checks outside a config file, such as `hone demo`'s flags).
+pub fn check_confidence(c: f64) -> Result<f64, String> {
+    if c > 0.5 && c < 1.0 {
+        Ok(c)
+    } else {
+        Err(format!("must be between 0.5 and 1 (exclusive), got {c}"))
     }
 }
 

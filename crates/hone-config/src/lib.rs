@@ -32,9 +32,9 @@ pub use env::expand_env;
 pub use error::{is_adapter_name, ConfigError};
 pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
-    Bound, Bounds, DeploymentPolicy, DriftSpec, ExamplesSpec, GateSpec, GroupSource, LearnBudget, LearnSpec,
-    MemorySpec, ModelSpec, MonitorSpec, Objective, OptimiserSpec, ReplaySpec, ShadowSpec, TrainingSpec, MEAN_METRICS,
-    RATE_METRICS,
+    check_confidence, Bound, Bounds, DeploymentPolicy, DriftSpec, ExamplesSpec, GateSpec, GroupSource, LearnBudget,
+    LearnSpec, MemorySpec, ModelSpec, MonitorSpec, Objective, OptimiserSpec, ReplaySpec, ShadowSpec, TrainingSpec,
+    MEAN_METRICS, RATE_METRICS,
 };
 pub use load::{load_file, load_str};
 pub use metrics::MetricConfig;

@@ -268,6 +268,8 @@ fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_make
         ("--seeds", "1,2,1"),
         ("--promote-margin", "-0.1"),
         ("--promote-margin", "much"),
+        ("--gate-confidence", "0.5"),
+        ("--gate-confidence", "1"),
     ] {
         let out = hone(&["demo", "--quick", "--data-dir", data.to_str().unwrap(), flag, value]);
         assert!(!out.status.success(), "{flag} {value} was accepted");

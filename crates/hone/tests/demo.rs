@@ -46,6 +46,8 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
             // trains in the unoptimised test build.
             "--optimisers",
             "grpo",
+            "--gate-confidence",
+            "0.9",
         ])
         .arg("--base")
         .arg(&base)
@@ -79,6 +81,9 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         "{text}"
     );
     assert!(text.contains(r#"optimisers = ["grpo"]"#), "{text}");
+    let gate = &text[text.find("learn.gate]").expect("a gate table")..];
+    let gate = &gate[..gate.find("\n[").unwrap_or(gate.len())];
+    assert!(gate.contains("confidence = 0.9\n"), "{gate}");
 
     // The summary: base and last measured on the same 6 held-out tasks.
     let summary: serde_json::Value =

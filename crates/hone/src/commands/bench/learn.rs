@@ -4,8 +4,8 @@
 //!
 //! - hone: `hone demo` as it ships (simulated users' implicit feedback, the
 //!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`;
-//!   `--optimisers`, `--grpo-groups` and `--canary-share` choose its loop
-//!   as they do the demo's.
+//!   `--optimisers`, `--grpo-groups`, `--canary-share` and
+//!   `--gate-confidence` choose its loop as they do the demo's.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
 //!   episodes it samples itself, tools run and answers scored by the same
 //!   environment through its endpoint (`POST /step`), rewarded with the
@@ -84,6 +84,10 @@ pub struct LearnArgs {
     /// --canary-share` (default: the demo's).
     #[arg(long)]
     pub canary_share: Option<f64>,
+    /// hone's side: how sure its gate must be that a candidate beats the
+    /// champion, as `hone demo --gate-confidence` (default: the demo's).
+    #[arg(long)]
+    pub gate_confidence: Option<f64>,
 }
 
 /// The demo's arguments as `hone demo` would parse them (one home for its defaults).
@@ -262,6 +266,9 @@ fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
     }
     if let Some(share) = args.canary_share {
         chosen.extend(["--canary-share".into(), share.to_string()]);
+    }
+    if let Some(confidence) = args.gate_confidence {
+        chosen.extend(["--gate-confidence".into(), confidence.to_string()]);
     }
     let common = [
         "--minutes".into(),

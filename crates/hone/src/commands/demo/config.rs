@@ -83,6 +83,12 @@ pub fn parse_margin(text: &str) -> Result<f64, String> {
     hone_config::PromotionRule::check_margin(margin)
 }
 
+/// `--gate-confidence`: a number the config's own rule accepts.
+pub fn parse_confidence(text: &str) -> Result<f64, String> {
+    let confidence = text.parse::<f64>().map_err(|_| format!("`{text}` is not a number"))?;
+    hone_config::check_confidence(confidence)
+}
+
 /// What a user chose on the command line that shapes the config.
 pub struct Choices<'a> {
     pub reward: RewardMode,
@@ -93,6 +99,9 @@ pub struct Choices<'a> {
     pub canary_share: f64,
     /// `--promote-margin`: promote only canaries shown within it.
     pub promote_margin: Option<f64>,
+    /// `--gate-confidence`: how sure the gate must be that a candidate
+    /// beats the champion offline.
+    pub gate_confidence: f64,
 }
 
 impl std::fmt::Display for DemoOptimiser {
@@ -113,6 +122,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         replay_share,
         canary_share,
         promote_margin,
+        gate_confidence,
     } = choices;
     let promotion = match promote_margin {
         None => "# A canary not shown worse online than the champion is promoted\n\
@@ -210,6 +220,9 @@ concurrency = 16{dropped}
 # version, and a flip counts as a regression only when re-runs confirm it.
 samples = 3
 reruns = 2
+# How sure the gate must be that a candidate beats the champion on the
+# cycle's held-out half before it may go to a canary (`--gate-confidence`).
+confidence = {gate_confidence:?}
 
 [agents.{AGENT}.learn.monitor]
 min_episodes = 24

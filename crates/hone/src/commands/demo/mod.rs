@@ -108,6 +108,12 @@ pub struct DemoArgs {
     /// shown by 4 × 24 canary episodes). Default: promoted unless shown worse.
     #[arg(long, value_parser = config::parse_margin, allow_hyphen_values = true)]
     pub promote_margin: Option<f64>,
+    /// How sure the gate must be that a candidate beats the champion on the
+    /// cycle's held-out half before it becomes a canary (between 0.5 and 1;
+    /// lower lets more candidates reach users, where the canary's monitors
+    /// and promotion rule judge them on real traffic).
+    #[arg(long, default_value_t = 0.95, value_parser = config::parse_confidence)]
+    pub gate_confidence: f64,
     /// User episodes per round (between two cycles).
     #[arg(long, default_value_t = 64)]
     pub episodes_per_round: u64,
@@ -437,6 +443,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
                 replay_share: args.replay_share,
                 canary_share: args.canary_share,
                 promote_margin: args.promote_margin,
+                gate_confidence: args.gate_confidence,
             },
         ),
     )
