@@ -86,12 +86,17 @@ pub struct GateInput<'a> {
     pub comparisons: &'a [&'a Comparison],
 }
 
+/// The candidate's reward gain over the champion: the mean of the paired
+/// differences ([`paired_diffs`]) and its bootstrap interval at
+/// `confidence`, as the gate judges it; `None` with nothing paired.
+pub fn paired_gain(diffs: &[f64], confidence: f64) -> Option<(f64, (f64, f64))> {
+    Some((mean(diffs)?, bootstrap_ci(diffs, confidence, 17)?))
+}
+
 pub fn decide(input: &GateInput<'_>) -> GateDecision {
     let spec = input.spec;
     let mut reasons = Vec::new();
-    let gain = mean(input.diffs).unwrap_or(0.0);
-    let ci = bootstrap_ci(input.diffs, spec.confidence, 17);
-    let (lo, hi) = ci.unwrap_or((0.0, 0.0));
+    let (gain, (lo, hi)) = paired_gain(input.diffs, spec.confidence).unwrap_or((0.0, (0.0, 0.0)));
     let pct = (spec.confidence * 100.0).round();
     let better_reward = lo > 0.0;
     let not_worse = lo >= 0.0 || (input.diffs.iter().all(|d| *d >= 0.0) && !input.diffs.is_empty());

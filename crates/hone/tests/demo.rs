@@ -26,6 +26,48 @@ fn tiny_base(dir: &Path) -> PathBuf {
     base
 }
 
+/// Every candidate row of the cycle tables in `stdout` whose "VS CHAMPION"
+/// cell holds a gain: (short id, [gain, low, high]).
+fn table_gains(stdout: &str) -> Vec<(String, [f64; 3])> {
+    let mut found = Vec::new();
+    let mut columns = None;
+    for line in stdout.lines() {
+        if let (Some(from), Some(to)) = (line.find("VS CHAMPION"), line.find("INVALID TOOL")) {
+            columns = Some((from, to));
+            continue;
+        }
+        let Some((from, to)) = columns else { continue };
+        // "+0.17 [+0.03, +0.32]"; anything else ends the table.
+        let cell = line.get(from..to).map(str::trim).unwrap_or("");
+        let parsed = cell.split_once(" [").and_then(|(gain, rest)| {
+            let (low, high) = rest.strip_suffix(']')?.split_once(", ")?;
+            Some([gain.parse().ok()?, low.parse().ok()?, high.parse().ok()?])
+        });
+        match parsed {
+            Some(gain) => found.push((line.split_whitespace().next().unwrap().to_owned(), gain)),
+            None => columns = None,
+        }
+    }
+    found
+}
+
+/// The gain and interval in the gate's reason, passed ("(+0.167, 95% CI
+/// [0.031, 0.318])") or pruned ("reward -0.028 (95% CI [-0.1, 0.05])").
+fn gate_gain(line: &str) -> [f64; 3] {
+    let at = line.find("% CI [").expect("an interval");
+    let before = &line[..at];
+    let gain_text = before
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches([' ', ',', '('])
+        .rsplit([' ', '('])
+        .next()
+        .unwrap();
+    let interval = &line[at + "% CI [".len()..];
+    let interval = &interval[..interval.find(']').unwrap()];
+    let (low, high) = interval.split_once(", ").unwrap();
+    [gain_text.parse().unwrap(), low.parse().unwrap(), high.parse().unwrap()]
+}
+
 #[test]
 fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit_signals() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,6 +107,23 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         "summary:",
     ] {
         assert!(stderr.contains(line), "`{line}` missing from:\n{stderr}");
+    }
+
+    // The cycle's table shows each candidate's gain over the champion as the
+    // gate judged it: the same paired mean and interval as the gate's
+    // reason in the learner's log.
+    let log = std::fs::read_to_string(data.join("demo.log")).unwrap();
+    let gains = table_gains(&stdout);
+    assert!(!gains.is_empty(), "no candidate row with a gain in:\n{stdout}");
+    for (candidate, shown) in gains {
+        let gate_line = log
+            .lines()
+            .find(|l| l.contains(&candidate) && l.contains("the gate:"))
+            .unwrap_or_else(|| panic!("no gate line for {candidate} in:\n{log}"));
+        let judged = gate_gain(gate_line);
+        for (a, b) in shown.iter().zip(judged) {
+            assert!((a - b).abs() <= 0.0051, "table {shown:?} vs gate `{gate_line}`");
+        }
     }
 
     // The config it wrote is valid and names the base it ran on.
