@@ -77,16 +77,20 @@ impl GrpoGroups {
     }
 }
 
-/// `--promote-margin`'s parser: the config's own check of a margin.
-pub fn parse_margin(text: &str) -> Result<f64, String> {
-    let margin = text.parse::<f64>().map_err(|_| format!("`{text}` is not a number"))?;
-    hone_config::PromotionRule::check_margin(margin)
+/// A flag's number, refused unless the config's own `check` accepts it
+/// (so the flag and the file it writes can never disagree).
+fn checked_number(text: &str, check: fn(f64) -> Result<f64, String>) -> Result<f64, String> {
+    check(text.parse::<f64>().map_err(|_| format!("`{text}` is not a number"))?)
 }
 
-/// `--gate-confidence`: a number the config's own rule accepts.
+/// `--promote-margin`'s parser: the config's own check of a margin.
+pub fn parse_margin(text: &str) -> Result<f64, String> {
+    checked_number(text, hone_config::PromotionRule::check_margin)
+}
+
+/// `--gate-confidence`'s parser: the config's own check of a confidence.
 pub fn parse_confidence(text: &str) -> Result<f64, String> {
-    let confidence = text.parse::<f64>().map_err(|_| format!("`{text}` is not a number"))?;
-    hone_config::check_confidence(confidence)
+    checked_number(text, hone_config::check_confidence)
 }
 
 /// What a user chose on the command line that shapes the config.
