@@ -6,10 +6,14 @@ Episodes are multi-step (tool call, tool result, answer), so they are
 sampled by a `rollout_func` (TRL's hook for environments): the model's own
 tokens from `generate` on the policy being trained, the tool results that
 hone's environment endpoint returns (`POST /step`) spliced in as the chat
-template renders them and masked out of the loss (`env_mask`), and the
-environment's hidden score of the final answer as the reward. Prompts are
-the token ids hone's engine renders for each task, so both learners start
-from the same prompt the base was trained on.
+template renders them and masked out of the loss (`env_mask`). The reward
+is, with --reward-url (hone's default), the one hone's learner gives its own
+rollouts: the whole episode is sent to `POST /reward`, where hone replays
+it, a simulated user reacts to it with implicit signals and the agent's
+reward spec scores it (signals and penalties); without it, the
+environment's hidden score of the final answer. Prompts are the token ids
+hone's engine renders for each task, so both learners start from the same
+prompt the base was trained on.
 
 Every --checkpoint-seconds of learning (saving excluded) the adapter is
 saved with the learning time and episodes so far; hone measures each on
@@ -64,6 +68,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--checkpoint-seconds", type=float, default=60.0)
+    p.add_argument("--reward-url", help="hone's `POST /reward`; without it the reward is the hidden score")
     args = p.parse_args()
     spec = json.load(open(args.tasks))
     torch.manual_seed(args.seed)
@@ -114,7 +119,7 @@ def main():
         policy = trainer.model
         training = policy.training
         policy.eval()
-        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "score": []}
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "score": [], "episode_reward": []}
         # TRL repeats each prompt `group` times in a row: a group's first
         # turns share the prompt, so they are sampled in one batch.
         first = []
@@ -126,12 +131,13 @@ def main():
                         k += 1
                     first = sample(policy, tasks[prompt], k)
                 opening = tasks[prompt]
-                ids, logprobs, mask, score = [], [], [], 0.0
+                ids, logprobs, mask, score, turns = [], [], [], 0.0, []
                 for turn in range(max_steps):
                     tokens, lps = first.pop(0) if turn == 0 else sample(policy, opening + ids, 1)[0]
                     ids, logprobs, mask = ids + tokens, logprobs + lps, mask + [1] * len(tokens)
                     ended = bool(tokens) and tokens[-1] in stops
                     text = tokenizer.decode(tokens[:-1] if ended else tokens)
+                    turns.append({"text": text, "ended": ended})
                     reply = post(step_url, {"input": prompt, "turn": text, "last": turn + 1 == max_steps})
                     if "score" in reply:
                         score = reply["score"]
@@ -146,12 +152,16 @@ def main():
                 out["logprobs"].append(logprobs)
                 out["env_mask"].append(mask)
                 out["score"].append(score)
+                if args.reward_url:
+                    out["episode_reward"].append(post(args.reward_url, {"input": prompt, "turns": turns})["reward"])
+                else:
+                    out["episode_reward"].append(score)
         if training:
             policy.train()
         return out
 
-    def reward(prompts, completions, score, **_):
-        return [float(s) for s in score]
+    def reward(prompts, completions, episode_reward, **_):
+        return [float(r) for r in episode_reward]
 
     group, per_step = spec["group_size"], spec["tasks_per_step"]
     config = GRPOConfig(

@@ -119,7 +119,9 @@ impl Runner {
         format!("{}{path}", self.config.gateway.trim_end_matches('/'))
     }
 
-    fn request(&self, messages: &[Message]) -> ChatCompletionRequest {
+    /// The request the runner sends for the conversation `messages`: the
+    /// agent as `model`, the environment's tools, the configured temperature.
+    pub fn request(&self, messages: &[Message]) -> ChatCompletionRequest {
         ChatCompletionRequest {
             model: self.config.agent.clone(),
             messages: messages.to_vec(),

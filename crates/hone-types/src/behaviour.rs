@@ -56,7 +56,7 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
 fn has_malformed_tool_call(request: &ChatCompletionRequest, choice: &crate::openai::Choice, text: &str) -> bool {
     let listed = choice
         .extra
-        .get("malformed_tool_calls")
+        .get(crate::call::MALFORMED_TOOL_CALLS)
         .and_then(|v| v.as_array())
         .is_some_and(|a| !a.is_empty());
     let tools_offered = request.tools.as_ref().is_some_and(|t| !t.is_empty());

@@ -168,6 +168,9 @@ impl Door {
 pub const PROMPT_TOKEN_IDS: &str = "prompt_token_ids";
 pub const TOKEN_IDS: &str = "token_ids";
 pub const TOKEN_LOGPROBS: &str = "token_logprobs";
+/// Where a choice lists the `<tool_call>` blocks the engine could not read
+/// (one reason each); behaviour flags count them as invalid tool calls.
+pub const MALFORMED_TOOL_CALLS: &str = "malformed_tool_calls";
 
 /// A call's exact tokens as the engine saw and sampled them, with the
 /// sampler's logprob of each sampled token (what off-policy correction needs).

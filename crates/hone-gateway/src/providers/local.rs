@@ -17,7 +17,7 @@ use hone_artefacts::{local_adapter_name, Artefacts};
 use hone_config::{is_artefact_url, LocalDType, LocalOptions, ProviderConfig};
 use hone_engine::engine::{Engine, EngineOptions, Event, Request};
 use hone_engine::{Datastore, Generation, KnnLm, Sampling};
-use hone_types::call::{PROMPT_TOKEN_IDS, TOKEN_IDS, TOKEN_LOGPROBS};
+use hone_types::call::{MALFORMED_TOOL_CALLS, PROMPT_TOKEN_IDS, TOKEN_IDS, TOKEN_LOGPROBS};
 use hone_types::openai::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, Choice, ChunkChoice, Content, Delta, Extra,
     FunctionCall, FunctionCallDelta, Message, Role, ToolCall, ToolCallDelta, Usage,
@@ -402,14 +402,37 @@ fn logprobs_json(engine: &Engine, tokens: &[u32], logprobs: &[f32], top: &[Vec<(
 }
 
 /// What hone records with every choice: the sampled tokens and their logprobs.
-fn token_extra(generation: &Generation, malformed: &[String]) -> Extra {
+fn token_extra(generation: &Generation) -> Extra {
     let mut extra = Extra::new();
     extra.insert(TOKEN_IDS.into(), json!(generation.tokens));
     extra.insert(TOKEN_LOGPROBS.into(), json!(generation.logprobs));
-    if !malformed.is_empty() {
-        extra.insert("malformed_tool_calls".into(), json!(malformed));
-    }
     extra
+}
+
+/// The choice a model's generated `text` makes (no logprobs, no token ids):
+/// with tools offered, its Hermes `<tool_call>` blocks become tool calls
+/// (finish reason `tool_calls`) and the blocks that could not be read are
+/// listed under [`MALFORMED_TOOL_CALLS`]; otherwise the text is the answer
+/// and `finish` the reason. The engine's answers are read here, and so are
+/// turns another sampler wrote (TRL's in `hone bench learn`).
+pub fn text_choice(index: u32, text: String, tools: bool, finish: &str) -> Choice {
+    let (content, calls, malformed) = if tools {
+        let parsed = hone_engine::tools::parse(&text);
+        (parsed.content, tool_calls(&parsed.tool_calls), parsed.malformed)
+    } else {
+        (text, Vec::new(), Vec::new())
+    };
+    let mut extra = Extra::new();
+    if !malformed.is_empty() {
+        extra.insert(MALFORMED_TOOL_CALLS.into(), json!(malformed));
+    }
+    Choice {
+        index,
+        finish_reason: Some(if calls.is_empty() { finish } else { "tool_calls" }.into()),
+        message: Message::answer(content, calls, None),
+        logprobs: None,
+        extra,
+    }
 }
 
 fn tool_calls(parsed: &[hone_engine::tools::ParsedToolCall]) -> Vec<ToolCall> {
@@ -456,33 +479,19 @@ impl Provider for LocalProvider {
             let (text, generation) = slot.ok_or_else(|| internal("the engine stopped mid-request".into()))?;
             completion_tokens += generation.tokens.len() as u64;
             cached_tokens = generation.cached_prompt_tokens as u64;
-            let (content, calls, malformed) = if prepared.tools {
-                let parsed = hone_engine::tools::parse(&text);
-                (parsed.content, tool_calls(&parsed.tool_calls), parsed.malformed)
+            let mut choice = text_choice(index as u32, text, prepared.tools, generation.finish.as_str());
+            choice.logprobs = Some(if prepared.logprobs {
+                logprobs_json(
+                    &prepared.engine,
+                    &generation.tokens,
+                    &generation.logprobs,
+                    &generation.top_logprobs,
+                )
             } else {
-                (text, Vec::new(), Vec::new())
-            };
-            let finish = if calls.is_empty() {
-                generation.finish.as_str()
-            } else {
-                "tool_calls"
-            };
-            choices.push(Choice {
-                index: index as u32,
-                message: Message::answer(content, calls, None),
-                finish_reason: Some(finish.into()),
-                logprobs: Some(if prepared.logprobs {
-                    logprobs_json(
-                        &prepared.engine,
-                        &generation.tokens,
-                        &generation.logprobs,
-                        &generation.top_logprobs,
-                    )
-                } else {
-                    Value::Null
-                }),
-                extra: token_extra(&generation, &malformed),
+                Value::Null
             });
+            choice.extra.extend(token_extra(&generation));
+            choices.push(choice);
         }
         let prompt_tokens = prepared.request.prompt.len() as u64;
         let mut extra = Extra::new();
@@ -618,12 +627,12 @@ fn stream_chunks(
                     cached_tokens = generation.cached_prompt_tokens as u64;
                     let s = &mut states[index];
                     let held = std::mem::take(&mut s.held);
-                    let parsed = hone_engine::tools::parse(&held);
-                    let calls = if prepared.tools { tool_calls(&parsed.tool_calls) } else { Vec::new() };
-                    let content = if prepared.tools { parsed.content.clone() } else { held };
+                    let mut choice = text_choice(index as u32, held, prepared.tools, generation.finish.as_str());
+                    let calls = choice.message.tool_calls().to_vec();
+                    let content = choice.message.text();
                     let logprobs = (prepared.logprobs && !s.tokens.is_empty())
                         .then(|| logprobs_json(&prepared.engine, &s.tokens, &s.logprobs, &s.top));
-                    let finish = if calls.is_empty() { generation.finish.as_str() } else { "tool_calls" };
+                    let finish = choice.finish_reason.take().unwrap_or_default();
                     let delta = Delta {
                         content: (!content.is_empty()).then_some(content),
                         tool_calls: (!calls.is_empty()).then(|| {
@@ -643,8 +652,9 @@ fn stream_chunks(
                         }),
                         ..Delta::default()
                     };
-                    let extra = token_extra(&generation, &parsed.malformed);
-                    yield Ok(chunk(vec![delta_choice(index, delta, Some(finish.into()), logprobs, extra)], None, Extra::new()));
+                    let mut extra = choice.extra;
+                    extra.extend(token_extra(&generation));
+                    yield Ok(chunk(vec![delta_choice(index, delta, Some(finish), logprobs, extra)], None, Extra::new()));
                     finished += 1;
                     if finished == n {
                         break;

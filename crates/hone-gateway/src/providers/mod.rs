@@ -8,7 +8,7 @@ mod local;
 mod openai;
 
 pub use anthropic::AnthropicProvider;
-pub use local::LocalProvider;
+pub use local::{text_choice, LocalProvider};
 pub use openai::OpenAiProvider;
 
 use bytes::Bytes;

@@ -13,7 +13,7 @@
 //! The hidden score of an answer drives the simulated users and the
 //! held-out measurement only; hone hears nothing but the users' signals.
 
-mod config;
+pub(crate) mod config;
 pub(crate) mod plots;
 mod seeds;
 pub(crate) mod stage;

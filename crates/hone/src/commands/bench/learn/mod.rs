@@ -7,10 +7,13 @@
 //!   `--optimisers`, `--grpo-groups`, `--canary-share` and
 //!   `--gate-confidence` choose its loop as they do the demo's.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
-//!   episodes it samples itself, tools run and answers scored by the same
-//!   environment through its endpoint (`POST /step`), rewarded with the
-//!   hidden score (a cleaner signal than hone's users give), checkpointed
-//!   every `--checkpoint-seconds` of learning, in `<data-dir>/trl`.
+//!   episodes it samples itself, tools run by the same environment through
+//!   its endpoint (`POST /step`), rewarded as hone's learner rewards its
+//!   rollouts (`--trl-reward users`, [`reward`]: a simulated user's
+//!   implicit signals and the reward spec's penalties) or with the hidden
+//!   score (`--trl-reward hidden`, a cleaner signal than hone's users give),
+//!   checkpointed every `--checkpoint-seconds` of learning, in
+//!   `<data-dir>/trl`.
 //!
 //! Both are measured by one instrument: the champions hone's demo measured
 //! after each round, and every TRL checkpoint served as a version of the
@@ -19,19 +22,22 @@
 //! Prints the table and writes `bench-learn.json` and both curves as
 //! `bench-learn.{svg,png}`; not a test.
 
+mod reward;
+
 use super::support::progress;
 use crate::commands::demo::stage::{Ports, Stage};
 use crate::commands::demo::{self, DemoArgs, DemoOptimiser, GrpoGroups, Measured, AGENT};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use hone_envs::{Runner, Split};
+use hone_envs::{Runner, SimulatedUser, Split};
 use hone_types::VersionRecord;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-const TRL_SCRIPT: &str = include_str!("../../../../../bench/learn_trl.py");
+const TRL_SCRIPT: &str = include_str!("../../../../../../bench/learn_trl.py");
 
 #[derive(Debug, Args)]
 pub struct LearnArgs {
@@ -68,6 +74,13 @@ pub struct LearnArgs {
     /// take steps of the same size).
     #[arg(long)]
     pub trl_lr: Option<f64>,
+    /// What TRL's episodes are rewarded with: `users`, the reward hone's
+    /// learner gives its own rollouts (a simulated user's implicit signals
+    /// at the demo's noise, and the reward spec's penalties: the same
+    /// reward on both sides), or `hidden`, the environment's hidden score
+    /// (a cleaner signal than hone ever sees).
+    #[arg(long, value_enum, default_value_t = TrlReward::Users)]
+    pub trl_reward: TrlReward,
     /// Hardest task both sides learn on and are measured on (1 easy,
     /// 2 medium, 3 hard), as `hone demo --max-difficulty`.
     #[arg(long, default_value_t = 3, value_parser = demo::parse_max_difficulty)]
@@ -88,6 +101,25 @@ pub struct LearnArgs {
     /// champion, as `hone demo --gate-confidence` (default: the demo's).
     #[arg(long)]
     pub gate_confidence: Option<f64>,
+}
+
+/// What TRL's side trains on (`--trl-reward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrlReward {
+    /// The reward hone's learner gives its rollouts ([`reward::SameReward`]).
+    Users,
+    /// The environment's hidden score of the answer.
+    Hidden,
+}
+
+impl TrlReward {
+    /// How the report names it.
+    fn describe(self) -> &'static str {
+        match self {
+            TrlReward::Users => "users' implicit signals and penalties as reward, as hone's",
+            TrlReward::Hidden => "hidden score as reward",
+        }
+    }
 }
 
 /// The demo's arguments as `hone demo` would parse them (one home for its defaults).
@@ -178,6 +210,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         base.display()
     ));
     let hone_dir = data_dir.join("hone");
+    let noise = demo_args.noise;
     demo_args.data_dir = hone_dir.clone();
     demo_args.base = Some(base.clone());
     demo::run(demo_args)?;
@@ -196,7 +229,8 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         .collect();
     let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
 
-    let (trl_points, trl_lr) = crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base))?;
+    let (trl_points, trl_lr) =
+        crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base, noise))?;
     let mut points = vec![Point {
         version: format!("{} (the base, as hone measured it)", base_point.version),
         learner_episodes: None,
@@ -222,7 +256,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
                 args.threshold,
             ),
             Side::new(
-                &format!("TRL GRPOTrainer (hidden score as reward, lr {trl_lr})"),
+                &format!("TRL GRPOTrainer ({}, lr {trl_lr})", args.trl_reward.describe()),
                 "sampled episodes",
                 points,
                 args.threshold,
@@ -320,9 +354,16 @@ fn check_python(python: &str) -> Result<()> {
     Ok(())
 }
 
-/// Trains with TRL against the environment endpoint, then measures every
+/// Trains with TRL against the environment endpoint (rewarded as
+/// `--trl-reward` says; `noise` is the demo's users'), then measures every
 /// checkpoint through the demo's own gateway; the points, in order.
-async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Path) -> Result<(Vec<Point>, f64)> {
+async fn trl_side(
+    args: &LearnArgs,
+    data_dir: &Path,
+    hone_dir: &Path,
+    base: &Path,
+    noise: f64,
+) -> Result<(Vec<Point>, f64)> {
     let trl_dir = data_dir.join("trl");
     let checkpoints = trl_dir.join("checkpoints");
     if checkpoints.exists() {
@@ -352,6 +393,16 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
             _ => None,
         })
         .context("the demo's config has no `grpo` optimiser")?;
+    let rewards = match args.trl_reward {
+        TrlReward::Hidden => None,
+        TrlReward::Users => {
+            let rewarder = hone_learn::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
+            // A user of its own, seeded apart from the demo's two.
+            let user = SimulatedUser::new(noise, (0, 0), args.seed.wrapping_add(2_000_003));
+            let same = reward::SameReward::new(runner.clone(), rewarder, base_version.id.clone(), user);
+            Some(serve_rewards(Arc::new(same)).await?)
+        }
+    };
     let tasks_path = trl_dir.join("tasks.json");
     let lr = args.trl_lr.unwrap_or(grpo.lr);
     write_tasks(&tasks_path, base, runner, spec, grpo, lr, args)?;
@@ -379,9 +430,15 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
         .arg(args.seed.to_string())
         .arg("--checkpoint-seconds")
         .arg(args.checkpoint_seconds.to_string());
+    if let Some((url, _)) = &rewards {
+        command.arg("--reward-url").arg(url);
+    }
     let status = tokio::task::spawn_blocking(move || command.status())
         .await?
         .with_context(|| format!("cannot run `{}`", args.python))?;
+    if let Some((_, server)) = rewards {
+        server.abort();
+    }
     if !status.success() {
         bail!("the TRL side failed ({status}); its output is above");
     }
@@ -433,6 +490,19 @@ async fn trl_side(args: &LearnArgs, data_dir: &Path, hone_dir: &Path, base: &Pat
     }
     stage.stop().await;
     Ok((points, lr))
+}
+
+/// Serves `POST /reward` on a free loopback port: its URL, and the task to
+/// abort when TRL is done.
+async fn serve_rewards(same: Arc<reward::SameReward>) -> Result<(String, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/reward", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, same.router()).await {
+            progress(format!("hone bench learn: the reward server stopped: {e}"));
+        }
+    });
+    Ok((url, server))
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine

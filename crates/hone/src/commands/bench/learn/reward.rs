@@ -1,0 +1,373 @@
+//! The reward TRL's side of `hone bench learn` trains on by default: the one
+//! hone's learner gives its own rollouts, so both sides learn from the same
+//! reward. An episode TRL sampled (its raw assistant turns) is replayed in
+//! the environment as the runner plays one — each turn read as the engine's
+//! answer is read (`hone_gateway::providers::text_choice`), its tools
+//! run — and becomes the episode the gateway would have recorded: every
+//! turn a call with the runner's request and its behaviour flags. A
+//! simulated user with the demo's noise reacts to the hidden score, and the
+//! demo's reward spec scores the episode with hone's own `Rewarder` (the
+//! users' signals and the penalties). Served to `learn_trl.py` as
+//! `POST /reward`; nothing is stored.
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use hone_envs::episode::play;
+use hone_envs::{Runner, SimulatedUser};
+use hone_learn::reward::Rewarder;
+use hone_types::call::Door;
+use hone_types::openai::{ChatCompletionResponse, Extra};
+use hone_types::{
+    CallId, CallOutcome, CallRecord, EpisodeDetail, EpisodeId, EpisodeSummary, Signal, SignalSource, SignalValue,
+    VersionId,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// `POST /reward` body: one episode as TRL sampled it.
+#[derive(Debug, Deserialize)]
+pub struct RewardRequest {
+    /// The task's text: its first user message.
+    pub input: String,
+    /// The model's turns, in order.
+    pub turns: Vec<SampledTurn>,
+}
+
+/// One assistant turn another sampler wrote.
+#[derive(Debug, Deserialize)]
+pub struct SampledTurn {
+    /// The turn's text (Hermes `<tool_call>` blocks included, the
+    /// end-of-turn token left out).
+    pub text: String,
+    /// Whether it ended at its end-of-turn token (false: cut at `max_tokens`).
+    pub ended: bool,
+}
+
+/// `POST /reward` reply.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct RewardReply {
+    /// The episode's reward under the agent's reward spec.
+    pub reward: f64,
+    /// The hidden score of its answer (reported, never part of `reward`).
+    pub score: f64,
+    /// What the simulated user did.
+    pub signals: Vec<String>,
+    /// The reward's components, `name×weight=value`, for the log.
+    pub components: Vec<String>,
+}
+
+/// Scores sampled episodes as hone's learner scores its rollouts.
+pub struct SameReward {
+    runner: Runner,
+    rewarder: Rewarder,
+    version: VersionId,
+    user: SimulatedUser,
+    rng: Mutex<rand::rngs::StdRng>,
+}
+
+impl SameReward {
+    /// `runner` plays the environment and writes the requests; `rewarder`
+    /// is the agent's; `version` is recorded on the calls.
+    pub fn new(runner: Runner, rewarder: Rewarder, version: VersionId, user: SimulatedUser) -> Self {
+        let rng = Mutex::new(user.rng());
+        Self {
+            runner,
+            rewarder,
+            version,
+            user,
+            rng,
+        }
+    }
+
+    /// The reward of one sampled episode.
+    pub async fn reward(&self, request: &RewardRequest) -> Result<RewardReply> {
+        let environment = self.runner.environment().as_ref();
+        let task = environment
+            .task_from_prompt(&request.input)
+            .with_context(|| format!("`input` is not a task of `{}`", environment.name()))?;
+        if request.turns.is_empty() {
+            anyhow::bail!("an episode needs at least one turn");
+        }
+        let mut turns = request.turns.iter();
+        let mut calls = Vec::new();
+        let played = play(environment, &task, request.turns.len(), |messages| {
+            let next = turns.next().map(|turn| {
+                let finish = if turn.ended { "stop" } else { "length" };
+                let choice = hone_gateway::providers::text_choice(0, turn.text.clone(), true, finish);
+                calls.push((self.runner.request(&messages), choice.clone()));
+                choice.message
+            });
+            async move { next.context("the episode asked for more turns than were sent") }
+        })
+        .await?;
+        if calls.len() != request.turns.len() {
+            anyhow::bail!(
+                "turn {} answered without a tool call; the {} after it were never asked for",
+                calls.len(),
+                request.turns.len() - calls.len()
+            );
+        }
+
+        let now = hone_types::time::now_ms();
+        let episode = EpisodeId::new_v7();
+        let agent = self.rewarder.agent.clone();
+        let records: Vec<CallRecord> = calls
+            .into_iter()
+            .map(|(request, choice)| {
+                let response = ChatCompletionResponse {
+                    id: String::new(),
+                    object: "chat.completion".into(),
+                    created: now / 1000,
+                    model: agent.clone(),
+                    choices: vec![choice],
+                    usage: None,
+                    extra: Extra::new(),
+                };
+                CallRecord {
+                    id: CallId::new_v7(),
+                    episode_id: episode.clone(),
+                    agent: agent.clone(),
+                    version_id: self.version.clone(),
+                    started_at: now,
+                    outcome: CallOutcome::Ok,
+                    stream: false,
+                    flags: hone_types::behaviour::flags(&request, &response),
+                    request,
+                    response: Some(response),
+                    error: None,
+                    provider: None,
+                    model: None,
+                    attempts: Vec::new(),
+                    usage: None,
+                    cost_usd: None,
+                    latency_ms: 0.0,
+                    ttft_ms: None,
+                    upstream_ms: 0.0,
+                    shadow: Vec::new(),
+                    door: Door::default(),
+                }
+            })
+            .collect();
+        let reaction = {
+            let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+            self.user.react(played.score, &mut *rng)
+        };
+        let signals = reaction
+            .iter()
+            .map(|signal| {
+                let feedback = signal.feedback(&episode);
+                Ok(Signal {
+                    id: uuid::Uuid::now_v7(),
+                    episode_id: episode.clone(),
+                    call_id: None,
+                    name: feedback.name,
+                    value: SignalValue::from_json(&feedback.value, None).map_err(anyhow::Error::msg)?,
+                    source: feedback.source.unwrap_or(SignalSource::Implicit),
+                    comment: None,
+                    created_at: now,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let detail = EpisodeDetail {
+            summary: EpisodeSummary {
+                id: episode,
+                agent,
+                started_at: now,
+                last_call_at: now,
+                call_count: records.len() as u64,
+            },
+            calls: records,
+            signals,
+        };
+        let scored = self.rewarder.score(&detail, None, None, now);
+        Ok(RewardReply {
+            reward: scored.value,
+            score: played.score,
+            signals: reaction.iter().map(|s| s.name().to_owned()).collect(),
+            components: scored
+                .components
+                .iter()
+                .map(|c| format!("{}×{}={}", c.name, c.weight, c.value))
+                .collect(),
+        })
+    }
+
+    /// `POST /reward`; a request it cannot score gets a 422 with the reason.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new().route("/reward", post(serve)).with_state(self)
+    }
+}
+
+async fn serve(
+    State(same): State<Arc<SameReward>>,
+    Json(request): Json<RewardRequest>,
+) -> Result<Json<RewardReply>, (StatusCode, Json<serde_json::Value>)> {
+    same.reward(&request).await.map(Json).map_err(|e| {
+        let body = serde_json::json!({"error": {"message": format!("{e:#}"), "type": "invalid_request_error"}});
+        (StatusCode::UNPROCESSABLE_ENTITY, Json(body))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::demo::config::{text, Choices, GrpoGroups, RewardMode};
+    use crate::commands::demo::{DemoOptimiser, AGENT};
+    use hone_envs::base_policy::Recipe;
+    use hone_envs::{Builtin, Difficulty, RunnerConfig, Split, TaskData};
+
+    /// The demo's reward spec, from the config text the demo writes.
+    fn demo_rewarder() -> Rewarder {
+        let dir = std::path::Path::new("/nonexistent-demo");
+        let choices = Choices {
+            reward: RewardMode::Implicit,
+            optimisers: &[DemoOptimiser::Grpo],
+            grpo_groups: &GrpoGroups::DEFAULT,
+            temperature: 0.3,
+            replay_share: 0.25,
+            canary_share: 0.5,
+            promote_margin: None,
+            gate_confidence: 0.95,
+        };
+        let config = hone_config::load_str(
+            &text(dir, &dir.join("base"), "http://127.0.0.1:9/run", &choices),
+            dir,
+            &|_| None,
+        )
+        .unwrap();
+        Rewarder::new(AGENT, &config.agents[AGENT].reward, None).unwrap()
+    }
+
+    /// Scores with a user who never errs (noise 0), so every reward is
+    /// known in advance from the demo's spec: accepted +1; a wrong answer
+    /// draws one of three complaints, each −0.5; an invalid tool call −1;
+    /// a clarifying question −0.5.
+    fn same() -> (SameReward, hone_envs::Task, String) {
+        let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
+        let runner = Runner::new(environment.clone(), RunnerConfig::new("http://127.0.0.1:9", AGENT)).unwrap();
+        let task = environment.task(Split::Train, 3, Difficulty::Medium);
+        let TaskData::Calc(calc) = &task.data else {
+            panic!("a calc task")
+        };
+        let expression = calc.expression.clone();
+        let user = SimulatedUser::new(0.0, (0, 0), 7);
+        (
+            SameReward::new(
+                runner,
+                demo_rewarder(),
+                VersionId::parse("00000000000000ba").unwrap(),
+                user,
+            ),
+            task,
+            expression,
+        )
+    }
+
+    fn turn(text: &str) -> SampledTurn {
+        SampledTurn {
+            text: text.to_owned(),
+            ended: true,
+        }
+    }
+
+    fn call(expression: &str) -> String {
+        format!(
+            "<tool_call>\n{}\n</tool_call>",
+            serde_json::json!({"name": "calc", "arguments": {"expression": expression}})
+        )
+    }
+
+    async fn score(same: &SameReward, input: &str, turns: Vec<SampledTurn>) -> RewardReply {
+        same.reward(&RewardRequest {
+            input: input.to_owned(),
+            turns,
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_episode_another_sampler_wrote_gets_the_reward_hones_spec_gives() {
+        let (same, task, expression) = same();
+        let environment = same.runner.environment().clone();
+        let result = environment.call_tool(
+            &task,
+            "calc",
+            &serde_json::json!({"expression": expression}).to_string(),
+        );
+        let result = result.unwrap();
+
+        // The tool, then its result as the answer: solved and accepted.
+        let solved = score(
+            &same,
+            &task.prompt,
+            vec![turn(&call(&expression)), turn(&format!("The answer is {result}."))],
+        )
+        .await;
+        assert_eq!((solved.score, solved.reward), (1.0, 1.0), "{solved:?}");
+        assert_eq!(solved.signals, ["accepted"]);
+
+        // A wrong direct answer: one complaint, no penalty.
+        let wrong = score(&same, &task.prompt, vec![turn("The answer is 123456.")]).await;
+        assert_eq!((wrong.score, wrong.reward), (0.0, -0.5), "{wrong:?}");
+        assert_eq!(wrong.signals.len(), 1);
+        assert_ne!(wrong.signals[0], "accepted");
+
+        // A tool call that is not JSON: the invalid-call penalty on top.
+        let broken = score(
+            &same,
+            &task.prompt,
+            vec![turn(
+                "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \n</tool_call>",
+            )],
+        )
+        .await;
+        assert_eq!(broken.reward, -1.5, "{broken:?}");
+        assert!(broken.components.iter().any(|c| c.starts_with("invalid_tool_call×-1")));
+
+        // A clarifying question: its penalty and the user's complaint.
+        let asks = score(&same, &task.prompt, vec![turn("Which numbers do you mean?")]).await;
+        assert_eq!(asks.reward, -1.0, "{asks:?}");
+
+        // A right answer cut at max_tokens is still the answer; truncation
+        // costs nothing under the demo's spec.
+        let cut = SampledTurn {
+            text: format!("The answer is {result}."),
+            ended: false,
+        };
+        let cut = score(&same, &task.prompt, vec![cut]).await;
+        assert_eq!(cut.reward, 1.0, "{cut:?}");
+    }
+
+    #[tokio::test]
+    async fn an_episode_that_cannot_be_replayed_is_refused() {
+        let (same, task, _) = same();
+        let after_answer = same
+            .reward(&RewardRequest {
+                input: task.prompt.clone(),
+                turns: vec![turn("The answer is 1."), turn("The answer is 2.")],
+            })
+            .await
+            .unwrap_err();
+        assert!(after_answer.to_string().contains("never asked for"), "{after_answer}");
+        let unknown = same
+            .reward(&RewardRequest {
+                input: "What is the capital of France?".into(),
+                turns: vec![turn("Paris.")],
+            })
+            .await
+            .unwrap_err();
+        assert!(unknown.to_string().contains("is not a task of `calc`"), "{unknown}");
+        let none = same
+            .reward(&RewardRequest {
+                input: task.prompt.clone(),
+                turns: Vec::new(),
+            })
+            .await
+            .unwrap_err();
+        assert!(none.to_string().contains("at least one turn"), "{none}");
+    }
+}
