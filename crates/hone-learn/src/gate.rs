@@ -8,7 +8,7 @@ use crate::compare::Comparison;
 use crate::eval::EvalSummary;
 use crate::stats::{bootstrap_ci, fisher_greater_p, mean};
 use hone_config::{GateSpec, Objective};
-use hone_types::InstanceResult;
+use hone_types::{InstanceResult, PairedGain};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,8 @@ pub struct GateDecision {
     pub reasons: Vec<String>,
     /// What the gate saw, in one line.
     pub evidence: String,
+    /// The paired gain it judged (`None` with no paired instance).
+    pub gain: Option<PairedGain>,
 }
 
 /// Paired reward differences (candidate − champion) per instance, each
@@ -89,14 +91,22 @@ pub struct GateInput<'a> {
 /// The candidate's reward gain over the champion: the mean of the paired
 /// differences ([`paired_diffs`]) and its bootstrap interval at
 /// `confidence`, as the gate judges it; `None` with nothing paired.
-pub fn paired_gain(diffs: &[f64], confidence: f64) -> Option<(f64, (f64, f64))> {
-    Some((mean(diffs)?, bootstrap_ci(diffs, confidence, 17)?))
+pub fn paired_gain(diffs: &[f64], confidence: f64) -> Option<PairedGain> {
+    let (low, high) = bootstrap_ci(diffs, confidence, 17)?;
+    Some(PairedGain {
+        mean: mean(diffs)?,
+        low,
+        high,
+        confidence,
+        instances: diffs.len(),
+    })
 }
 
 pub fn decide(input: &GateInput<'_>) -> GateDecision {
     let spec = input.spec;
     let mut reasons = Vec::new();
-    let (gain, (lo, hi)) = paired_gain(input.diffs, spec.confidence).unwrap_or((0.0, (0.0, 0.0)));
+    let judged = paired_gain(input.diffs, spec.confidence);
+    let (gain, lo, hi) = judged.map_or((0.0, 0.0, 0.0), |g| (g.mean, g.low, g.high));
     let pct = (spec.confidence * 100.0).round();
     let better_reward = lo > 0.0;
     let not_worse = lo >= 0.0 || (input.diffs.iter().all(|d| *d >= 0.0) && !input.diffs.is_empty());
@@ -187,5 +197,6 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         passed: reasons.is_empty(),
         reasons,
         evidence,
+        gain: judged,
     }
 }

@@ -336,6 +336,12 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
         comparisons: &[&target, &regression],
     });
     assert!(!decision.passed);
+    // The gain it judged, typed: one instance, 0 of 4 against 4 of 4.
+    let gain = decision.gain.expect("a paired instance");
+    assert_eq!(
+        (gain.mean, gain.low, gain.high, gain.confidence, gain.instances),
+        (-1.0, -1.0, -1.0, spec.confidence, 1)
+    );
     assert!(
         decision
             .reasons

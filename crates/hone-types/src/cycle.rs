@@ -241,6 +241,31 @@ pub struct CandidateScores {
     pub errors: usize,
     /// Behaviour rates on the target set (names as in monitors).
     pub rates: std::collections::BTreeMap<String, f64>,
+    /// The gain over the champion the gate judged (set by the gate step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_gain: Option<PairedGain>,
+}
+
+/// A candidate's reward gain over the champion as the gate judges it: the
+/// mean of the paired differences (candidate − champion, per held-out
+/// instance, each the mean over its samples) and its bootstrap interval
+/// at the gate's confidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PairedGain {
+    pub mean: f64,
+    pub low: f64,
+    pub high: f64,
+    /// The interval's confidence, e.g. 0.95.
+    pub confidence: f64,
+    /// Instances paired.
+    pub instances: usize,
+}
+
+impl std::fmt::Display for PairedGain {
+    /// `+0.23 [+0.08, +0.38]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:+.2} [{:+.2}, {:+.2}]", self.mean, self.low, self.high)
+    }
 }
 
 /// A proposed version and what became of it.

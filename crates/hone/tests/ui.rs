@@ -365,6 +365,25 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
             "{reason} not in {listed}"
         );
     }
+    // Every candidate the gate judged carries the gain it judged, shown
+    // with its interval (as the gate's reason words it, too).
+    let gains = query(
+        &db,
+        "SELECT printf('%+.2f [%+.2f, %+.2f]', json_extract(record, '$.scores.gate_gain.mean'), \
+         json_extract(record, '$.scores.gate_gain.low'), json_extract(record, '$.scores.gate_gain.high')) \
+         || '|' || printf('%+.3f', json_extract(record, '$.scores.gate_gain.mean')) \
+         || '|' || json_extract(record, '$.reason') FROM candidates \
+         WHERE cycle_id = 'story-1' AND json_extract(record, '$.scores.gate_gain') IS NOT NULL",
+    );
+    assert!(!gains.is_empty(), "no candidate of story-1 carries the gate's gain");
+    for row in &gains {
+        let parts: Vec<&str> = row.splitn(3, '|').collect();
+        let [gain, mean, reason] = parts[..] else {
+            panic!("unexpected row {row}")
+        };
+        assert!(listed.contains(gain), "{gain} not in {listed}");
+        assert!(reason.contains(mean), "gain {mean} vs the gate's reason {reason}");
+    }
     let target = query(
         &db,
         "SELECT json_extract(record, '$.detail.target') FROM cycles WHERE id = 'story-1'",

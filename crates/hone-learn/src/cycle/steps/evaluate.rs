@@ -21,6 +21,7 @@ fn scores_of(s: &EvalSummary, regression: Option<&EvalSummary>) -> CandidateScor
         mean_latency_ms: s.mean_latency_ms,
         errors: s.errors,
         rates: gate::rates(s),
+        gate_gain: None,
     }
 }
 

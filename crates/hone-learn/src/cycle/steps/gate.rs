@@ -9,7 +9,7 @@ use crate::gate::{self, GateInput};
 use hone_config::AgentConfig;
 use hone_store::CandidateUpdate;
 use hone_types::time::now_ms;
-use hone_types::{CandidateStatus, CycleDetail, CycleInfo, HistoryEvent};
+use hone_types::{CandidateScores, CandidateStatus, CycleDetail, CycleInfo, HistoryEvent};
 use serde_json::json;
 
 pub(super) async fn run(
@@ -90,7 +90,11 @@ pub(super) async fn run(
             version_id: c.version_id.clone(),
             status,
             reason: Some(reason),
-            scores: None,
+            // The gain the gate judged, typed, beside the evaluation's scores.
+            scores: c.scores.clone().map(|s| CandidateScores {
+                gate_gain: decision.gain,
+                ..s
+            }),
         };
         learner.store.update_candidates(&[update], &[event], now)?;
     }

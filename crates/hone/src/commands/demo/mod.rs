@@ -774,30 +774,21 @@ fn report_round(
     }
     let deployment = hone_learn::deploy::current(store, agent)?.0;
     let via = Target::of(agent);
-    // Every result of a version on the cycle's target set, re-runs included
-    // (what the gate paired).
+    // A version's first results on the cycle's target set (re-runs left out).
     let results = |version: &hone_types::VersionId| -> Result<Vec<hone_types::InstanceResult>> {
         Ok(match &cycle.detail.target {
             Some(target) => store.eval_results(&run_id(target, version, &via))?,
             None => Vec::new(),
         })
     };
-    let champion = match &cycle.detail.champion {
-        Some(champion) => results(champion)?,
-        None => Vec::new(),
-    };
-    let gate = &agent.learn.gate;
     let mut rows = Vec::new();
     for c in &candidates {
         let all = results(&c.version_id)?;
         let scores: Vec<f64> = all.iter().filter(|r| r.attempt == 0).filter_map(|r| r.score).collect();
         let mean = hone_learn::stats::mean(&scores);
         let ci = bootstrap_ci(&scores, 0.95, 7);
-        // The gain over the champion the gate judged, at its confidence.
-        let gain = hone_learn::gate::paired_gain(
-            &hone_learn::gate::paired_diffs(&champion, &all, gate.samples),
-            gate.confidence,
-        );
+        // The gain over the champion the gate judged, as it stored it.
+        let gain = c.scores.as_ref().and_then(|s| s.gate_gain);
         let rates = c.scores.as_ref().map(|s| &s.rates);
         let rate = |name: &str| {
             rates
@@ -823,10 +814,7 @@ fn report_round(
                 (Some(m), Some((lo, hi))) => format!("{m:.2} [{lo:.2}, {hi:.2}]"),
                 _ => "-".to_owned(),
             },
-            match gain {
-                Some((g, (lo, hi))) => format!("{g:+.2} [{lo:+.2}, {hi:+.2}]"),
-                None => "-".to_owned(),
-            },
+            gain.map_or("-".to_owned(), |g| g.to_string()),
             rate("invalid_tool_call"),
             rate("clarifying_question"),
             if deployment.canary.as_ref() == Some(&c.version_id) {

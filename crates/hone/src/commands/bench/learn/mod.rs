@@ -143,26 +143,44 @@ struct Point {
     version: String,
 }
 
-/// A learner's curve and when it first reached the threshold.
+/// A learner's curve, when it first reached the threshold, and from when
+/// it held it.
 #[derive(Debug, Clone, Serialize)]
 struct Side {
     learner: String,
     /// What counts as an episode for it.
     episodes_are: String,
     points: Vec<Point>,
+    /// The first measurement at or above the threshold.
     reached: Option<Point>,
+    /// The first measurement at or above the threshold from which the mean
+    /// of every measurement to the end stays at or above it: a stopwatch a
+    /// single lucky measurement cannot stop.
+    held: Option<Point>,
 }
 
 impl Side {
     fn new(learner: &str, episodes_are: &str, points: Vec<Point>, threshold: f64) -> Self {
         let reached = points.iter().find(|p| p.rate >= threshold).cloned();
+        let held = held_from(&points, threshold).cloned();
         Self {
             learner: learner.to_owned(),
             episodes_are: episodes_are.to_owned(),
             points,
             reached,
+            held,
         }
     }
+}
+
+/// The first point at or above `threshold` whose own and every later
+/// point's mean rate is at or above it too.
+fn held_from(points: &[Point], threshold: f64) -> Option<&Point> {
+    (0..points.len()).find_map(|i| {
+        let rest = &points[i..];
+        let mean = rest.iter().map(|p| p.rate).sum::<f64>() / rest.len() as f64;
+        (points[i].rate >= threshold && mean >= threshold).then_some(&points[i])
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -592,9 +610,9 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
     )?;
     writeln!(
         out,
-        "\n| learner | reached after (min of learning) | episodes then | base | best (95% CI) | last |"
+        "\n| learner | reached after (min of learning) | episodes then | held from (min) | base | best (95% CI) | last |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
     for side in &report.sides {
         let best = side
             .points
@@ -622,9 +640,13 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
             ),
             None => ("not reached".to_owned(), "—".to_owned()),
         };
+        let held = side
+            .held
+            .as_ref()
+            .map_or("not held".to_owned(), |p| format!("{:.1}", p.learning_s / 60.0));
         writeln!(
             out,
-            "| {} | {when} | {episodes} | {} | {best} | {} |",
+            "| {} | {when} | {episodes} | {held} | {} | {best} | {} |",
             side.learner,
             pct(side.points.first()),
             pct(side.points.last())
@@ -632,7 +654,8 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
     }
     writeln!(
         out,
-        "\nOne measurement of {} tasks at the agent's temperature swings by several points; the curves are in {}.",
+        "\nOne measurement of {} tasks at the agent's temperature swings by several points (\"held from\": the first \
+         measurement at the threshold after which the curve's mean stays there); the curves are in {}.",
         report.held_out_tasks,
         path.display()
     )?;
@@ -649,4 +672,39 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
         writeln!(out, "plot: {}", plot.display())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(rates: &[f64]) -> Vec<Point> {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(i, rate)| Point {
+                learning_s: 60.0 * i as f64,
+                episodes: i,
+                learner_episodes: None,
+                rate: *rate,
+                ci95: (0.0, 1.0),
+                version: format!("v{i}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lucky_measurement_reaches_the_threshold_but_does_not_hold_it() {
+        // Touches 0.35 at minute 1, falls back; holds from minute 3 on.
+        let side = Side::new("l", "e", curve(&[0.2, 0.35, 0.25, 0.4, 0.33, 0.38]), 0.35);
+        assert_eq!(side.reached.map(|p| p.version), Some("v1".into()));
+        // From v1 the mean is (0.35+0.25+0.4+0.33+0.38)/5 = 0.342 < 0.35.
+        assert_eq!(side.held.map(|p| p.version), Some("v3".into()));
+        // A curve that ends below: reached, never held.
+        let side = Side::new("l", "e", curve(&[0.2, 0.4, 0.2, 0.2]), 0.35);
+        assert!(side.reached.is_some() && side.held.is_none());
+        // Never reached, never held.
+        let side = Side::new("l", "e", curve(&[0.2, 0.3]), 0.35);
+        assert!(side.reached.is_none() && side.held.is_none());
+    }
 }
