@@ -418,7 +418,7 @@ async fn trl_side(
             // A user of its own, seeded apart from the demo's two.
             let user = SimulatedUser::new(noise, (0, 0), args.seed.wrapping_add(2_000_003));
             let same = reward::SameReward::new(runner.clone(), rewarder, base_version.id.clone(), user);
-            Some(serve_rewards(Arc::new(same)).await?)
+            Some(Arc::new(same).serve().await?)
         }
     };
     let tasks_path = trl_dir.join("tasks.json");
@@ -508,19 +508,6 @@ async fn trl_side(
     }
     stage.stop().await;
     Ok((points, lr))
-}
-
-/// Serves `POST /reward` on a free loopback port: its URL, and the task to
-/// abort when TRL is done.
-async fn serve_rewards(same: Arc<reward::SameReward>) -> Result<(String, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/reward", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, same.router()).await {
-            progress(format!("hone bench learn: the reward server stopped: {e}"));
-        }
-    });
-    Ok((url, server))
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine

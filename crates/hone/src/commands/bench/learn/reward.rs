@@ -195,20 +195,42 @@ impl SameReward {
         })
     }
 
-    /// `POST /reward`; a request it cannot score gets a 422 with the reason.
-    pub fn router(self: Arc<Self>) -> Router {
-        Router::new().route("/reward", post(serve)).with_state(self)
+    /// Serves `POST /reward` on a free loopback port (a request it cannot
+    /// score gets a 422 with the reason): its URL, and the task to abort
+    /// when done.
+    pub async fn serve(self: Arc<Self>) -> Result<(String, tokio::task::JoinHandle<()>)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/reward", listener.local_addr()?);
+        let router = Router::new().route("/reward", post(answer)).with_state(self);
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                super::super::support::progress(format!("hone bench learn: the reward server stopped: {e}"));
+            }
+        });
+        Ok((url, server))
     }
 }
 
-async fn serve(
+/// An error in the OpenAI shape the environment endpoint uses too.
+fn refused(status: StatusCode, message: String) -> (StatusCode, Json<serde_json::Value>) {
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
+    (status, Json(body))
+}
+
+async fn answer(
     State(same): State<Arc<SameReward>>,
-    Json(request): Json<RewardRequest>,
+    body: axum::body::Bytes,
 ) -> Result<Json<RewardReply>, (StatusCode, Json<serde_json::Value>)> {
-    same.reward(&request).await.map(Json).map_err(|e| {
-        let body = serde_json::json!({"error": {"message": format!("{e:#}"), "type": "invalid_request_error"}});
-        (StatusCode::UNPROCESSABLE_ENTITY, Json(body))
-    })
+    let request: RewardRequest = serde_json::from_slice(&body).map_err(|e| {
+        refused(
+            StatusCode::BAD_REQUEST,
+            format!("invalid body ({e}); send {{\"input\": \"<the task's text>\", \"turns\": [{{\"text\": \"…\", \"ended\": true}}]}}"),
+        )
+    })?;
+    same.reward(&request)
+        .await
+        .map(Json)
+        .map_err(|e| refused(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")))
 }
 
 #[cfg(test)]
@@ -340,6 +362,49 @@ mod tests {
         };
         let cut = score(&same, &task.prompt, vec![cut]).await;
         assert_eq!(cut.reward, 1.0, "{cut:?}");
+    }
+
+    #[tokio::test]
+    async fn the_reward_is_served_over_http_and_bad_requests_are_refused() {
+        let (same, task, _) = same();
+        let (url, server) = Arc::new(same).serve().await.unwrap();
+        let client = reqwest::Client::new();
+        let post = |body: serde_json::Value| client.post(&url).json(&body).send();
+        let wrong = post(
+            serde_json::json!({"input": task.prompt, "turns": [{"text": "The answer is 123456.", "ended": true}]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(wrong.status(), 200);
+        let reply: serde_json::Value = wrong.json().await.unwrap();
+        assert_eq!(
+            (reply["reward"].as_f64(), reply["score"].as_f64()),
+            (Some(-0.5), Some(0.0)),
+            "{reply}"
+        );
+        let unknown = post(serde_json::json!({"input": "no such task", "turns": [{"text": "1", "ended": true}]}))
+            .await
+            .unwrap();
+        assert_eq!(unknown.status(), 422);
+        let body: serde_json::Value = unknown.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("is not a task"),
+            "{body}"
+        );
+        let malformed = post(serde_json::json!({"input": task.prompt})).await.unwrap();
+        assert_eq!(malformed.status(), 400);
+        let body: serde_json::Value = malformed.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("missing field `turns`"),
+            "{body}"
+        );
+        server.abort();
     }
 
     #[tokio::test]
