@@ -366,14 +366,16 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         );
     }
     // Every candidate the gate judged carries the gain it judged, shown
-    // with its interval (as the gate's reason words it, too).
+    // with its interval (as the gate's history event words it, too).
     let gains = query(
         &db,
-        "SELECT printf('%+.2f [%+.2f, %+.2f]', json_extract(record, '$.scores.gate_gain.mean'), \
-         json_extract(record, '$.scores.gate_gain.low'), json_extract(record, '$.scores.gate_gain.high')) \
-         || '|' || printf('%+.3f', json_extract(record, '$.scores.gate_gain.mean')) \
-         || '|' || json_extract(record, '$.reason') FROM candidates \
-         WHERE cycle_id = 'story-1' AND json_extract(record, '$.scores.gate_gain') IS NOT NULL",
+        "SELECT printf('%+.2f [%+.2f, %+.2f]', json_extract(c.record, '$.scores.gate_gain.mean'), \
+         json_extract(c.record, '$.scores.gate_gain.low'), json_extract(c.record, '$.scores.gate_gain.high')) \
+         || '|' || printf('%+.3f', json_extract(c.record, '$.scores.gate_gain.mean')) \
+         || '|' || json_extract(h.record, '$.summary') FROM candidates c JOIN history h \
+         ON h.kind = 'gate' AND json_extract(h.record, '$.version_id') = c.version_id \
+         AND json_extract(h.record, '$.cycle_id') = c.cycle_id \
+         WHERE c.cycle_id = 'story-1' AND json_extract(c.record, '$.scores.gate_gain') IS NOT NULL",
     );
     assert!(!gains.is_empty(), "no candidate of story-1 carries the gate's gain");
     for row in &gains {
@@ -382,7 +384,7 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
             panic!("unexpected row {row}")
         };
         assert!(listed.contains(gain), "{gain} not in {listed}");
-        assert!(reason.contains(mean), "gain {mean} vs the gate's reason {reason}");
+        assert!(reason.contains(mean), "gain {mean} vs the gate's verdict {reason}");
     }
     let target = query(
         &db,
