@@ -454,8 +454,8 @@ async fn trl_side(
     let status = tokio::task::spawn_blocking(move || command.status())
         .await?
         .with_context(|| format!("cannot run `{}`", args.python))?;
-    if let Some((_, server)) = rewards {
-        server.abort();
+    if let Some((_, mut server)) = rewards {
+        server.abort_all();
     }
     if !status.success() {
         bail!("the TRL side failed ({status}); its output is above");

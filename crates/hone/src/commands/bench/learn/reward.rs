@@ -196,13 +196,14 @@ impl SameReward {
     }
 
     /// Serves `POST /reward` on a free loopback port (a request it cannot
-    /// score gets a 422 with the reason): its URL, and the task to abort
-    /// when done.
-    pub async fn serve(self: Arc<Self>) -> Result<(String, tokio::task::JoinHandle<()>)> {
+    /// score gets a 422 with the reason): its URL, and the server's task
+    /// (dropping the set stops it).
+    pub async fn serve(self: Arc<Self>) -> Result<(String, tokio::task::JoinSet<()>)> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/reward", listener.local_addr()?);
         let router = Router::new().route("/reward", post(answer)).with_state(self);
-        let server = tokio::spawn(async move {
+        let mut server = tokio::task::JoinSet::new();
+        server.spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 super::super::support::progress(format!("hone bench learn: the reward server stopped: {e}"));
             }
@@ -367,7 +368,7 @@ mod tests {
     #[tokio::test]
     async fn the_reward_is_served_over_http_and_bad_requests_are_refused() {
         let (same, task, _) = same();
-        let (url, server) = Arc::new(same).serve().await.unwrap();
+        let (url, mut server) = Arc::new(same).serve().await.unwrap();
         let client = reqwest::Client::new();
         let post = |body: serde_json::Value| client.post(&url).json(&body).send();
         let wrong = post(
@@ -404,7 +405,7 @@ mod tests {
                 .contains("missing field `turns`"),
             "{body}"
         );
-        server.abort();
+        server.abort_all();
     }
 
     #[tokio::test]
