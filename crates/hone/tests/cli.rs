@@ -253,6 +253,8 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     // hone's loop settings are the demo's, checked by the demo's rules.
     assert!(refused("--canary-share", "1.5").contains("--canary-share"));
     assert!(refused("--optimisers", "adam").contains("adam"));
+    let reward = refused("--trl-reward", "exact");
+    assert!(reward.contains("users") && reward.contains("hidden"), "{reward}");
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
 
