@@ -104,7 +104,8 @@ pub struct LearnArgs {
 }
 
 /// What TRL's side trains on (`--trl-reward`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TrlReward {
     /// The reward hone's learner gives its rollouts ([`reward::SameReward`]).
     Users,
@@ -193,6 +194,8 @@ struct Report {
     /// `hone demo` arguments hone's side ran with beyond the bench's own
     /// (none: the demo's defaults).
     hone_settings: Vec<String>,
+    /// What TRL's side was rewarded with.
+    trl_reward: TrlReward,
     sides: Vec<Side>,
 }
 
@@ -263,6 +266,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         held_out_tasks: args.held_out,
         base,
         hone_settings: settings.clone(),
+        trl_reward: args.trl_reward,
         sides: vec![
             Side::new(
                 &format!(
