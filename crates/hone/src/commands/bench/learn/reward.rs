@@ -19,7 +19,7 @@ use hone_envs::episode::play;
 use hone_envs::{Runner, SimulatedUser};
 use hone_learn::reward::Rewarder;
 use hone_types::call::Door;
-use hone_types::openai::{ChatCompletionResponse, Extra};
+use hone_types::openai::{ChatCompletionResponse, ErrorBody, ErrorDetail, Extra};
 use hone_types::{
     CallId, CallOutcome, CallRecord, EpisodeDetail, EpisodeId, EpisodeSummary, Signal, SignalSource, SignalValue,
     VersionId,
@@ -213,25 +213,31 @@ impl SameReward {
 }
 
 /// An error in the OpenAI shape the environment endpoint uses too.
-fn refused(status: StatusCode, message: String) -> (StatusCode, Json<serde_json::Value>) {
-    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
-    (status, Json(body))
+fn refused(status: StatusCode, code: &str, message: String) -> (StatusCode, Json<ErrorBody>) {
+    let error = ErrorDetail {
+        message,
+        kind: "invalid_request_error".to_owned(),
+        code: Some(code.to_owned()),
+        param: None,
+    };
+    (status, Json(ErrorBody { error }))
 }
 
 async fn answer(
     State(same): State<Arc<SameReward>>,
     body: axum::body::Bytes,
-) -> Result<Json<RewardReply>, (StatusCode, Json<serde_json::Value>)> {
+) -> Result<Json<RewardReply>, (StatusCode, Json<ErrorBody>)> {
     let request: RewardRequest = serde_json::from_slice(&body).map_err(|e| {
         refused(
             StatusCode::BAD_REQUEST,
+            "invalid_body",
             format!("invalid body ({e}); send {{\"input\": \"<the task's text>\", \"turns\": [{{\"text\": \"…\", \"ended\": true}}]}}"),
         )
     })?;
     same.reward(&request)
         .await
         .map(Json)
-        .map_err(|e| refused(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")))
+        .map_err(|e| refused(StatusCode::UNPROCESSABLE_ENTITY, "unscorable_episode", format!("{e:#}")))
 }
 
 #[cfg(test)]
@@ -387,24 +393,13 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(unknown.status(), 422);
-        let body: serde_json::Value = unknown.json().await.unwrap();
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("is not a task"),
-            "{body}"
-        );
+        let message = |body: ErrorBody| body.error.message;
+        let said = message(unknown.json().await.unwrap());
+        assert!(said.contains("is not a task"), "{said}");
         let malformed = post(serde_json::json!({"input": task.prompt})).await.unwrap();
         assert_eq!(malformed.status(), 400);
-        let body: serde_json::Value = malformed.json().await.unwrap();
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("missing field `turns`"),
-            "{body}"
-        );
+        let said = message(malformed.json().await.unwrap());
+        assert!(said.contains("missing field `turns`"), "{said}");
         server.abort_all();
     }
 
