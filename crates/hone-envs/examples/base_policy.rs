@@ -15,7 +15,8 @@ async fn main() {
     hone_engine::threads::fix_thread_count();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
-    let mut recipe = Recipe::demo(env);
+    let levels = std::env::var("MAX_DIFFICULTY").map_or(3, |v| v.parse().unwrap());
+    let mut recipe = Recipe::demo(env, levels);
     if let Some(steps) = args.get(1) {
         recipe.steps = steps.parse().unwrap();
     }
@@ -33,9 +34,6 @@ async fn main() {
     if let Some(v) = var("VOCAB") {
         recipe.vocab_size = v as usize;
     }
-    if let Some(v) = var("MAX_DIFFICULTY") {
-        recipe.max_difficulty = v as u8;
-    }
     if let Some(v) = var("DRILLS") {
         recipe.drill_steps = v as usize;
     }
@@ -44,6 +42,9 @@ async fn main() {
     }
     if let Some(v) = var("DRILL_EVERY") {
         recipe.drill_every = v as usize;
+    }
+    if let Some(v) = var("ANSWER_CANDIDATES") {
+        recipe.answer_drill_candidates = v as usize;
     }
     if let Some(v) = var("ANSWER_DRILLS") {
         recipe.answer_drill_share = v;

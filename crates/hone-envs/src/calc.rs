@@ -203,6 +203,16 @@ impl Calc {
     }
 }
 
+/// The template a prompt was made from (its text, with `{a}`, `{name}`, …
+/// slots), for reports that break results down per template.
+pub fn template_of(prompt: &str) -> Option<&'static str> {
+    let prompt = prompt.trim();
+    TEMPLATES
+        .iter()
+        .find(|t| capture(t.text, prompt).is_some())
+        .map(|t| t.text)
+}
+
 /// The task a template makes with these slot values (`None` if its
 /// expression does not evaluate, which no generated task hits).
 fn task_of(template: &Template, prompt: String, values: &[(&str, String)]) -> Option<Task> {

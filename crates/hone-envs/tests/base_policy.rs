@@ -18,7 +18,7 @@ fn small(steps: usize, drill_steps: usize) -> Recipe {
         drill_steps,
         drill_batch: 2,
         vocab_size: 400,
-        ..Recipe::demo(Builtin::Calc)
+        ..Recipe::demo(Builtin::Calc, 3)
     }
 }
 

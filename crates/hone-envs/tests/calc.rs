@@ -1,6 +1,6 @@
 //! The `calc` tool's evaluator and the shape of calc tasks per difficulty.
 
-use hone_envs::calc::{evaluate, format_number, CalcError, MAX_DEPTH, MAX_EXPRESSION_CHARS};
+use hone_envs::calc::{evaluate, format_number, template_of, CalcError, MAX_DEPTH, MAX_EXPRESSION_CHARS};
 use hone_envs::{Calc, Difficulty, Environment, Split, TaskData};
 use proptest::prelude::*;
 
@@ -136,6 +136,24 @@ fn difficulty_shapes_the_arithmetic() {
             "{hard}"
         );
     }
+}
+
+#[test]
+fn every_prompt_names_the_template_it_was_made_from() {
+    let calc = Calc::new(23);
+    for (difficulty, templates) in [(Difficulty::Easy, 4), (Difficulty::Medium, 4), (Difficulty::Hard, 4)] {
+        let mut seen = std::collections::BTreeSet::new();
+        for index in 0..200 {
+            let prompt = calc.task(Split::HeldOut, index, difficulty).prompt;
+            let template = template_of(&prompt).unwrap_or_else(|| panic!("no template for `{prompt}`"));
+            // The template's fixed words are in the prompt.
+            let first_words = template.split('{').next().unwrap_or_default();
+            assert!(prompt.starts_with(first_words), "`{prompt}` from `{template}`");
+            seen.insert(template);
+        }
+        assert_eq!(seen.len(), templates, "{difficulty:?}: {seen:?}");
+    }
+    assert_eq!(template_of("What is 2 + 2?"), None);
 }
 
 #[test]

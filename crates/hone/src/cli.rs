@@ -244,6 +244,10 @@ pub enum ModelCommand {
         /// Seed for the weights; the same seed writes the same bytes.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// For `demo`: the hardest calc level (1 easy, 2 medium, 3 hard) its
+        /// demonstrations cover, as `hone demo --max-difficulty` plays.
+        #[arg(long, default_value_t = crate::commands::demo::DEFAULT_MAX_DIFFICULTY, value_parser = crate::commands::demo::parse_max_difficulty)]
+        max_difficulty: u8,
     },
 }
 
@@ -309,8 +313,9 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     preset,
                     out,
                     seed,
+                    max_difficulty,
                 },
-        } => model::init(arch.into(), &preset, &out, seed),
+        } => model::init(arch.into(), &preset, &out, seed, max_difficulty),
         Command::Demo(args) => demo::run(*args),
         Command::Train { algorithm, args } => train::run(algorithm, *args),
         Command::Rewards { command } => rewards::run(command),

@@ -259,6 +259,30 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
 }
 
 #[test]
+fn the_demo_preset_refuses_a_level_that_does_not_exist_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("base");
+    for level in ["0", "4", "hard"] {
+        let out = hone(&[
+            "model",
+            "init",
+            "--arch",
+            "qwen2",
+            "--preset",
+            "demo",
+            "--max-difficulty",
+            level,
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert!(!out.status.success(), "--max-difficulty {level} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--max-difficulty"), "{level}: {stderr}");
+    }
+    assert!(!out_dir.exists(), "nothing is written before the checks pass");
+}
+
+#[test]
 fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_makes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");

@@ -15,9 +15,9 @@ use std::process::ExitCode;
 /// The preset name of the demo's trained base policy.
 pub const DEMO: &str = "demo";
 
-pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64) -> Result<ExitCode> {
+pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64, max_difficulty: u8) -> Result<ExitCode> {
     if preset == DEMO {
-        return demo(arch, out, seed);
+        return demo(arch, out, seed, max_difficulty);
     }
     let preset =
         Preset::parse(preset).with_context(|| format!("unknown preset `{preset}` ({}, {DEMO})", Preset::NAMES))?;
@@ -31,13 +31,13 @@ pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64) -> Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-fn demo(arch: Arch, out: &Path, seed: u64) -> Result<ExitCode> {
+fn demo(arch: Arch, out: &Path, seed: u64, max_difficulty: u8) -> Result<ExitCode> {
     if arch != Arch::Qwen2 {
         bail!("the `{DEMO}` preset is a Qwen2-architecture model; use --arch qwen2");
     }
     let recipe = Recipe {
         init_seed: seed,
-        ..Recipe::demo(Builtin::Calc)
+        ..Recipe::demo(Builtin::Calc, max_difficulty)
     };
     let total = recipe.drill_steps + recipe.steps;
     note(format_args!(

@@ -58,10 +58,9 @@ pub struct DemoArgs {
     #[arg(long, default_value_if("quick", "true", Some("3")))]
     pub cycles: Option<u32>,
     /// A short run that shows learning in about a minute (once the base
-    /// policy is built): easy tasks only, `grpo` on rollouts, half the
-    /// traffic to a canary, three rounds (`--max-difficulty 1 --optimisers
-    /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 3`; any of
-    /// them given explicitly wins).
+    /// policy is built): `grpo` on rollouts, half the traffic to a canary,
+    /// three rounds (`--optimisers grpo --grpo-groups rollouts
+    /// --canary-share 0.5 --cycles 3`; any of them given explicitly wins).
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
@@ -136,15 +135,20 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 0.05)]
     pub noise: f64,
     /// Hardest task users and the held-out measurement play (1 easy,
-    /// 2 medium, 3 hard); tasks take turns over the levels up to it.
+    /// 2 medium, 3 hard); tasks take turns over the levels up to it, and
+    /// the base policy is trained on the same levels. Default 1: the only
+    /// levels on which this small a base learns to copy reliably within
+    /// its build budget (docs/ARCHITECTURE.md, "The demo's base policy").
     #[arg(
         long,
-        default_value_t = 3,
-        value_parser = traffic::parse_max_difficulty,
-        default_value_if("quick", "true", Some("1"))
+        default_value_t = DEFAULT_MAX_DIFFICULTY,
+        value_parser = traffic::parse_max_difficulty
     )]
     pub max_difficulty: u8,
 }
+
+/// The hardest level `hone demo` plays unless told otherwise.
+pub const DEFAULT_MAX_DIFFICULTY: u8 = 1;
 
 /// What the demo's held-out measurements are labelled (their episodes are
 /// `eval.demo-held-out-…`).
@@ -359,7 +363,7 @@ pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
         Some(dir) => dir
             .canonicalize()
             .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
-        None => base(&data_dir, args.rebuild_base)?,
+        None => base(&data_dir, args.rebuild_base, args.max_difficulty)?,
     };
     if !args.seeds.is_empty() {
         return seeds::run(&args, &data_dir, &base_dir);
@@ -376,9 +380,11 @@ fn once(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf) -> Result<Summary>
 }
 
 /// The base policy: the cached one when its recipe matches, else built now.
-pub(crate) fn base(data_dir: &Path, rebuild: bool) -> Result<PathBuf> {
-    let recipe = Recipe::demo(Builtin::Calc);
-    let dir = base_policy::dir_in(data_dir, Builtin::Calc);
+/// Its demonstrations are tasks up to `max_difficulty`, the levels the
+/// demo plays.
+pub(crate) fn base(data_dir: &Path, rebuild: bool, max_difficulty: u8) -> Result<PathBuf> {
+    let recipe = Recipe::demo(Builtin::Calc, max_difficulty);
+    let dir = base_policy::dir_in(data_dir, &recipe);
     if !rebuild {
         if let Some(built) = base_policy::existing(&dir).filter(|b| b.hash == recipe.hash()) {
             note(format_args!(

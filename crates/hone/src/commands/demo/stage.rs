@@ -59,7 +59,7 @@ impl Stage {
         };
         let mut servers = tokio::task::JoinSet::new();
         servers.spawn(gateway.serve(ports.gateway, until_stopped()));
-        let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
+        let environment = Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED);
         let mut runner_config = RunnerConfig::new(ports.gateway_url, AGENT);
         runner_config.timeout = Duration::from_secs(300);
         let runner = Runner::new(environment, runner_config)?;

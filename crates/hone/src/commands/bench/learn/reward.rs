@@ -275,7 +275,7 @@ mod tests {
     /// draws one of three complaints, each −0.5; an invalid tool call −1;
     /// a clarifying question −0.5.
     fn same() -> (SameReward, hone_envs::Task, String) {
-        let environment = Builtin::Calc.build(Recipe::demo(Builtin::Calc).environment_seed);
+        let environment = Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED);
         let runner = Runner::new(environment.clone(), RunnerConfig::new("http://127.0.0.1:9", AGENT)).unwrap();
         let task = environment.task(Split::Train, 3, Difficulty::Medium);
         let TaskData::Calc(calc) = &task.data else {
