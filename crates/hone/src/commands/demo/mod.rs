@@ -137,7 +137,7 @@ pub struct DemoArgs {
     /// Hardest task users and the held-out measurement play (1 easy,
     /// 2 medium, 3 hard); tasks take turns over the levels up to it, and
     /// the base policy is trained on the same levels. Default 1: the only
-    /// levels on which this small a base learns to copy reliably within
+    /// level on which this small a base learns to copy reliably within
     /// its build budget (docs/ARCHITECTURE.md, "The demo's base policy").
     #[arg(
         long,
