@@ -7,8 +7,10 @@
 //! users driving traffic through the gateway as an OpenAI client, and the
 //! learning loop (cycles, gate, canary, monitors). Each round: users play
 //! training tasks and react; the canary is watched (promoted or rolled
-//! back); a cycle runs; the champion is measured on held-out tasks. At the
-//! end: a summary, and plots as SVG and PNG.
+//! back); the champion is measured on held-out tasks; a cycle runs (it can
+//! start a canary, never change the champion, so measuring before it dates
+//! a promotion to when it happened). At the end: a summary, and plots as
+//! SVG and PNG.
 //!
 //! The hidden score of an answer drives the simulated users and the
 //! held-out measurement only; hone hears nothing but the users' signals.
@@ -154,7 +156,8 @@ pub const DEFAULT_MAX_DIFFICULTY: u8 = 1;
 /// `eval.demo-held-out-…`).
 const HELD_OUT_LABEL: &str = "demo-held-out";
 
-/// The champion's held-out measurement after a round.
+/// The champion's held-out measurement in a round (after its traffic and
+/// watch, before its cycle).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
     pub round: usize,
@@ -480,7 +483,8 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
         recorder: Some(recorder),
         progress: Arc::new(move |agent: &str, line: &str| {
             if let Ok(mut file) = log2.lock() {
-                let _ = writeln!(file, "{agent}: {line}");
+                // Seconds since the run started: where a round's time goes.
+                let _ = writeln!(file, "[{:7.2} s] {agent}: {line}", started.elapsed().as_secs_f64());
             }
             spinner2.set_message(format!("{agent}: {line}"));
         }),
@@ -530,6 +534,15 @@ async fn rounds(
             let mut m = measure(runner, &champion, round, args).await?;
             (m.learning_s, m.user_episodes, m.at_ms) = (learning.as_secs_f64(), users, at_ms);
             report_measure(&m);
+            (learner.progress)(
+                AGENT,
+                &format!(
+                    "held-out success of champion {} after round {round}: {:.1}% ({:.1} s of learning; measuring is not counted)",
+                    short(&m.champion),
+                    m.rate * 100.0,
+                    m.learning_s
+                ),
+            );
             Ok::<_, anyhow::Error>((m, at.elapsed()))
         }
     };
@@ -565,6 +578,14 @@ async fn rounds(
         bar.finish_and_clear();
         next_task += args.episodes_per_round;
         accepted_log.extend(served.iter().map(|s| (s.at, s.accepted)));
+        (learner.progress)(
+            AGENT,
+            &format!(
+                "round {round}: {} user episodes, {} accepted",
+                served.len(),
+                served.iter().filter(|s| s.accepted).count()
+            ),
+        );
         let verdict = learner.watch(&agent).await?;
         match &verdict {
             Verdict::Promoted(why) => {
@@ -577,8 +598,8 @@ async fn rounds(
                     .unwrap_or_default();
                 let promotion = Promotion {
                     version: champion.to_string(),
-                    // Measured after every round, so the last measurement's
-                    // champion is the one just replaced.
+                    // Measured every round before this watch, so the last
+                    // measurement's champion is the one just replaced.
                     replaced: measured.last().map(|m| m.champion.clone()).unwrap_or_default(),
                     timescale: timescale(&optimiser).to_owned(),
                     optimiser,
@@ -596,6 +617,12 @@ async fn rounds(
             }
             _ => {}
         }
+        // Measured before the cycle: a cycle only ever starts a canary, so
+        // the champion is already what the round leaves serving, and its
+        // learning time is when it began serving (a promotion just now).
+        let (m, took) = timed_measure(round, champion()?, accepted_log.len(), measuring).await?;
+        measuring += took;
+        measured.push(m);
         let deployment = hone_learn::deploy::current(store, &agent)?.0;
         let cycle = if deployment.canary.is_none() {
             let spinner = ProgressBar::new_spinner();
@@ -624,9 +651,6 @@ async fn rounds(
             verdict,
         };
         report_round(round, &row, store, &agent, &mut front)?;
-        let (m, took) = timed_measure(round, champion()?, accepted_log.len(), measuring).await?;
-        measuring += took;
-        measured.push(m);
     }
 
     let dir = data_dir.join("plots");
