@@ -304,3 +304,64 @@ fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_make
     }
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
+
+/// `hone bench learn --report` prints the table and draws the curves of a
+/// run already in the data directory, learning nothing; without a stored
+/// run it says what is missing and makes nothing.
+#[test]
+fn bench_learn_report_redraws_a_stored_run_and_names_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bench");
+    let out = hone(&["bench", "learn", "--report", "--data-dir", data.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bench-learn.json") && stderr.contains("run the bench there first"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "--report made {}", data.display());
+
+    // A stored run: hone reaches 90% at its third measurement and holds;
+    // TRL reaches it first and falls back.
+    std::fs::create_dir_all(&data).unwrap();
+    let point = |s: f64, rate: f64, v: &str| serde_json::json!({"learning_s": s, "episodes": (s * 8.0) as usize, "rate": rate, "ci95": [rate - 0.1, rate.min(0.95) + 0.05], "version": v});
+    let hone_points = vec![
+        point(0.0, 0.5, "b"),
+        point(20.0, 0.45, "b"),
+        point(24.0, 0.95, "h1"),
+        point(50.0, 1.0, "h1"),
+    ];
+    let trl_points = vec![
+        point(0.0, 0.5, "b"),
+        point(6.0, 0.8, "t1"),
+        point(12.0, 0.92, "t2"),
+        point(18.0, 0.3, "t3"),
+    ];
+    let report = serde_json::json!({
+        "threshold": 0.9, "minutes": 1.0, "seed": 1, "held_out_tasks": 60, "base": "/base",
+        "hone_settings": [], "trl_reward": "users",
+        "sides": [
+            {"learner": "hone (demo: users' implicit feedback, gate, canary)", "episodes_are": "user episodes",
+             "points": hone_points, "reached": hone_points[2], "held": hone_points[2]},
+            {"learner": "TRL GRPOTrainer (users' implicit signals, lr 0.002)", "episodes_are": "sampled episodes",
+             "points": trl_points, "reached": trl_points[2], "held": null},
+        ],
+    });
+    std::fs::write(data.join("bench-learn.json"), report.to_string()).unwrap();
+    let out = hone(&["bench", "learn", "--report", "--data-dir", data.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // When each reached it, in minutes and seconds, with the measurement before.
+    assert!(stdout.contains("| 0.40 (24 s; 45.0% at 20 s) |"), "{stdout}");
+    assert!(stdout.contains("| 0.20 (12 s; 80.0% at 6 s) |"), "{stdout}");
+    assert!(stdout.contains("| not held |"), "{stdout}");
+    for name in ["bench-learn.svg", "bench-learn.png"] {
+        assert!(data.join(name).metadata().unwrap().len() > 1000, "{name}");
+    }
+    // The legend names the learners; their descriptions stay in the table.
+    let svg = std::fs::read_to_string(data.join("bench-learn.svg")).unwrap();
+    assert!(
+        svg.contains(">\nhone\n</text>") && svg.contains(">\nTRL GRPOTrainer\n</text>"),
+        "legend"
+    );
+}

@@ -17,6 +17,7 @@ use anyhow::{anyhow, Result};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Held-out success after a cycle: `(cycle index, rate, low, high)`.
@@ -133,19 +134,60 @@ where
     Ok(chart)
 }
 
-/// The series' legend, in the lower right corner.
-fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> Result<()>
+/// The series' legend, in the corner where it hides the least of `lines`
+/// (each a series' points in data coordinates, joined in order).
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, lines: &[Vec<(f64, f64)>]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
+    let corner = quietest_corner(lines, chart.x_range(), chart.y_range());
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(corner)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FONT, 13))
         .draw()
         .map_err(err)
+}
+
+/// Of the four corners, the one whose box (45% of the width, 35% of the
+/// height: about a legend's size) holds the fewest points of `lines`, the
+/// segments between points sampled too; the lower right on a tie.
+fn quietest_corner(lines: &[Vec<(f64, f64)>], x: Range<f64>, y: Range<f64>) -> SeriesLabelPosition {
+    let (w, h) = (x.end - x.start, y.end - y.start);
+    let samples: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|line| {
+            let segments = line.windows(2).flat_map(|pair| {
+                let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                (0..8).map(move |k| {
+                    let t = f64::from(k) / 8.0;
+                    (x0 + t * (x1 - x0), y0 + t * (y1 - y0))
+                })
+            });
+            segments.chain(line.last().copied())
+        })
+        .collect();
+    let inside = |(left, lower): (bool, bool)| {
+        samples
+            .iter()
+            .filter(|(px, py)| {
+                let fx = (px - x.start) / w;
+                let fy = (py - y.start) / h;
+                (if left { fx <= 0.45 } else { fx >= 0.55 }) && (if lower { fy <= 0.35 } else { fy >= 0.65 })
+            })
+            .count()
+    };
+    [
+        ((false, true), SeriesLabelPosition::LowerRight),
+        ((true, true), SeriesLabelPosition::LowerLeft),
+        ((false, false), SeriesLabelPosition::UpperRight),
+        ((true, false), SeriesLabelPosition::UpperLeft),
+    ]
+    .into_iter()
+    .min_by_key(|(corner, _)| inside(*corner))
+    .map_or(SeriesLabelPosition::LowerRight, |(_, position)| position)
 }
 
 /// Labels drawn beside points, in the points' colour.
@@ -310,7 +352,7 @@ where
             colour,
         )?;
     }
-    legend(&mut chart)
+    legend(&mut chart, &[series.to_vec()])
 }
 
 /// Candidates' offline reward against latency: the Pareto front's raw material.
@@ -369,7 +411,8 @@ where
             colour,
         )?;
     }
-    legend(&mut chart)
+    let dots: Vec<Vec<(f64, f64)>> = points.iter().map(|p| vec![(p.latency_ms, p.reward)]).collect();
+    legend(&mut chart, &dots)
 }
 
 /// Learners' held-out success against minutes of learning, with the threshold.
@@ -447,5 +490,53 @@ where
             )
             .map_err(err)?;
     }
-    legend(&mut chart)
+    let lines: Vec<Vec<(f64, f64)>> = curves
+        .iter()
+        .map(|(_, points)| points.iter().map(|&(x, y, _, _)| (x, y)).collect())
+        .collect();
+    legend(&mut chart, &lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_legend_goes_where_it_hides_the_fewest_points() {
+        let (x, y) = (0.0..5.0, 0.0..1.0);
+        // The bench's picture: one curve holds at the top, the other
+        // collapses to zero late and ends at 70%: the lower left is free.
+        let held = vec![(0.0, 0.4), (0.4, 1.0), (5.0, 1.0)];
+        let late_dive = vec![(0.0, 0.4), (0.3, 1.0), (3.0, 1.0), (3.5, 0.0), (4.0, 0.1), (5.0, 0.7)];
+        let corner = quietest_corner(&[held.clone(), late_dive], x.clone(), y.clone());
+        assert_eq!(corner, SeriesLabelPosition::LowerLeft);
+        // An early dive instead: the lower right is free again.
+        let early_dive = vec![
+            (0.0, 0.4),
+            (0.3, 1.0),
+            (1.0, 1.0),
+            (1.5, 0.0),
+            (2.0, 0.1),
+            (3.0, 1.0),
+            (5.0, 1.0),
+        ];
+        let corner = quietest_corner(&[held, early_dive], x.clone(), y.clone());
+        assert_eq!(corner, SeriesLabelPosition::LowerRight);
+        // A curve climbing from the lower left to the upper right: either
+        // other corner is free; the lower right wins the tie.
+        let climb = vec![(0.0, 0.1), (1.0, 0.2), (4.0, 0.8), (5.0, 0.9)];
+        assert_eq!(
+            quietest_corner(&[climb], x.clone(), y.clone()),
+            SeriesLabelPosition::LowerRight
+        );
+        // A curve falling from the upper left to the lower right: the lower
+        // left and the upper right are both free; the lower left comes first.
+        let fall = vec![(0.0, 0.9), (1.0, 0.8), (4.0, 0.2), (5.0, 0.1)];
+        assert_eq!(
+            quietest_corner(&[fall], x.clone(), y.clone()),
+            SeriesLabelPosition::LowerLeft
+        );
+        // Nothing drawn: the lower right, as before.
+        assert_eq!(quietest_corner(&[], x, y), SeriesLabelPosition::LowerRight);
+    }
 }

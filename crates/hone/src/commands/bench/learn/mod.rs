@@ -105,10 +105,14 @@ pub struct LearnArgs {
     /// champion, as `hone demo --gate-confidence` (default: the demo's).
     #[arg(long)]
     pub gate_confidence: Option<f64>,
+    /// Learn nothing: print the table and draw the plots again from the
+    /// run already in `--data-dir` (its `bench-learn.json`).
+    #[arg(long)]
+    pub report: bool,
 }
 
 /// What TRL's side trains on (`--trl-reward`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrlReward {
     /// The reward hone's learner gives its rollouts ([`reward::SameReward`]).
@@ -135,7 +139,7 @@ struct DemoCommand {
 }
 
 /// One held-out measurement of a learner.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Point {
     learning_s: f64,
     episodes: usize,
@@ -150,7 +154,7 @@ struct Point {
 
 /// A learner's curve, when it first reached the threshold, and from when
 /// it held it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Side {
     learner: String,
     /// What counts as an episode for it.
@@ -188,7 +192,7 @@ fn held_from(points: &[Point], threshold: f64) -> Option<&Point> {
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Report {
     threshold: f64,
     minutes: f64,
@@ -219,6 +223,15 @@ impl LearnArgs {
 }
 
 pub fn run(args: LearnArgs) -> Result<ExitCode> {
+    if args.report {
+        let path = args.data_dir.join("bench-learn.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("--report: cannot read {} (run the bench there first)", path.display()))?;
+        let report: Report = serde_json::from_str(&text)
+            .with_context(|| format!("--report: {} is not a report of `hone bench learn`", path.display()))?;
+        publish(&report, &args.data_dir)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let threshold = args.threshold();
     if !(threshold > 0.0 && threshold <= 1.0) {
         bail!("--threshold must be in (0, 1]");
@@ -298,20 +311,30 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
             ),
         ],
     };
+    std::fs::write(
+        data_dir.join("bench-learn.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    publish(&report, &data_dir)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Draws both curves beside `bench-learn.json` in `data_dir` and prints the table.
+fn publish(report: &Report, data_dir: &Path) -> Result<()> {
     let path = data_dir.join("bench-learn.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     let curves: Vec<demo::plots::Curve> = report
         .sides
         .iter()
         .map(|side| {
             let points = side.points.iter();
             let points = points.map(|p| (p.learning_s / 60.0, p.rate, p.ci95.0, p.ci95.1));
-            (side.learner.clone(), points.collect())
+            // The legend names the learner; the table and the JSON describe it.
+            let name = side.learner.split(" (").next().unwrap_or(&side.learner);
+            (name.to_owned(), points.collect())
         })
         .collect();
-    let plots = demo::plots::learning_race(&data_dir, &curves, threshold)?;
-    print_report(&report, &path, &plots)?;
-    Ok(ExitCode::SUCCESS)
+    let plots = demo::plots::learning_race(data_dir, &curves, report.threshold)?;
+    print_report(report, &path, &plots)
 }
 
 /// hone's side: `hone demo` with the bench's budget, seed and tasks and
@@ -569,6 +592,12 @@ fn write_tasks(
     Ok(())
 }
 
+/// Seconds of learning as the table's minutes: two decimals, since a
+/// threshold on easy tasks is reached within the first minute.
+fn minutes(seconds: f64) -> String {
+    format!("{:.2}", seconds / 60.0)
+}
+
 /// The checkpoints `learn_trl.py` saved, in order, with their meta.
 fn trl_checkpoints(dir: &Path) -> Result<Vec<(String, CheckpointMeta)>> {
     let mut found = Vec::new();
@@ -631,9 +660,20 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
                 )
             });
         let pct = |p: Option<&Point>| p.map_or("—".to_owned(), |p| format!("{:.1}%", p.rate * 100.0));
+        // The measurement before the first at the threshold brackets when
+        // the learner crossed it (each side is measured only so often).
+        let before = |p: &Point| {
+            side.points
+                .iter()
+                .take_while(|q| q.learning_s < p.learning_s)
+                .last()
+                .map_or(String::new(), |q| {
+                    format!("; {:.1}% at {:.0} s", q.rate * 100.0, q.learning_s)
+                })
+        };
         let (when, episodes) = match &side.reached {
             Some(p) => (
-                format!("{:.1}", p.learning_s / 60.0),
+                format!("{} ({:.0} s{})", minutes(p.learning_s), p.learning_s, before(p)),
                 match p.learner_episodes {
                     Some(played) => format!(
                         "{} {} (+{played} its learner played: rollouts, gate)",
@@ -647,7 +687,7 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
         let held = side
             .held
             .as_ref()
-            .map_or("not held".to_owned(), |p| format!("{:.1}", p.learning_s / 60.0));
+            .map_or("not held".to_owned(), |p| minutes(p.learning_s));
         writeln!(
             out,
             "| {} | {when} | {episodes} | {held} | {} | {best} | {} |",
