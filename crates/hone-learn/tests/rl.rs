@@ -265,9 +265,10 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
 
 /// The `dpo` optimiser inside a real cycle: on-policy pairs from the
 /// champion's rollouts on the train half (best over worst by the reward
-/// spec), given to the trainer as the sampled token ids; at its first step
-/// the policy is the reference, so the DPO loss is exactly ln 2, and
-/// training then opens a margin.
+/// spec), given to the trainer as the sampled token ids, anchored by the
+/// chosen episodes that passed; at its first step the policy is the
+/// reference, so the DPO loss is exactly ln 2, and training then opens a
+/// margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() {
     // A lowercase letter in six random tokens: about an even chance, so
@@ -290,9 +291,31 @@ async fn dpo_in_a_cycle_trains_on_pairs_of_sampled_tokens_from_the_train_half() 
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
     assert!(pairs > 0, "no on-policy pair\n{log}");
+    // The chosen episodes that passed anchor the pairs (RPO's likelihood
+    // term): trained as supervised rows beside them from the first step,
+    // though this first cycle has no earlier success to replay.
+    let anchors = log
+        .lines()
+        .find_map(|l| {
+            l.split("; ")
+                .nth(1)?
+                .strip_suffix(" chosen episodes that passed anchor them")
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        anchors > 0 && anchors <= pairs,
+        "{anchors} anchors for {pairs} pairs\n{log}"
+    );
 
     let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Dpo));
     assert_eq!(steps.len(), 24, "{metrics}");
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["extra"]["replay_nll"].as_f64().is_some_and(|n| n > 0.0)),
+        "a step without the anchors' likelihood\n{metrics}"
+    );
     let ln2 = std::f64::consts::LN_2;
     assert!((steps[0]["loss"].as_f64().unwrap() - ln2).abs() < 1e-3, "{metrics}");
     // Each step sees a different batch of pairs, so one step's margin is

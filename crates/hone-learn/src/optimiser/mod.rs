@@ -53,6 +53,7 @@ impl Proposal {
 }
 
 /// What an optimiser may look at.
+#[derive(Clone)]
 pub struct ProposeContext<'a> {
     pub config: &'a Config,
     pub agent: &'a AgentConfig,
