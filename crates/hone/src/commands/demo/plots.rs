@@ -346,9 +346,18 @@ where
             .map_err(err)?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        // Markers close in time would print their labels over each other:
+        // each label sits on one of four heights, by its place in time.
+        let height = |m: &Marker| {
+            let place = markers.iter().filter(|other| other.at < m.at).count();
+            0.04 + 0.06 * (place % 4) as f64
+        };
         labels(
             &mut chart,
-            these.iter().map(|m| (m.label.clone(), (m.at / 60.0, 0.04))).collect(),
+            these
+                .iter()
+                .map(|m| (m.label.clone(), (m.at / 60.0, height(m))))
+                .collect(),
             colour,
         )?;
     }
