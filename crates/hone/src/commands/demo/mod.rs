@@ -533,15 +533,11 @@ async fn rounds(
         async move {
             let mut m = measure(runner, &champion, round, args).await?;
             (m.learning_s, m.user_episodes, m.at_ms) = (learning.as_secs_f64(), users, at_ms);
-            report_measure(&m);
+            let line = describe_measure(&m);
+            note(format_args!("{line}"));
             (learner.progress)(
                 AGENT,
-                &format!(
-                    "held-out success of champion {} after round {round}: {:.1}% ({:.1} s of learning; measuring is not counted)",
-                    short(&m.champion),
-                    m.rate * 100.0,
-                    m.learning_s
-                ),
+                &format!("{line}; {:.1} s of learning (measuring is not counted)", m.learning_s),
             );
             Ok::<_, anyhow::Error>((m, at.elapsed()))
         }
@@ -747,8 +743,9 @@ async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs)
     Ok(Measured::new(round, champion.to_owned(), solved))
 }
 
-fn report_measure(m: &Measured) {
-    note(format_args!(
+/// One measurement in a line: the terminal and `demo.log` say it alike.
+fn describe_measure(m: &Measured) -> String {
+    format!(
         "held-out success of champion {} after round {}: {:.1}% (95% CI {:.1}–{:.1}%, {} tasks)",
         short(&m.champion),
         m.round,
@@ -756,7 +753,7 @@ fn report_measure(m: &Measured) {
         m.ci95.0 * 100.0,
         m.ci95.1 * 100.0,
         m.solved.len()
-    ));
+    )
 }
 
 /// The round's table: every candidate of its cycle with the gate's verdict.
