@@ -18,6 +18,7 @@
 //! [agents.support.learn]
 //! every = { episodes = 500, minutes = 60 }
 //! optimisers = ["examples", "model", "sft"]
+//! optimisers_per_cycle = 1                  # optional: each cycle runs one of them, in turn (default: all)
 //! objective = ["max reward", "min cost"]
 //! dataset_size = 200
 //! endpoint = "http://127.0.0.1:8000/run"   # multi-step agents: how rollouts and evaluations run
@@ -55,6 +56,7 @@ pub struct RawLearn {
     pub every: Option<RawEvery>,
     #[serde(default)]
     pub optimisers: Vec<String>,
+    pub optimisers_per_cycle: Option<usize>,
     #[serde(default)]
     pub objective: Vec<String>,
     pub dataset_size: Option<usize>,
@@ -660,6 +662,9 @@ pub struct LearnSpec {
     pub every_episodes: Option<u64>,
     pub every_minutes: Option<u64>,
     pub optimisers: Vec<OptimiserSpec>,
+    /// How many of `optimisers` propose in one cycle, taking turns across
+    /// cycles ([`LearnSpec::turn`]); all of them by default.
+    pub optimisers_per_cycle: usize,
     pub objective: Vec<Objective>,
     /// Instances of the target (`traffic`) and `regression` datasets.
     pub dataset_size: usize,
@@ -813,6 +818,7 @@ impl Default for LearnSpec {
             every_episodes: None,
             every_minutes: None,
             optimisers: Vec::new(),
+            optimisers_per_cycle: usize::MAX,
             objective: vec![Objective::MaxReward, Objective::MinCost],
             dataset_size: 100,
             endpoint: None,
@@ -931,6 +937,21 @@ fn training(field: &str, raw: Option<RawTraining>, grpo: bool) -> Result<Trainin
 }
 
 impl LearnSpec {
+    /// Every optimiser in the order cycle number `cycle` (from 1) tries them:
+    /// with `optimisers_per_cycle` below their count, each cycle starts where
+    /// the one before it would have stopped, so they take turns; the cycle
+    /// stops once that many have proposed, and one with nothing to propose
+    /// passes its turn to the next.
+    pub fn turn(&self, cycle: u64) -> impl Iterator<Item = &OptimiserSpec> {
+        let count = self.optimisers.len();
+        let start = if self.optimisers_per_cycle >= count {
+            0
+        } else {
+            (cycle.saturating_sub(1) as usize % count) * self.optimisers_per_cycle % count
+        };
+        self.optimisers.iter().cycle().skip(start).take(count)
+    }
+
     /// Validates the raw table; `field` is `agents.NAME.learn`, `providers`
     /// the declared provider names (optimisers' routes must name one).
     pub fn from_raw(field: &str, raw: RawLearn, providers: &[&str]) -> Result<Self, ConfigError> {
@@ -938,6 +959,7 @@ impl LearnSpec {
         let RawLearn {
             every,
             optimisers,
+            optimisers_per_cycle,
             objective,
             dataset_size,
             endpoint,
@@ -980,6 +1002,12 @@ impl LearnSpec {
             },
         };
         let optimisers = optimisers_from_raw(field, &optimisers, tables, providers)?;
+        if optimisers_per_cycle == Some(0) {
+            return Err(ConfigError::at(
+                format!("{field}.optimisers_per_cycle"),
+                "must be at least 1 (leave it out for every optimiser in every cycle)",
+            ));
+        }
         let objective = objective_from_raw(field, &objective, d.objective)?;
         let dataset_size = dataset_size.unwrap_or(d.dataset_size);
         if dataset_size < 2 {
@@ -1001,6 +1029,7 @@ impl LearnSpec {
             every_episodes: every.episodes,
             every_minutes: every.minutes,
             optimisers,
+            optimisers_per_cycle: optimisers_per_cycle.unwrap_or(d.optimisers_per_cycle),
             objective,
             dataset_size,
             endpoint,

@@ -410,4 +410,34 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
         .unwrap_err();
         assert!(e.message.contains("GRPO settings"), "{e}");
     }
+
+    #[test]
+    fn optimisers_take_turns_when_fewer_than_all_propose_in_a_cycle() {
+        let names =
+            |learn: &crate::LearnSpec, cycle: u64| -> Vec<&str> { learn.turn(cycle).map(|o| o.name()).collect() };
+        let with = |per_cycle: &str| {
+            load(&format!(
+                "{BASE}[agents.a.learn]\noptimisers = [\"sft\", \"grpo\", \"dpo\"]\n{per_cycle}"
+            ))
+        };
+        // By default every optimiser runs, in the listed order, every cycle.
+        let all = with("").unwrap().agents["a"].learn.clone();
+        for cycle in 1..=4 {
+            assert_eq!(names(&all, cycle), ["sft", "grpo", "dpo"]);
+        }
+        // One a cycle: each cycle starts with the next one, and lists the
+        // rest after it for when it has nothing to propose.
+        let one = with("optimisers_per_cycle = 1\n").unwrap().agents["a"].learn.clone();
+        assert_eq!(names(&one, 1), ["sft", "grpo", "dpo"]);
+        assert_eq!(names(&one, 2), ["grpo", "dpo", "sft"]);
+        assert_eq!(names(&one, 3), ["dpo", "sft", "grpo"]);
+        assert_eq!(names(&one, 4), ["sft", "grpo", "dpo"]);
+        // Two a cycle: the next cycle starts where this one stopped.
+        let two = with("optimisers_per_cycle = 2\n").unwrap().agents["a"].learn.clone();
+        assert_eq!(names(&two, 1)[0], "sft");
+        assert_eq!(names(&two, 2)[0], "dpo");
+        assert_eq!(names(&two, 3)[0], "grpo");
+        let e = with("optimisers_per_cycle = 0\n").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("agents.a.learn.optimisers_per_cycle"), "{e}");
+    }
 }

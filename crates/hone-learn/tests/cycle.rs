@@ -902,3 +902,84 @@ async fn with_a_promotion_margin_a_canary_not_shown_within_it_collects_then_is_r
         .iter()
         .any(|e| e.kind == "rollback" && e.summary.contains("not shown within 0.05")));
 }
+
+const TURNS: &str = r#"
+[agents.turns.versions.v1]
+provider = "up"
+model = "weak"
+[agents.turns.reward]
+reference_signal = "gold"
+[agents.turns.reward.critics.answer]
+type = "numeric"
+[agents.turns.learn]
+optimisers = ["model", "examples"]
+optimisers_per_cycle = 1
+dataset_size = 30
+[agents.turns.learn.model]
+models = [{ provider = "up", model = "good" }]
+
+[agents.pass.versions.v1]
+provider = "up"
+model = "weak"
+[agents.pass.reward]
+reference_signal = "gold"
+[agents.pass.reward.critics.answer]
+type = "numeric"
+[agents.pass.learn]
+optimisers = ["model", "examples"]
+optimisers_per_cycle = 1
+dataset_size = 30
+[agents.pass.learn.model]
+models = [{ provider = "up", model = "weak" }]
+"#;
+
+/// The optimisers of each cycle's candidates.
+fn proposers(w: &World, agent: &str, cycle: &str) -> std::collections::BTreeSet<String> {
+    w.store
+        .candidates(agent, Some(cycle))
+        .unwrap()
+        .into_iter()
+        .map(|c| c.optimiser)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_optimiser_a_cycle_they_take_turns_and_one_with_nothing_passes_its_turn() {
+    let w = World::start_with(TURNS).await;
+    let (learner, lines) = learner(&w);
+    // Manual approval: candidates wait on the front, so cycles follow each other.
+    sums(&w, "turns", "a", 30).await;
+    let first = learner.run_cycle("turns", "manual").await.unwrap();
+    sums(&w, "turns", "b", 30).await;
+    let second = learner.run_cycle("turns", "manual").await.unwrap();
+    let said = lines.lock().unwrap().join("\n");
+    assert_eq!(proposers(&w, "turns", &first.id), ["model".to_owned()].into(), "{said}");
+    assert_eq!(
+        proposers(&w, "turns", &second.id),
+        ["examples".to_owned()].into(),
+        "{said}"
+    );
+    assert!(
+        said.contains("optimisers take turns, 1 a cycle: this cycle from model"),
+        "{said}"
+    );
+    assert!(
+        said.contains("optimisers take turns, 1 a cycle: this cycle from examples"),
+        "{said}"
+    );
+
+    // `model` here offers only the champion's own model: nothing new, so
+    // its turn passes to `examples` within the same cycle.
+    sums(&w, "pass", "c", 30).await;
+    let cycle = learner.run_cycle("pass", "manual").await.unwrap();
+    let said = lines.lock().unwrap().join("\n");
+    assert_eq!(
+        proposers(&w, "pass", &cycle.id),
+        ["examples".to_owned()].into(),
+        "{said}"
+    );
+    assert!(
+        said.contains("model proposed nothing new; its turn passes on"),
+        "{said}"
+    );
+}

@@ -206,7 +206,7 @@ pub(crate) mod rules {
     /// Cycle number `seq` of the agent, in `Collect`, with its "started" event.
     pub fn new_cycle(agent: &str, seq: i64, trigger: &str, now: i64) -> (CycleInfo, HistoryEvent) {
         let cycle = CycleInfo {
-            id: format!("{agent}-{seq}"),
+            id: CycleInfo::id_of(agent, seq),
             agent: agent.to_owned(),
             state: CycleState::Collect,
             trigger: trigger.to_owned(),

@@ -94,6 +94,18 @@ pub struct CycleInfo {
     pub updated_at: i64,
 }
 
+impl CycleInfo {
+    /// The id of the agent's cycle number `seq`.
+    pub fn id_of(agent: &str, seq: i64) -> String {
+        format!("{agent}-{seq}")
+    }
+
+    /// N of `AGENT-N`: the cycle's place among the agent's cycles, from 1.
+    pub fn number(&self) -> u64 {
+        self.id.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(1)
+    }
+}
+
 /// What the steps of a cycle decided, each field written by one step and
 /// read by later ones (stored as a JSON object inside the cycle's record).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -396,6 +408,23 @@ impl HistoryEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cycle_knows_its_number_from_its_id_whatever_the_agent_is_called() {
+        for (agent, seq) in [("calc", 1), ("support-bot", 12), ("a-b-c", 7)] {
+            let cycle = CycleInfo {
+                id: CycleInfo::id_of(agent, seq),
+                agent: agent.into(),
+                state: CycleState::Collect,
+                trigger: "manual".into(),
+                detail: CycleDetail::default(),
+                error: None,
+                started_at: 0,
+                updated_at: 0,
+            };
+            assert_eq!(cycle.number(), seq as u64, "{}", cycle.id);
+        }
+    }
 
     #[test]
     fn states_and_statuses_round_trip_and_steps_are_ordered() {

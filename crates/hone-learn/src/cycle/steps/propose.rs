@@ -1,4 +1,5 @@
-//! propose: every configured optimiser proposes versions from the champion
+//! propose: the configured optimisers, all of them or those whose turn it
+//! is ([`hone_config::LearnSpec::turn`]), propose versions from the champion
 //! and the cycle's train set; each new version is stored as a candidate of this
 //! cycle (content-addressed, so a resumed step stores nothing twice). An
 //! optimiser that fails is recorded and skipped; with no candidate at all
@@ -42,7 +43,24 @@ pub(super) async fn run(
     let (mut versions, mut candidates, mut events) = (Vec::new(), Vec::new(), Vec::new());
     let cycle_budget = Tally::new("the cycle's budget", agent.learn.budget);
     let evidence = std::sync::OnceLock::new();
-    for spec in &agent.learn.optimisers {
+    let per_cycle = agent.learn.optimisers_per_cycle;
+    let mut turn = agent.learn.turn(cycle.number()).peekable();
+    if per_cycle < agent.learn.optimisers.len() {
+        if let Some(first) = turn.peek() {
+            learner.say(
+                name,
+                &format!(
+                    "optimisers take turns, {per_cycle} a cycle: this cycle from {}",
+                    optimiser::from_spec(first).name()
+                ),
+            );
+        }
+    }
+    let mut proposers = 0;
+    for spec in turn {
+        if proposers == per_cycle {
+            break;
+        }
         let optimiser = optimiser::from_spec(spec);
         let meter = match spec.reflector() {
             None => Meter::unmetered(),
@@ -99,6 +117,7 @@ pub(super) async fn run(
                 continue;
             }
         };
+        let before = candidates.len();
         for p in proposals {
             let id = p.spec.id();
             if id == champion_id || candidates.iter().any(|c: &Candidate| c.version_id == id) {
@@ -135,6 +154,14 @@ pub(super) async fn run(
                 created_at: now,
                 updated_at: now,
             });
+        }
+        if candidates.len() > before {
+            proposers += 1;
+        } else if per_cycle < agent.learn.optimisers.len() {
+            learner.say(
+                name,
+                &format!("{} proposed nothing new; its turn passes on", optimiser.name()),
+            );
         }
     }
     // Stored before the cycle moves on; a resumed propose stores the same

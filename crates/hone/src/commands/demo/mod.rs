@@ -29,6 +29,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 pub use config::AGENT;
 pub use config::{DemoOptimiser, GrpoGroups, RewardMode};
+use futures::StreamExt;
 use hone_envs::base_policy::{self, Recipe};
 use hone_envs::{Builtin, Runner, SimulatedUser};
 use hone_learn::cycle::Learner;
@@ -43,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,6 +86,11 @@ pub struct DemoArgs {
         default_value_if("quick", "true", Some("grpo"))
     )]
     pub optimisers: Vec<DemoOptimiser>,
+    /// How many of `--optimisers` propose in one cycle; with fewer than
+    /// all, they take turns from cycle to cycle (an optimiser with nothing
+    /// to propose passes its turn on).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub optimisers_per_cycle: u64,
     /// Where `grpo` takes its groups from, comma-separated.
     #[arg(
         long,
@@ -447,6 +454,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
             &config::Choices {
                 reward: args.reward,
                 optimisers: &args.optimisers,
+                optimisers_per_cycle: args.optimisers_per_cycle as usize,
                 grpo_groups: &args.grpo_groups,
                 temperature: args.temperature,
                 replay_share: args.replay_share,
@@ -558,21 +566,43 @@ async fn rounds(
         );
         bar.set_message(round.to_string());
         let tick = || bar.inc(1);
-        let (served, errors) = traffic::serve_users(
-            runner,
-            &user,
-            traffic::Tasks {
-                first: next_task,
-                count: args.episodes_per_round,
-                max_difficulty: args.max_difficulty,
-            },
-            args.concurrency,
-            started,
-            &tick,
-        )
-        .await;
+        // With a canary out, the canary is watched after every eighth of the
+        // round's users: once it is decided (promoted or rolled back) no
+        // more users start and the round ends when those playing finish.
+        // `hone learn` watches on its own clock the same way.
+        let canary_out = hone_learn::deploy::current(store, &agent)?.0.canary.is_some();
+        let watch_every = (args.episodes_per_round / 8).max(1) as usize;
+        let (mut served, mut errors) = (Vec::new(), Vec::new());
+        let mut verdict = None;
+        let stop = AtomicBool::new(false);
+        let tasks = traffic::Tasks {
+            first: next_task,
+            count: args.episodes_per_round,
+            max_difficulty: args.max_difficulty,
+        };
+        let mut users = std::pin::pin!(traffic::users(runner, &user, tasks, args.concurrency, started, &stop));
+        let mut finished = 0usize;
+        while let Some(run) = users.next().await {
+            tick();
+            finished += 1;
+            match run {
+                Ok(s) => served.push(s),
+                Err(e) => errors.push(e.to_string()),
+            }
+            if canary_out && verdict.is_none() && finished.is_multiple_of(watch_every) {
+                let seen = learner.watch(&agent).await?;
+                if matches!(seen, Verdict::Promoted(_) | Verdict::RolledBack(_)) {
+                    stop.store(true, Ordering::Relaxed);
+                    verdict = Some(seen);
+                }
+            }
+        }
+        next_task += finished as u64;
+        let verdict = match verdict {
+            Some(decided) => decided,
+            None => learner.watch(&agent).await?,
+        };
         bar.finish_and_clear();
-        next_task += args.episodes_per_round;
         accepted_log.extend(served.iter().map(|s| (s.at, s.accepted)));
         (learner.progress)(
             AGENT,
@@ -582,7 +612,6 @@ async fn rounds(
                 served.iter().filter(|s| s.accepted).count()
             ),
         );
-        let verdict = learner.watch(&agent).await?;
         match &verdict {
             Verdict::Promoted(why) => {
                 let champion = hone_learn::deploy::current(store, &agent)?.0.champion;

@@ -1,6 +1,6 @@
 //! The demo's traffic and its measurements, both through the real gateway:
 //!
-//! - [`serve_users`]: simulated users each play a task from the training
+//! - [`users`]: simulated users each play a task from the training
 //!   split (routed by the deployment: champion or canary) and, after their
 //!   delay, send their implicit reaction as feedback. The hidden score goes
 //!   no further than this file's report.
@@ -12,6 +12,7 @@ use futures::StreamExt;
 use hone_envs::{Difficulty, RunContext, Runner, SimulatedUser, Split};
 use hone_types::EpisodeId;
 use rand::SeedableRng;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One user's episode, as the demo saw it.
 #[derive(Debug, Clone)]
@@ -49,23 +50,27 @@ pub struct Tasks {
 }
 
 /// One user per task of `tasks`, `concurrency` at a time; each plays its
-/// task and reacts. A run the gateway refused is reported and skipped (the
-/// user got no answer and sends nothing).
-pub async fn serve_users(
-    runner: &Runner,
-    user: &SimulatedUser,
+/// task and reacts, and the stream yields what it saw as each finishes. A
+/// run the gateway refused yields its error (the user got no answer and
+/// sends nothing). Once `stop` is set no further user starts; those already
+/// playing finish, so no episode is cut off. Every task started yields
+/// exactly one item.
+pub fn users<'a>(
+    runner: &'a Runner,
+    user: &'a SimulatedUser,
     tasks: Tasks,
     concurrency: usize,
     started: std::time::Instant,
-    tick: &(dyn Fn() + Sync),
-) -> (Vec<Served>, Vec<String>) {
+    stop: &'a AtomicBool,
+) -> impl futures::Stream<Item = Result<Served, hone_envs::RunError>> + 'a {
     let Tasks {
         first,
         count,
         max_difficulty,
     } = tasks;
-    let runs = futures::stream::iter(first..first + count)
-        .map(|index| async move {
+    let indices = (first..first + count).take_while(move |_| !stop.load(Ordering::Relaxed));
+    futures::stream::iter(indices)
+        .map(move |index| async move {
             let task = task_at(runner, Split::Train, index, max_difficulty);
             let outcome = runner.run(&task, &RunContext::default()).await?;
             // Each user reacts with a stream of their own, so the order in
@@ -76,24 +81,13 @@ pub async fn serve_users(
             for signal in &reaction {
                 runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
             }
-            tick();
             Ok::<_, hone_envs::RunError>(Served {
                 at: started.elapsed().as_secs_f64(),
                 score: outcome.played.score,
                 accepted: reaction.iter().any(|s| s.is_positive()),
             })
         })
-        .buffer_unordered(concurrency.max(1));
-    let results: Vec<_> = runs.collect().await;
-    let mut served = Vec::new();
-    let mut errors = Vec::new();
-    for r in results {
-        match r {
-            Ok(s) => served.push(s),
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
-    (served, errors)
+        .buffer_unordered(concurrency.max(1))
 }
 
 /// Held-out success of `version`: `n` held-out tasks, each solved or not

@@ -4,7 +4,7 @@
 //!
 //! - hone: `hone demo` as it ships (simulated users' implicit feedback, the
 //!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`;
-//!   `--optimisers`, `--grpo-groups`, `--canary-share` and
+//!   `--optimisers`, `--optimisers-per-cycle`, `--grpo-groups`, `--canary-share` and
 //!   `--gate-confidence` choose its loop as they do the demo's.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
 //!   episodes it samples itself, tools run by the same environment through
@@ -93,6 +93,10 @@ pub struct LearnArgs {
     /// --optimisers` (default: the demo's).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub optimisers: Vec<DemoOptimiser>,
+    /// hone's side: how many optimisers propose in one cycle, as `hone
+    /// demo --optimisers-per-cycle` (default: the demo's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub optimisers_per_cycle: Option<u64>,
     /// hone's side: where `grpo` takes its groups from, as `hone demo
     /// --grpo-groups` (default: the demo's).
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -349,6 +353,9 @@ fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
             "--optimisers".into(),
             listed(args.optimisers.iter().map(|o| o.name()).collect()),
         ]);
+    }
+    if let Some(n) = args.optimisers_per_cycle {
+        chosen.extend(["--optimisers-per-cycle".into(), n.to_string()]);
     }
     if !args.grpo_groups.is_empty() {
         chosen.extend([

@@ -254,6 +254,7 @@ mod tests {
         let choices = Choices {
             reward: RewardMode::Implicit,
             optimisers: &[DemoOptimiser::Grpo],
+            optimisers_per_cycle: 1,
             grpo_groups: &GrpoGroups::DEFAULT,
             temperature: 0.3,
             replay_share: 0.25,
