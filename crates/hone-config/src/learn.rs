@@ -944,12 +944,17 @@ impl LearnSpec {
     /// passes its turn to the next.
     pub fn turn(&self, cycle: u64) -> impl Iterator<Item = &OptimiserSpec> {
         let count = self.optimisers.len();
-        let start = if self.optimisers_per_cycle >= count {
-            0
-        } else {
+        let start = if self.takes_turns() {
             (cycle.saturating_sub(1) as usize % count) * self.optimisers_per_cycle % count
+        } else {
+            0
         };
         self.optimisers.iter().cycle().skip(start).take(count)
+    }
+
+    /// Whether fewer than all optimisers propose in a cycle.
+    pub fn takes_turns(&self) -> bool {
+        self.optimisers_per_cycle < self.optimisers.len()
     }
 
     /// Validates the raw table; `field` is `agents.NAME.learn`, `providers`

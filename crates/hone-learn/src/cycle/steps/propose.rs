@@ -45,7 +45,7 @@ pub(super) async fn run(
     let evidence = std::sync::OnceLock::new();
     let per_cycle = agent.learn.optimisers_per_cycle;
     let mut turn = agent.learn.turn(cycle.number()).peekable();
-    if per_cycle < agent.learn.optimisers.len() {
+    if agent.learn.takes_turns() {
         if let Some(first) = turn.peek() {
             learner.say(
                 name,
@@ -157,7 +157,7 @@ pub(super) async fn run(
         }
         if candidates.len() > before {
             proposers += 1;
-        } else if per_cycle < agent.learn.optimisers.len() {
+        } else if agent.learn.takes_turns() {
             learner.say(
                 name,
                 &format!("{} proposed nothing new; its turn passes on", optimiser.name()),

@@ -511,6 +511,11 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     outcome
 }
 
+/// A canary promoted or rolled back: the round's users stop there.
+fn decided(verdict: &Verdict) -> bool {
+    matches!(verdict, Verdict::Promoted(_) | Verdict::RolledBack(_))
+}
+
 /// What one round did, for the table.
 struct Round {
     cycle: Option<CycleInfo>,
@@ -573,7 +578,8 @@ async fn rounds(
         let canary_out = hone_learn::deploy::current(store, &agent)?.0.canary.is_some();
         let watch_every = (args.episodes_per_round / 8).max(1) as usize;
         let (mut served, mut errors) = (Vec::new(), Vec::new());
-        let mut verdict = None;
+        // The last look at the canary: after how many users, and what it saw.
+        let mut looked: Option<(usize, Verdict)> = None;
         let stop = AtomicBool::new(false);
         let tasks = traffic::Tasks {
             first: next_task,
@@ -589,18 +595,20 @@ async fn rounds(
                 Ok(s) => served.push(s),
                 Err(e) => errors.push(e.to_string()),
             }
-            if canary_out && verdict.is_none() && finished.is_multiple_of(watch_every) {
+            if canary_out && !stop.load(Ordering::Relaxed) && finished.is_multiple_of(watch_every) {
                 let seen = learner.watch(&agent).await?;
-                if matches!(seen, Verdict::Promoted(_) | Verdict::RolledBack(_)) {
+                if decided(&seen) {
                     stop.store(true, Ordering::Relaxed);
-                    verdict = Some(seen);
                 }
+                looked = Some((finished, seen));
             }
         }
         next_task += finished as u64;
-        let verdict = match verdict {
-            Some(decided) => decided,
-            None => learner.watch(&agent).await?,
+        // No canary can appear while users play (only a cycle starts one).
+        let verdict = match looked {
+            _ if !canary_out => Verdict::NoCanary,
+            Some((at, seen)) if at == finished || decided(&seen) => seen,
+            _ => learner.watch(&agent).await?,
         };
         bar.finish_and_clear();
         accepted_log.extend(served.iter().map(|s| (s.at, s.accepted)));
