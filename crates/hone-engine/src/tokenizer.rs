@@ -165,6 +165,56 @@ impl ChatTemplate {
     }
 }
 
+impl ChatTemplate {
+    /// Renders a conversation the way the model is served it: OpenAI
+    /// messages, as clients send them and the store records them, with
+    /// every tool call's `arguments` turned from JSON text into the object
+    /// it encodes ([`arguments_as_objects`]), then [`Self::render`]. Every
+    /// place that shows a model a conversation — the gateway, training
+    /// data, the demo's base policy — renders through here, so a model
+    /// trained on a conversation is served the same text.
+    pub fn render_openai(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let messages: Vec<serde_json::Value> = messages
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                arguments_as_objects(&mut m);
+                m
+            })
+            .collect();
+        self.render(&serde_json::Value::Array(messages), tools, add_generation_prompt)
+    }
+}
+
+/// Each tool call's `arguments` in `message` as the JSON value its text
+/// encodes (text that is not JSON stays text). OpenAI sends arguments as
+/// text; Hugging Face templates (Qwen2.5, Llama 3.1) expect the object and
+/// `tojson` it, which would quote text a second time, and a template that
+/// prints text as it is (hone's own) would show a model `{"a":1}` where it
+/// is served `{"a": 1}`: one rendering for both is what keeps training and
+/// serving on the same tokens.
+pub fn arguments_as_objects(message: &mut serde_json::Value) {
+    let Some(calls) = message.get_mut("tool_calls").and_then(serde_json::Value::as_array_mut) else {
+        return;
+    };
+    for call in calls {
+        let Some(arguments) = call.pointer_mut("/function/arguments") else {
+            continue;
+        };
+        if let Some(parsed) = arguments
+            .as_str()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        {
+            *arguments = parsed;
+        }
+    }
+}
+
 /// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`, which is
 /// what `transformers` registers as `tojson` (minijinja's own is compact and
 /// HTML-escapes).
@@ -219,5 +269,52 @@ fn write_python_json(value: &serde_json::Value, indent: Option<usize>, depth: us
             out.push_str(&n.to_string());
         }
         other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conversation(arguments: serde_json::Value) -> Vec<serde_json::Value> {
+        vec![
+            json!({"role": "user", "content": "What is 19 - 11?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": arguments}}
+            ]}),
+            json!({"role": "tool", "content": "8", "tool_call_id": "call_0"}),
+        ]
+    }
+
+    #[test]
+    fn a_tool_call_renders_the_same_whether_its_arguments_came_as_text_or_as_an_object() {
+        let template = ChatTemplate {
+            source: include_str!("chat_template.jinja").to_owned(),
+            bos_token: None,
+            eos_token: None,
+        };
+        // A client's (and the store's) text, compact as serde writes it,
+        // and a demonstration's object render alike: Python's json.dumps.
+        let as_text = template
+            .render_openai(&conversation(json!("{\"expression\":\"19 - 11\"}")), None, true)
+            .unwrap();
+        let as_object = template
+            .render_openai(&conversation(json!({"expression": "19 - 11"})), None, true)
+            .unwrap();
+        assert_eq!(as_text, as_object);
+        assert!(
+            as_text.contains(r#"{"name": "calc", "arguments": {"expression": "19 - 11"}}"#),
+            "{as_text}"
+        );
+        // `render` itself shows text as it is, as transformers would.
+        let raw = template
+            .render(&json!(conversation(json!("{\"expression\":\"19 - 11\"}"))), None, true)
+            .unwrap();
+        assert!(raw.contains(r#"{"expression":"19 - 11"}"#), "{raw}");
+        // Arguments that are not JSON stay text.
+        let mut message = conversation(json!("not json")).remove(1);
+        arguments_as_objects(&mut message);
+        assert_eq!(message["tool_calls"][0]["function"]["arguments"], json!("not json"));
     }
 }

@@ -37,7 +37,11 @@ async fn main() {
         let played = hone_envs::episode::play(env.as_ref(), &task, 3, |messages: Vec<Message>| {
             let text = tokenizer
                 .template
-                .render(&serde_json::to_value(&messages).unwrap(), Some(&tools), true)
+                .render_openai(
+                    serde_json::to_value(&messages).unwrap().as_array().unwrap(),
+                    Some(&tools),
+                    true,
+                )
                 .unwrap();
             let generated =
                 hone_engine::generate::generate(&model, &tokenizer.encode(&text).unwrap(), None, &sampling).unwrap();

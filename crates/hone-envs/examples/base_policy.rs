@@ -52,6 +52,9 @@ async fn main() {
     if let Some(v) = var("DIRECT") {
         recipe.direct_share = v;
     }
+    if std::env::var("UNSCORED_GUESSES").is_ok() {
+        recipe.direct_guesses_scored = false;
+    }
     if std::env::var("NUMBER_TOKENS").is_ok() {
         recipe.numbers = hone_engine::init::Numbers::Runs;
     }

@@ -19,7 +19,7 @@ use hone_types::openai::{Message, Role};
 use std::collections::BTreeMap;
 
 /// What the model writes before the expression's first character.
-const CALL_OPENING: &str = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\":\"";
+const CALL_OPENING: &str = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"";
 
 fn main() {
     hone_engine::threads::fix_thread_count();
@@ -45,7 +45,11 @@ fn main() {
         let env: &dyn Environment = env.as_ref();
         let prompt = tokenizer
             .template
-            .render(&serde_json::to_value(&messages).unwrap(), Some(&tools), true)
+            .render_openai(
+                serde_json::to_value(&messages).unwrap().as_array().unwrap(),
+                Some(&tools),
+                true,
+            )
             .unwrap();
         let p = |written: &str, next: &str| {
             probability(&model, &tokenizer, &format!("{prompt}{written}"), next, usize::MAX)
@@ -67,7 +71,11 @@ fn main() {
         solved.extend(demonstration[..2].iter().cloned());
         let context = tokenizer
             .template
-            .render(&serde_json::to_value(&solved).unwrap(), Some(&tools), true)
+            .render_openai(
+                serde_json::to_value(&solved).unwrap().as_array().unwrap(),
+                Some(&tools),
+                true,
+            )
             .unwrap();
         let result = format_number(calc.answer);
         let q = probability(

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +52,14 @@ pub struct Recipe {
     /// final answer alone): the habit the learning loop can unlearn, since
     /// a model this small guesses wrong when it skips the tool.
     pub direct_share: f64,
+    /// Whether the number a direct answer ends with is scored. A model
+    /// this small cannot compute the result without the tool, so trained
+    /// to guess it learns noise — enough, above half the demonstrations
+    /// answering at once, to keep the copies from forming (measured in
+    /// docs/ARCHITECTURE.md, "Aiming the base"). Unscored, the habit of
+    /// answering at once is learned and the guess left to chance.
+    #[serde(default = "yes")]
+    pub direct_guesses_scored: bool,
     /// Steps of copy drills before the demonstrations (see [`drills`]).
     pub drill_steps: usize,
     pub drill_batch: usize,
@@ -95,6 +103,14 @@ pub struct Recipe {
     pub min_copy_rate: f64,
     #[serde(default)]
     pub attempts: usize,
+    /// The check plays each of its tasks `check_samples` times at
+    /// `check_temperature` (0: once, greedily), so it sees what sampling
+    /// users see: a checkpoint torn between calling the tool and answering
+    /// at once does one thing greedily and both when sampled.
+    #[serde(default)]
+    pub check_temperature: f64,
+    #[serde(default)]
+    pub check_samples: usize,
     /// Checkpoint selection: from demonstration step `select_from` on,
     /// every `select_every`-th step's checkpoint is copy-checked as well as
     /// the last one, and the one that solves most tool-first episodes is
@@ -104,12 +120,23 @@ pub struct Recipe {
     pub select_from: usize,
     #[serde(default)]
     pub select_every: usize,
+    /// What selection aims at: of the checkpoints checked that copy (at
+    /// least `min_copy_rate` of their tool-first episodes solved), the one
+    /// whose greedy success on the check's tasks is closest to this share
+    /// (the earliest on a tie), so the base starts where the recipe wants
+    /// it below the ceiling. `None`: the one that solves most.
+    #[serde(default)]
+    pub select_success: Option<f64>,
 }
 
 impl Recipe {
     /// The environment seed of the demo's recipes: the tasks its base
     /// policy was trained on are the ones the demo plays.
     pub const DEMO_ENVIRONMENT_SEED: u64 = 7;
+
+    /// The sampling temperature the demo serves its agent at, which the
+    /// easy recipe's check plays at.
+    pub const DEMO_TEMPERATURE: f64 = 0.3;
 
     /// The demo's default: copy drills, then a short run on the
     /// demonstrations that leaves the policy under-trained, half of them
@@ -122,9 +149,12 @@ impl Recipe {
     /// that recipe asks for them: more drills, answer drills spread over
     /// the results (the common recipe's base copied results above 30 with
     /// probability ~0.1, which capped what the loop could reach), and a
-    /// copy check that rebuilds anything below 80%. The recipes with harder
-    /// levels keep the weights measured for them (ARCHITECTURE.md, "The
-    /// demo's base policy").
+    /// copy check that rebuilds anything below 80%. It also aims its
+    /// start: 55% of its demonstrations answer at once with their guesses
+    /// unscored, and its check plays at the demo's temperature and keeps
+    /// the checkpoint nearest 30% success (ARCHITECTURE.md, "Aiming the
+    /// base"). The recipes with harder levels keep the weights measured
+    /// for them (ARCHITECTURE.md, "The demo's base policy").
     pub fn demo(environment: Builtin, max_difficulty: u8) -> Self {
         let common = Self {
             environment,
@@ -134,6 +164,7 @@ impl Recipe {
             demonstrations: 4_000,
             max_difficulty,
             direct_share: 0.5,
+            direct_guesses_scored: true,
             drill_steps: 250,
             drill_batch: 16,
             drill_every: 0,
@@ -152,6 +183,9 @@ impl Recipe {
             // docs/ARCHITECTURE.md, "Checkpoint selection").
             select_from: 0,
             select_every: 0,
+            select_success: None,
+            check_temperature: 0.0,
+            check_samples: 1,
         };
         if max_difficulty > 1 {
             return common;
@@ -160,6 +194,22 @@ impl Recipe {
             drill_steps: 400,
             answer_drill_candidates: 8,
             min_copy_rate: 0.8,
+            // How often a checkpoint calls the tool first swings from
+            // step to step (4 to 35 of 60 between steps 150 and 250 of one
+            // build) while its copies hold, so the build keeps the one
+            // closest to solving 30% of the check's tasks: the base starts
+            // clearly below 50% instead of wherever its last step landed
+            // (ARCHITECTURE.md, "Aiming the base").
+            select_from: 150,
+            select_every: 25,
+            select_success: Some(0.3),
+            // A little more than half the demonstrations answer at once,
+            // their guesses unscored: sampled at the demo's temperature
+            // the base calls the tool on about a third of the tasks.
+            direct_share: 0.55,
+            direct_guesses_scored: false,
+            check_temperature: Recipe::DEMO_TEMPERATURE,
+            check_samples: 3,
             ..common
         }
     }
@@ -169,6 +219,10 @@ impl Recipe {
         let text = serde_json::to_string(&(FORMAT, self)).unwrap_or_default();
         hex::encode(Sha256::digest(text.as_bytes()))[..16].to_owned()
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `recipe.json` next to the weights: the recipe, its hash, and how the
@@ -214,16 +268,25 @@ pub struct Checked {
     pub step: usize,
     pub tool_first: usize,
     pub solved_after_tool: usize,
+    /// Episodes played and solved, whether they called the tool or not (0
+    /// in builds recorded before these were counted).
+    #[serde(default)]
+    pub episodes: usize,
+    #[serde(default)]
+    pub solved: usize,
 }
 
 impl Attempt {
     /// The share of tool-first episodes solved (0 when none called a tool).
     pub fn copy_rate(&self) -> f64 {
-        if self.tool_first == 0 {
-            0.0
-        } else {
-            self.solved_after_tool as f64 / self.tool_first as f64
+        Checked {
+            step: self.step,
+            tool_first: self.tool_first,
+            solved_after_tool: self.solved_after_tool,
+            episodes: self.tasks,
+            solved: 0,
         }
+        .copy_rate()
     }
 
     /// One line for progress output, e.g. "init seed 0: 13 of 30 episodes
@@ -233,18 +296,38 @@ impl Attempt {
         if self.tasks == 0 {
             return format!("init seed {}: no copy check", self.init_seed);
         }
+        let played = match recipe.check_samples.max(1) {
+            1 if recipe.check_temperature == 0.0 => String::new(),
+            n => format!(", {n} at temperature {}", recipe.check_temperature),
+        };
+        let kept = self.checked.iter().find(|c| c.step == self.step);
+        let all = kept
+            .filter(|c| c.episodes > 0)
+            .map(|c| format!(", {:.0}% of all solved", 100.0 * c.success()))
+            .unwrap_or_default();
         let selected = if self.checked.len() > 1 {
             let steps: Vec<String> = self
                 .checked
                 .iter()
-                .map(|c| format!("{} {}/{}", c.step, c.solved_after_tool, c.tool_first))
+                .map(|c| {
+                    let all = if c.episodes > 0 {
+                        format!(" {:.0}%", 100.0 * c.success())
+                    } else {
+                        String::new()
+                    };
+                    format!("{} {}/{}{all}", c.step, c.solved_after_tool, c.tool_first)
+                })
                 .collect();
-            format!(", step {} of those checked ({})", self.step, steps.join(", "))
+            let aim = recipe
+                .select_success
+                .map(|a| format!(", nearest {:.0}% solved", 100.0 * a))
+                .unwrap_or_default();
+            format!(", step {} of those checked{aim} ({})", self.step, steps.join(", "))
         } else {
             String::new()
         };
         format!(
-            "init seed {}: {} of {} episodes that called the tool first were solved ({:.0}%; {:.0}% needed) on {} unseen training tasks{selected}: {}",
+            "init seed {}: {} of {} episodes that called the tool first were solved ({:.0}%; {:.0}% needed){all} on {} unseen training tasks{played}{selected}: {}",
             self.init_seed,
             self.solved_after_tool,
             self.tool_first,
@@ -253,6 +336,22 @@ impl Attempt {
             self.tasks,
             if self.kept { "kept" } else { "built again" }
         )
+    }
+}
+
+impl Checked {
+    /// The share of all episodes played solved (0 when none were).
+    pub fn success(&self) -> f64 {
+        self.solved as f64 / self.episodes.max(1) as f64
+    }
+
+    /// The share of tool-first episodes solved (0 when none called a tool).
+    pub fn copy_rate(&self) -> f64 {
+        if self.tool_first == 0 {
+            0.0
+        } else {
+            self.solved_after_tool as f64 / self.tool_first as f64
+        }
     }
 }
 
@@ -391,12 +490,27 @@ pub fn demonstrations(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequ
         tokenizer: Some(tokenizer),
     };
     all.iter()
-        .map(|(prompt, completion)| {
-            renderer
+        .enumerate()
+        .map(|(i, (prompt, completion))| {
+            let mut sequence = renderer
                 .conversation(prompt, completion, Some(&tools))
-                .map_err(BaseError::Data)
+                .map_err(BaseError::Data)?;
+            if answers_directly(recipe, i) && !recipe.direct_guesses_scored {
+                unscore_numbers(&mut sequence, tokenizer)?;
+            }
+            Ok(sequence)
         })
         .collect()
+}
+
+/// Leaves every scored token that writes a digit unscored.
+fn unscore_numbers(sequence: &mut Sequence, tokenizer: &Tokenizer) -> Result<()> {
+    for (token, scored) in sequence.tokens.iter().zip(sequence.scored.iter_mut()) {
+        if *scored && tokenizer.decode(&[*token])?.chars().any(|c| c.is_ascii_digit()) {
+            *scored = false;
+        }
+    }
+    Ok(())
 }
 
 /// The demonstrations rendered as text by the chat template (what the
@@ -406,9 +520,7 @@ fn corpus(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<String>> {
     all.into_iter()
         .map(|(mut prompt, completion)| {
             prompt.extend(completion);
-            Ok(tokenizer
-                .template
-                .render(&serde_json::Value::Array(prompt), Some(&tools), false)?)
+            Ok(tokenizer.template.render_openai(&prompt, Some(&tools), false)?)
         })
         .collect()
 }
@@ -439,7 +551,7 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
         let init_seed = recipe.init_seed + attempts.len() as u64;
         let trained = train(recipe, init_seed, &partial, progress)?;
         let last = attempts.len() + 1 == tries;
-        let best = best_checked(&trained.checked);
+        let best = best_checked(recipe, &trained.checked);
         let mut attempt = Attempt {
             init_seed,
             tasks: recipe.check_tasks,
@@ -476,34 +588,57 @@ pub fn build(recipe: &Recipe, dir: &Path, progress: Progress) -> Result<Built> {
 }
 
 /// The copy check of the checkpoint in `dir`, saved after demonstration
-/// step `step`: of `recipe.check_tasks` greedy episodes on unseen training
-/// tasks, those that called a tool first and those of them solved.
-fn copy_check(recipe: &Recipe, env: &dyn Environment, dir: &Path, step: usize) -> Result<Checked> {
+/// step `step`: `recipe.check_tasks` unseen training tasks, each played
+/// [`Recipe::check_samples`] times at [`Recipe::check_temperature`]; the
+/// episodes that called a tool first and those of them solved, and all
+/// solved.
+pub fn copy_check(recipe: &Recipe, env: &dyn Environment, dir: &Path, step: usize) -> Result<Checked> {
+    let samples = recipe.check_samples.max(1);
     let tasks: Vec<_> = (0..recipe.check_tasks)
         .map(|i| env.task(Split::Train, CHECK_FROM + i as u64, level_of(i, recipe.max_difficulty)))
+        .flat_map(|task| std::iter::repeat_n(task, samples))
         .collect();
     let mut checked = Checked {
         step,
         tool_first: 0,
         solved_after_tool: 0,
+        episodes: tasks.len(),
+        solved: 0,
     };
-    for (task, played) in tasks.iter().zip(play_greedily(dir, env, &tasks, 3)?) {
+    for (task, played) in tasks.iter().zip(play(dir, env, &tasks, 3, recipe.check_temperature)?) {
+        let solved = played.score > 0.0;
+        checked.solved += usize::from(solved);
         let first = played.messages.get(opening(env, task).len());
         if first.is_some_and(|m| !m.tool_calls().is_empty()) {
             checked.tool_first += 1;
-            checked.solved_after_tool += usize::from(played.score > 0.0);
+            checked.solved_after_tool += usize::from(solved);
         }
     }
     Ok(checked)
 }
 
-/// The checkpoint selection's rule: most tool-first episodes solved, the
-/// earliest checkpoint on a tie.
-pub fn best_checked(checked: &[Checked]) -> Option<Checked> {
+/// The checkpoint selection's rule: with [`Recipe::select_success`], of
+/// the checkpoints that copy, the one whose success on the check (every
+/// episode, direct answers included) is closest to it (if none copies, the rule below, and the copy bar then
+/// rejects the build); otherwise the one that solves most tool-first
+/// episodes. The earliest on a tie.
+pub fn best_checked(recipe: &Recipe, checked: &[Checked]) -> Option<Checked> {
+    let most_solved = || {
+        checked
+            .iter()
+            .copied()
+            .max_by_key(|c| (c.solved_after_tool, std::cmp::Reverse(c.step)))
+    };
+    let Some(aim) = recipe.select_success else {
+        return most_solved();
+    };
+    let miss = |c: &Checked| (c.success() - aim).abs();
     checked
         .iter()
+        .filter(|c| c.tool_first > 0 && c.copy_rate() >= recipe.min_copy_rate)
         .copied()
-        .max_by_key(|c| (c.solved_after_tool, std::cmp::Reverse(c.step)))
+        .min_by(|a, b| miss(a).total_cmp(&miss(b)).then(a.step.cmp(&b.step)))
+        .or_else(most_solved)
 }
 
 /// Whether the checkpoint after demonstration step `step` (1-based) is
@@ -599,7 +734,7 @@ fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) ->
                 trainer.save(partial)?;
                 let check = copy_check(recipe, env.as_ref(), partial, k + 1)?;
                 checked.push(check);
-                if best_checked(&checked) == Some(check) {
+                if best_checked(recipe, &checked) == Some(check) {
                     std::fs::copy(partial.join("model.safetensors"), &selected).map_err(io)?;
                 }
             }
@@ -624,13 +759,21 @@ pub async fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps
     let tasks: Vec<_> = (0..n)
         .map(|i| env.task(Split::HeldOut, i as u64, level_of(i, 3)))
         .collect();
-    let played = play_greedily(dir, env, &tasks, max_steps)?;
+    let played = play(dir, env, &tasks, max_steps, 0.0)?;
     Ok(played.iter().map(|p| p.score).sum::<f64>() / n.max(1) as f64)
 }
 
-/// The checkpoint in `dir` playing `tasks` greedily with the engine
-/// directly, each to its end (at most `max_steps` model turns).
-fn play_greedily(dir: &Path, env: &dyn Environment, tasks: &[crate::Task], max_steps: usize) -> Result<Vec<Played>> {
+/// The checkpoint in `dir` playing `tasks` with the engine directly, each
+/// to its end (at most `max_steps` model turns), at `temperature` (0:
+/// greedily); the `i`-th episode samples from seed `i`, so a check is
+/// reproducible.
+fn play(
+    dir: &Path,
+    env: &dyn Environment,
+    tasks: &[crate::Task],
+    max_steps: usize,
+    temperature: f64,
+) -> Result<Vec<Played>> {
     let model = Model::load(dir, candle_core::DType::F32, &candle_core::Device::Cpu)?;
     let tokenizer = Tokenizer::load(dir)?;
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
@@ -638,18 +781,23 @@ fn play_greedily(dir: &Path, env: &dyn Environment, tasks: &[crate::Task], max_s
         .iter()
         .filter_map(|t| tokenizer.token_id(t))
         .collect();
-    let sampling = hone_engine::generate::Sampling {
-        temperature: 0.0,
+    let sampling = |seed: u64| hone_engine::generate::Sampling {
+        temperature,
+        seed,
         max_tokens: 160,
-        stop_tokens: stop,
+        stop_tokens: stop.clone(),
         ..Default::default()
     };
-    // The engine's answer as the message a gateway would return.
-    let answer = |messages: Vec<Message>| {
-        let messages = serde_json::to_value(&messages).map_err(|e| BaseError::Data(e.to_string()));
-        let (model, tokenizer, tools, sampling) = (&model, &tokenizer, &tools, &sampling);
+    // The engine's answer as the message a gateway would return; every
+    // turn of episode `i` samples from its own seed.
+    let answer = |i: usize, turn: &mut u64, messages: Vec<Message>| {
+        let messages = to_values(&messages);
+        let sampling = sampling(((i as u64) << 8) + *turn);
+        *turn += 1;
+        let (model, tokenizer, tools) = (&model, &tokenizer, &tools);
         async move {
-            let text = tokenizer.template.render(&messages?, Some(tools), true)?;
+            let sampling = &sampling;
+            let text = tokenizer.template.render_openai(&messages?, Some(tools), true)?;
             let generated = hone_engine::generate::generate(model, &tokenizer.encode(&text)?, None, sampling)?;
             let out = tokenizer.decode(&generated.tokens)?;
             let parsed =
@@ -670,7 +818,11 @@ fn play_greedily(dir: &Path, env: &dyn Environment, tasks: &[crate::Task], max_s
     };
     tasks
         .iter()
-        .map(|task| ready(crate::episode::play(env, task, max_steps, answer))?)
+        .enumerate()
+        .map(|(i, task)| {
+            let mut turn = 0;
+            ready(crate::episode::play(env, task, max_steps, |m| answer(i, &mut turn, m)))?
+        })
         .collect()
 }
 
@@ -751,5 +903,55 @@ mod tests {
         assert!(most_common(&spread) < most_common(&as_they_come));
         // Every spread drill is still a real training task with its own answer.
         assert_eq!(spread.len(), n);
+    }
+
+    /// A check of 60 greedy episodes, the tool-first ones all direct
+    /// answers' failures (solved only after the tool).
+    fn checked(step: usize, tool_first: usize, solved_after_tool: usize) -> Checked {
+        Checked {
+            step,
+            tool_first,
+            solved_after_tool,
+            episodes: 60,
+            solved: solved_after_tool,
+        }
+    }
+
+    #[test]
+    fn selection_aims_at_the_recipes_success_among_checkpoints_that_copy() {
+        // The checks of one easy build (solved / tool-first of 60 tasks),
+        // with a step 260 that calls the tool as often as 175 but copies
+        // worse.
+        let checks = [
+            checked(150, 4, 4),
+            checked(175, 17, 17),
+            checked(200, 35, 35),
+            checked(225, 27, 27),
+            checked(250, 27, 27),
+            checked(260, 20, 14),
+        ];
+        let recipe = Recipe::demo(Builtin::Calc, 1);
+        assert_eq!(recipe.select_success, Some(0.3));
+        // 17 of 60 (28%) is nearest 30%; 18 of 60 at step 260 would be
+        // nearer but copies 70% of its tool calls, below the 80% bar.
+        assert_eq!(best_checked(&recipe, &checks).map(|c| c.step), Some(175));
+        // Aiming higher moves the choice; a tie goes to the earliest.
+        let half = Recipe {
+            select_success: Some(27.0 / 60.0),
+            ..recipe.clone()
+        };
+        assert_eq!(best_checked(&half, &checks).map(|c| c.step), Some(225));
+        // Without an aim, the checkpoint that solves most.
+        let most = Recipe {
+            select_success: None,
+            ..recipe.clone()
+        };
+        assert_eq!(best_checked(&most, &checks).map(|c| c.step), Some(200));
+        // When none copies, the aim has nothing to choose from: the one
+        // that solves most, which the copy bar then rejects.
+        let poor = [checked(150, 10, 2), checked(175, 20, 9)];
+        let kept = best_checked(&recipe, &poor).unwrap();
+        assert_eq!(kept.step, 175);
+        assert!(kept.copy_rate() < recipe.min_copy_rate);
     }
 }

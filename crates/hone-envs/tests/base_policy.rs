@@ -106,7 +106,7 @@ async fn a_build_keeps_the_best_checkpoint_it_checked() {
     };
     let steps: Vec<usize> = attempt.checked.iter().map(|c| c.step).collect();
     assert_eq!(steps, [2, 4, 6]);
-    let best = best_checked(&attempt.checked).unwrap();
+    let best = best_checked(&recipe, &attempt.checked).unwrap();
     assert_eq!(
         (attempt.step, attempt.tool_first, attempt.solved_after_tool),
         (best.step, best.tool_first, best.solved_after_tool)

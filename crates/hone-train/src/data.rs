@@ -126,7 +126,7 @@ impl Renderer<'_> {
         }
         let render = |messages: &[Value], generation: bool| {
             template
-                .render(&Value::Array(messages.to_vec()), tools, generation)
+                .render_openai(messages, tools, generation)
                 .map_err(|e| e.to_string())
         };
         let full = render(&all, false)?;

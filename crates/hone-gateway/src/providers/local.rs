@@ -288,7 +288,7 @@ fn prepare(
     let text = engine
         .tokenizer()
         .template
-        .render(&Value::Array(messages), tools.as_ref(), true)
+        .render_openai(&messages, tools.as_ref(), true)
         .map_err(|e| bad_request(e.to_string()))?;
     let prompt = engine.tokenizer().encode(&text).map_err(|e| internal(e.to_string()))?;
     let context = engine.model().config.max_position_embeddings;
@@ -355,10 +355,8 @@ fn template_message(message: &Message) -> Value {
         out["tool_calls"] = calls
             .iter()
             .map(|call| {
-                let arguments = serde_json::from_str::<Value>(&call.function.arguments)
-                    .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
                 json!({"id": call.id, "type": "function",
-                       "function": {"name": call.function.name, "arguments": arguments}})
+                       "function": {"name": call.function.name, "arguments": call.function.arguments}})
             })
             .collect();
     }

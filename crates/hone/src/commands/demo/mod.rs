@@ -101,8 +101,9 @@ pub struct DemoArgs {
     )]
     pub grpo_groups: Vec<GrpoGroups>,
     /// The agent's sampling temperature (users and held-out measurement
-    /// see sampled answers, as in production).
-    #[arg(long, default_value_t = 0.3)]
+    /// see sampled answers, as in production; the base policy's build
+    /// checks it at this default).
+    #[arg(long, default_value_t = Recipe::DEMO_TEMPERATURE)]
     pub temperature: f64,
     /// Share of every weight optimiser's batch replayed from earlier
     /// accepted episodes, against forgetting (0 turns replay off).

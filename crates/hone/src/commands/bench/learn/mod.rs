@@ -576,7 +576,8 @@ fn write_tasks(
     for index in 0..args.train_tasks {
         let task = demo::task_at(runner, Split::Train, index, args.max_difficulty);
         let opening = serde_json::to_value(hone_envs::opening(environment.as_ref(), &task))?;
-        let text = tokenizer.template.render(&opening, Some(&tools), true)?;
+        let opening = opening.as_array().map(Vec::as_slice).unwrap_or_default();
+        let text = tokenizer.template.render_openai(opening, Some(&tools), true)?;
         tasks.push(serde_json::json!({"input": task.prompt, "prompt_ids": tokenizer.encode(&text)?}));
     }
     let clipping = hone_train::loss::grpo::GrpoOptions::default();
