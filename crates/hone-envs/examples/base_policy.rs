@@ -16,7 +16,12 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
     let levels = std::env::var("MAX_DIFFICULTY").map_or(3, |v| v.parse().unwrap());
-    let mut recipe = Recipe::demo(env, levels);
+    // AIMED=1: the easy recipe aimed lower (`Recipe::aimed`).
+    let mut recipe = if std::env::var("AIMED").is_ok() {
+        Recipe::aimed(env)
+    } else {
+        Recipe::demo(env, levels)
+    };
     if let Some(steps) = args.get(1) {
         recipe.steps = steps.parse().unwrap();
     }

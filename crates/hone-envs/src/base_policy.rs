@@ -122,7 +122,7 @@ pub struct Recipe {
     pub select_every: usize,
     /// What selection aims at: of the checkpoints checked that copy (at
     /// least `min_copy_rate` of their tool-first episodes solved), the one
-    /// whose greedy success on the check's tasks is closest to this share
+    /// whose success on all the check's episodes is closest to this share
     /// (the earliest on a tie), so the base starts where the recipe wants
     /// it below the ceiling. `None`: the one that solves most.
     #[serde(default)]
@@ -149,12 +149,10 @@ impl Recipe {
     /// that recipe asks for them: more drills, answer drills spread over
     /// the results (the common recipe's base copied results above 30 with
     /// probability ~0.1, which capped what the loop could reach), and a
-    /// copy check that rebuilds anything below 80%. It also aims its
-    /// start: 55% of its demonstrations answer at once with their guesses
-    /// unscored, and its check plays at the demo's temperature and keeps
-    /// the checkpoint nearest 30% success (ARCHITECTURE.md, "Aiming the
-    /// base"). The recipes with harder levels keep the weights measured
-    /// for them (ARCHITECTURE.md, "The demo's base policy").
+    /// copy check that rebuilds anything below 80%. The recipes with
+    /// harder levels keep the weights measured for them (ARCHITECTURE.md,
+    /// "The demo's base policy"); [`Recipe::aimed`] is the easy recipe
+    /// aimed lower.
     pub fn demo(environment: Builtin, max_difficulty: u8) -> Self {
         let common = Self {
             environment,
@@ -194,23 +192,25 @@ impl Recipe {
             drill_steps: 400,
             answer_drill_candidates: 8,
             min_copy_rate: 0.8,
-            // How often a checkpoint calls the tool first swings from
-            // step to step (4 to 35 of 60 between steps 150 and 250 of one
-            // build) while its copies hold, so the build keeps the one
-            // closest to solving 30% of the check's tasks: the base starts
-            // clearly below 50% instead of wherever its last step landed
-            // (ARCHITECTURE.md, "Aiming the base").
-            select_from: 150,
-            select_every: 25,
-            select_success: Some(0.3),
-            // A little more than half the demonstrations answer at once,
-            // their guesses unscored: sampled at the demo's temperature
-            // the base calls the tool on about a third of the tasks.
+            ..common
+        }
+    }
+
+    /// The easy recipe aimed at ~30% success instead of ~50%: 55% of its
+    /// demonstrations answer at once with their guessed number unscored,
+    /// and the check plays at the demo's temperature and keeps, from step
+    /// 150 on, the checkpoint nearest 30% (ARCHITECTURE.md, "Aiming the
+    /// base": a base of 21.7–43.3%, which the loop takes to ~90%).
+    pub fn aimed(environment: Builtin) -> Self {
+        Self {
             direct_share: 0.55,
             direct_guesses_scored: false,
             check_temperature: Recipe::DEMO_TEMPERATURE,
             check_samples: 3,
-            ..common
+            select_from: 150,
+            select_every: 25,
+            select_success: Some(0.3),
+            ..Self::demo(environment, 1)
         }
     }
 
@@ -919,21 +919,21 @@ mod tests {
 
     #[test]
     fn selection_aims_at_the_recipes_success_among_checkpoints_that_copy() {
-        // The checks of one easy build (solved / tool-first of 60 tasks),
-        // with a step 260 that calls the tool as often as 175 but copies
-        // worse.
+        // The greedy checks of one easy build (tool-first and solved of
+        // 60 tasks), with a step 260 that solves exactly 30% but copies
+        // only 18 of its 30 tool calls.
         let checks = [
             checked(150, 4, 4),
             checked(175, 17, 17),
             checked(200, 35, 35),
             checked(225, 27, 27),
             checked(250, 27, 27),
-            checked(260, 20, 14),
+            checked(260, 30, 18),
         ];
-        let recipe = Recipe::demo(Builtin::Calc, 1);
+        let recipe = Recipe::aimed(Builtin::Calc);
         assert_eq!(recipe.select_success, Some(0.3));
-        // 17 of 60 (28%) is nearest 30%; 18 of 60 at step 260 would be
-        // nearer but copies 70% of its tool calls, below the 80% bar.
+        // 17 of 60 (28%) is the nearest 30% of those that copy; step 260
+        // is nearer but copies 60% of its tool calls, below the 80% bar.
         assert_eq!(best_checked(&recipe, &checks).map(|c| c.step), Some(175));
         // Aiming higher moves the choice; a tie goes to the earliest.
         let half = Recipe {
