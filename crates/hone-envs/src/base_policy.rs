@@ -279,14 +279,7 @@ pub struct Checked {
 impl Attempt {
     /// The share of tool-first episodes solved (0 when none called a tool).
     pub fn copy_rate(&self) -> f64 {
-        Checked {
-            step: self.step,
-            tool_first: self.tool_first,
-            solved_after_tool: self.solved_after_tool,
-            episodes: self.tasks,
-            solved: 0,
-        }
-        .copy_rate()
+        share(self.solved_after_tool, self.tool_first)
     }
 
     /// One line for progress output, e.g. "init seed 0: 13 of 30 episodes
@@ -300,22 +293,24 @@ impl Attempt {
             1 if recipe.check_temperature == 0.0 => String::new(),
             n => format!(", {n} at temperature {}", recipe.check_temperature),
         };
-        let kept = self.checked.iter().find(|c| c.step == self.step);
-        let all = kept
-            .filter(|c| c.episodes > 0)
-            .map(|c| format!(", {:.0}% of all solved", 100.0 * c.success()))
+        let all = self
+            .checked
+            .iter()
+            .find(|c| c.step == self.step && c.episodes > 0)
+            .map(|c| format!(",{} of all solved", c.success_label()))
             .unwrap_or_default();
         let selected = if self.checked.len() > 1 {
             let steps: Vec<String> = self
                 .checked
                 .iter()
                 .map(|c| {
-                    let all = if c.episodes > 0 {
-                        format!(" {:.0}%", 100.0 * c.success())
-                    } else {
-                        String::new()
-                    };
-                    format!("{} {}/{}{all}", c.step, c.solved_after_tool, c.tool_first)
+                    format!(
+                        "{} {}/{}{}",
+                        c.step,
+                        c.solved_after_tool,
+                        c.tool_first,
+                        c.success_label()
+                    )
                 })
                 .collect();
             let aim = recipe
@@ -342,16 +337,31 @@ impl Attempt {
 impl Checked {
     /// The share of all episodes played solved (0 when none were).
     pub fn success(&self) -> f64 {
-        self.solved as f64 / self.episodes.max(1) as f64
+        share(self.solved, self.episodes)
     }
 
     /// The share of tool-first episodes solved (0 when none called a tool).
     pub fn copy_rate(&self) -> f64 {
-        if self.tool_first == 0 {
-            0.0
+        share(self.solved_after_tool, self.tool_first)
+    }
+
+    /// " 28%" of all episodes solved, or nothing for a check recorded
+    /// before those were counted.
+    fn success_label(&self) -> String {
+        if self.episodes == 0 {
+            String::new()
         } else {
-            self.solved_after_tool as f64 / self.tool_first as f64
+            format!(" {:.0}%", 100.0 * self.success())
         }
+    }
+}
+
+/// `part` of `whole` (0 of nothing).
+fn share(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
     }
 }
 
@@ -619,9 +629,9 @@ pub fn copy_check(recipe: &Recipe, env: &dyn Environment, dir: &Path, step: usiz
 
 /// The checkpoint selection's rule: with [`Recipe::select_success`], of
 /// the checkpoints that copy, the one whose success on the check (every
-/// episode, direct answers included) is closest to it (if none copies, the rule below, and the copy bar then
-/// rejects the build); otherwise the one that solves most tool-first
-/// episodes. The earliest on a tie.
+/// episode, direct answers included) is closest to it (if none copies,
+/// the rule below, and the copy bar then rejects the build); otherwise
+/// the one that solves most tool-first episodes. The earliest on a tie.
 pub fn best_checked(recipe: &Recipe, checked: &[Checked]) -> Option<Checked> {
     let most_solved = || {
         checked
@@ -765,8 +775,8 @@ pub async fn success_rate(dir: &Path, env: &dyn Environment, n: usize, max_steps
 
 /// The checkpoint in `dir` playing `tasks` with the engine directly, each
 /// to its end (at most `max_steps` model turns), at `temperature` (0:
-/// greedily); the `i`-th episode samples from seed `i`, so a check is
-/// reproducible.
+/// greedily); every turn of every episode samples from a seed of its own
+/// (the episode's index and the turn's), so a check is reproducible.
 fn play(
     dir: &Path,
     env: &dyn Environment,
