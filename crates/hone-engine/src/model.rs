@@ -174,6 +174,30 @@ impl KvCache {
         })
     }
 
+    /// The cache with its one row repeated `rows` times (`[rows, kv_heads,
+    /// positions, head_dim]`), still differentiable: a prompt shared by a
+    /// batch runs once and every row continues from it, the gradients of
+    /// all rows adding up in the shared positions.
+    pub fn repeat_rows(&self, rows: usize) -> Result<Self> {
+        let repeat = |t: &Tensor| -> Result<Tensor> {
+            let (_, heads, len, d) = t.dims4()?;
+            Ok(t.broadcast_as((rows, heads, len, d))?.contiguous()?)
+        };
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| match layer {
+                Some((k, v)) => Ok(Some((repeat(k)?, repeat(v)?))),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            layers,
+            len: self.len,
+            concat: self.concat,
+        })
+    }
+
     /// Bytes of the keys and values of the cached positions (not counting a
     /// buffer's spare room).
     pub fn bytes(&self) -> usize {

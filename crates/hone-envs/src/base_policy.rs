@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

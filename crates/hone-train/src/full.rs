@@ -112,48 +112,58 @@ impl FullTrainer {
     ///
     /// The leading tokens every sequence shares (a system prompt and tool
     /// list, typically most of a demonstration) run through the model once;
-    /// each sequence continues from a clone of that differentiable cache, so
-    /// their gradients add up through the shared positions.
+    /// the sequences then continue from it together, as one batch whose
+    /// rows are their own tokens padded at the end (causal attention never
+    /// lets a real position see the padding after it), so their gradients
+    /// add up through the shared positions. Only the scored positions are
+    /// projected onto the vocabulary.
     fn nll(&self, model: &Model, sequences: &[&Sequence]) -> Result<(Tensor, usize)> {
         let shared = shared_prefix(sequences);
-        let mut prefix = KvCache::differentiable();
+        let rows = sequences.len();
+        let mut cache = KvCache::differentiable();
         if let (Some(first), true) = (sequences.first(), shared > 0) {
             let tokens = Tensor::new(&first.tokens[..shared], &self.device)?.unsqueeze(0)?;
-            model.hidden(&tokens, &mut prefix, None)?;
+            model.hidden(&tokens, &mut cache, None)?;
+            cache = cache.repeat_rows(rows)?;
         }
-        let mut total = Tensor::zeros((), DType::F32, &self.device)?;
-        let mut count = 0;
-        for sequence in sequences {
-            // Position i's logits predict token i+1; `scored[i+1]` says whether
-            // it counts. Positions are relative to the end of the shared prefix.
-            let positions: Vec<u32> = (shared + 1..sequence.tokens.len())
-                .filter(|&i| sequence.scored[i])
-                .map(|i| (i - 1 - shared) as u32)
-                .collect();
-            if positions.is_empty() {
-                continue;
+        let longest = sequences.iter().map(|s| s.tokens.len() - shared).max().unwrap_or(0);
+        // Position i's logits predict token i+1; `scored[i+1]` says whether
+        // it counts. Slots are row-major over the padded own tokens.
+        let mut own = Vec::with_capacity(rows * longest);
+        let (mut slots, mut targets) = (Vec::new(), Vec::new());
+        for (row, sequence) in sequences.iter().enumerate() {
+            let tokens = &sequence.tokens[shared..];
+            own.extend_from_slice(tokens);
+            own.resize((row + 1) * longest, 0);
+            for i in shared + 1..sequence.tokens.len() {
+                if sequence.scored[i] {
+                    slots.push((row * longest + i - 1 - shared) as u32);
+                    targets.push(sequence.tokens[i]);
+                }
             }
-            let targets: Vec<u32> = positions
-                .iter()
-                .map(|&p| sequence.tokens[shared + p as usize + 1])
-                .collect();
-            let tokens = Tensor::new(&sequence.tokens[shared..], &self.device)?.unsqueeze(0)?;
-            let logits = model.forward(&tokens, &mut prefix.clone(), None)?.squeeze(0)?;
-            let picked = logits.index_select(&Tensor::new(positions.as_slice(), &self.device)?, 0)?;
-            let max = picked.max_keepdim(D::Minus1)?.detach();
-            let shifted = picked.broadcast_sub(&max)?;
-            let log_z = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-            let log_probs = shifted.broadcast_sub(&log_z)?;
-            let vocab = self.config.vocab_size;
-            let mut one_hot = vec![0f32; targets.len() * vocab];
-            for (row, &t) in targets.iter().enumerate() {
-                one_hot[row * vocab + t as usize] = 1.0;
-            }
-            let one_hot = Tensor::from_vec(one_hot, (targets.len(), vocab), &self.device)?;
-            total = (total - (log_probs * one_hot)?.sum_all()?)?;
-            count += targets.len();
         }
-        Ok((total, count))
+        if targets.is_empty() || longest == 0 {
+            return Ok((Tensor::zeros((), DType::F32, &self.device)?, 0));
+        }
+        let tokens = Tensor::from_vec(own, (rows, longest), &self.device)?;
+        let hidden = model.hidden(&tokens, &mut cache, None)?;
+        let h = hidden.dim(D::Minus1)?;
+        let picked = hidden
+            .reshape((rows * longest, h))?
+            .index_select(&Tensor::new(slots.as_slice(), &self.device)?, 0)?;
+        let logits = model.logits(&picked.unsqueeze(0)?)?.squeeze(0)?;
+        let max = logits.max_keepdim(D::Minus1)?.detach();
+        let shifted = logits.broadcast_sub(&max)?;
+        let log_z = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+        let log_probs = shifted.broadcast_sub(&log_z)?;
+        let vocab = self.config.vocab_size;
+        let mut one_hot = vec![0f32; targets.len() * vocab];
+        for (row, &t) in targets.iter().enumerate() {
+            one_hot[row * vocab + t as usize] = 1.0;
+        }
+        let one_hot = Tensor::from_vec(one_hot, (targets.len(), vocab), &self.device)?;
+        let total = (log_probs * one_hot)?.sum_all()?.neg()?;
+        Ok((total, targets.len()))
     }
 
     /// Mean negative log-likelihood per scored token, without training.
