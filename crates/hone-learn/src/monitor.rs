@@ -4,9 +4,9 @@
 //! against the champion's scaled by what evaluation predicted). A change
 //! fires only when it is both beyond its bound — a minimum effect size,
 //! relative and/or absolute (`hone_config::Bound`) — and significant
-//! (one-sided two-proportion z-test for rates, Welch's t-test for means).
+//! (one-sided Fisher exact test for rates, Welch's t-test for means).
 
-use crate::stats::{mean, mean_greater_p, two_proportion_p};
+use crate::stats::{fisher_greater_p, mean, mean_greater_p};
 use hone_config::{MonitorSpec, RATE_METRICS};
 use hone_store::WindowEpisode;
 
@@ -114,10 +114,14 @@ pub fn readings(
         let hits = |w: &[WindowEpisode]| w.iter().filter(|e| e.shows(metric) == Some(true)).count() as u64;
         let (hc, hh) = (hits(canary), hits(champion));
         let (rc, rh) = (hc as f64 / nc as f64, hh as f64 / nh as f64);
+        // Fisher's exact test, not a z-test: these are rare events, and a
+        // pooled z-test on one invalid call in 24 canary episodes against
+        // none in 87 said p = 0.028 (Fisher: 0.22) and rolled back a
+        // candidate three times better on reward (issue 16).
         let (rise, p) = if metric == "tool_use" && rc < rh {
-            (rh - rc, two_proportion_p(nc - hc, nc, nh - hh, nh))
+            (rh - rc, fisher_greater_p(nc - hc, nc, nh - hh, nh))
         } else {
-            (rc - rh, two_proportion_p(hh, nh, hc, nc))
+            (rc - rh, fisher_greater_p(hc, nc, hh, nh))
         };
         out.push(Reading {
             metric: metric.to_owned(),

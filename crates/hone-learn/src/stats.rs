@@ -1,8 +1,7 @@
 //! Statistics for evaluation and monitoring: bootstrap confidence intervals
 //! (plain and paired) with a seeded generator, so a report is reproducible,
-//! the Wilson interval of a proportion, the exact two-sided sign test, the
-//! two-proportion z-test, Fisher's exact test and Welch's t-test
-//! (distributions from `statrs`).
+//! the Wilson interval of a proportion, the exact two-sided sign test,
+//! Fisher's exact test and Welch's t-test (distributions from `statrs`).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -88,21 +87,6 @@ fn normal_sf(z: f64) -> f64 {
     Normal::standard().sf(z)
 }
 
-/// One-sided two-proportion z-test: the p-value that the rate of B
-/// (`hits_b / n_b`) exceeds that of A by chance alone (pooled variance).
-pub fn two_proportion_p(hits_a: u64, n_a: u64, hits_b: u64, n_b: u64) -> f64 {
-    if n_a == 0 || n_b == 0 {
-        return 1.0;
-    }
-    let (pa, pb) = (hits_a as f64 / n_a as f64, hits_b as f64 / n_b as f64);
-    let pooled = (hits_a + hits_b) as f64 / (n_a + n_b) as f64;
-    let se = (pooled * (1.0 - pooled) * (1.0 / n_a as f64 + 1.0 / n_b as f64)).sqrt();
-    if se == 0.0 {
-        return if pb > pa { 0.0 } else { 1.0 };
-    }
-    normal_sf((pb - pa) / se)
-}
-
 /// One-sided Fisher exact test: the p-value that A passing `passes_a` of
 /// `runs_a` and B `passes_b` of `runs_b` shows A's pass rate above B's by
 /// chance alone (the hypergeometric tail `P(X ≥ passes_a)` with the
@@ -154,15 +138,6 @@ mod tests {
         ] {
             assert!((normal_cdf(z) - expected).abs() < 1e-6, "Φ({z}) = {}", normal_cdf(z));
         }
-    }
-
-    #[test]
-    fn two_proportion_test_by_hand() {
-        // 2/100 vs 12/100: pooled 0.07, se = sqrt(0.07·0.93·0.02) = 0.036083, z = 2.7714, p = 0.00279.
-        let p = two_proportion_p(2, 100, 12, 100);
-        assert!((p - 0.002_79).abs() < 2e-5, "{p}");
-        assert!(two_proportion_p(12, 100, 2, 100) > 0.99);
-        assert_eq!(two_proportion_p(0, 10, 0, 10), 1.0);
     }
 
     #[test]

@@ -36,15 +36,6 @@ for name, a, b in [
     welch.append({"name": name, "a": a.tolist(), "b": b.tolist(), "p": float(p)})
 cases["welch_greater"] = welch
 
-# One-sided two-proportion z-test with pooled variance: P(rate b > rate a by chance).
-props = []
-for hits_a, n_a, hits_b, n_b in [(2, 100, 12, 100), (3, 40, 5, 17), (0, 30, 2, 24), (10, 50, 10, 50)]:
-    pooled = (hits_a + hits_b) / (n_a + n_b)
-    se = (pooled * (1 - pooled) * (1 / n_a + 1 / n_b)) ** 0.5
-    z = (hits_b / n_b - hits_a / n_a) / se
-    props.append({"hits_a": hits_a, "n_a": n_a, "hits_b": hits_b, "n_b": n_b, "p": float(stats.norm.sf(z))})
-cases["two_proportion_greater"] = props
-
 # Exact two-sided sign test (binomial test with p = 0.5).
 cases["sign_test"] = [
     {"wins": w, "losses": l, "p": float(stats.binomtest(w, w + l, 0.5).pvalue)}
@@ -52,11 +43,14 @@ cases["sign_test"] = [
 ]
 
 # One-sided Fisher exact test: is A's pass rate above B's? (the gate's
-# confirmation of a regressed instance over its samples and re-runs)
+# confirmation of a regressed instance over its samples and re-runs, and
+# the rate monitors: a canary's behaviour rate above its champion's; the
+# last two are a recorded canary window, one invalid tool call in 24
+# episodes against none in 87, and a real rise)
 cases["fisher_greater"] = [
     {"passes_a": a, "runs_a": n, "passes_b": b, "runs_b": m,
      "p": float(stats.fisher_exact([[a, n - a], [b, m - b]], alternative="greater").pvalue)}
-    for a, n, b, m in [(3, 3, 0, 3), (3, 5, 0, 5), (6, 6, 0, 6), (5, 6, 1, 6), (0, 4, 0, 4), (4, 4, 4, 4), (7, 9, 2, 8)]
+    for a, n, b, m in [(3, 3, 0, 3), (3, 5, 0, 5), (6, 6, 0, 6), (5, 6, 1, 6), (0, 4, 0, 4), (4, 4, 4, 4), (7, 9, 2, 8), (1, 24, 0, 87), (6, 24, 0, 87)]
 ]
 
 # Promotion (the deployment's rule, `watch::Online`): online rewards of a
