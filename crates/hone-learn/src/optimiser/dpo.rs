@@ -11,7 +11,7 @@
 //!
 //! The chosen episodes that passed are also **anchors**: their calls join
 //! the replay buffer's rows (`replay.rs`, a `share` of every batch, as
-//! supervised examples), so the pairs' chosen answers stay likely while
+//! supervised examples; a share of 0 turns them off with replay), so the pairs' chosen answers stay likely while
 //! the margin grows — the negative log-likelihood term RPO adds to DPO
 //! (TRL's `rpo_alpha`). Without it the demo's first `dpo` candidates,
 //! trained when no earlier success was there to replay, pushed the

@@ -279,12 +279,7 @@ fn replay_settings(ctx: &ProposeContext<'_>) -> ReplaySettings {
             sequence: Sequence::prompt_completion(&t.prompt, &t.completion),
         })
         .collect();
-    // `share` of a batch of BATCH rows: replayed = BATCH·share/(1 − share).
-    let per_batch = if examples.is_empty() {
-        0
-    } else {
-        ((BATCH as f64 * spec.share / (1.0 - spec.share)).round() as usize).max(1)
-    };
+    let per_batch = replayed_per_batch(spec.share, examples.len());
     ReplaySettings {
         examples,
         per_batch,
@@ -294,6 +289,17 @@ fn replay_settings(ctx: &ProposeContext<'_>) -> ReplaySettings {
 
 /// Rows per training batch.
 const BATCH: usize = 4;
+
+/// Replayed rows added to every batch of [`BATCH`] rows so that they are
+/// `share` of it (`BATCH·share/(1 − share)`, at least one for any positive
+/// share); none when nothing is there to replay or the share is 0, which
+/// turns replay off — `dpo`'s anchors, which ride on it, included.
+fn replayed_per_batch(share: f64, available: usize) -> usize {
+    if available == 0 || share <= 0.0 {
+        return 0;
+    }
+    ((BATCH as f64 * share / (1.0 - share)).round() as usize).max(1)
+}
 
 /// The training of the adapter in `dir`, from its `metrics.jsonl`.
 fn summary(dir: &Path, examples: u64, replayed: u64) -> Result<TrainingSummary, LearnError> {
@@ -381,4 +387,19 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     let done = job.adapters_dir.join(&job.name);
     std::fs::rename(&partial, &done).map_err(|e| failed(&format!("{}: {e}", done.display())))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replayed_per_batch;
+
+    #[test]
+    fn a_zero_share_replays_nothing_and_any_positive_share_at_least_a_row() {
+        assert_eq!(replayed_per_batch(0.0, 100), 0, "0 turns replay off, anchors too");
+        assert_eq!(replayed_per_batch(0.25, 0), 0, "nothing to replay");
+        assert_eq!(replayed_per_batch(0.05, 100), 1, "a small share still replays a row");
+        // 4 rows of new data and 1 replayed: 20%; 4 and 4: half.
+        assert_eq!(replayed_per_batch(0.2, 100), 1);
+        assert_eq!(replayed_per_batch(0.5, 100), 4);
+    }
 }
