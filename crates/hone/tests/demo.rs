@@ -332,6 +332,12 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
             .any(|p| p["optimiser"] == "grpo" && p["timescale"] == "weights"),
         "nothing promoted:\n{stderr}"
     );
+    // Every canary a cycle deployed was judged (promoted or rolled back),
+    // the last cycle's too: rounds without a cycle follow the budget while
+    // one is out.
+    let judged = promotions.len() + summary["rollbacks"].as_array().unwrap().len();
+    assert_eq!(summary["canaries"].as_u64().unwrap() as usize, judged, "{stderr}");
+    assert!(summary["canary_left"].is_null(), "{stderr}");
     // Held-out success rose significantly: every measurement of the base
     // against every one of the last champion, per-task pass rates on the
     // same held-out tasks, the 95% interval of the paired gain above zero.

@@ -55,10 +55,14 @@ pub struct DemoArgs {
     #[arg(long, default_value = "./hone-demo")]
     pub data_dir: PathBuf,
     /// Stop starting rounds after this many minutes of learning (the round
-    /// under way finishes; building the base policy first does not count).
+    /// under way finishes; building the base policy first does not count;
+    /// a canary the last cycle deployed is then watched, without further
+    /// cycles, until it is promoted or rolled back).
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
-    /// Stop after this many cycles.
+    /// Stop after this many rounds, each a round of users and then a cycle
+    /// (unless a canary is out); a canary the last cycle deployed is then
+    /// watched, without further cycles, until it is decided.
     #[arg(long, default_value_if("quick", "true", Some("3")))]
     pub cycles: Option<u32>,
     /// A short run that shows learning in about a minute (once the base
@@ -338,6 +342,11 @@ pub(crate) struct Summary {
     /// tasks than the champion it replaced.
     regressions_shipped: usize,
     rollbacks: Vec<String>,
+    /// Canaries the cycles deployed; each was promoted or rolled back
+    /// unless it is `canary_left` (the rounds after the budget ran out
+    /// before it was decided).
+    canaries: usize,
+    canary_left: Option<String>,
     plots: Vec<PathBuf>,
     /// Every held-out measurement, in order (the first is the base's).
     measurements: Vec<Measured>,
@@ -512,6 +521,11 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     outcome
 }
 
+/// Rounds at most, after the budget, to decide the last cycle's canary
+/// (promotion takes `canary_episodes` of it, ~24 at the demo's share of
+/// 64 users a round; with a promotion margin up to four times that).
+const MAX_JUDGING_ROUNDS: usize = 8;
+
 /// A canary promoted or rolled back: the round's users stop there.
 fn decided(verdict: &Verdict) -> bool {
     matches!(verdict, Verdict::Promoted(_) | Verdict::RolledBack(_))
@@ -564,7 +578,25 @@ async fn rounds(
     let mut next_task = 0u64;
     let mut round = 0usize;
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
-    while started.elapsed() < budget && args.cycles.is_none_or(|c| (round as u32) < c) {
+    let (mut judging, mut canaries) = (0usize, 0usize);
+    loop {
+        // Rounds with a cycle while the budget lasts; then, if the last
+        // cycle left a canary out, rounds without one until it is decided,
+        // so no candidate ends the run deployed and unjudged.
+        let learning = started.elapsed() < budget && args.cycles.is_none_or(|c| (round as u32) < c);
+        if !learning {
+            let canary = hone_learn::deploy::current(store, &agent)?.0.canary;
+            let Some(canary) = canary.filter(|_| judging < MAX_JUDGING_ROUNDS) else {
+                break;
+            };
+            if judging == 0 {
+                note(format_args!(
+                    "budget spent; canary {} is watched until it is decided (no further cycles)",
+                    short(&canary.to_string())
+                ));
+            }
+            judging += 1;
+        }
         round += 1;
         let bar = bar(
             args.episodes_per_round,
@@ -658,7 +690,7 @@ async fn rounds(
         measuring += took;
         measured.push(m);
         let deployment = hone_learn::deploy::current(store, &agent)?.0;
-        let cycle = if deployment.canary.is_none() {
+        let cycle = if deployment.canary.is_none() && learning {
             let spinner = ProgressBar::new_spinner();
             spinner.enable_steady_tick(Duration::from_millis(200));
             spinner.set_message("learning cycle");
@@ -666,6 +698,7 @@ async fn rounds(
             spinner.finish_and_clear();
             let cycle = cycle?;
             if let Some(canary) = hone_learn::deploy::current(store, &agent)?.0.canary {
+                canaries += 1;
                 markers.push(marker(
                     started,
                     &format!("canary {}", short(&canary.to_string())),
@@ -724,6 +757,11 @@ async fn rounds(
         regressions_shipped: promotions.iter().filter(|p| p.regressed).count(),
         promotions,
         rollbacks,
+        canaries,
+        canary_left: hone_learn::deploy::current(store, &agent)?
+            .0
+            .canary
+            .map(|c| c.to_string()),
         plots: paths,
         measurements: measured,
     };
@@ -967,6 +1005,12 @@ fn print_summary(s: &Summary, path: &Path) {
     }
     for r in &s.rollbacks {
         note(format_args!("  rolled back: {r}"));
+    }
+    if let Some(c) = &s.canary_left {
+        note(format_args!(
+            "  canary {} was still undecided after {MAX_JUDGING_ROUNDS} rounds past the budget; it stays deployed",
+            short(c)
+        ));
     }
     for p in &s.plots {
         note(format_args!("  plot: {}", p.display()));
