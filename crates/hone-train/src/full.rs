@@ -142,7 +142,7 @@ impl FullTrainer {
                 }
             }
         }
-        if targets.is_empty() || longest == 0 {
+        if targets.is_empty() {
             return Ok((Tensor::zeros((), DType::F32, &self.device)?, 0));
         }
         let tokens = Tensor::from_vec(own, (rows, longest), &self.device)?;

@@ -11,9 +11,9 @@
 //!
 //! The chosen episodes that passed are also **anchors**: their calls join
 //! the replay buffer's rows (`replay.rs`, a `share` of every batch, as
-//! supervised examples; a share of 0 turns them off with replay), so the pairs' chosen answers stay likely while
-//! the margin grows — the negative log-likelihood term RPO adds to DPO
-//! (TRL's `rpo_alpha`). Without it the demo's first `dpo` candidates,
+//! supervised examples; a share of 0 turns them off with replay), so the
+//! pairs' chosen answers stay likely while the margin grows — the
+//! negative log-likelihood term RPO adds to DPO (TRL's `rpo_alpha`). Without it the demo's first `dpo` candidates,
 //! trained when no earlier success was there to replay, pushed the
 //! rejected answers down so far that 21–38% of their episodes made
 //! invalid tool calls; with earlier successes replayed, the same
