@@ -101,14 +101,11 @@ impl Grpo {
                 return Ok(Vec::new());
             }
         };
-        let mut rows = Vec::new();
         let mut missing_tokens = 0u64;
-        for group in groups_by_item.values() {
-            let completions = completions(group, &mut missing_tokens);
-            if !completions.is_empty() {
-                rows.push(json!({"agent": ctx.agent.name, "completions": completions}));
-            }
-        }
+        let rows = groups_by_item
+            .values()
+            .filter_map(|group| group_row(&ctx.agent.name, group, &mut missing_tokens))
+            .collect();
         if missing_tokens > 0 {
             (ctx.progress)(&format!(
                 "grpo: {missing_tokens} calls carried no token ids (not served by the embedded engine); left out"
@@ -118,8 +115,15 @@ impl Grpo {
     }
 }
 
-/// One completion per call of every rollout of a group, with its exact
-/// tokens, the sampler's logprobs, its credit and its episode.
+/// A group's row of the trainer's GRPO format: one completion per call of
+/// every rollout, with its exact tokens, the sampler's logprobs, its credit
+/// and its episode; `None` when no call carried token ids (those without
+/// are counted in `missing_tokens`).
+pub fn group_row(agent: &str, group: &[Rollout], missing_tokens: &mut u64) -> Option<serde_json::Value> {
+    let completions = completions(group, missing_tokens);
+    (!completions.is_empty()).then(|| json!({"agent": agent, "completions": completions}))
+}
+
 fn completions(group: &[Rollout], missing_tokens: &mut u64) -> Vec<serde_json::Value> {
     let mut completions = Vec::new();
     for Rollout { episode, reward } in group {

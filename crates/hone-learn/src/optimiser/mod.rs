@@ -8,14 +8,14 @@
 
 mod dpo;
 mod examples;
-mod grpo;
+pub mod grpo;
 mod live;
 mod memory;
 mod model;
 mod playbook;
 mod prompt;
 pub mod replay;
-mod rollouts;
+pub mod rollouts;
 mod sft;
 mod tools;
 pub mod training;

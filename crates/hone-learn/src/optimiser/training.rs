@@ -288,7 +288,7 @@ fn replay_settings(ctx: &ProposeContext<'_>) -> ReplaySettings {
 }
 
 /// Rows per training batch.
-const BATCH: usize = 4;
+pub const BATCH: usize = 4;
 
 /// Replayed rows added to every batch of [`BATCH`] rows so that they are
 /// `share` of it (`BATCH·share/(1 − share)`, at least one for any positive
@@ -332,6 +332,30 @@ struct Job {
     name: String,
 }
 
+/// How `method` trains an adapter under `spec`: its LoRA, `spec.steps`
+/// steps of [`BATCH`] rows at `spec.lr` (no replay, no EWC).
+pub fn train_config(method: Method, spec: &TrainingSpec) -> TrainConfig {
+    let mut config = TrainConfig {
+        lora: LoraSpec {
+            rank: spec.rank,
+            alpha: spec.lora_alpha(),
+            // RL's importance ratios compare the policy with the one that
+            // sampled (or its proximal stand-in): no dropout, or a ratio
+            // leaves 1 from noise alone.
+            dropout: match method {
+                Method::Sft => LoraSpec::default().dropout,
+                Method::Grpo | Method::Dpo => 0.0,
+            },
+            ..LoraSpec::default()
+        },
+        steps: Some(spec.steps),
+        batch_size: BATCH,
+        ..TrainConfig::default()
+    };
+    config.optim.lr = spec.lr;
+    config
+}
+
 fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let partial = job.adapters_dir.join(format!("{}.partial", job.name));
@@ -348,28 +372,12 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
         Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(|e| failed(&e))?),
         Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(|e| failed(&e))?),
     };
-    let spec = &job.spec;
-    let mut config = TrainConfig {
-        lora: LoraSpec {
-            rank: spec.rank,
-            alpha: spec.lora_alpha(),
-            // RL's importance ratios compare the policy with the one that
-            // sampled (or its proximal stand-in): no dropout, or a ratio
-            // leaves 1 from noise alone.
-            dropout: match job.method {
-                Method::Sft => LoraSpec::default().dropout,
-                Method::Grpo | Method::Dpo => 0.0,
-            },
-            ..LoraSpec::default()
-        },
-        steps: Some(spec.steps),
-        batch_size: BATCH,
+    let config = TrainConfig {
         baselines: examples.baselines.clone(),
         replay_per_batch: job.replay.per_batch,
         ewc_lambda: job.replay.ewc,
-        ..TrainConfig::default()
+        ..train_config(job.method, &job.spec)
     };
-    config.optim.lr = spec.lr;
     let mut trainer = Trainer::new(
         &job.base,
         &candle_core::Device::Cpu,

@@ -116,3 +116,80 @@ pub async fn held_out(
         .buffered(concurrency.max(1));
     runs.collect::<Vec<_>>().await.into_iter().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::demo::config::{self, Choices, GrpoGroups, RewardMode};
+    use crate::commands::demo::stage::{Ports, Stage};
+    use crate::commands::demo::DemoOptimiser;
+    use hone_engine::init::{write_checkpoint, Preset};
+    use hone_types::EpisodeQuery;
+    use std::time::Duration;
+
+    /// The real gateway and engine (a random tiny model: every answer
+    /// wrong) behind the demo's config; users who react after 50 ms.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn once_stopped_no_further_user_starts_and_every_user_started_finishes_and_reacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("tiny");
+        write_checkpoint(hone_engine::Arch::Qwen2, Preset::Tiny, 1, &base).unwrap();
+        let ports = Ports::bind().await.unwrap();
+        let endpoint = format!("{}/run", ports.endpoint_url);
+        let choices = Choices {
+            reward: RewardMode::Implicit,
+            optimisers: &[DemoOptimiser::Sft],
+            optimisers_per_cycle: 1,
+            grpo_groups: &GrpoGroups::DEFAULT,
+            temperature: 0.3,
+            replay_share: 0.25,
+            canary_share: 0.3,
+            promote_margin: None,
+            gate_confidence: 0.95,
+        };
+        let path = dir.path().join("hone.toml");
+        std::fs::write(&path, config::text(dir.path(), &base, &endpoint, &choices)).unwrap();
+        let mut config = hone_config::load_file(&path).unwrap();
+        let stage = Stage::start(ports, &mut config, None).await.unwrap();
+
+        let user = SimulatedUser::new(0.0, (50, 50), 1);
+        let stop = AtomicBool::new(false);
+        let tasks = Tasks {
+            first: 0,
+            count: 12,
+            max_difficulty: 1,
+        };
+        let concurrency = 3;
+        let runner = stage.runner.clone();
+        let stream = users(&runner, &user, tasks, concurrency, std::time::Instant::now(), &stop);
+        let mut stream = std::pin::pin!(stream);
+        let mut served = 0;
+        while let Some(item) = stream.next().await {
+            let item = item.unwrap();
+            assert!(!item.accepted, "a random model's answer is wrong: {item:?}");
+            served += 1;
+            stop.store(true, Ordering::Relaxed);
+        }
+        // The first user to finish, and those already playing then.
+        assert!(
+            (1..=concurrency).contains(&served),
+            "{served} users served after the stop at the first"
+        );
+
+        stage.recorder.flush(Duration::from_secs(10)).await.unwrap();
+        let store = crate::context::open_store(&config).unwrap();
+        let page = store
+            .episodes(&EpisodeQuery {
+                limit: 100,
+                ..EpisodeQuery::default()
+            })
+            .unwrap();
+        // One episode per user served, none begun and dropped, and each
+        // user's reaction reached the gateway although the stop came first.
+        assert_eq!(page.episodes.len(), served, "{:?}", page.episodes);
+        for episode in &page.episodes {
+            assert!(!episode.signals.is_empty(), "no reaction recorded: {episode:?}");
+        }
+        stage.stop().await;
+    }
+}

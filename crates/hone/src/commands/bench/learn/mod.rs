@@ -2,10 +2,14 @@
 //! learned by hone and by TRL's `GRPOTrainer`, one after the other on this
 //! machine, and how long each took to reach a held-out success threshold.
 //!
-//! - hone: `hone demo` as it ships (simulated users' implicit feedback, the
-//!   whole loop: cycles, gate, canary, promotion), in `<data-dir>/hone`;
-//!   `--optimisers`, `--optimisers-per-cycle`, `--grpo-groups`, `--canary-share` and
-//!   `--gate-confidence` choose its loop as they do the demo's.
+//! - hone's loop: `hone demo` as it ships (simulated users' implicit
+//!   feedback, the whole loop: cycles, gate, canary, promotion), in
+//!   `<data-dir>/hone`; `--optimisers`, `--optimisers-per-cycle`,
+//!   `--grpo-groups`, `--canary-share` and `--gate-confidence` choose its
+//!   loop as they do the demo's.
+//! - hone's GRPO alone ([`alone`]): hone's trainer on its own engine's
+//!   samples in TRL's steps, same reward and lr, no gate and no canary —
+//!   the learner against TRL's learner, apart from the loop's safety path.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
 //!   episodes it samples itself, tools run by the same environment through
 //!   its endpoint (`POST /step`), rewarded as hone's learner rewards its
@@ -15,13 +19,14 @@
 //!   checkpointed every `--checkpoint-seconds` of learning, in
 //!   `<data-dir>/trl`.
 //!
-//! Both are measured by one instrument: the champions hone's demo measured
-//! every round, and every TRL checkpoint served as a version of the
-//! demo's agent through the same gateway on the same held-out tasks.
-//! Learning time leaves out the measuring (and TRL's checkpoint saves).
-//! Prints the table and writes `bench-learn.json` and both curves as
-//! `bench-learn.{svg,png}`; not a test.
+//! All are measured by one instrument: the champions hone's demo measured
+//! every round, and every checkpoint of the other two served as a version
+//! of the demo's agent through the same gateway on the same held-out
+//! tasks. Learning time leaves out the measuring (and TRL's checkpoint
+//! saves). Prints the table and writes `bench-learn.json` and the curves
+//! as `bench-learn.{svg,png}`; not a test.
 
+mod alone;
 mod reward;
 
 use super::support::progress;
@@ -29,8 +34,8 @@ use crate::commands::demo::stage::{Ports, Stage};
 use crate::commands::demo::{self, DemoArgs, DemoOptimiser, GrpoGroups, Measured, AGENT};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
-use hone_envs::{Runner, SimulatedUser, Split};
-use hone_types::VersionRecord;
+use hone_envs::{SimulatedUser, Split};
+use hone_types::{VersionId, VersionRecord, VersionSpec};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,8 +46,10 @@ const TRL_SCRIPT: &str = include_str!("../../../../../../bench/learn_trl.py");
 
 #[derive(Debug, Args)]
 pub struct LearnArgs {
-    /// Where both runs go: `hone/` (the demo's data directory), `trl/`
-    /// (TRL's checkpoints) and `bench-learn.json`.
+    /// Where the runs go: `hone/` (the demo's data directory), `hone-grpo/`
+    /// (the last groups hone's GRPO alone trained on; its adapters live in
+    /// the demo's adapters folder), `trl/` (TRL's checkpoints) and
+    /// `bench-learn.json`.
     #[arg(long, default_value = "./hone-bench-learn")]
     pub data_dir: PathBuf,
     /// Learning budget of each side, in minutes of wall time.
@@ -53,10 +60,10 @@ pub struct LearnArgs {
     /// base stays far below 90%).
     #[arg(long)]
     pub threshold: Option<f64>,
-    /// Seed of both sides (users, sampling, initialisation of the adapter).
+    /// Seed of every side (users, sampling, initialisation of the adapter).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Start both from this checkpoint instead of the demo's base policy.
+    /// Start every side from this checkpoint instead of the demo's base policy.
     #[arg(long)]
     pub base: Option<PathBuf>,
     /// A Python with torch, transformers, peft, trl and datasets.
@@ -65,17 +72,18 @@ pub struct LearnArgs {
     /// Held-out tasks per measurement.
     #[arg(long, default_value_t = 60)]
     pub held_out: u64,
-    /// Seconds of TRL's learning between two checkpoints (each is measured
-    /// afterwards; hone's side is measured every round, ~3 s apart while a
-    /// canary collects traffic and ~20 s when a cycle runs), so that TRL's
-    /// time to the threshold is known as finely as hone's.
+    /// Seconds of learning between two checkpoints of TRL and of hone's
+    /// GRPO alone (each is measured afterwards; hone's loop is measured
+    /// every round, ~3 s apart while a canary collects traffic and ~20 s
+    /// when a cycle runs), so that their time to the threshold is known as
+    /// finely as the loop's.
     #[arg(long, default_value_t = 5.0)]
     pub checkpoint_seconds: f64,
     /// Train tasks offered to TRL (its sampler draws from them).
     #[arg(long, default_value_t = 1024)]
     pub train_tasks: u64,
-    /// TRL's learning rate (default: the demo's `grpo` lr, so both sides
-    /// take steps of the same size).
+    /// The learning rate of TRL and of hone's GRPO alone (default: the
+    /// demo's `grpo` lr, so every side takes steps of the same size).
     #[arg(long)]
     pub trl_lr: Option<f64>,
     /// What TRL's episodes are rewarded with: `users`, the reward hone's
@@ -256,7 +264,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     };
 
     progress(format!(
-        "hone bench learn: [1/3] hone — `hone demo` for {} minutes from {}",
+        "hone bench learn: [1/4] hone — `hone demo` for {} minutes from {}",
         args.minutes,
         base.display()
     ));
@@ -280,14 +288,28 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         .collect();
     let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
 
-    let (trl_points, trl_lr) =
-        crate::context::runtime()?.block_on(trl_side(&args, &data_dir, &hone_dir, &base, noise))?;
-    let mut points = vec![Point {
-        version: format!("{} (the base, as hone measured it)", base_point.version),
-        learner_episodes: None,
-        ..base_point
-    }];
-    points.extend(trl_points);
+    let (alone_points, trl_points, lr) = crate::context::runtime()?.block_on(async {
+        let served = Served::start(&hone_dir, &base).await?;
+        let lr = args.trl_lr.unwrap_or(served.grpo.lr);
+        let sides = async {
+            let alone = alone::side(&served, &args, lr, noise).await?;
+            let trl = trl_side(&served, &args, &data_dir, lr, noise).await?;
+            anyhow::Ok((alone, trl, lr))
+        }
+        .await;
+        served.stage.stop().await;
+        sides
+    })?;
+    // Both start from the base as hone's side measured it.
+    let from_base = |points: Vec<Point>| {
+        let mut all = vec![Point {
+            version: format!("{} (the base, as hone measured it)", base_point.version),
+            learner_episodes: None,
+            ..base_point.clone()
+        }];
+        all.extend(points);
+        all
+    };
 
     let report = Report {
         threshold,
@@ -300,7 +322,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         sides: vec![
             Side::new(
                 &format!(
-                    "hone (demo{}: users' implicit feedback, gate, canary)",
+                    "hone loop (demo{}: users' implicit feedback, gate, canary)",
                     settings.iter().map(|s| format!(" {s}")).collect::<String>()
                 ),
                 "user episodes",
@@ -308,9 +330,15 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
                 threshold,
             ),
             Side::new(
-                &format!("TRL GRPOTrainer ({}, lr {trl_lr})", args.trl_reward.describe()),
+                &format!("hone GRPO alone (its trainer on its engine's samples, users' implicit signals and penalties as reward, lr {lr}; no gate, no canary)"),
                 "sampled episodes",
-                points,
+                from_base(alone_points),
+                threshold,
+            ),
+            Side::new(
+                &format!("TRL GRPOTrainer ({}, lr {lr})", args.trl_reward.describe()),
+                "sampled episodes",
+                from_base(trl_points),
                 threshold,
             ),
         ],
@@ -419,61 +447,166 @@ fn check_python(python: &str) -> Result<()> {
     Ok(())
 }
 
+/// The demo's config served again for the sides that learn outside its
+/// loop (same agent, same sampling): the gateway and the environment's
+/// endpoint, the store, and what those sides learn with.
+pub(super) struct Served {
+    pub config: hone_config::Config,
+    pub stage: Stage,
+    pub endpoint_url: String,
+    pub store: Arc<dyn hone_store::CycleStore>,
+    pub base: PathBuf,
+    pub base_id: VersionId,
+    pub spec: VersionSpec,
+    /// The demo's `grpo` settings (group, lr, LoRA), which both sides share.
+    pub grpo: hone_config::TrainingSpec,
+}
+
+impl Served {
+    async fn start(hone_dir: &Path, base: &Path) -> Result<Self> {
+        let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ports = Ports::bind().await?;
+        let endpoint_url = ports.endpoint_url.clone();
+        let stage = Stage::start(ports, &mut config, None).await?;
+        let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
+        let base_version = agent
+            .versions
+            .get("base")
+            .context("the demo's config has no `base` version")?;
+        let grpo = agent
+            .learn
+            .optimisers
+            .iter()
+            .find_map(|o| match o {
+                hone_config::OptimiserSpec::Grpo(training) => Some(training.clone()),
+                _ => None,
+            })
+            .context("the demo's config has no `grpo` optimiser")?;
+        let (base_id, spec) = (base_version.id.clone(), base_version.spec.clone());
+        let store = crate::context::open_store(&config)?;
+        Ok(Self {
+            config,
+            stage,
+            endpoint_url,
+            store,
+            base: base.to_path_buf(),
+            base_id,
+            spec,
+            grpo,
+        })
+    }
+
+    /// Scores episodes as hone's learner scores its rollouts, with a
+    /// simulated user of its own (`seed`) at the demo's `noise`.
+    fn same_reward(&self, noise: f64, seed: u64) -> Result<reward::SameReward> {
+        let agent = self
+            .config
+            .agents
+            .get(AGENT)
+            .context("the demo's config has no agent")?;
+        let rewarder = hone_learn::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
+        let user = SimulatedUser::new(noise, (0, 0), seed);
+        Ok(reward::SameReward::new(
+            self.stage.runner.clone(),
+            rewarder,
+            self.base_id.clone(),
+            user,
+        ))
+    }
+
+    /// The folder the embedded engine finds adapters in.
+    fn adapters(&self) -> PathBuf {
+        self.config.adapters_dir(&self.spec.routes[0].provider)
+    }
+
+    /// The base with `adapter` (in [`Served::adapters`]) as a version of the
+    /// demo's agent, recorded; its id.
+    fn register(&self, adapter: &str, created_by: &str) -> Result<VersionId> {
+        let mut trained = self.spec.clone();
+        trained.routes[0].adapter = Some(adapter.to_owned());
+        let id = trained.id();
+        self.store.upsert_versions(&[VersionRecord {
+            id: id.clone(),
+            agent: AGENT.to_owned(),
+            label: Some(adapter.to_owned()),
+            spec: trained,
+            parent: Some(self.base_id.clone()),
+            created_by: created_by.to_owned(),
+            created_at: hone_types::time::now_ms(),
+        }])?;
+        Ok(id)
+    }
+
+    /// Serves every checkpoint's adapter as a version of the demo's agent
+    /// and measures it on the held-out tasks, as the demo measures its
+    /// champions; the points, in order.
+    async fn measure(&self, who: &str, checkpoints: &[Checkpoint], args: &LearnArgs) -> Result<Vec<Point>> {
+        let mut points = Vec::new();
+        for c in checkpoints {
+            let id = self.register(&c.adapter, &who.to_lowercase())?;
+            let solved = demo::held_out(
+                &self.stage.runner,
+                id.as_str(),
+                &format!("bench-{}", c.adapter),
+                args.held_out,
+                args.max_difficulty,
+                16,
+                &|| {},
+            )
+            .await?;
+            let m = Measured::new(0, id.to_string(), solved);
+            progress(format!(
+                "  {who} {}: {:.0} s of learning, {} episodes → held-out {:.1}%",
+                c.adapter,
+                c.learning_s,
+                c.episodes,
+                m.rate * 100.0
+            ));
+            points.push(Point {
+                learning_s: c.learning_s,
+                episodes: c.episodes,
+                learner_episodes: None,
+                rate: m.rate,
+                ci95: m.ci95,
+                version: format!("{id} ({})", c.adapter),
+            });
+        }
+        Ok(points)
+    }
+}
+
+/// A learner's adapter kept for measuring: its name in the engine's
+/// adapters folder, and the learning time and episodes behind it.
+pub(super) struct Checkpoint {
+    pub adapter: String,
+    pub learning_s: f64,
+    pub episodes: usize,
+}
+
 /// Trains with TRL against the environment endpoint (rewarded as
 /// `--trl-reward` says; `noise` is the demo's users'), then measures every
 /// checkpoint through the demo's own gateway; the points, in order.
-async fn trl_side(
-    args: &LearnArgs,
-    data_dir: &Path,
-    hone_dir: &Path,
-    base: &Path,
-    noise: f64,
-) -> Result<(Vec<Point>, f64)> {
+async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, noise: f64) -> Result<Vec<Point>> {
     let trl_dir = data_dir.join("trl");
     let checkpoints = trl_dir.join("checkpoints");
     if checkpoints.exists() {
         std::fs::remove_dir_all(&checkpoints).with_context(|| format!("cannot clear {}", checkpoints.display()))?;
     }
     std::fs::create_dir_all(&trl_dir)?;
-
-    // The demo's config, served again: same agent, same sampling.
-    let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ports = Ports::bind().await?;
-    let endpoint_url = ports.endpoint_url.clone();
-    let stage = Stage::start(ports, &mut config, None).await?;
-    let runner = &stage.runner;
-
-    let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
-    let base_version = agent
-        .versions
-        .get("base")
-        .context("the demo's config has no `base` version")?;
-    let spec = &base_version.spec;
-    let grpo = agent
-        .learn
-        .optimisers
-        .iter()
-        .find_map(|o| match o {
-            hone_config::OptimiserSpec::Grpo(training) => Some(training),
-            _ => None,
-        })
-        .context("the demo's config has no `grpo` optimiser")?;
     let rewards = match args.trl_reward {
         TrlReward::Hidden => None,
-        TrlReward::Users => {
-            let rewarder = hone_learn::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
-            // A user of its own, seeded apart from the demo's two.
-            let user = SimulatedUser::new(noise, (0, 0), args.seed.wrapping_add(2_000_003));
-            let same = reward::SameReward::new(runner.clone(), rewarder, base_version.id.clone(), user);
-            Some(Arc::new(same).serve().await?)
-        }
+        // A user of its own, seeded apart from the demo's two.
+        TrlReward::Users => Some(
+            Arc::new(served.same_reward(noise, args.seed.wrapping_add(2_000_003))?)
+                .serve()
+                .await?,
+        ),
     };
     let tasks_path = trl_dir.join("tasks.json");
-    let lr = args.trl_lr.unwrap_or(grpo.lr);
-    write_tasks(&tasks_path, base, runner, spec, grpo, lr, args)?;
+    write_tasks(&tasks_path, served, lr, args)?;
 
     progress(format!(
-        "hone bench learn: [2/3] TRL — GRPOTrainer for {} minutes (progress below)",
+        "hone bench learn: [3/4] TRL — GRPOTrainer for {} minutes (progress below)",
         args.minutes
     ));
     let script = trl_dir.join("learn_trl.py");
@@ -482,11 +615,11 @@ async fn trl_side(
     command
         .arg(&script)
         .arg("--model")
-        .arg(base)
+        .arg(&served.base)
         .arg("--tasks")
         .arg(&tasks_path)
         .arg("--endpoint")
-        .arg(&endpoint_url)
+        .arg(&served.endpoint_url)
         .arg("--minutes")
         .arg(args.minutes.to_string())
         .arg("--out")
@@ -498,9 +631,10 @@ async fn trl_side(
     if let Some((url, _)) = &rewards {
         command.arg("--reward-url").arg(url);
     }
+    let python = args.python.clone();
     let status = tokio::task::spawn_blocking(move || command.status())
         .await?
-        .with_context(|| format!("cannot run `{}`", args.python))?;
+        .with_context(|| format!("cannot run `{python}`"))?;
     if let Some((_, mut server)) = rewards {
         server.abort_all();
     }
@@ -508,68 +642,27 @@ async fn trl_side(
         bail!("the TRL side failed ({status}); its output is above");
     }
 
-    progress("hone bench learn: [3/3] measuring TRL's checkpoints on the held-out tasks".to_owned());
-    let store = crate::context::open_store(&config)?;
-    let adapters = config.adapters_dir(&spec.routes[0].provider);
-    let mut points = Vec::new();
+    progress("hone bench learn: [4/4] measuring TRL's checkpoints on the held-out tasks".to_owned());
+    let adapters = served.adapters();
+    let mut kept = Vec::new();
     for (name, meta) in trl_checkpoints(&checkpoints)? {
         let adapter = format!("trl-{name}");
         copy_dir(&checkpoints.join(&name), &adapters.join(&adapter))?;
-        let mut trained = spec.clone();
-        trained.routes[0].adapter = Some(adapter.clone());
-        let id = trained.id();
-        store.upsert_versions(&[VersionRecord {
-            id: id.clone(),
-            agent: AGENT.to_owned(),
-            label: Some(adapter.clone()),
-            spec: trained,
-            parent: Some(base_version.id.clone()),
-            created_by: "trl".to_owned(),
-            created_at: hone_types::time::now_ms(),
-        }])?;
-        let solved = demo::held_out(
-            runner,
-            id.as_str(),
-            &format!("bench-trl-{name}"),
-            args.held_out,
-            args.max_difficulty,
-            16,
-            &|| {},
-        )
-        .await?;
-        let m = Measured::new(0, id.to_string(), solved);
-        progress(format!(
-            "  TRL {name}: {:.0} s of learning, {} episodes → held-out {:.1}%",
-            meta.learning_s,
-            meta.episodes,
-            m.rate * 100.0
-        ));
-        points.push(Point {
+        kept.push(Checkpoint {
+            adapter,
             learning_s: meta.learning_s,
             episodes: meta.episodes,
-            learner_episodes: None,
-            rate: m.rate,
-            ci95: m.ci95,
-            version: format!("{id} ({adapter})"),
         });
     }
-    stage.stop().await;
-    Ok((points, lr))
+    served.measure("TRL", &kept, args).await
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine
 /// renders for it (the prompt the base was trained on), and the settings
 /// both sides share.
-fn write_tasks(
-    path: &Path,
-    base: &Path,
-    runner: &Runner,
-    spec: &hone_types::VersionSpec,
-    grpo: &hone_config::TrainingSpec,
-    lr: f64,
-    args: &LearnArgs,
-) -> Result<()> {
-    let tokenizer = hone_engine::Tokenizer::load(base)?;
+fn write_tasks(path: &Path, served: &Served, lr: f64, args: &LearnArgs) -> Result<()> {
+    let (runner, spec, grpo) = (&served.stage.runner, &served.spec, &served.grpo);
+    let tokenizer = hone_engine::Tokenizer::load(&served.base)?;
     let environment = runner.environment();
     let tools = serde_json::to_value(environment.tools())?;
     let mut tasks = Vec::new();
@@ -589,7 +682,7 @@ fn write_tasks(
         "max_tokens": spec.max_tokens.unwrap_or(96),
         "max_steps": runner.config().max_steps,
         "group_size": grpo.group_size,
-        "tasks_per_step": 4,
+        "tasks_per_step": hone_learn::optimiser::training::BATCH,
         "lr": lr,
         "rank": grpo.rank,
         "alpha": grpo.lora_alpha(),

@@ -8,7 +8,8 @@
 //! simulated user with the demo's noise reacts to the hidden score, and the
 //! demo's reward spec scores the episode with hone's own `Rewarder` (the
 //! users' signals and the penalties). Served to `learn_trl.py` as
-//! `POST /reward`; nothing is stored.
+//! `POST /reward`; nothing is stored. hone's learner alone ([`super::alone`])
+//! has its real, recorded episodes scored the same way ([`SameReward::react`]).
 
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -21,8 +22,8 @@ use hone_learn::reward::Rewarder;
 use hone_types::call::Door;
 use hone_types::openai::{ChatCompletionResponse, ErrorBody, ErrorDetail, Extra};
 use hone_types::{
-    CallId, CallOutcome, CallRecord, EpisodeDetail, EpisodeId, EpisodeSummary, Signal, SignalSource, SignalValue,
-    VersionId,
+    CallId, CallOutcome, CallRecord, EpisodeDetail, EpisodeId, EpisodeSummary, RewardRecord, Signal, SignalSource,
+    SignalValue, VersionId,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -151,27 +152,7 @@ impl SameReward {
                 }
             })
             .collect();
-        let reaction = {
-            let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-            self.user.react(played.score, &mut *rng)
-        };
-        let signals = reaction
-            .iter()
-            .map(|signal| {
-                let feedback = signal.feedback(&episode);
-                Ok(Signal {
-                    id: uuid::Uuid::now_v7(),
-                    episode_id: episode.clone(),
-                    call_id: None,
-                    name: feedback.name,
-                    value: SignalValue::from_json(&feedback.value, None).map_err(anyhow::Error::msg)?,
-                    source: feedback.source.unwrap_or(SignalSource::Implicit),
-                    comment: None,
-                    created_at: now,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let detail = EpisodeDetail {
+        let mut detail = EpisodeDetail {
             summary: EpisodeSummary {
                 id: episode,
                 agent,
@@ -180,19 +161,46 @@ impl SameReward {
                 call_count: records.len() as u64,
             },
             calls: records,
-            signals,
+            signals: Vec::new(),
         };
-        let scored = self.rewarder.score(&detail, None, None, now);
+        let (scored, signals) = self.react(&mut detail, played.score)?;
         Ok(RewardReply {
             reward: scored.value,
             score: played.score,
-            signals: reaction.iter().map(|s| s.name().to_owned()).collect(),
+            signals,
             components: scored
                 .components
                 .iter()
                 .map(|c| format!("{}×{}={}", c.name, c.weight, c.value))
                 .collect(),
         })
+    }
+
+    /// The simulated user's reaction to an episode whose answer has the
+    /// hidden `score` (its signals added to the episode), and the reward
+    /// the agent's reward spec then gives it: the reward and the signals' names.
+    pub fn react(&self, episode: &mut EpisodeDetail, score: f64) -> Result<(RewardRecord, Vec<String>)> {
+        let now = hone_types::time::now_ms();
+        let reaction = {
+            let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+            self.user.react(score, &mut *rng)
+        };
+        let id = episode.summary.id.clone();
+        for signal in &reaction {
+            let feedback = signal.feedback(&id);
+            episode.signals.push(Signal {
+                id: uuid::Uuid::now_v7(),
+                episode_id: id.clone(),
+                call_id: None,
+                name: feedback.name,
+                value: SignalValue::from_json(&feedback.value, None).map_err(anyhow::Error::msg)?,
+                source: feedback.source.unwrap_or(SignalSource::Implicit),
+                comment: None,
+                created_at: now,
+            });
+        }
+        let scored = self.rewarder.score(episode, None, None, now);
+        Ok((scored, reaction.iter().map(|s| s.name().to_owned()).collect()))
     }
 
     /// Serves `POST /reward` on a free loopback port (a request it cannot
