@@ -460,7 +460,8 @@ where
     let mut chart = share_chart(
         root,
         "Held-out success against minutes of learning (95% interval)",
-        -0.2..end * 1.04,
+        // A margin in proportion, so short runs are not squeezed right.
+        -end * 0.02..end * 1.04,
         ("minutes of learning (measuring left out)", "held-out tasks solved"),
     )?;
     if let Some(threshold) = threshold {
