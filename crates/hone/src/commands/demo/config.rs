@@ -110,6 +110,23 @@ pub struct Choices<'a> {
     pub gate_confidence: f64,
 }
 
+impl<'a> Choices<'a> {
+    /// What `hone demo`'s arguments chose.
+    pub fn of(args: &'a super::DemoArgs) -> Self {
+        Self {
+            reward: args.reward,
+            optimisers: &args.optimisers,
+            optimisers_per_cycle: args.optimisers_per_cycle as usize,
+            grpo_groups: &args.grpo_groups,
+            temperature: args.temperature,
+            replay_share: args.replay_share,
+            canary_share: args.canary_share,
+            promote_margin: args.promote_margin,
+            gate_confidence: args.gate_confidence,
+        }
+    }
+}
+
 impl std::fmt::Display for DemoOptimiser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

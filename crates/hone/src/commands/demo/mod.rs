@@ -457,22 +457,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     let config_path = data_dir.join("hone.toml");
     std::fs::write(
         &config_path,
-        config::text(
-            &data_dir,
-            &base_dir,
-            &endpoint_url,
-            &config::Choices {
-                reward: args.reward,
-                optimisers: &args.optimisers,
-                optimisers_per_cycle: args.optimisers_per_cycle as usize,
-                grpo_groups: &args.grpo_groups,
-                temperature: args.temperature,
-                replay_share: args.replay_share,
-                canary_share: args.canary_share,
-                promote_margin: args.promote_margin,
-                gate_confidence: args.gate_confidence,
-            },
-        ),
+        config::text(&data_dir, &base_dir, &endpoint_url, &config::Choices::of(&args)),
     )
     .with_context(|| format!("cannot write {}", config_path.display()))?;
     let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -1016,6 +1001,17 @@ fn print_summary(s: &Summary, path: &Path) {
         note(format_args!("  plot: {}", p.display()));
     }
     note(format_args!("  summary: {}", path.display()));
+}
+
+/// `hone demo`'s arguments as clap parses `demo ARGS…` (the defaults in one place).
+#[cfg(test)]
+pub fn parsed_args(args: &[&str]) -> DemoArgs {
+    #[derive(clap::Parser)]
+    struct Demo {
+        #[command(flatten)]
+        args: DemoArgs,
+    }
+    <Demo as clap::Parser>::parse_from(std::iter::once(&"demo").chain(args)).args
 }
 
 #[cfg(test)]

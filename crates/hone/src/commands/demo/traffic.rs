@@ -120,9 +120,8 @@ pub async fn held_out(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::demo::config::{self, Choices, GrpoGroups, RewardMode};
+    use crate::commands::demo::config;
     use crate::commands::demo::stage::{Ports, Stage};
-    use crate::commands::demo::DemoOptimiser;
     use hone_engine::init::{write_checkpoint, Preset};
     use hone_types::EpisodeQuery;
     use std::time::Duration;
@@ -136,19 +135,10 @@ mod tests {
         write_checkpoint(hone_engine::Arch::Qwen2, Preset::Tiny, 1, &base).unwrap();
         let ports = Ports::bind().await.unwrap();
         let endpoint = format!("{}/run", ports.endpoint_url);
-        let choices = Choices {
-            reward: RewardMode::Implicit,
-            optimisers: &[DemoOptimiser::Sft],
-            optimisers_per_cycle: 1,
-            grpo_groups: &GrpoGroups::DEFAULT,
-            temperature: 0.3,
-            replay_share: 0.25,
-            canary_share: 0.3,
-            promote_margin: None,
-            gate_confidence: 0.95,
-        };
+        let args = crate::commands::demo::parsed_args(&[]);
         let path = dir.path().join("hone.toml");
-        std::fs::write(&path, config::text(dir.path(), &base, &endpoint, &choices)).unwrap();
+        let text = config::text(dir.path(), &base, &endpoint, &config::Choices::of(&args));
+        std::fs::write(&path, text).unwrap();
         let mut config = hone_config::load_file(&path).unwrap();
         let stage = Stage::start(ports, &mut config, None).await.unwrap();
 

@@ -154,8 +154,7 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
 #[cfg(test)]
 mod tests {
     use super::super::{LearnArgs, Served};
-    use crate::commands::demo::config::{self, Choices, GrpoGroups, RewardMode};
-    use crate::commands::demo::DemoOptimiser;
+    use crate::commands::demo::config;
     use clap::Parser;
     use hone_engine::init::{write_checkpoint, Preset};
     use hone_types::{EpisodeId, VersionId};
@@ -176,17 +175,8 @@ mod tests {
         write_checkpoint(hone_engine::Arch::Qwen2, Preset::Tiny, 1, &base).unwrap();
         let hone_dir = dir.path().join("hone");
         std::fs::create_dir_all(&hone_dir).unwrap();
-        let choices = Choices {
-            reward: RewardMode::Implicit,
-            optimisers: &[DemoOptimiser::Grpo],
-            optimisers_per_cycle: 1,
-            grpo_groups: &GrpoGroups::DEFAULT,
-            temperature: 1.0,
-            replay_share: 0.25,
-            canary_share: 0.3,
-            promote_margin: None,
-            gate_confidence: 0.95,
-        };
+        let args = crate::commands::demo::parsed_args(&["--temperature", "1"]);
+        let choices = config::Choices::of(&args);
         let text = config::text(&hone_dir, &base, "http://127.0.0.1:9/run", &choices);
         std::fs::write(hone_dir.join("hone.toml"), text).unwrap();
         let served = Served::start(&hone_dir, &base).await.unwrap();

@@ -251,25 +251,16 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::demo::config::{text, Choices, GrpoGroups, RewardMode};
-    use crate::commands::demo::{DemoOptimiser, AGENT};
+    use crate::commands::demo::config::{text, Choices};
+    use crate::commands::demo::AGENT;
     use hone_envs::base_policy::Recipe;
     use hone_envs::{Builtin, Difficulty, RunnerConfig, Split, TaskData};
 
     /// The demo's reward spec, from the config text the demo writes.
     fn demo_rewarder() -> Rewarder {
         let dir = std::path::Path::new("/nonexistent-demo");
-        let choices = Choices {
-            reward: RewardMode::Implicit,
-            optimisers: &[DemoOptimiser::Grpo],
-            optimisers_per_cycle: 1,
-            grpo_groups: &GrpoGroups::DEFAULT,
-            temperature: 0.3,
-            replay_share: 0.25,
-            canary_share: 0.5,
-            promote_margin: None,
-            gate_confidence: 0.95,
-        };
+        let args = crate::commands::demo::parsed_args(&[]);
+        let choices = Choices::of(&args);
         let config = hone_config::load_str(
             &text(dir, &dir.join("base"), "http://127.0.0.1:9/run", &choices),
             dir,
