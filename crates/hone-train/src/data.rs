@@ -307,52 +307,56 @@ struct RawCompletion {
 }
 
 pub fn read_grpo(path: &Path, renderer: Renderer) -> Result<Vec<GrpoGroup>> {
-    read_jsonl(path, |line, value| {
-        let raw: RawGroup = from_value(value)?;
-        if raw.completions.is_empty() {
-            return Err("`completions` is empty".into());
+    read_jsonl(path, |line, value| grpo_group(line, value, renderer))
+}
+
+/// One group row of the GRPO format (what [`read_grpo`] reads from a line),
+/// `line` naming it.
+pub fn grpo_group(line: usize, value: Value, renderer: Renderer) -> Result<GrpoGroup, String> {
+    let raw: RawGroup = from_value(value)?;
+    if raw.completions.is_empty() {
+        return Err("`completions` is empty".into());
+    }
+    let mut samples = Vec::with_capacity(raw.completions.len());
+    for (i, c) in raw.completions.into_iter().enumerate() {
+        let at = |m: String| format!("completions[{i}]: {m}");
+        if !c.reward.is_finite() {
+            return Err(at("`reward` must be a finite number".into()));
         }
-        let mut samples = Vec::with_capacity(raw.completions.len());
-        for (i, c) in raw.completions.into_iter().enumerate() {
-            let at = |m: String| format!("completions[{i}]: {m}");
-            if !c.reward.is_finite() {
-                return Err(at("`reward` must be a finite number".into()));
+        let prompt_tokens = c.prompt_tokens.as_ref().or(raw.prompt_tokens.as_ref());
+        let sequence = match (&raw.prompt, prompt_tokens, &c.tokens) {
+            (_, Some(p), Some(tokens)) => token_sequence(p, tokens, c.mask.as_deref()).map_err(at)?,
+            (Some(p), _, None) => {
+                let completion = match (c.text, c.messages) {
+                    (Some(text), None) => completion_messages(&Value::String(text), "text"),
+                    (None, Some(messages)) => Ok(messages),
+                    _ => Err("give exactly one of `text` and `messages`".into()),
+                }
+                .map_err(at)?;
+                renderer.conversation(p, &completion, raw.tools.as_ref()).map_err(at)?
             }
-            let prompt_tokens = c.prompt_tokens.as_ref().or(raw.prompt_tokens.as_ref());
-            let sequence = match (&raw.prompt, prompt_tokens, &c.tokens) {
-                (_, Some(p), Some(tokens)) => token_sequence(p, tokens, c.mask.as_deref()).map_err(at)?,
-                (Some(p), _, None) => {
-                    let completion = match (c.text, c.messages) {
-                        (Some(text), None) => completion_messages(&Value::String(text), "text"),
-                        (None, Some(messages)) => Ok(messages),
-                        _ => Err("give exactly one of `text` and `messages`".into()),
-                    }
-                    .map_err(at)?;
-                    renderer.conversation(p, &completion, raw.tools.as_ref()).map_err(at)?
-                }
-                _ => {
-                    return Err(at(
-                        "token ids (`tokens`) need `prompt_tokens`; `text`/`messages` need `prompt`".into(),
-                    ))
-                }
-            };
-            let behaviour = match c.logprobs {
-                None => None,
-                Some(lps) => Some(behaviour_logprobs(&sequence, c.tokens.as_ref().map(Vec::len), &lps).map_err(at)?),
-            };
-            samples.push(GrpoSample {
-                sequence,
-                reward: c.reward,
-                behaviour,
-                episode: c.episode,
-                off_policy: c.off_policy,
-            });
-        }
-        Ok(GrpoGroup {
-            line,
-            agent: raw.agent.unwrap_or_else(|| "default".into()),
-            samples,
-        })
+            _ => {
+                return Err(at(
+                    "token ids (`tokens`) need `prompt_tokens`; `text`/`messages` need `prompt`".into(),
+                ))
+            }
+        };
+        let behaviour = match c.logprobs {
+            None => None,
+            Some(lps) => Some(behaviour_logprobs(&sequence, c.tokens.as_ref().map(Vec::len), &lps).map_err(at)?),
+        };
+        samples.push(GrpoSample {
+            sequence,
+            reward: c.reward,
+            behaviour,
+            episode: c.episode,
+            off_policy: c.off_policy,
+        });
+    }
+    Ok(GrpoGroup {
+        line,
+        agent: raw.agent.unwrap_or_else(|| "default".into()),
+        samples,
     })
 }
 

@@ -241,6 +241,10 @@ impl Trainer {
         self.data = Arc::new(data);
         self.reference.clear();
         self.order = None;
+        // Proximal logprobs are keyed by the data's (group, sample): the
+        // new data's off-policy samples need their own, under the adapter
+        // as it is now.
+        self.proximal = self.proximal_logprobs()?;
         Ok(())
     }
 

@@ -353,8 +353,9 @@ fn off_policy_samples_are_corrected_against_the_starting_policy() {
         .iter()
         .map(|r| current[r.clone()].iter().map(|l| l - 1.5).collect())
         .collect();
-    let first_step = |off_policy: bool| {
-        let samples = sequences
+    // The group, its samples in order or reversed.
+    let data = |off_policy: bool, reversed: bool| {
+        let mut samples: Vec<GrpoSample> = sequences
             .iter()
             .zip(&behaviour)
             .zip([1.0, 0.0])
@@ -366,16 +367,21 @@ fn off_policy_samples_are_corrected_against_the_starting_policy() {
                 off_policy,
             })
             .collect();
-        let data = Data::Grpo(vec![GrpoGroup {
+        if reversed {
+            samples.reverse();
+        }
+        Data::Grpo(vec![GrpoGroup {
             line: 1,
             agent: "support".into(),
             samples,
-        }]);
-        let mut config = config(1);
-        config.lora.dropout = 0.0;
-        let mut trainer = Trainer::new(&path, &Device::Cpu, config, data, vec![], None).unwrap();
-        trainer.train_step().unwrap()
+        }])
     };
+    let trainer_on = |data: Data| {
+        let mut config = config(2);
+        config.lora.dropout = 0.0;
+        Trainer::new(&path, &Device::Cpu, config, data, vec![], None).unwrap()
+    };
+    let first_step = |off_policy: bool| trainer_on(data(off_policy, false)).train_step().unwrap();
     let corrected = first_step(true);
     let extra = |k: &str| corrected.extra.get(k).copied().unwrap_or(f64::NAN);
     assert!((extra("ratio") - 1.0).abs() < 1e-3, "{:?}", corrected.extra);
@@ -392,4 +398,14 @@ fn off_policy_samples_are_corrected_against_the_starting_policy() {
     assert!((naive.extra["ratio"] - 1.5f64.exp()).abs() < 1e-2, "{:?}", naive.extra);
     assert_eq!(naive.extra["clip_fraction"], 1.0, "{:?}", naive.extra);
     assert!(!naive.extra.contains_key("is_weight"));
+
+    // Online use: data replaced between steps gets proximal logprobs of its
+    // own. A trainer begun on the same samples in the other order (other
+    // lengths at the same places) corrects the new ones against the
+    // policy as it is when they arrive: ratio 1 again, nothing clipped.
+    let mut trainer = trainer_on(data(true, true));
+    trainer.replace_data(data(true, false)).unwrap();
+    let replaced = trainer.train_step().unwrap();
+    assert!((replaced.extra["ratio"] - 1.0).abs() < 1e-3, "{:?}", replaced.extra);
+    assert_eq!(replaced.extra["clip_fraction"], 0.0, "{:?}", replaced.extra);
 }

@@ -161,6 +161,23 @@ pub struct DemoArgs {
     pub max_difficulty: u8,
 }
 
+/// `hone demo ARGS…` as clap parses it, for callers that run the demo
+/// (or write its config) with some of its arguments given: its defaults
+/// and rules stay in [`DemoArgs`].
+pub fn parse_args<I, T>(args: I) -> Result<DemoArgs, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    #[derive(clap::Parser)]
+    struct Demo {
+        #[command(flatten)]
+        args: DemoArgs,
+    }
+    let args = std::iter::once(std::ffi::OsString::from("demo")).chain(args.into_iter().map(Into::into));
+    <Demo as clap::Parser>::try_parse_from(args).map(|demo| demo.args)
+}
+
 /// The hardest level `hone demo` plays unless told otherwise.
 pub const DEFAULT_MAX_DIFFICULTY: u8 = 1;
 
@@ -1001,17 +1018,6 @@ fn print_summary(s: &Summary, path: &Path) {
         note(format_args!("  plot: {}", p.display()));
     }
     note(format_args!("  summary: {}", path.display()));
-}
-
-/// `hone demo`'s arguments as clap parses `demo ARGS…` (the defaults in one place).
-#[cfg(test)]
-pub fn parsed_args(args: &[&str]) -> DemoArgs {
-    #[derive(clap::Parser)]
-    struct Demo {
-        #[command(flatten)]
-        args: DemoArgs,
-    }
-    <Demo as clap::Parser>::parse_from(std::iter::once(&"demo").chain(args)).args
 }
 
 #[cfg(test)]

@@ -8,23 +8,25 @@
 //! recorded token ids and logprobs with their per-call credit — and no
 //! gate, no canary. Each step's adapter is served as a version for the
 //! next step's sampling; one every `--checkpoint-seconds` of learning is
-//! kept and measured afterwards like TRL's.
+//! kept and measured afterwards like TRL's, the others unloaded and
+//! deleted once the next step has sampled.
 //!
-//! Beside the demo's loop it separates what hone's learner costs from what
-//! its safety path (traffic to learn from, the gate, the canary) adds.
+//! It sets hone's learner against TRL's on equal terms; the demo's loop
+//! differs from it by more than its safety path (its first cycle is `sft`
+//! on users' episodes, not GRPO on its own samples).
 
 use super::{Checkpoint, LearnArgs, Point, Served};
 use crate::commands::bench::support::progress;
 use crate::commands::demo::{self, AGENT};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use futures::StreamExt;
 use hone_envs::{RunContext, Split};
 use hone_learn::optimiser::grpo::group_row;
-use hone_learn::optimiser::rollouts::Rollout;
-use hone_learn::optimiser::training::{push_row, train_config, Method, BATCH};
-use hone_train::data::{read_grpo, Renderer};
+use hone_learn::optimiser::training::{train_config, Method, BATCH};
+use hone_learn::optimiser::Rollout;
+use hone_train::data::{grpo_group, Renderer};
 use hone_train::optim::Schedule;
-use hone_train::{Data, Trainer};
+use hone_train::{Data, StepReport, Trainer};
 use hone_types::EpisodeId;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -35,6 +37,37 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
         "hone bench learn: [2/4] hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
         args.minutes
     ));
+    let budget = Budget {
+        seconds: args.minutes * 60.0,
+        steps: None,
+    };
+    let learned = learn(served, args, lr, noise, &budget).await?;
+    progress(format!(
+        "hone bench learn: [2/4] measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
+        learned.kept.len(),
+        learned.reports.len(),
+        learned.failed
+    ));
+    served
+        .measure("hone GRPO alone", "hone-grpo", &learned.kept, args)
+        .await
+}
+
+/// When learning stops: after `seconds` of it, or `steps` optimiser steps.
+struct Budget {
+    seconds: f64,
+    steps: Option<usize>,
+}
+
+/// What the learning left: the adapters kept for measuring, every
+/// optimiser step's report, and the episodes whose run failed.
+struct Learned {
+    kept: Vec<Checkpoint>,
+    reports: Vec<StepReport>,
+    failed: usize,
+}
+
+async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &Budget) -> Result<Learned> {
     // A user of its own, seeded apart from the demo's and TRL's.
     let same = served.same_reward(noise, args.seed.wrapping_add(3_000_017))?;
     let runner = &served.stage.runner;
@@ -45,32 +78,43 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
     config.optim.schedule = Schedule::Constant;
     config.steps = Some(1_000_000);
     config.seed = args.seed;
-    let work = args.data_dir.join("hone-grpo");
-    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let data_path = work.join("groups.jsonl");
+    // This run's episodes and adapters are its own, in a data directory
+    // another run already used too.
+    let run = format!("{:x}", hone_types::time::now_ms());
+    let http = reqwest::Client::new();
+    let unload_url = |adapter: &str| {
+        format!(
+            "{}/admin/adapters/{adapter}",
+            runner.config().gateway.trim_end_matches('/')
+        )
+    };
 
-    let budget = args.minutes * 60.0;
     let started = Instant::now();
     let (mut version, mut trainer) = (served.base_id.clone(), None::<Trainer>);
-    let (mut episodes, mut saved_at, mut rewards) = (0usize, 0.0, Vec::new());
-    let mut kept = Vec::new();
+    let (mut episodes, mut failed, mut saved_at) = (0usize, 0usize, 0.0);
+    let (mut rewards, mut reports, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    // The adapter that sampled the step under way, to drop once it has
+    // unless kept.
+    let mut sampler: Option<(String, bool)> = None;
     for step in 1usize.. {
         // Play: BATCH tasks, each `group` times, the current adapter serving.
-        let label = format!("bench-alone-{step}");
+        let label = format!("bench-alone-{run}-{step}");
         let first = ((step - 1) * BATCH) as u64;
         let plays = (0..BATCH).flat_map(|k| (0..group).map(move |a| (k, a)));
-        let played = futures::stream::iter(plays)
+        let mut played = futures::stream::iter(plays)
             .map(|(k, attempt)| {
                 let task = demo::task_at(runner, Split::Train, first + k as u64, args.max_difficulty);
                 let context = RunContext {
                     episode: EpisodeId::evaluation(&label, k, &attempt.to_string()).ok(),
                     version: Some(version.to_string()),
                 };
-                async move { anyhow::Ok((k, runner.run(&task, &context).await?)) }
+                async move { (k, attempt, runner.run(&task, &context).await) }
             })
             .buffer_unordered(BATCH * group)
             .collect::<Vec<_>>()
             .await;
+        // Users react in a fixed order, whatever order the runs ended in.
+        played.sort_by_key(|(k, attempt, _)| (*k, *attempt));
         served
             .stage
             .recorder
@@ -80,12 +124,19 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
 
         // Reward every episode as hone's learner rewards its rollouts.
         let mut groups: BTreeMap<usize, Vec<Rollout>> = BTreeMap::new();
-        for outcome in played {
-            let (k, outcome) = outcome?;
-            let mut episode = served
-                .store
-                .episode(&outcome.episode)?
-                .with_context(|| format!("episode {} was not recorded", outcome.episode))?;
+        for (k, _, outcome) in played {
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    failed += 1;
+                    progress(format!("hone-grpo: step {step}: an episode failed ({e}); left out"));
+                    continue;
+                }
+            };
+            let Some(mut episode) = served.store.episode(&outcome.episode)? else {
+                failed += 1;
+                continue;
+            };
             let (reward, _) = same.react(&mut episode, outcome.played.score)?;
             rewards.push(reward.value);
             groups.entry(k).or_default().push(Rollout { episode, reward });
@@ -93,70 +144,100 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
         episodes += BATCH * group;
 
         // One optimiser step on the calls' recorded tokens.
-        let mut rows = Vec::new();
         let mut missing = 0u64;
-        for row in groups.values().filter_map(|g| group_row(AGENT, g, &mut missing)) {
-            push_row(&mut rows, &row)?;
-        }
-        std::fs::write(&data_path, &rows)?;
-        let data = Data::Grpo(read_grpo(&data_path, Renderer { tokenizer: None })?);
-        let adapter = format!("bench-alone-step-{step:04}");
-        let (adapter_dir, base) = (served.adapters().join(&adapter), served.base.clone());
-        let config = config.clone();
-        let previous = trainer.take();
-        let stepped = tokio::task::spawn_blocking(move || {
-            let mut trainer = match previous {
-                Some(mut trainer) => {
-                    trainer.replace_data(data)?;
-                    trainer
-                }
-                None => Trainer::new(&base, &candle_core::Device::Cpu, config, data, Vec::new(), None)?,
-            };
-            let report = trainer.train_step()?;
-            trainer.lora.save_peft(&adapter_dir, &base)?;
-            anyhow::Ok((trainer, report))
-        })
-        .await??;
-        trainer = Some(stepped.0);
-        version = served.register(&adapter, "hone-grpo")?;
+        let rows = groups.values().filter_map(|g| group_row(AGENT, g, &mut missing));
+        let renderer = Renderer { tokenizer: None };
+        let groups = rows
+            .enumerate()
+            .map(|(line, row)| grpo_group(line + 1, row, renderer).map_err(anyhow::Error::msg))
+            .collect::<Result<Vec<_>>>()?;
+        let trained = if groups.is_empty() {
+            progress(format!(
+                "hone-grpo: step {step}: no episode to train on ({missing} calls without token ids); sampling again"
+            ));
+            None
+        } else {
+            let adapter = format!("bench-alone-{run}-step-{step:04}");
+            let (adapter_dir, base) = (served.adapters().join(&adapter), served.base.clone());
+            let (config, previous) = (config.clone(), trainer.take());
+            let (stepped, report) = tokio::task::spawn_blocking(move || {
+                let data = Data::Grpo(groups);
+                let mut trainer = match previous {
+                    Some(mut trainer) => {
+                        trainer.replace_data(data)?;
+                        trainer
+                    }
+                    None => Trainer::new(&base, &candle_core::Device::Cpu, config, data, Vec::new(), None)?,
+                };
+                let report = trainer.train_step()?;
+                trainer.lora.save_peft(&adapter_dir, &base)?;
+                anyhow::Ok((trainer, report))
+            })
+            .await??;
+            trainer = Some(stepped);
+            version = served.register(&adapter, "hone-grpo")?;
+            // The adapter that sampled this step serves no longer.
+            if let Some((old, false)) = sampler.take() {
+                let _ = http.delete(unload_url(&old)).send().await;
+                let _ = std::fs::remove_dir_all(served.adapters().join(&old));
+            }
+            Some((adapter, report))
+        };
 
         let now = started.elapsed().as_secs_f64();
-        let mean = |last: &[f64]| last.iter().sum::<f64>() / last.len().max(1) as f64;
-        progress(format!(
-            "hone-grpo: step {step}, {now:.0} s, {episodes} episodes, reward {:.3} (mean of the last {} steps {:.3}), loss {:.3}{}",
-            mean(&rewards[rewards.len().saturating_sub(BATCH * group)..]),
-            step.min(5),
-            mean(&rewards[rewards.len().saturating_sub(5 * BATCH * group)..]),
-            stepped.1.loss,
-            if missing > 0 {
-                format!("; {missing} calls without token ids left out")
-            } else {
-                String::new()
+        let steps = reports.len() + usize::from(trained.is_some());
+        let done = now >= budget.seconds || budget.steps.is_some_and(|n| steps >= n);
+        if let Some((adapter, report)) = trained {
+            let keep = done || now - saved_at >= args.checkpoint_seconds;
+            if keep {
+                kept.push(Checkpoint {
+                    adapter: adapter.clone(),
+                    learning_s: now,
+                    episodes,
+                });
+                saved_at = now;
             }
-        ));
-        let done = now >= budget;
-        if done || now - saved_at >= args.checkpoint_seconds {
-            kept.push(Checkpoint {
-                adapter,
-                learning_s: now,
-                episodes,
-            });
-            saved_at = now;
+            sampler = Some((adapter, keep));
+            let mean = |last: &[f64]| last.iter().sum::<f64>() / last.len().max(1) as f64;
+            progress(format!(
+                "hone-grpo: step {step}, {now:.0} s, {episodes} episodes, reward {:.3} (mean of the last {} steps {:.3}), loss {:.3}{}",
+                mean(&rewards[rewards.len().saturating_sub(BATCH * group)..]),
+                step.min(5),
+                mean(&rewards[rewards.len().saturating_sub(5 * BATCH * group)..]),
+                report.loss,
+                if missing > 0 {
+                    format!("; {missing} calls without token ids left out")
+                } else {
+                    String::new()
+                }
+            ));
+            reports.push(report);
+        } else if done {
+            // The budget ran out on a step with nothing to train on: the
+            // adapter serving then is the last one.
+            if let Some((adapter, false)) = &sampler {
+                kept.push(Checkpoint {
+                    adapter: adapter.clone(),
+                    learning_s: now,
+                    episodes,
+                });
+            }
         }
         if done {
             break;
         }
     }
-    progress("hone bench learn: measuring hone GRPO alone's checkpoints on the held-out tasks".to_owned());
-    served.measure("hone-grpo", &kept, args).await
+    Ok(Learned { kept, reports, failed })
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::{LearnArgs, Served};
+    use super::Budget;
     use crate::commands::demo::config;
     use clap::Parser;
     use hone_engine::init::{write_checkpoint, Preset};
+    use hone_learn::optimiser::training::BATCH;
     use hone_types::{EpisodeId, VersionId};
 
     #[derive(Parser)]
@@ -165,9 +246,11 @@ mod tests {
         learn: LearnArgs,
     }
 
-    /// On the real gateway and engine (a random tiny model), every step
-    /// samples with the adapter the step before it trained: on-policy, as
-    /// TRL's side is.
+    /// On the real gateway and engine (a random tiny model, sampled at
+    /// temperature 1 so that groups differ), three steps: every episode of
+    /// a step is sampled by the adapter the step before trained, with its
+    /// token ids recorded, and the trainer sees its own policy in them
+    /// (importance ratio 1: on-policy, as TRL's side is).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_step_samples_with_the_adapter_the_step_before_trained() {
         let dir = tempfile::tempdir().unwrap();
@@ -175,50 +258,62 @@ mod tests {
         write_checkpoint(hone_engine::Arch::Qwen2, Preset::Tiny, 1, &base).unwrap();
         let hone_dir = dir.path().join("hone");
         std::fs::create_dir_all(&hone_dir).unwrap();
-        let args = crate::commands::demo::parsed_args(&["--temperature", "1"]);
+        let args = crate::commands::demo::parse_args(["--temperature", "1"]).unwrap();
         let choices = config::Choices::of(&args);
         let text = config::text(&hone_dir, &base, "http://127.0.0.1:9/run", &choices);
         std::fs::write(hone_dir.join("hone.toml"), text).unwrap();
         let served = Served::start(&hone_dir, &base).await.unwrap();
         let data_dir = dir.path().to_str().unwrap();
-        let args = Command::parse_from([
-            "learn",
-            "--data-dir",
-            data_dir,
-            "--minutes",
-            "0.1",
-            "--checkpoint-seconds",
-            "0.5",
-            "--held-out",
-            "4",
-        ])
-        .learn;
+        let args = Command::parse_from(["learn", "--data-dir", data_dir, "--checkpoint-seconds", "1000"]).learn;
 
-        let points = super::side(&served, &args, 2e-3, 0.05).await.unwrap();
-        assert!(!points.is_empty());
+        let budget = Budget {
+            seconds: 600.0,
+            steps: Some(3),
+        };
+        let learned = super::learn(&served, &args, 2e-3, 0.05, &budget).await.unwrap();
+        assert_eq!(learned.reports.len(), 3);
+        assert_eq!(learned.failed, 0);
+        for report in &learned.reports {
+            let ratio = report.extra["ratio"];
+            assert!((ratio - 1.0).abs() < 0.01, "off-policy: {report:?}");
+        }
         let versions = served.store.versions(Some(crate::commands::demo::AGENT)).unwrap();
         let adapter_of = |id: &VersionId| {
-            versions
-                .iter()
-                .find(|v| &v.id == id)
-                .map(|v| v.spec.routes[0].adapter.clone())
-                .unwrap()
+            let version = versions.iter().find(|v| &v.id == id).unwrap();
+            version.spec.routes[0].adapter.clone()
         };
-        let steps = versions.iter().filter(|v| v.created_by == "hone-grpo").count();
-        assert!(steps >= 2, "{steps} steps in {} s", 0.1 * 60.0);
-        for step in 1..=steps {
-            let id = EpisodeId::evaluation(&format!("bench-alone-{step}"), 0, "0").unwrap();
-            let episode = served.store.episode(&id).unwrap().unwrap();
-            let expected = (step > 1).then(|| format!("bench-alone-step-{:04}", step - 1));
-            for call in &episode.calls {
-                assert_eq!(adapter_of(&call.version_id), expected, "step {step}");
-                assert!(call.sampled_tokens().is_some(), "step {step}: no token ids recorded");
+        let trained: Vec<_> = versions.iter().filter(|v| v.created_by == "hone-grpo").collect();
+        assert_eq!(trained.len(), 3);
+        let run = trained[0]
+            .label
+            .as_deref()
+            .unwrap()
+            .split('-')
+            .nth(2)
+            .unwrap()
+            .to_owned();
+        let group = served.grpo.group_size;
+        for step in 1..=3usize {
+            let expected = (step > 1).then(|| format!("bench-alone-{run}-step-{:04}", step - 1));
+            for (k, attempt) in (0..BATCH).flat_map(|k| (0..group).map(move |a| (k, a))) {
+                let label = format!("bench-alone-{run}-{step}");
+                let id = EpisodeId::evaluation(&label, k, &attempt.to_string()).unwrap();
+                let episode = served.store.episode(&id).unwrap().unwrap();
+                assert!(!episode.calls.is_empty());
+                for call in &episode.calls {
+                    assert_eq!(adapter_of(&call.version_id), expected, "step {step}");
+                    assert!(call.sampled_tokens().is_some(), "step {step}: no token ids recorded");
+                }
             }
         }
-        // The kept checkpoints are steps' adapters, measured in order.
-        let kept: Vec<f64> = points.iter().map(|p| p.learning_s).collect();
-        assert!(kept.windows(2).all(|w| w[0] < w[1]), "{kept:?}");
-        assert!(points.iter().all(|p| p.version.contains("bench-alone-step-")));
+        // With checkpoints 1000 s apart only the last step's adapter is
+        // kept; the others, once the next step had sampled, are gone.
+        let kept: Vec<&str> = learned.kept.iter().map(|c| c.adapter.as_str()).collect();
+        let name = |step: usize| format!("bench-alone-{run}-step-{step:04}");
+        assert_eq!(kept, [name(3)]);
+        assert!(served.adapters().join(name(3)).join("adapter_config.json").is_file());
+        assert!(!served.adapters().join(name(1)).exists());
+        assert!(!served.adapters().join(name(2)).exists());
         served.stage.stop().await;
     }
 }

@@ -9,7 +9,7 @@
 //!   loop as they do the demo's.
 //! - hone's GRPO alone ([`alone`]): hone's trainer on its own engine's
 //!   samples in TRL's steps, same reward and lr, no gate and no canary —
-//!   the learner against TRL's learner, apart from the loop's safety path.
+//!   hone's learner against TRL's on equal terms.
 //! - TRL: `bench/learn_trl.py` — GRPO with a PEFT LoRA on multi-step
 //!   episodes it samples itself, tools run by the same environment through
 //!   its endpoint (`POST /step`), rewarded as hone's learner rewards its
@@ -33,7 +33,7 @@ use super::support::progress;
 use crate::commands::demo::stage::{Ports, Stage};
 use crate::commands::demo::{self, DemoArgs, DemoOptimiser, GrpoGroups, Measured, AGENT};
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser};
+use clap::Args;
 use hone_envs::{SimulatedUser, Split};
 use hone_types::{VersionId, VersionRecord, VersionSpec};
 use serde::{Deserialize, Serialize};
@@ -84,7 +84,7 @@ pub struct LearnArgs {
     pub train_tasks: u64,
     /// The learning rate of TRL and of hone's GRPO alone (default: the
     /// demo's `grpo` lr, so every side takes steps of the same size).
-    #[arg(long)]
+    #[arg(long, visible_alias = "lr")]
     pub trl_lr: Option<f64>,
     /// What TRL's episodes are rewarded with: `users`, the reward hone's
     /// learner gives its own rollouts (a simulated user's implicit signals
@@ -141,13 +141,6 @@ impl TrlReward {
             TrlReward::Hidden => "hidden score as reward",
         }
     }
-}
-
-/// The demo's arguments as `hone demo` would parse them (one home for its defaults).
-#[derive(Parser)]
-struct DemoCommand {
-    #[command(flatten)]
-    demo: DemoArgs,
 }
 
 /// One held-out measurement of a learner.
@@ -407,8 +400,7 @@ fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
         "--max-difficulty".into(),
         args.max_difficulty.to_string(),
     ];
-    let demo =
-        DemoCommand::try_parse_from(std::iter::once("demo".to_owned()).chain(common).chain(chosen.clone()))?.demo;
+    let demo = demo::parse_args(common.into_iter().chain(chosen.clone()))?;
     demo.check()?;
     Ok((demo, chosen))
 }
@@ -516,14 +508,19 @@ impl Served {
 
     /// The folder the embedded engine finds adapters in.
     fn adapters(&self) -> PathBuf {
-        self.config.adapters_dir(&self.spec.routes[0].provider)
+        let provider = self.spec.routes.first().map_or("", |r| r.provider.as_str());
+        self.config.adapters_dir(provider)
     }
 
     /// The base with `adapter` (in [`Served::adapters`]) as a version of the
     /// demo's agent, recorded; its id.
     fn register(&self, adapter: &str, created_by: &str) -> Result<VersionId> {
         let mut trained = self.spec.clone();
-        trained.routes[0].adapter = Some(adapter.to_owned());
+        trained
+            .routes
+            .first_mut()
+            .context("the demo's base version has no route")?
+            .adapter = Some(adapter.to_owned());
         let id = trained.id();
         self.store.upsert_versions(&[VersionRecord {
             id: id.clone(),
@@ -540,14 +537,20 @@ impl Served {
     /// Serves every checkpoint's adapter as a version of the demo's agent
     /// and measures it on the held-out tasks, as the demo measures its
     /// champions; the points, in order.
-    async fn measure(&self, who: &str, checkpoints: &[Checkpoint], args: &LearnArgs) -> Result<Vec<Point>> {
+    async fn measure(
+        &self,
+        who: &str,
+        created_by: &str,
+        checkpoints: &[Checkpoint],
+        args: &LearnArgs,
+    ) -> Result<Vec<Point>> {
         let mut points = Vec::new();
         for c in checkpoints {
-            let id = self.register(&c.adapter, &who.to_lowercase())?;
+            let id = self.register(&c.adapter, created_by)?;
             let solved = demo::held_out(
                 &self.stage.runner,
                 id.as_str(),
-                &format!("bench-{}", c.adapter),
+                &format!("held-out-{}", c.adapter),
                 args.held_out,
                 args.max_difficulty,
                 16,
@@ -654,7 +657,7 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
             episodes: meta.episodes,
         });
     }
-    served.measure("TRL", &kept, args).await
+    served.measure("TRL", "trl", &kept, args).await
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine

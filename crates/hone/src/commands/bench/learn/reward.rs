@@ -259,7 +259,7 @@ mod tests {
     /// The demo's reward spec, from the config text the demo writes.
     fn demo_rewarder() -> Rewarder {
         let dir = std::path::Path::new("/nonexistent-demo");
-        let args = crate::commands::demo::parsed_args(&[]);
+        let args = crate::commands::demo::parse_args(std::iter::empty::<&str>()).unwrap();
         let choices = Choices::of(&args);
         let config = hone_config::load_str(
             &text(dir, &dir.join("base"), "http://127.0.0.1:9/run", &choices),
