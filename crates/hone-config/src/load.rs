@@ -312,9 +312,13 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
         let local = c.providers["local"].local.as_ref().unwrap();
         assert_eq!((local.dtype, local.max_batch), (LocalDType::F32, 16));
 
-        let declared = format!("[providers.local]\ntype = \"local\"\ndtype = \"bf16\"\nmax_batch = 4\n{text}");
+        assert_eq!(local.max_adapters, None, "the engine's default");
+
+        let declared =
+            format!("[providers.local]\ntype = \"local\"\ndtype = \"bf16\"\nmax_batch = 4\nmax_adapters = 8\n{text}");
         let c = load(&declared).unwrap();
-        assert_eq!(c.providers["local"].local.as_ref().unwrap().dtype, LocalDType::Bf16);
+        let local = c.providers["local"].local.as_ref().unwrap();
+        assert_eq!((local.dtype, local.max_adapters), (LocalDType::Bf16, Some(8)));
 
         let bad = load(&declared.replace("bf16", "int3")).unwrap_err();
         assert_eq!(bad.field.as_deref(), Some("providers.local.dtype"));

@@ -44,6 +44,10 @@ pub struct RawLocalProvider {
     /// earlier one prefills only what is new (default: the engine's, 128;
     /// 0 turns it off).
     pub prefix_cache_mib: Option<usize>,
+    /// Adapters kept loaded at once (default: the engine's, 64); past it
+    /// the least recently used one is unloaded and loaded again from
+    /// `adapters_dir` when next named. 0: no limit.
+    pub max_adapters: Option<usize>,
     /// Where adapters named by versions are found (default `<data_dir>/adapters`).
     pub adapters_dir: Option<String>,
     #[serde(default)]
@@ -104,6 +108,9 @@ pub struct LocalOptions {
     /// Bytes of the engine's prefix cache (`prefix_cache_mib`), or `None`
     /// for the engine's default.
     pub prefix_cache_bytes: Option<usize>,
+    /// Adapters kept loaded at once (`max_adapters`), or `None` for the
+    /// engine's default.
+    pub max_adapters: Option<usize>,
     /// Where adapters named by versions are found: the configured
     /// `adapters_dir`, or `<data_dir>/adapters` (resolved at load).
     pub adapters_dir: PathBuf,
@@ -250,6 +257,7 @@ impl ProviderConfig {
                 device,
                 max_batch: p.max_batch.unwrap_or(16),
                 prefix_cache_bytes: p.prefix_cache_mib.map(|mib| mib.saturating_mul(1 << 20)),
+                max_adapters: p.max_adapters,
                 adapters_dir,
             }),
             ..default_local_provider(name, data_dir)
@@ -326,6 +334,7 @@ pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderCon
             device: "cpu".to_owned(),
             max_batch: 16,
             prefix_cache_bytes: None,
+            max_adapters: None,
             adapters_dir: default_adapters_dir(data_dir),
         }),
     }

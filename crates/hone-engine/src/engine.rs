@@ -26,6 +26,7 @@ use crate::{EngineError, Result};
 use candle_core::{DType, Device};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::mpsc as events;
 
@@ -42,7 +43,16 @@ pub struct EngineOptions {
     /// Bytes of prompt keys and values kept for reuse by later prompts that
     /// start the same way (0: every prompt is prefilled in full).
     pub prefix_cache_bytes: usize,
+    /// Adapters kept loaded at once: past it, loading one unloads the least
+    /// recently used adapter that `adapters_dir` can give back on its next
+    /// use (one loaded from elsewhere stays until unloaded). 0: no limit.
+    pub max_adapters: usize,
 }
+
+/// [`EngineOptions::max_adapters`] unless configured: a learning cycle
+/// loads a new candidate adapter every cycle, and without a limit a
+/// long-running gateway would keep every one it ever served.
+pub const DEFAULT_MAX_ADAPTERS: usize = 64;
 
 /// [`EngineOptions::prefix_cache_bytes`] unless configured: 128 MiB, some
 /// 60,000 prompt tokens of the 0.8M-parameter demo model or 5,000 of
@@ -57,6 +67,7 @@ impl Default for EngineOptions {
             max_batch: 16,
             adapters_dir: None,
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+            max_adapters: DEFAULT_MAX_ADAPTERS,
         }
     }
 }
@@ -113,6 +124,8 @@ pub struct AdapterInfo {
 struct Resident {
     adapter: Arc<Adapter>,
     path: PathBuf,
+    /// The engine's use count when it was last loaded or asked for.
+    last_used: AtomicU64,
 }
 
 /// A loaded model served to any number of concurrent requests.
@@ -124,6 +137,9 @@ pub struct Engine {
     max_batch: usize,
     adapters_dir: Option<PathBuf>,
     adapters: RwLock<BTreeMap<String, Resident>>,
+    max_adapters: usize,
+    /// Counts adapter loads and uses, to find the least recently used.
+    adapter_uses: AtomicU64,
     jobs: mpsc::Sender<Job>,
     prefixes: Arc<Mutex<PrefixCache>>,
 }
@@ -184,6 +200,8 @@ impl Engine {
             max_batch: options.max_batch.max(1),
             adapters_dir: options.adapters_dir,
             adapters: RwLock::new(BTreeMap::new()),
+            max_adapters: options.max_adapters,
+            adapter_uses: AtomicU64::new(0),
             jobs,
             prefixes,
         })
@@ -222,15 +240,47 @@ impl Engine {
         let adapter = Adapter::load(dir, self.model.dtype(), self.model.device())?;
         self.model.check_adapter(&adapter)?;
         let info = info(name, dir, &adapter);
-        let previous = self.adapters.write().unwrap_or_else(PoisonError::into_inner).insert(
+        let mut adapters = self.adapters.write().unwrap_or_else(PoisonError::into_inner);
+        let previous = adapters.insert(
             name.to_string(),
             Resident {
                 adapter: Arc::new(adapter),
                 path: dir.to_path_buf(),
+                last_used: AtomicU64::new(self.next_use()),
             },
         );
         tracing::info!(adapter = name, path = %dir.display(), replaced = previous.is_some(), "adapter loaded");
+        self.evict(&mut adapters, name);
         Ok(info)
+    }
+
+    fn next_use(&self) -> u64 {
+        self.adapter_uses.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Past [`EngineOptions::max_adapters`], unloads the least recently
+    /// used adapters that `adapters_dir` holds under their own name (so the
+    /// next request naming one loads it again), never `keep`. Requests
+    /// already using one finish with it.
+    fn evict(&self, adapters: &mut BTreeMap<String, Resident>, keep: &str) {
+        if self.max_adapters == 0 {
+            return;
+        }
+        let reloadable = |name: &str, resident: &Resident| {
+            self.adapters_dir
+                .as_ref()
+                .is_some_and(|root| resident.path == root.join(name))
+        };
+        while adapters.len() > self.max_adapters {
+            let oldest = adapters
+                .iter()
+                .filter(|(name, resident)| name.as_str() != keep && reloadable(name, resident))
+                .min_by_key(|(_, resident)| resident.last_used.load(Ordering::Relaxed))
+                .map(|(name, _)| name.clone());
+            let Some(name) = oldest else { break };
+            adapters.remove(&name);
+            tracing::info!(adapter = %name, limit = self.max_adapters, "adapter unloaded (least recently used)");
+        }
     }
 
     /// Unloads adapter `name`; `false` if it was not resident. Requests
@@ -268,6 +318,7 @@ impl Engine {
     /// The resident adapter `name`, loading it from `adapters_dir` on first use.
     pub fn adapter(&self, name: &str) -> Result<Arc<Adapter>> {
         if let Some(resident) = self.adapters.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            resident.last_used.store(self.next_use(), Ordering::Relaxed);
             return Ok(resident.adapter.clone());
         }
         match &self.adapters_dir {

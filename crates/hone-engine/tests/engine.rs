@@ -218,6 +218,54 @@ fn adapters_are_found_in_the_adapters_dir_on_first_use() {
     assert_eq!(engine.adapters()[0].name, "v2");
 }
 
+/// Past `max_adapters`, loading one unloads the least recently used adapter
+/// that the adapters folder can give back; it is loaded again when next
+/// named, and one loaded from elsewhere is never unloaded for the limit.
+#[test]
+fn past_its_limit_the_engine_unloads_the_least_recently_used_adapter_it_can_load_again() {
+    let model_dir = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(Arch::Llama, hone_engine::init::Preset::Tiny, 11, model_dir.path()).unwrap();
+    let adapters = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c", "d"] {
+        let target = adapters.path().join(name);
+        std::fs::create_dir(&target).unwrap();
+        for file in ["adapter_config.json", "adapter_model.safetensors"] {
+            std::fs::copy(reference_adapter_dir().join(file), target.join(file)).unwrap();
+        }
+    }
+    let load = |max_adapters: usize| {
+        let options = EngineOptions {
+            adapters_dir: Some(adapters.path().to_path_buf()),
+            max_adapters,
+            ..EngineOptions::default()
+        };
+        Engine::load(model_dir.path(), options).unwrap()
+    };
+    let resident = |engine: &Engine| {
+        let mut names: Vec<String> = engine.adapters().into_iter().map(|a| a.name).collect();
+        names.sort();
+        names
+    };
+    let engine = load(3);
+    engine.load_adapter("outside", &reference_adapter_dir()).unwrap();
+    engine.adapter("a").unwrap();
+    engine.adapter("b").unwrap();
+    engine.adapter("a").unwrap(); // `a` now used after `b`
+    engine.adapter("c").unwrap();
+    assert_eq!(resident(&engine), ["a", "c", "outside"]);
+    engine.adapter("d").unwrap();
+    assert_eq!(resident(&engine), ["c", "d", "outside"]);
+    // An unloaded adapter serves again when a request names it.
+    engine.generate_blocking(request("hi", 1, 3, Some("b"))).unwrap();
+    assert_eq!(resident(&engine), ["b", "d", "outside"]);
+
+    let unlimited = load(0);
+    for name in ["a", "b", "c", "d"] {
+        unlimited.adapter(name).unwrap();
+    }
+    assert_eq!(resident(&unlimited), ["a", "b", "c", "d"]);
+}
+
 /// Greedy-free sampling with logprobs, so two engines can be compared token
 /// by token.
 fn blocking(engine: &Engine, prompt: &str, adapter: Option<&str>) -> hone_engine::Generation {

@@ -148,6 +148,10 @@ impl LocalProvider {
                     .options
                     .prefix_cache_bytes
                     .unwrap_or(hone_engine::engine::DEFAULT_PREFIX_CACHE_BYTES),
+                max_adapters: self
+                    .options
+                    .max_adapters
+                    .unwrap_or(hone_engine::engine::DEFAULT_MAX_ADAPTERS),
             },
         )
         .map_err(|e| format!("provider `{}` cannot load `{model}`: {e}", self.name))?;
