@@ -270,12 +270,24 @@ mod tests {
             seconds: 600.0,
             steps: Some(3),
         };
-        let learned = super::learn(&served, &args, 2e-3, 0.05, &budget).await.unwrap();
+        // Users who react at random half the time, so that a group's
+        // rewards differ (a group whose rewards are all equal teaches
+        // nothing and reports no ratio).
+        let learned = super::learn(&served, &args, 2e-3, 0.5, &budget).await.unwrap();
         assert_eq!(learned.reports.len(), 3);
         assert_eq!(learned.failed, 0);
-        for report in &learned.reports {
-            let ratio = report.extra["ratio"];
-            assert!((ratio - 1.0).abs() < 0.01, "off-policy: {report:?}");
+        let ratios: Vec<f64> = learned
+            .reports
+            .iter()
+            .filter_map(|r| r.extra.get("ratio").copied())
+            .collect();
+        assert!(
+            !ratios.is_empty(),
+            "no step had a group to learn from: {:?}",
+            learned.reports
+        );
+        for ratio in ratios {
+            assert!((ratio - 1.0).abs() < 0.01, "off-policy: {:?}", learned.reports);
         }
         let versions = served.store.versions(Some(crate::commands::demo::AGENT)).unwrap();
         let adapter_of = |id: &VersionId| {
