@@ -11,6 +11,10 @@
 //! kept and measured afterwards like TRL's, the others unloaded and
 //! deleted once the next step has sampled.
 //!
+//! Nothing is left out of training (`drop_from_training` is empty in the
+//! demo's config unless `--reward naive`, which the bench does not offer),
+//! as on TRL's side.
+//!
 //! It sets hone's learner against TRL's on equal terms; the demo's loop
 //! differs from it by more than its safety path (its first cycle is `sft`
 //! on users' episodes, not GRPO on its own samples).
