@@ -13,12 +13,12 @@
 //! the replay buffer's rows (`replay.rs`, a `share` of every batch, as
 //! supervised examples; a share of 0 turns them off with replay), so the
 //! pairs' chosen answers stay likely while the margin grows — the
-//! negative log-likelihood term RPO adds to DPO (TRL's `rpo_alpha`). Without it the demo's first `dpo` candidates,
-//! trained when no earlier success was there to replay, pushed the
-//! rejected answers down so far that 21–38% of their episodes made
-//! invalid tool calls; with earlier successes replayed, the same
-//! optimiser's later candidates did not (docs/ARCHITECTURE.md, "`hone
-//! bench learn`").
+//! negative log-likelihood term RPO adds to DPO (TRL's `rpo_alpha`).
+//! Without it the demo's first `dpo` candidates, trained when no earlier
+//! success was there to replay, pushed the rejected answers down so far
+//! that 21–38% of their episodes made invalid tool calls; with earlier
+//! successes replayed, the same optimiser's later candidates did not
+//! (docs/ARCHITECTURE.md, "`hone bench learn`").
 
 use super::rollouts::{self, Rollout};
 use super::training::{local_base, propose_adapter, push_row, rendered_rows, Examples, Method};

@@ -8,7 +8,8 @@
 
 mod dpo;
 mod examples;
-pub mod grpo;
+mod grpo;
+pub use grpo::group_row;
 mod live;
 mod memory;
 mod model;

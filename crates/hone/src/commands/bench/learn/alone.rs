@@ -8,8 +8,8 @@
 //! recorded token ids and logprobs with their per-call credit — and no
 //! gate, no canary. Each step's adapter is served as a version for the
 //! next step's sampling; one every `--checkpoint-seconds` of learning is
-//! kept and measured afterwards like TRL's, the others unloaded and
-//! deleted once the next step has sampled.
+//! kept and measured afterwards like TRL's, the others deleted once the
+//! next step has sampled (the engine's `max_adapters` limit unloads them).
 //!
 //! Nothing is left out of training (`drop_from_training` is empty in the
 //! demo's config unless `--reward naive`, which the bench does not offer),
@@ -25,9 +25,8 @@ use crate::commands::demo::{self, AGENT};
 use anyhow::Result;
 use futures::StreamExt;
 use hone_envs::{RunContext, Split};
-use hone_learn::optimiser::grpo::group_row;
 use hone_learn::optimiser::training::{train_config, Method, BATCH};
-use hone_learn::optimiser::Rollout;
+use hone_learn::optimiser::{group_row, Rollout};
 use hone_train::data::{grpo_group, Renderer};
 use hone_train::optim::Schedule;
 use hone_train::{Data, StepReport, Trainer};
@@ -85,13 +84,6 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
     // This run's episodes and adapters are its own, in a data directory
     // another run already used too.
     let run = format!("{:x}", hone_types::time::now_ms());
-    let http = reqwest::Client::new();
-    let unload_url = |adapter: &str| {
-        format!(
-            "{}/admin/adapters/{adapter}",
-            runner.config().gateway.trim_end_matches('/')
-        )
-    };
 
     let started = Instant::now();
     let (mut version, mut trainer) = (served.base_id.clone(), None::<Trainer>);
@@ -182,7 +174,6 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
             version = served.register(&adapter, "hone-grpo")?;
             // The adapter that sampled this step serves no longer.
             if let Some((old, false)) = sampler.take() {
-                let _ = http.delete(unload_url(&old)).send().await;
                 let _ = std::fs::remove_dir_all(served.adapters().join(&old));
             }
             Some((adapter, report))

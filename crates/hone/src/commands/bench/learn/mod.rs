@@ -46,9 +46,8 @@ const TRL_SCRIPT: &str = include_str!("../../../../../../bench/learn_trl.py");
 
 #[derive(Debug, Args)]
 pub struct LearnArgs {
-    /// Where the runs go: `hone/` (the demo's data directory), `hone-grpo/`
-    /// (the last groups hone's GRPO alone trained on; its adapters live in
-    /// the demo's adapters folder), `trl/` (TRL's checkpoints) and
+    /// Where the runs go: `hone/` (the demo's data directory, where hone's
+    /// GRPO alone also keeps its adapters), `trl/` (TRL's checkpoints) and
     /// `bench-learn.json`.
     #[arg(long, default_value = "./hone-bench-learn")]
     pub data_dir: PathBuf,
