@@ -89,8 +89,9 @@ async fn main() {
     let built = build(&recipe, &out, &mut |step, steps, loss| {
         if step % 25 == 0 || step == steps || steps <= 10 {
             println!(
-                "step {step}/{steps} loss {loss:.3} ({:.0} s)",
-                started.elapsed().as_secs_f64()
+                "step {step}/{steps} loss {loss:.3} ({:.0} s) rss {} MB",
+                started.elapsed().as_secs_f64(),
+                resident_mb()
             );
         }
     })
@@ -110,4 +111,12 @@ async fn main() {
         rate * 100.0,
         t.elapsed().as_secs_f64()
     );
+}
+
+/// The process's resident memory in MB (0 where `/proc` is missing).
+fn resident_mb() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok());
+    pages.unwrap_or(0) * 4096 / 1_000_000
 }

@@ -188,7 +188,9 @@ impl FullTrainer {
             .weights
             .iter()
             .map(|(_, var)| match store.get(var.as_tensor()) {
-                Some(g) => Ok(g.clone()),
+                // A gradient can carry the graph that computed it (see
+                // `AdamW::step`); only its value is wanted.
+                Some(g) => Ok(g.detach()),
                 None => Ok(var.as_tensor().zeros_like()?),
             })
             .collect::<Result<Vec<_>>>()?;

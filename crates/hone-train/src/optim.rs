@@ -90,9 +90,13 @@ impl AdamW {
         let correction2 = 1.0 - c.beta2.powi(t);
         let mut updated = Vec::with_capacity(params.len());
         for (i, (p, g)) in params.iter().zip(&grads.0).enumerate() {
-            self.m[i] = ((&self.m[i] * c.beta1)? + (g * (1.0 - c.beta1))?)?;
+            // Detached: a gradient candle's autograd made can still carry
+            // the graph that computed it (a product with a variable does),
+            // and the moments would then hold every step's graph alive.
+            let (p, g) = (p.detach(), g.detach());
+            self.m[i] = ((&self.m[i] * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
             self.v[i] = ((&self.v[i] * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
-            let decayed = (*p * (1.0 - lr * c.weight_decay))?;
+            let decayed = (p * (1.0 - lr * c.weight_decay))?;
             let denom = ((&self.v[i] / correction2)?.sqrt()? + c.eps)?;
             let update = ((&self.m[i] / correction1)? / denom)?;
             updated.push((decayed - (update * lr)?)?);

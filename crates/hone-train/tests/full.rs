@@ -72,6 +72,43 @@ fn full_weight_gradients_match_finite_differences() {
 /// The loss of a batch whose sequences share a long prompt (run once, then
 /// continued per sequence) equals the mean loss computed from each
 /// sequence's own full forward, and its gradient matches finite differences.
+/// Training keeps values, never graphs: the gradients of a batch that
+/// shares its prompt (where some of candle's gradients are products with a
+/// variable and so carry the graph that made them) and the optimiser's
+/// moments and updates. A moment that kept its graph held every earlier
+/// step's alive: the demo's base build grew to 18 GB before this held.
+#[test]
+fn gradients_and_the_optimiser_state_hold_no_graph() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let trainer = FullTrainer::load(&path, &candle_core::Device::Cpu, OptimConfig::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let prompt: Vec<u32> = (0..12).map(|_| rng.random_range(97..=122)).collect();
+    let batch: Vec<Sequence> = [2usize, 5, 3]
+        .iter()
+        .map(|&n| {
+            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
+            Sequence::prompt_completion(&prompt, &answer)
+        })
+        .collect();
+    let refs: Vec<&Sequence> = batch.iter().collect();
+    let (_, grads, _) = trainer.gradients(&refs).unwrap();
+    for (name, g) in trainer.names().iter().zip(&grads.0) {
+        assert!(!g.track_op(), "the gradient of {name} carries a graph");
+    }
+
+    // A gradient that does carry one, as candle's can.
+    let device = candle_core::Device::Cpu;
+    let weight = candle_core::Var::new(&[0.5f32, -1.0, 2.0], &device).unwrap();
+    let graph_carrying = (weight.as_tensor() * 3.0).unwrap();
+    assert!(graph_carrying.track_op());
+    let mut adam = hone_train::optim::AdamW::new(OptimConfig::default(), &[weight.as_tensor()]).unwrap();
+    let updated = adam
+        .step(&[weight.as_tensor()], &hone_train::Grads(vec![graph_carrying]), 1e-2)
+        .unwrap();
+    assert!(!adam.m[0].track_op() && !adam.v[0].track_op(), "a moment keeps a graph");
+    assert!(!updated[0].track_op(), "the update keeps a graph");
+}
+
 #[test]
 fn a_shared_prompt_runs_once_and_gives_the_same_loss_as_full_forwards() {
     let (_dir, path) = tiny(Arch::Qwen2);
