@@ -101,13 +101,28 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     std::fs::write(path, text + "\n").map_err(|e| EngineError::io(path, e))
 }
 
+/// A preset's shape: hidden size, MLP size, layers, attention heads,
+/// key-value heads, vocabulary, context, rope theta, norm epsilon.
+type Shape = (usize, usize, usize, usize, usize, usize, usize, f64, f64);
+
+impl Preset {
+    fn shape(self) -> Shape {
+        match self {
+            Preset::Tiny => (64, 176, 2, 4, 2, 320, 2048, 10_000.0, 1e-6),
+            Preset::Mini => (128, 352, 4, 4, 2, 320, 2048, 10_000.0, 1e-6),
+            Preset::Small => (512, 1408, 4, 8, 2, 320, 2048, 10_000.0, 1e-6),
+            Preset::Qwen25_0_5b => (896, 4864, 24, 14, 2, 151_936, 32_768, 1_000_000.0, 1e-6),
+        }
+    }
+
+    /// The width of the preset's hidden states.
+    pub fn hidden_size(self) -> usize {
+        self.shape().0
+    }
+}
+
 fn config_json(arch: Arch, preset: Preset) -> serde_json::Value {
-    let (hidden, inter, layers, heads, kv, vocab, max_pos, theta, eps) = match preset {
-        Preset::Tiny => (64, 176, 2, 4, 2, 320, 2048, 10_000.0, 1e-6),
-        Preset::Mini => (128, 352, 4, 4, 2, 320, 2048, 10_000.0, 1e-6),
-        Preset::Small => (512, 1408, 4, 8, 2, 320, 2048, 10_000.0, 1e-6),
-        Preset::Qwen25_0_5b => (896, 4864, 24, 14, 2, 151_936, 32_768, 1_000_000.0, 1e-6),
-    };
+    let (hidden, inter, layers, heads, kv, vocab, max_pos, theta, eps) = preset.shape();
     let mut config = json!({
         "architectures": [arch.hf_class()],
         "model_type": match arch { Arch::Llama => "llama", Arch::Qwen2 => "qwen2" },

@@ -18,6 +18,13 @@ pub const VARIABLE: &str = "RAYON_NUM_THREADS";
 /// any thread starts: the environment is not safe to change once other
 /// threads may read it.
 pub fn fix_thread_count() -> usize {
+    fix_thread_count_to(None)
+}
+
+/// [`fix_thread_count`], with `preferred` instead of candle's default when
+/// the user set nothing: a process that knows its model is small asks for
+/// one thread per op ([`per_op_for_hidden_size`]).
+pub fn fix_thread_count_to(preferred: Option<usize>) -> usize {
     if let Some(n) = std::env::var(VARIABLE)
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -25,7 +32,35 @@ pub fn fix_thread_count() -> usize {
     {
         return n;
     }
-    let n = candle_core::utils::get_num_threads();
+    let n = preferred
+        .filter(|n| *n > 0)
+        .unwrap_or_else(candle_core::utils::get_num_threads);
     std::env::set_var(VARIABLE, n.to_string());
     n
+}
+
+/// Models up to this hidden size run faster with one thread per op.
+pub const SMALL_HIDDEN_SIZE: usize = 256;
+
+/// The thread count per op that suits a model of `hidden_size`: one for a
+/// small model (`None`, candle's default, otherwise). Its ops are so short
+/// that handing each to a second core costs more than it saves: on the 2-core
+/// machine the demo's base policy (hidden size 128) builds and `hone demo
+/// --quick` runs faster on one thread per op, and the other core then does
+/// work of its own: the engine beside the trainer, a batch's gradient in two
+/// halves (docs/ARCHITECTURE.md, "Performance").
+pub fn per_op_for_hidden_size(hidden_size: usize) -> Option<usize> {
+    (hidden_size <= SMALL_HIDDEN_SIZE).then_some(1)
+}
+
+/// How many parts a training batch is cut into, each run on a thread of its
+/// own: the machine's cores when every op runs on one thread (the count is
+/// 1), else 1, candle's own threads already sharing each op among the cores.
+pub fn batch_parts() -> usize {
+    let per_op = std::env::var(VARIABLE).ok().and_then(|v| v.parse::<usize>().ok());
+    if per_op == Some(1) {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        1
+    }
 }

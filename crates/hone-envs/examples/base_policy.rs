@@ -12,7 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    hone_engine::threads::fix_thread_count();
+    // As `hone model init --preset demo`: one thread per op for this small a model.
+    hone_engine::threads::fix_thread_count_to(hone_engine::threads::per_op_for_hidden_size(128));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
     let levels = std::env::var("MAX_DIFFICULTY").map_or(3, |v| v.parse().unwrap());
@@ -65,6 +66,9 @@ async fn main() {
     }
     if let Ok(v) = std::env::var("PRESET") {
         recipe.preset = v;
+    }
+    if let Some(v) = var("PARTS") {
+        recipe.gradient_parts = v as usize;
     }
     if let Some(v) = var("ATTEMPTS") {
         recipe.attempts = v as usize;

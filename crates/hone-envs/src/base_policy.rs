@@ -31,8 +31,10 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 5;
+/// Bumped when the way a recipe turns into weights changes (6: a batch's
+/// gradient summed before it is divided by its tokens, in
+/// `gradient_parts`).
+const FORMAT: u32 = 6;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +86,11 @@ pub struct Recipe {
     pub steps: usize,
     pub batch: usize,
     pub lr: f64,
+    /// Each batch's gradient is computed in this many parts, each on a
+    /// thread of its own (`FullTrainer::set_parts`): the weights depend on
+    /// the count, not on the machine's cores.
+    #[serde(default = "one")]
+    pub gradient_parts: usize,
     /// Tokens of the byte-level BPE tokenizer learned from the
     /// demonstrations (bytes and special tokens included).
     pub vocab_size: usize,
@@ -171,6 +178,10 @@ impl Recipe {
             steps: 250,
             batch: 8,
             lr: 8e-3,
+            // Two halves on two threads: the build's ops are too short for
+            // candle's own threads to help (docs/ARCHITECTURE.md,
+            // "Performance").
+            gradient_parts: 2,
             vocab_size: 2048,
             numbers: Numbers::Runs,
             check_tasks: 60,
@@ -223,6 +234,10 @@ impl Recipe {
 
 fn yes() -> bool {
     true
+}
+
+fn one() -> usize {
+    1
 }
 
 /// `recipe.json` next to the weights: the recipe, its hash, and how the
@@ -705,6 +720,7 @@ fn train(recipe: &Recipe, init_seed: u64, partial: &Path, progress: Progress) ->
         ..OptimConfig::default()
     };
     let mut trainer = FullTrainer::load(partial, &candle_core::Device::Cpu, optim.clone())?;
+    trainer.set_parts(recipe.gradient_parts);
     let (mut first_loss, mut last_loss) = (f64::NAN, f64::NAN);
     // Drills first, then the demonstrations, under one learning-rate schedule.
     let phases = [

@@ -10,7 +10,8 @@
 //! - [`trainer`]: the loop — accumulation, replay, EWC, metrics;
 //! - [`checkpoint`]: checkpoints that resume exactly;
 //! - [`full`]: full-weight supervised training of small models through the
-//!   engine's forward (candle autograd), for the base policies hone makes.
+//!   engine's forward (candle autograd), for the base policies hone makes;
+//! - `parallel`: a batch's parts on threads of their own.
 
 pub mod checkpoint;
 pub mod data;
@@ -18,6 +19,7 @@ pub mod full;
 pub mod lora;
 pub mod loss;
 pub mod optim;
+mod parallel;
 pub mod policy;
 pub mod trainer;
 

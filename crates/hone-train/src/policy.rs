@@ -420,6 +420,12 @@ impl Dropout {
         }
     }
 
+    /// A generator of its own for another part of the batch, seeded from
+    /// this one.
+    pub fn fork(&mut self) -> Self {
+        Self::new(self.p, self.rng.random())
+    }
+
     fn mask(&mut self, shape: (usize, usize), device: &Device) -> Result<Tensor> {
         let keep = 1.0 - self.p;
         let scale = (1.0 / keep) as f32;

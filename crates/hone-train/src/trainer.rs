@@ -11,6 +11,7 @@ use crate::loss::grpo::{episode_advantages, grpo_loss, Baseline, GrpoOptions, Gr
 use crate::loss::sft::sft_loss;
 use crate::loss::{mean_kl, LossOutput};
 use crate::optim::{clip_grad_norm, AdamW, OptimConfig};
+use crate::parallel::on_threads;
 use crate::policy::{self, Dropout, Grads, Packed, Sequence};
 use crate::{Result, TrainError};
 use candle_core::{Device, Tensor};
@@ -148,6 +149,9 @@ pub struct Trainer {
     proximal: HashMap<(usize, usize), Vec<f32>>,
     ewc: Option<Ewc>,
     order: Option<(usize, Vec<usize>)>,
+    /// Parts a batch is cut into, each on a thread of its own (see
+    /// [`Trainer::forward_backward`]).
+    parts: usize,
 }
 
 impl Trainer {
@@ -212,6 +216,7 @@ impl Trainer {
             proximal: HashMap::new(),
             ewc: None,
             order: None,
+            parts: hone_engine::threads::batch_parts(),
         };
         if trainer.config.ewc_lambda > 0.0 {
             trainer.ewc = Some(trainer.fisher()?);
@@ -222,6 +227,13 @@ impl Trainer {
 
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// Cuts each batch into `parts` parts, each run forward and backward on
+    /// a thread of its own (default: `hone_engine::threads::batch_parts`);
+    /// the step's gradient is the same up to the order of float sums.
+    pub fn set_parts(&mut self, parts: usize) {
+        self.parts = parts.max(1);
     }
 
     pub fn step(&self) -> usize {
@@ -483,25 +495,56 @@ impl Trainer {
             .collect())
     }
 
-    /// Forward, loss, backward for one packed batch.
+    /// Forward, loss, backward for one batch. The batch is cut into
+    /// [`Trainer::set_parts`] parts, each packed, run forward and backward
+    /// on a thread of its own (the loss sees every sequence at once); the
+    /// parts' gradients add up to the batch's.
     fn forward_backward(
         &self,
         sequences: &[&Sequence],
         dropout: &mut Dropout,
         loss: impl FnOnce(&[&[f32]]) -> (LossOutput, BTreeMap<String, f64>),
     ) -> Result<(Vec<Vec<f32>>, Micro)> {
-        let packed = Packed::new(&self.model, sequences)?;
-        let (flat, saved) = policy::forward(&self.model, &self.lora, &packed, Some(dropout))?;
-        let per_seq: Vec<Vec<f32>> = packed.ranges.iter().map(|r| flat[r.clone()].to_vec()).collect();
+        let parts = self.parts.clamp(1, sequences.len().max(1));
+        let chunks: Vec<&[&Sequence]> = sequences.chunks(sequences.len().div_ceil(parts).max(1)).collect();
+        // The first part draws its dropout masks from the step's generator,
+        // the others from generators seeded by it.
+        let mut forked: Vec<Dropout> = (1..chunks.len()).map(|_| dropout.fork()).collect();
+        let dropouts = std::iter::once(dropout).chain(forked.iter_mut());
+        let (model, lora) = (&self.model, &self.lora);
+        let forwards = on_threads(chunks.iter().zip(dropouts).map(|(chunk, dropout)| {
+            move || -> Result<_> {
+                let packed = Packed::new(model, chunk)?;
+                let (flat, saved) = policy::forward(model, lora, &packed, Some(dropout))?;
+                Ok((packed, flat, saved))
+            }
+        }))?;
+        let per_seq: Vec<Vec<f32>> = forwards
+            .iter()
+            .flat_map(|(packed, flat, _)| packed.ranges.iter().map(|r| flat[r.clone()].to_vec()))
+            .collect();
         let refs: Vec<&[f32]> = per_seq.iter().map(Vec::as_slice).collect();
         let (output, extra) = loss(&refs);
-        let dl: Vec<f32> = output.grads.concat();
-        let grads = policy::backward(&self.model, &self.lora, &packed, saved, &dl)?;
+        let mut first = 0;
+        let backwards: Vec<_> = forwards
+            .into_iter()
+            .map(|(packed, _, saved)| {
+                let dl: Vec<f32> = output.grads[first..first + packed.ranges.len()].concat();
+                first += packed.ranges.len();
+                move || -> Result<_> { Ok((policy::backward(model, lora, &packed, saved, &dl)?, packed.token_count)) }
+            })
+            .collect();
+        let mut grads = Grads::zeros(lora)?;
+        let mut tokens = 0;
+        for (part, part_tokens) in on_threads(backwards)? {
+            grads.add(&part)?;
+            tokens += part_tokens;
+        }
         Ok((
             per_seq,
             Micro {
                 loss: output.loss,
-                tokens: packed.token_count,
+                tokens,
                 kl: 0.0,
                 grads,
                 extra,

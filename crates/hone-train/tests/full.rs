@@ -72,6 +72,46 @@ fn full_weight_gradients_match_finite_differences() {
 /// The loss of a batch whose sequences share a long prompt (run once, then
 /// continued per sequence) equals the mean loss computed from each
 /// sequence's own full forward, and its gradient matches finite differences.
+/// A batch's gradient computed in parts, each on a thread of its own, is
+/// the whole batch's: the same loss, token count and gradient (up to the
+/// order of float sums), also when the parts share a prompt and have
+/// different numbers of scored tokens.
+#[test]
+fn a_gradient_in_parts_on_threads_is_the_whole_batchs() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let mut trainer = FullTrainer::load(&path, &candle_core::Device::Cpu, OptimConfig::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    let prompt: Vec<u32> = (0..10).map(|_| rng.random_range(97..=122)).collect();
+    let batch: Vec<Sequence> = [2usize, 7, 3, 5, 1]
+        .iter()
+        .map(|&n| {
+            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
+            Sequence::prompt_completion(&prompt, &answer)
+        })
+        .collect();
+    let refs: Vec<&Sequence> = batch.iter().collect();
+    let (whole_loss, whole, whole_tokens) = trainer.gradients(&refs).unwrap();
+    let flat = |g: &candle_core::Tensor| g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    for parts in [2, 3, 5, 8] {
+        trainer.set_parts(parts);
+        let (loss, grads, tokens) = trainer.gradients(&refs).unwrap();
+        assert_eq!(tokens, whole_tokens);
+        assert!(
+            (loss - whole_loss).abs() < 1e-5,
+            "{parts} parts: loss {loss} vs {whole_loss}"
+        );
+        for ((name, a), b) in trainer.names().iter().zip(&whole.0).zip(&grads.0) {
+            let (a, b) = (flat(a), flat(b));
+            let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+            let worst = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 1e-4 * scale,
+                "{parts} parts, {name}: off by {worst} (largest {scale})"
+            );
+        }
+    }
+}
+
 /// Training keeps values, never graphs: the gradients of a batch that
 /// shares its prompt (where some of candle's gradients are products with a
 /// variable and so carry the graph that made them) and the optimiser's

@@ -287,6 +287,25 @@ impl From<ModelArch> for hone_engine::Arch {
     }
 }
 
+impl Command {
+    /// Threads per candle op this command wants where the user set none
+    /// (`None`: candle's default): one for the commands that run the demo's
+    /// small model, which leave the other cores to work of their own (see
+    /// `hone_engine::threads::per_op_for_hidden_size`).
+    pub fn threads_per_op(&self) -> Option<usize> {
+        match self {
+            Command::Demo(args) => demo::threads_per_op(args.base.as_deref()),
+            Command::Bench {
+                command: BenchCommand::Learn(args),
+            } => demo::threads_per_op(args.base.as_deref()),
+            Command::Model {
+                command: ModelCommand::Init { preset, .. },
+            } if preset == model::DEMO => demo::threads_per_op(None),
+            _ => None,
+        }
+    }
+}
+
 /// Runs one command; its exit code, or the error `main` prints.
 pub fn run(command: Command) -> Result<ExitCode> {
     match command {

@@ -20,9 +20,9 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // Before any thread starts (see the function).
-    hone_engine::threads::fix_thread_count();
     let cli = cli::Cli::parse();
+    // Before any thread starts (see the function); parsing starts none.
+    hone_engine::threads::fix_thread_count_to(cli.command.threads_per_op());
     // The demo (also inside `hone bench learn`) tells its own story; the
     // gateway's and engine's info lines would drown it (HONE_LOG=info
     // brings them back).

@@ -178,6 +178,23 @@ where
     <Demo as clap::Parser>::try_parse_from(args).map(|demo| demo.args)
 }
 
+/// Threads per candle op for a demo on `base` (its own base policy when
+/// `None`): one for a small model, candle's default otherwise (an unreadable
+/// config is reported later, by the command).
+pub fn threads_per_op(base: Option<&Path>) -> Option<usize> {
+    let hidden_size = match base {
+        None => {
+            hone_engine::init::Preset::parse(&Recipe::demo(Builtin::Calc, DEFAULT_MAX_DIFFICULTY).preset)?.hidden_size()
+        }
+        Some(dir) => {
+            hone_engine::config::ModelConfig::from_file(&dir.join("config.json"))
+                .ok()?
+                .hidden_size
+        }
+    };
+    hone_engine::threads::per_op_for_hidden_size(hidden_size)
+}
+
 /// The hardest level `hone demo` plays unless told otherwise.
 pub const DEFAULT_MAX_DIFFICULTY: u8 = 1;
 

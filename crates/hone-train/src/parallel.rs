@@ -1,0 +1,20 @@
+//! A batch's parts on threads of their own: the trainers cut a batch when
+//! each candle op runs on one thread (`hone_engine::threads::batch_parts`),
+//! so the other cores work on the other parts.
+
+use crate::{Result, TrainError};
+
+/// Runs each job on a thread of its own and returns their results in
+/// order (the first error, if any).
+pub fn on_threads<T: Send, F: FnOnce() -> Result<T> + Send>(jobs: impl IntoIterator<Item = F>) -> Result<Vec<T>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs.into_iter().map(|job| scope.spawn(job)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(TrainError::Data("a training thread panicked".into())))
+            })
+            .collect()
+    })
+}
