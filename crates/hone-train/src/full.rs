@@ -41,8 +41,8 @@ pub struct FullTrainer {
     /// `(Hugging Face name, weight)`, in a fixed order (the moments' order).
     weights: Vec<(String, Var)>,
     optim: AdamW,
-    /// Threads a batch's gradient is computed on (see
-    /// [`FullTrainer::gradients`]).
+    /// Parts a batch's gradient is computed in, each on a thread of its
+    /// own (see [`FullTrainer::gradients`]).
     parts: usize,
 }
 
@@ -190,48 +190,45 @@ impl FullTrainer {
     /// The batch is cut into [`FullTrainer::set_parts`] parts, each
     /// differentiated on a thread of its own (candle's graph of one batch
     /// is a long chain of small ops that one core runs about as fast as
-    /// two); their summed negative log-likelihoods' gradients add up to the
-    /// batch's, divided by its scored tokens once at the end.
+    /// two): each part's summed negative log-likelihood divided by the
+    /// whole batch's scored tokens, so the parts' gradients add up to the
+    /// batch mean's — and one part is exactly the whole batch at once.
     pub fn gradients(&self, batch: &[&Sequence]) -> Result<(f64, Grads, usize)> {
-        let model = self.model()?;
-        let chunk = batch.len().div_ceil(self.parts.max(1)).max(1);
-        let model = &model;
-        let parts = on_threads(
-            batch
-                .chunks(chunk)
-                .map(|part| move || self.summed_gradients(model, part)),
-        )?;
-        let (mut total, mut sum, mut tokens): (f64, Option<Vec<Tensor>>, usize) = (0.0, None, 0);
-        for (part_total, grads, part_tokens) in parts {
-            total += part_total;
-            tokens += part_tokens;
-            sum = Some(match sum {
-                None => grads,
-                Some(sum) => sum
-                    .iter()
-                    .zip(&grads)
-                    .map(|(a, b)| a + b)
-                    .collect::<candle_core::Result<_>>()?,
-            });
-        }
+        // Position i's logits predict token i, for i ≥ 1 (see `nll`).
+        let tokens: usize = batch
+            .iter()
+            .map(|s| s.scored.iter().skip(1).filter(|x| **x).count())
+            .sum();
         if tokens == 0 {
             return Err(TrainError::Data("a batch with no scored token".into()));
         }
-        let scale = 1.0 / tokens as f64;
-        let grads = sum
-            .unwrap_or_default()
-            .iter()
-            .map(|g| g * scale)
-            .collect::<candle_core::Result<_>>()?;
-        Ok((total * scale, Grads(grads), tokens))
+        let model = self.model()?;
+        let model = &model;
+        let chunk = batch.len().div_ceil(self.parts.max(1)).max(1);
+        let parts = on_threads(
+            batch
+                .chunks(chunk)
+                .map(|part| move || self.part_gradients(model, part, tokens)),
+        )?;
+        let (mut loss, mut sum) = (0.0, None::<Grads>);
+        for (part_loss, grads) in parts {
+            loss += part_loss;
+            match &mut sum {
+                None => sum = Some(grads),
+                Some(sum) => sum.add(&grads)?,
+            }
+        }
+        let grads = sum.ok_or_else(|| TrainError::Data("an empty batch".into()))?;
+        Ok((loss, grads, tokens))
     }
 
-    /// The summed negative log-likelihood of `part`, its gradient for
-    /// every weight and its scored tokens.
-    fn summed_gradients(&self, model: &Model, part: &[&Sequence]) -> Result<(f64, Vec<Tensor>, usize)> {
-        let (total, tokens) = self.nll(model, part)?;
-        let value = f64::from(total.to_scalar::<f32>()?);
-        let store = if tokens > 0 { Some(total.backward()?) } else { None };
+    /// `part`'s share of the mean loss of a batch with `tokens` scored
+    /// tokens in all, and its gradient for every weight.
+    fn part_gradients(&self, model: &Model, part: &[&Sequence], tokens: usize) -> Result<(f64, Grads)> {
+        let (total, scored) = self.nll(model, part)?;
+        let share = (total / tokens as f64)?;
+        let value = f64::from(share.to_scalar::<f32>()?);
+        let store = if scored > 0 { Some(share.backward()?) } else { None };
         let grads = self
             .weights
             .iter()
@@ -242,7 +239,7 @@ impl FullTrainer {
                 None => Ok(var.as_tensor().zeros_like()?),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((value, grads, tokens))
+        Ok((value, Grads(grads)))
     }
 
     /// The weights' names, in the order of [`FullTrainer::gradients`].
