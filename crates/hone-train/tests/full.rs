@@ -20,6 +20,20 @@ fn copy_task(rng: &mut rand::rngs::StdRng, n: usize) -> Sequence {
     Sequence::prompt_completion(&prompt, &letters)
 }
 
+/// Sequences of random letters that share a prompt of `prompt` letters,
+/// each answering with its own of `answers` lengths.
+fn shared_prompt_batch(seed: u64, prompt: usize, answers: &[usize]) -> Vec<Sequence> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let prompt: Vec<u32> = (0..prompt).map(|_| rng.random_range(97..=122)).collect();
+    answers
+        .iter()
+        .map(|&n| {
+            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
+            Sequence::prompt_completion(&prompt, &answer)
+        })
+        .collect()
+}
+
 #[test]
 fn full_weight_gradients_match_finite_differences() {
     let (_dir, path) = tiny(Arch::Qwen2);
@@ -80,15 +94,7 @@ fn full_weight_gradients_match_finite_differences() {
 fn a_gradient_in_parts_on_threads_is_the_whole_batchs() {
     let (_dir, path) = tiny(Arch::Qwen2);
     let mut trainer = FullTrainer::load(&path, &candle_core::Device::Cpu, OptimConfig::default()).unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
-    let prompt: Vec<u32> = (0..10).map(|_| rng.random_range(97..=122)).collect();
-    let batch: Vec<Sequence> = [2usize, 7, 3, 5, 1]
-        .iter()
-        .map(|&n| {
-            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
-            Sequence::prompt_completion(&prompt, &answer)
-        })
-        .collect();
+    let batch = shared_prompt_batch(4, 10, &[2, 7, 3, 5, 1]);
     let refs: Vec<&Sequence> = batch.iter().collect();
     let (whole_loss, whole, whole_tokens) = trainer.gradients(&refs).unwrap();
     let flat = |g: &candle_core::Tensor| g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -121,15 +127,7 @@ fn a_gradient_in_parts_on_threads_is_the_whole_batchs() {
 fn gradients_and_the_optimiser_state_hold_no_graph() {
     let (_dir, path) = tiny(Arch::Qwen2);
     let trainer = FullTrainer::load(&path, &candle_core::Device::Cpu, OptimConfig::default()).unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-    let prompt: Vec<u32> = (0..12).map(|_| rng.random_range(97..=122)).collect();
-    let batch: Vec<Sequence> = [2usize, 5, 3]
-        .iter()
-        .map(|&n| {
-            let answer: Vec<u32> = (0..n).map(|_| rng.random_range(97..=122)).collect();
-            Sequence::prompt_completion(&prompt, &answer)
-        })
-        .collect();
+    let batch = shared_prompt_batch(9, 12, &[2, 5, 3]);
     let refs: Vec<&Sequence> = batch.iter().collect();
     let (_, grads, _) = trainer.gradients(&refs).unwrap();
     for (name, g) in trainer.names().iter().zip(&grads.0) {
