@@ -47,8 +47,8 @@ pub const SMALL_HIDDEN_SIZE: usize = 256;
 /// that handing each to a second core costs more than it saves: on the 2-core
 /// machine the demo's base policy (hidden size 128) builds and `hone demo
 /// --quick` runs faster on one thread per op, and the other core then does
-/// work of its own: the engine beside the trainer, a batch's gradient in two
-/// halves (docs/ARCHITECTURE.md, "Performance").
+/// work of its own: the engine beside the trainer, part of each training
+/// batch ([`batch_parts`]; docs/ARCHITECTURE.md, "Performance").
 pub fn per_op_for_hidden_size(hidden_size: usize) -> Option<usize> {
     (hidden_size <= SMALL_HIDDEN_SIZE).then_some(1)
 }

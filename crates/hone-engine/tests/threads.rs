@@ -1,6 +1,6 @@
 //! `threads::fix_thread_count`: the count candle would pick (or one, for a
-//! small model), written once; a count the user set is left alone. One test in its own binary, since it
-//! changes the process environment.
+//! small model), written once; a count the user set is left alone. One
+//! test in its own binary, since it changes the process environment.
 
 use hone_engine::threads::{fix_thread_count, fix_thread_count_to, per_op_for_hidden_size, VARIABLE};
 

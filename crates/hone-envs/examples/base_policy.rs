@@ -12,8 +12,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    // As `hone model init --preset demo`: one thread per op for this small a model.
-    hone_engine::threads::fix_thread_count_to(hone_engine::threads::per_op_for_hidden_size(128));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Builtin = args.first().map_or("calc", String::as_str).parse().unwrap();
     let levels = std::env::var("MAX_DIFFICULTY").map_or(3, |v| v.parse().unwrap());
@@ -88,6 +86,10 @@ async fn main() {
     if let Some(v) = var("SEED") {
         recipe.init_seed = v as u64;
     }
+    // As `hone model init --preset demo`: one thread per op for a small
+    // model (no thread has started: the runtime is the current thread).
+    let hidden_size = hone_engine::init::Preset::parse(&recipe.preset).map_or(usize::MAX, |p| p.hidden_size());
+    hone_engine::threads::fix_thread_count_to(hone_engine::threads::per_op_for_hidden_size(hidden_size));
     let out = std::path::PathBuf::from(args.get(3).map_or("/tmp/hone-base", String::as_str));
     let started = std::time::Instant::now();
     let built = build(&recipe, &out, &mut |step, steps, loss| {

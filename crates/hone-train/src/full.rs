@@ -194,11 +194,7 @@ impl FullTrainer {
     /// whole batch's scored tokens, so the parts' gradients add up to the
     /// batch mean's — and one part is exactly the whole batch at once.
     pub fn gradients(&self, batch: &[&Sequence]) -> Result<(f64, Grads, usize)> {
-        // Position i's logits predict token i, for i ≥ 1 (see `nll`).
-        let tokens: usize = batch
-            .iter()
-            .map(|s| s.scored.iter().skip(1).filter(|x| **x).count())
-            .sum();
+        let tokens: usize = batch.iter().map(|s| s.scored_count()).sum();
         if tokens == 0 {
             return Err(TrainError::Data("a batch with no scored token".into()));
         }

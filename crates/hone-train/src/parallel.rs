@@ -4,9 +4,13 @@
 
 use crate::{Result, TrainError};
 
-/// Runs each job on a thread of its own and returns their results in
-/// order (the first error, if any).
+/// Runs each job on a thread of its own (a single job on the calling
+/// thread) and returns their results in order (the first error, if any).
 pub fn on_threads<T: Send, F: FnOnce() -> Result<T> + Send>(jobs: impl IntoIterator<Item = F>) -> Result<Vec<T>> {
+    let mut jobs: Vec<F> = jobs.into_iter().collect();
+    if jobs.len() == 1 {
+        return jobs.pop().into_iter().map(|job| job()).collect();
+    }
     std::thread::scope(|scope| {
         let handles: Vec<_> = jobs.into_iter().map(|job| scope.spawn(job)).collect();
         handles
