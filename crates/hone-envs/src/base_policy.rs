@@ -224,6 +224,20 @@ impl Recipe {
         }
     }
 
+    /// `hone demo --quick`'s base: the demo's recipe with each batch's
+    /// gradient computed in two parts on two threads, which builds ~1.6×
+    /// faster on two cores. Float sums then run in another order, so it is
+    /// another base: its ten-minute loop stalled below 90% in two seeds of
+    /// two where the default's reaches 99–100% (docs/ARCHITECTURE.md,
+    /// "Performance"), so only the quick run, which shows learning rather
+    /// than its ceiling, starts from it.
+    pub fn quick(environment: Builtin, max_difficulty: u8) -> Self {
+        Self {
+            gradient_parts: 2,
+            ..Self::demo(environment, max_difficulty)
+        }
+    }
+
     /// A content hash of the recipe and the build format.
     pub fn hash(&self) -> String {
         let text = serde_json::to_string(&(FORMAT, self)).unwrap_or_default();
@@ -872,11 +886,16 @@ fn ready<F: std::future::Future>(future: F) -> Result<F::Output> {
 }
 
 /// Where the demo keeps the base policy of `recipe` inside a data
-/// directory: one per environment and hardest level, so a demo on easy
-/// tasks and one on every level each keep theirs.
+/// directory: one per environment, hardest level and gradient parts, so a
+/// demo on easy tasks, one on every level and a quick one
+/// ([`Recipe::quick`]) each keep theirs.
 pub fn dir_in(data_dir: &Path, recipe: &Recipe) -> PathBuf {
+    let parts = match recipe.gradient_parts {
+        0 | 1 => String::new(),
+        n => format!("-in-{n}-parts"),
+    };
     data_dir.join("models").join(format!(
-        "base-{}-levels-1-{}",
+        "base-{}-levels-1-{}{parts}",
         recipe.environment.name(),
         recipe.max_difficulty
     ))

@@ -233,9 +233,10 @@ pub enum ModelCommand {
         #[arg(long, value_enum)]
         arch: ModelArch,
         /// `tiny` (tests), `mini` (4×128), `small` (4×512, training
-        /// benchmarks), `qwen2.5-0.5b` (the real shape, for benchmarks), or
+        /// benchmarks), `qwen2.5-0.5b` (the real shape, for benchmarks),
         /// `demo`: the trained base policy of `hone demo` (built from its
-        /// recipe in a few minutes; `--seed` picks the initialisation).
+        /// recipe in a few minutes; `--seed` picks the initialisation), or
+        /// `demo-quick`: that of `hone demo --quick`.
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Output directory (created if missing).
@@ -244,7 +245,7 @@ pub enum ModelCommand {
         /// Seed for the weights; the same seed writes the same bytes.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// For `demo`: the hardest calc level (1 easy, 2 medium, 3 hard) its
+        /// For `demo` and `demo-quick`: the hardest calc level (1 easy, 2 medium, 3 hard) its
         /// demonstrations cover, as `hone demo --max-difficulty` plays.
         #[arg(long, default_value_t = crate::commands::demo::DEFAULT_MAX_DIFFICULTY, value_parser = crate::commands::demo::parse_max_difficulty)]
         max_difficulty: u8,
@@ -300,7 +301,7 @@ impl Command {
             } => demo::threads_per_op(args.base.as_deref()),
             Command::Model {
                 command: ModelCommand::Init { preset, .. },
-            } if preset == model::DEMO => demo::threads_per_op(None),
+            } if model::DEMOS.contains(&preset.as_str()) => demo::threads_per_op(None),
             _ => None,
         }
     }

@@ -262,20 +262,20 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
 fn the_demo_preset_refuses_a_level_that_does_not_exist_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("base");
-    for level in ["0", "4", "hard"] {
+    for (preset, level) in [("demo", "0"), ("demo", "4"), ("demo", "hard"), ("demo-quick", "4")] {
         let out = hone(&[
             "model",
             "init",
             "--arch",
             "qwen2",
             "--preset",
-            "demo",
+            preset,
             "--max-difficulty",
             level,
             "--out",
             out_dir.to_str().unwrap(),
         ]);
-        assert!(!out.status.success(), "--max-difficulty {level} was accepted");
+        assert!(!out.status.success(), "{preset} --max-difficulty {level} was accepted");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("--max-difficulty"), "{level}: {stderr}");
     }

@@ -12,15 +12,28 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// The preset name of the demo's trained base policy.
+/// The preset names of the demo's trained base policies: `hone demo`'s
+/// and `hone demo --quick`'s.
 pub const DEMO: &str = "demo";
+pub const DEMO_QUICK: &str = "demo-quick";
+pub const DEMOS: [&str; 2] = [DEMO, DEMO_QUICK];
+
+/// The recipe a demo preset builds, on calc tasks up to `max_difficulty`;
+/// `None` for the other presets.
+pub fn demo_recipe(preset: &str, max_difficulty: u8) -> Option<Recipe> {
+    match preset {
+        DEMO => Some(Recipe::demo(Builtin::Calc, max_difficulty)),
+        DEMO_QUICK => Some(Recipe::quick(Builtin::Calc, max_difficulty)),
+        _ => None,
+    }
+}
 
 pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64, max_difficulty: u8) -> Result<ExitCode> {
-    if preset == DEMO {
-        return demo(arch, out, seed, max_difficulty);
+    if let Some(recipe) = demo_recipe(preset, max_difficulty) {
+        return demo(arch, out, seed, recipe, preset);
     }
-    let preset =
-        Preset::parse(preset).with_context(|| format!("unknown preset `{preset}` ({}, {DEMO})", Preset::NAMES))?;
+    let preset = Preset::parse(preset)
+        .with_context(|| format!("unknown preset `{preset}` ({}, {DEMO}, {DEMO_QUICK})", Preset::NAMES))?;
     write_checkpoint(arch, preset, seed, out)
         .with_context(|| format!("cannot write the checkpoint to {}", out.display()))?;
     writeln!(
@@ -31,13 +44,13 @@ pub fn init(arch: Arch, preset: &str, out: &Path, seed: u64, max_difficulty: u8)
     Ok(ExitCode::SUCCESS)
 }
 
-fn demo(arch: Arch, out: &Path, seed: u64, max_difficulty: u8) -> Result<ExitCode> {
+fn demo(arch: Arch, out: &Path, seed: u64, recipe: Recipe, preset: &str) -> Result<ExitCode> {
     if arch != Arch::Qwen2 {
-        bail!("the `{DEMO}` preset is a Qwen2-architecture model; use --arch qwen2");
+        bail!("the `{preset}` preset is a Qwen2-architecture model; use --arch qwen2");
     }
     let recipe = Recipe {
         init_seed: seed,
-        ..Recipe::demo(Builtin::Calc, max_difficulty)
+        ..recipe
     };
     let total = recipe.drill_steps + recipe.steps;
     note(format_args!(

@@ -252,7 +252,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         Some(dir) => dir
             .canonicalize()
             .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
-        None => demo::base(&data_dir, false, args.max_difficulty)?,
+        None => demo::base(&data_dir, false, &demo_args.recipe())?,
     };
 
     progress(format!(
