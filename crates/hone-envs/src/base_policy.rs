@@ -178,8 +178,9 @@ impl Recipe {
             steps: 250,
             batch: 8,
             lr: 8e-3,
-            // Two parts built a base ~1.6× faster whose loop stalled below
-            // 90% in two seeds of two (docs/ARCHITECTURE.md, "Performance").
+            // Two parts build a base 1.4–1.6× faster whose loop stalled
+            // below 90% in two seeds of two: `--quick`'s ([`Recipe::quick`];
+            // docs/ARCHITECTURE.md, "Performance").
             gradient_parts: 1,
             vocab_size: 2048,
             numbers: Numbers::Runs,
@@ -225,7 +226,7 @@ impl Recipe {
     }
 
     /// `hone demo --quick`'s base: the demo's recipe with each batch's
-    /// gradient computed in two parts on two threads, which builds ~1.6×
+    /// gradient computed in two parts on two threads, which builds 1.4–1.6×
     /// faster on two cores. Float sums then run in another order, so it is
     /// another base: its ten-minute loop stalled below 90% in two seeds of
     /// two where the default's reaches 99–100% (docs/ARCHITECTURE.md,
