@@ -147,8 +147,19 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     // The summary: base and last measured on the same 6 held-out tasks.
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["rounds"], 1);
-    assert_eq!(summary["user_episodes"], 10);
+    // One round and its cycle; a random base's candidate can pass the gate
+    // by chance, and its canary is then watched in rounds without a cycle
+    // until it is decided (eight at most), each of up to 10 users.
+    let rounds = summary["rounds"].as_u64().unwrap();
+    let users = summary["user_episodes"].as_u64().unwrap();
+    if summary["canaries"] == 0 {
+        assert_eq!((rounds, users), (1, 10), "{summary}");
+    } else {
+        assert!(
+            (2..=9).contains(&rounds) && users > 10 && users <= 10 * rounds,
+            "{summary}"
+        );
+    }
     let promoted = summary["promotions"].as_array().unwrap().len();
     assert!(summary["regressions_shipped"].as_u64().unwrap() as usize <= promoted);
     for m in ["base", "last"] {
@@ -167,7 +178,7 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     // Every measurement, with the learning time before it (measuring left
     // out) and the user episodes served by then: what `hone bench learn` reads.
     let measurements = summary["measurements"].as_array().unwrap();
-    assert_eq!(measurements.len(), 2, "{summary}");
+    assert_eq!(measurements.len() as u64, rounds + 1, "{summary}");
     assert_eq!(measurements[0]["user_episodes"], 0);
     assert_eq!(measurements[1]["user_episodes"], 10);
     let (before, learned) = (
@@ -179,7 +190,10 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         before < learned && learned < minutes * 60.0,
         "{before} s, then {learned} s of {minutes} min"
     );
-    assert_eq!(measurements[1]["solved"], summary["last"]["solved"]);
+    assert_eq!(
+        measurements[measurements.len() - 1]["solved"],
+        summary["last"]["solved"]
+    );
 
     // Plots: real PNGs and SVGs with their titles in them.
     for (name, title) in [
@@ -216,7 +230,7 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
             r.get(0)
         })
         .unwrap();
-    assert_eq!(traffic, 10, "one episode per user");
+    assert_eq!(traffic as u64, users, "one episode per user");
 }
 
 #[test]
@@ -294,13 +308,13 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let data = dir.path().join("demo");
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        // As a user runs it: three rounds on the quick base, 60 held-out
-        // tasks. On the default base the test needed five rounds (with four
-        // and 40 tasks one run in a handful ended with the interval's low
-        // end at zero); on the quick base four runs of exactly this gained
-        // with low ends from +20.0 to +41.7 points (docs/ARCHITECTURE.md,
-        // "The quick base").
-        .args(["demo", "--quick", "--seed", "2"])
+        // Five rounds give a candidate the gate pruned more chances to be
+        // promoted and the last champion several measurements, on the
+        // default 60 held-out tasks: with three rounds on the quick base
+        // (--quick's own) one run in six promoted nothing, with four rounds
+        // and 40 tasks on the default base one in a handful ended with the
+        // interval's low end at zero (docs/ARCHITECTURE.md, "The quick base").
+        .args(["demo", "--quick", "--cycles", "5", "--seed", "2"])
         .arg("--data-dir")
         .arg(&data)
         .output()
