@@ -179,7 +179,7 @@ impl Recipe {
             batch: 8,
             lr: 8e-3,
             // Two parts build a base 1.4–1.6× faster whose loop stalled
-            // below 90% in two seeds of two: `--quick`'s ([`Recipe::quick`];
+            // below 90% in every run tried: `--quick`'s ([`Recipe::quick`];
             // docs/ARCHITECTURE.md, "Performance").
             gradient_parts: 1,
             vocab_size: 2048,
@@ -228,8 +228,8 @@ impl Recipe {
     /// `hone demo --quick`'s base: the demo's recipe with each batch's
     /// gradient computed in two parts on two threads, which builds 1.4–1.6×
     /// faster on two cores. Float sums then run in another order, so it is
-    /// another base: its ten-minute loop stalled below 90% in two seeds of
-    /// two where the default's reaches 99–100% (docs/ARCHITECTURE.md,
+    /// another base: its ten-minute loop stalled below 90% in every run
+    /// tried (three) where the default's reaches 99–100% (docs/ARCHITECTURE.md,
     /// "Performance"), so only the quick run, which shows learning rather
     /// than its ceiling, starts from it.
     pub fn quick(environment: Builtin, max_difficulty: u8) -> Self {

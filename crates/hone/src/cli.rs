@@ -300,8 +300,10 @@ impl Command {
                 command: BenchCommand::Learn(args),
             } => demo::threads_per_op(args.base.as_deref()),
             Command::Model {
-                command: ModelCommand::Init { preset, .. },
-            } if model::DEMOS.contains(&preset.as_str()) => demo::threads_per_op(None),
+                command: ModelCommand::Init {
+                    preset, max_difficulty, ..
+                },
+            } if model::demo_recipe(preset, *max_difficulty).is_some() => demo::threads_per_op(None),
             _ => None,
         }
     }

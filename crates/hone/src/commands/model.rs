@@ -16,7 +16,6 @@ use std::process::ExitCode;
 /// and `hone demo --quick`'s.
 pub const DEMO: &str = "demo";
 pub const DEMO_QUICK: &str = "demo-quick";
-pub const DEMOS: [&str; 2] = [DEMO, DEMO_QUICK];
 
 /// The recipe a demo preset builds, on calc tasks up to `max_difficulty`;
 /// `None` for the other presets.
