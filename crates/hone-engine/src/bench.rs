@@ -245,60 +245,15 @@ pub fn measure_prefix_cache(
     dtype: candle_core::DType,
     device: &candle_core::Device,
 ) -> Result<PrefixFigures> {
-    use crate::engine::{Engine, EngineOptions, Event, Request, DEFAULT_PREFIX_CACHE_BYTES};
-    use crate::generate::Sampling;
-    let serve = |prefix_cache_bytes: usize| -> Result<(f64, f64)> {
-        let engine = Engine::load(
-            dir,
-            EngineOptions {
-                prefix_cache_bytes,
-                dtype,
-                device: device.clone(),
-                ..EngineOptions::default()
-            },
-        )?;
-        let vocab = engine.model().config.vocab_size;
-        let shared = prompt_ids(settings.prompt, vocab);
-        let range = vocab.min(256) as u32;
-        let mut run = 0u32;
-        let once = || -> Result<f64> {
-            run += 1;
-            let started = Instant::now();
-            let receivers = (0..requests as u32)
-                .map(|r| {
-                    let mut prompt = shared.clone();
-                    prompt.extend((0..own as u32).map(|i| (run * 7919 + r * 104_729 + i * 13) % range));
-                    engine.submit(Request {
-                        prompt,
-                        sampling: Sampling {
-                            temperature: 0.0,
-                            max_tokens: settings.new_tokens,
-                            ..Sampling::default()
-                        },
-                        n: 1,
-                        adapter: None,
-                        memory: None,
-                        stop: Vec::new(),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            for mut rx in receivers {
-                while let Some(event) = rx.blocking_recv() {
-                    match event {
-                        Event::Done { .. } => break,
-                        Event::Failed(message) => return Err(crate::EngineError::Model(message)),
-                        _ => {}
-                    }
-                }
-            }
-            Ok(started.elapsed().as_secs_f64())
-        };
-        let seconds = timed(settings.reps, once)?;
-        let stats = engine.prefix_stats();
-        Ok((seconds, stats.reused_tokens as f64 / stats.prompt_tokens.max(1) as f64))
+    use crate::engine::{EngineOptions, DEFAULT_PREFIX_CACHE_BYTES};
+    let options = |prefix_cache_bytes| EngineOptions {
+        prefix_cache_bytes,
+        dtype,
+        device: device.clone(),
+        ..EngineOptions::default()
     };
-    let (cold_seconds, _) = serve(0)?;
-    let (cached_seconds, reused) = serve(DEFAULT_PREFIX_CACHE_BYTES)?;
+    let (cold_seconds, _) = serve_together(dir, options(0), settings, requests, own)?;
+    let (cached_seconds, reused) = serve_together(dir, options(DEFAULT_PREFIX_CACHE_BYTES), settings, requests, own)?;
     Ok(PrefixFigures {
         requests,
         shared: settings.prompt,
@@ -307,4 +262,100 @@ pub fn measure_prefix_cache(
         cached_seconds,
         reused,
     })
+}
+
+/// The same requests served with each decode step in one part and in
+/// `parts` parts on threads of their own, in the same run.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct PartsFigures {
+    pub requests: usize,
+    pub parts: usize,
+    /// Median seconds to serve all requests, submitted together.
+    pub one_part_seconds: f64,
+    pub parts_seconds: f64,
+}
+
+/// [`measure_prefix_cache`]'s requests (prefix cache on), served by an
+/// engine that decodes each step in one part, then in `parts`
+/// ([`crate::engine::EngineOptions::decode_parts`]).
+pub fn measure_decode_parts(
+    dir: &std::path::Path,
+    settings: BenchSettings,
+    requests: usize,
+    own: usize,
+    parts: usize,
+    dtype: candle_core::DType,
+    device: &candle_core::Device,
+) -> Result<PartsFigures> {
+    let options = |decode_parts| crate::engine::EngineOptions {
+        decode_parts,
+        dtype,
+        device: device.clone(),
+        ..crate::engine::EngineOptions::default()
+    };
+    let (one_part_seconds, _) = serve_together(dir, options(1), settings, requests, own)?;
+    let (parts_seconds, _) = serve_together(dir, options(parts), settings, requests, own)?;
+    Ok(PartsFigures {
+        requests,
+        parts,
+        one_part_seconds,
+        parts_seconds,
+    })
+}
+
+/// Loads an engine with `options` and serves `requests` prompts of
+/// `settings.prompt` shared tokens and `own` tokens each (different per
+/// request and per run), `settings.new_tokens` greedy tokens each, all
+/// submitted at once as an agent's concurrent episodes are: the median
+/// seconds of `settings.reps` runs after a warm-up, and the share of prompt
+/// tokens the prefix cache supplied over all of them.
+fn serve_together(
+    dir: &std::path::Path,
+    options: crate::engine::EngineOptions,
+    settings: BenchSettings,
+    requests: usize,
+    own: usize,
+) -> Result<(f64, f64)> {
+    use crate::engine::{Engine, Event, Request};
+    use crate::generate::Sampling;
+    let engine = Engine::load(dir, options)?;
+    let vocab = engine.model().config.vocab_size;
+    let shared = prompt_ids(settings.prompt, vocab);
+    let range = vocab.min(256) as u32;
+    let mut run = 0u32;
+    let once = || -> Result<f64> {
+        run += 1;
+        let started = Instant::now();
+        let receivers = (0..requests as u32)
+            .map(|r| {
+                let mut prompt = shared.clone();
+                prompt.extend((0..own as u32).map(|i| (run * 7919 + r * 104_729 + i * 13) % range));
+                engine.submit(Request {
+                    prompt,
+                    sampling: Sampling {
+                        temperature: 0.0,
+                        max_tokens: settings.new_tokens,
+                        ..Sampling::default()
+                    },
+                    n: 1,
+                    adapter: None,
+                    memory: None,
+                    stop: Vec::new(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for mut rx in receivers {
+            while let Some(event) = rx.blocking_recv() {
+                match event {
+                    Event::Done { .. } => break,
+                    Event::Failed(message) => return Err(crate::EngineError::Model(message)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(started.elapsed().as_secs_f64())
+    };
+    let seconds = timed(settings.reps, once)?;
+    let stats = engine.prefix_stats();
+    Ok((seconds, stats.reused_tokens as f64 / stats.prompt_tokens.max(1) as f64))
 }

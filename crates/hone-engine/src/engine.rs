@@ -47,6 +47,11 @@ pub struct EngineOptions {
     /// recently used adapter that `adapters_dir` can give back on its next
     /// use (one loaded from elsewhere stays until unloaded). 0: no limit.
     pub max_adapters: usize,
+    /// Parts each decode step's batch is cut into, each decoded on a thread
+    /// of its own ([`generate::step_in_parts`]); default
+    /// [`crate::threads::batch_parts`]: the cores when every op runs on one
+    /// thread, else 1.
+    pub decode_parts: usize,
 }
 
 /// [`EngineOptions::max_adapters`] unless configured: a learning cycle
@@ -68,6 +73,7 @@ impl Default for EngineOptions {
             adapters_dir: None,
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             max_adapters: DEFAULT_MAX_ADAPTERS,
+            decode_parts: crate::threads::batch_parts(),
         }
     }
 }
@@ -177,6 +183,7 @@ impl Engine {
             model: model.clone(),
             tokenizer: tokenizer.clone(),
             max_batch: options.max_batch.max(1),
+            decode_parts: options.decode_parts.max(1),
             queue,
             prefixes: prefixes.clone(),
         };
@@ -462,6 +469,7 @@ struct Scheduler {
     model: Arc<Model>,
     tokenizer: Arc<Tokenizer>,
     max_batch: usize,
+    decode_parts: usize,
     queue: mpsc::Receiver<Job>,
     prefixes: Arc<Mutex<PrefixCache>>,
 }
@@ -486,7 +494,7 @@ impl Scheduler {
             }
             let result = {
                 let mut batch: Vec<&mut Sequence> = live.iter_mut().map(|l| &mut l.sequence).collect();
-                generate::step(&self.model, &mut batch)
+                generate::step_in_parts(&self.model, &mut batch, self.decode_parts)
             };
             if let Err(e) = result {
                 tracing::error!(error = %e, "a decode step failed; failing the requests in it");

@@ -244,6 +244,38 @@ pub fn step(model: &Model, sequences: &mut [&mut Sequence]) -> Result<()> {
     Ok(())
 }
 
+/// Rows a part of [`step_in_parts`] holds at least: a part of fewer costs
+/// more in thread start-up than it saves.
+pub const MIN_PART_ROWS: usize = 2;
+
+/// [`step`] with the sequences cut into up to `parts` parts of at least
+/// [`MIN_PART_ROWS`] unfinished rows, each decoded on a thread of its own
+/// (the first on the calling thread). For a model whose ops each run on one
+/// thread (`crate::threads::per_op_for_hidden_size`), the other cores then
+/// decode the other rows. Every row's sampling is its own (its generator,
+/// its logits), so the parts change only which rows share a matmul.
+pub fn step_in_parts(model: &Model, sequences: &mut [&mut Sequence], parts: usize) -> Result<()> {
+    let live = sequences.iter().filter(|s| s.finish.is_none()).count();
+    let parts = parts.min(live / MIN_PART_ROWS).max(1);
+    if parts == 1 {
+        return step(model, sequences);
+    }
+    let chunk = sequences.len().div_ceil(parts);
+    let mut chunks = sequences.chunks_mut(chunk);
+    let first = chunks.next().unwrap_or_default();
+    std::thread::scope(|scope| {
+        let others: Vec<_> = chunks.map(|part| scope.spawn(move || step(model, part))).collect();
+        let mut result = step(model, first);
+        for other in others {
+            let outcome = other
+                .join()
+                .unwrap_or_else(|_| Err(crate::EngineError::Model("a decode thread panicked".into())));
+            result = result.and(outcome);
+        }
+        result
+    })
+}
+
 fn same_adapter(a: Option<&Adapter>, b: Option<&Adapter>) -> bool {
     match (a, b) {
         (None, None) => true,

@@ -257,3 +257,55 @@ fn bf16_and_f16_follow_f32_and_generate() {
         assert!(out.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
     }
 }
+
+#[test]
+fn decoding_in_parts_on_threads_samples_what_one_batch_samples() {
+    // Rows of different prompts, seeds and adapters (the reference adapter
+    // fits every tiny llama checkpoint), sampled at temperature 1 so a
+    // changed logit would show as a changed token.
+    let (_dir, model) = tiny(Arch::Llama);
+    let adapter = reference_adapter("llama");
+    let prompts: [&[u32]; 5] = [&[1, 2, 3, 4, 5, 6, 7], &[9, 8], &[40, 41, 42, 43], &[5; 11], &[70, 3]];
+    let start = || -> Vec<hone_engine::Sequence> {
+        prompts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, prompt)| {
+                let sampling = Arc::new(Sampling {
+                    temperature: 1.0,
+                    seed: 100 + i as u64,
+                    max_tokens: 12,
+                    ..Sampling::default()
+                });
+                let adapter = (i % 2 == 0).then(|| adapter.clone());
+                hone_engine::generate::start(&model, prompt, KvCache::new(), adapter, None, sampling, 1 + i % 2)
+                    .unwrap()
+            })
+            .collect()
+    };
+    let decode = |parts: usize| -> Vec<hone_engine::Generation> {
+        let mut sequences = start();
+        for _ in 0..11 {
+            let mut refs: Vec<&mut hone_engine::Sequence> = sequences.iter_mut().collect();
+            hone_engine::generate::step_in_parts(&model, &mut refs, parts).unwrap();
+        }
+        sequences
+            .into_iter()
+            .map(hone_engine::Sequence::into_generation)
+            .collect()
+    };
+    let whole = decode(1);
+    assert_eq!(whole.len(), 7, "five prompts, two of them with two samples");
+    assert!(whole.iter().all(|g| g.tokens.len() == 12));
+    // Two and three parts of at least two rows; eight asks for more parts
+    // than the rows allow and gets three.
+    for parts in [2, 3, 8] {
+        let cut = decode(parts);
+        for (row, (a, b)) in whole.iter().zip(&cut).enumerate() {
+            assert_eq!(a.tokens, b.tokens, "row {row}, {parts} parts");
+            for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+                assert!((x - y).abs() < 1e-5, "row {row}, {parts} parts: {x} vs {y}");
+            }
+        }
+    }
+}

@@ -3,7 +3,8 @@
 //!   stop strings, `n` samples, adapters loaded and unloaded at run time.
 //! - `generate`: sampling is reproducible and its logprobs equal a
 //!   teacher-forced forward of the same tokens; batched decoding equals
-//!   decoding each row alone.
+//!   decoding each row alone, and decoding in parts on threads samples what
+//!   one batch samples.
 //! - `memory`: kNN-LM interpolation against numpy (`tests/reference/knn_lm.py`),
 //!   λ = 0 exactly the model, one remembered episode reproduced greedily,
 //!   mixed batches, the datastore file and its hash.

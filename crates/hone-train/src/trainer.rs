@@ -305,11 +305,8 @@ impl Trainer {
             .collect();
         for chunk in keys.chunks(self.config.batch_size.max(1)) {
             let sequences: Vec<&Sequence> = chunk.iter().map(|(i, j)| &groups[*i].samples[*j].sequence).collect();
-            let packed = Packed::new(&self.model, &sequences)?;
-            let flat = policy::logprobs(&self.model, Some(&self.lora), &packed)?;
-            for (n, key) in chunk.iter().enumerate() {
-                out.insert(*key, flat[packed.ranges[n].clone()].to_vec());
-            }
+            let logprobs = self.logprobs_in_parts(Some(&self.lora), &sequences)?;
+            out.extend(chunk.iter().copied().zip(logprobs));
         }
         Ok(out)
     }
@@ -483,16 +480,33 @@ impl Trainer {
             .collect();
         if !missing.is_empty() {
             let seqs: Vec<&Sequence> = missing.iter().map(|i| sequences[*i]).collect();
-            let packed = Packed::new(&self.model, &seqs)?;
-            let flat = policy::logprobs(&self.model, None, &packed)?;
-            for (j, i) in missing.iter().enumerate() {
-                self.reference.insert(keys[*i], flat[packed.ranges[j].clone()].to_vec());
+            let logprobs = self.logprobs_in_parts(None, &seqs)?;
+            for (i, lps) in missing.iter().zip(logprobs) {
+                self.reference.insert(keys[*i], lps);
             }
         }
         Ok(keys
             .iter()
             .map(|k| self.reference.get(k).cloned().unwrap_or_default())
             .collect())
+    }
+
+    /// Each sequence's scored-token logprobs, with the adapter (`Some`) or
+    /// the base alone, without gradients: the sequences cut into
+    /// [`Trainer::set_parts`] parts, each packed and run on a thread of its
+    /// own as [`Trainer::forward_backward`] cuts a batch.
+    fn logprobs_in_parts(&self, lora: Option<&LoraParams>, sequences: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
+        let parts = self.parts.clamp(1, sequences.len().max(1));
+        let model = &self.model;
+        let chunks = sequences.chunks(sequences.len().div_ceil(parts).max(1));
+        let per_part = on_threads(chunks.map(|chunk| {
+            move || -> Result<Vec<Vec<f32>>> {
+                let packed = Packed::new(model, chunk)?;
+                let flat = policy::logprobs(model, lora, &packed)?;
+                Ok(packed.ranges.iter().map(|r| flat[r.clone()].to_vec()).collect())
+            }
+        }))?;
+        Ok(per_part.into_iter().flatten().collect())
     }
 
     /// Forward, loss, backward for one batch. The batch is cut into

@@ -152,6 +152,7 @@ impl LocalProvider {
                     .options
                     .max_adapters
                     .unwrap_or(hone_engine::engine::DEFAULT_MAX_ADAPTERS),
+                ..EngineOptions::default()
             },
         )
         .map_err(|e| format!("provider `{}` cannot load `{model}`: {e}", self.name))?;

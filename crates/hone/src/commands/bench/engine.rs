@@ -3,13 +3,15 @@
 //! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same device
 //! (the CPU, or a GPU with `--device cuda`), the same weights, dtype and
 //! settings (`bench/engine_hf.py`, run with `--python`). Then the prefix cache: requests that share the prompt,
-//! served through the whole engine with it off and on in the same run.
+//! served through the whole engine with it off and on in the same run; and
+//! the same requests with each decode step in one part and in one part per
+//! core (`EngineOptions::decode_parts`).
 //! Prints tables with the ratios; not a test.
 
 use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::DType;
-use hone_engine::bench::{measure, measure_memory, measure_prefix_cache, BenchSettings, Figures};
+use hone_engine::bench::{measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, Figures};
 use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
@@ -59,6 +61,8 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
     let mut prefix_rows = Vec::new();
+    let mut parts_rows = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
         progress(format!("[{name}] measuring hone-engine (candle) …"));
@@ -78,6 +82,19 @@ pub fn run(options: Options) -> Result<ExitCode> {
             name.clone(),
             measure_prefix_cache(dir.path(), settings, PREFIX_REQUESTS, PREFIX_OWN_TOKENS, dtype, &device)?,
         ));
+        if cores > 1 {
+            progress(format!("[{name}] the same requests decoded in 1 part and in {cores} …"));
+            let parts = measure_decode_parts(
+                dir.path(),
+                settings,
+                PREFIX_REQUESTS,
+                PREFIX_OWN_TOKENS,
+                cores,
+                dtype,
+                &device,
+            )?;
+            parts_rows.push((name.clone(), parts));
+        }
         let theirs = match &options.python {
             Some(python) => {
                 progress(format!("[{name}] measuring transformers ({python}) …"));
@@ -168,6 +185,27 @@ pub fn run(options: Options) -> Result<ExitCode> {
             p.cold_seconds / p.cached_seconds,
             100.0 * p.reused
         )?;
+    }
+    if !parts_rows.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Decode parts: the same requests, prefix cache on, each decode step's batch in one part and cut into parts decoded on threads of their own; {} thread(s) per op ({} to change it) (median seconds):",
+            std::env::var(hone_engine::threads::VARIABLE).unwrap_or_else(|_| "candle's default".into()),
+            hone_engine::threads::VARIABLE
+        )?;
+        writeln!(out, "| model | 1 part | parts | N parts | 1 / N |")?;
+        writeln!(out, "|---|---|---|---|---|")?;
+        for (name, p) in &parts_rows {
+            writeln!(
+                out,
+                "| {name} | {:.3} s | {} | {:.3} s | {:.2}× |",
+                p.one_part_seconds,
+                p.parts,
+                p.parts_seconds,
+                p.one_part_seconds / p.parts_seconds
+            )?;
+        }
     }
     if options.python.is_none() {
         writeln!(
