@@ -231,33 +231,45 @@ pub struct PrefixFigures {
     pub reused: f64,
 }
 
-/// Serves `requests` prompts of `settings.prompt` shared tokens and `own`
-/// tokens each (different per request and per run), `settings.new_tokens`
-/// greedy tokens each, all submitted at once as an agent's concurrent
-/// episodes are — through an [`Engine`](crate::engine::Engine) on the
-/// checkpoint in `dir` (on `device`, in `dtype`) with the prefix cache off,
-/// then on.
-pub fn measure_prefix_cache(
-    dir: &std::path::Path,
-    settings: BenchSettings,
-    requests: usize,
-    own: usize,
-    dtype: candle_core::DType,
-    device: &candle_core::Device,
-) -> Result<PrefixFigures> {
+/// Requests served through a whole [`Engine`](crate::engine::Engine) on the
+/// checkpoint in `dir` (on `device`, in `dtype`): `requests` prompts of
+/// `settings.prompt` shared tokens and `own` tokens each (different per
+/// request and per run), `settings.new_tokens` greedy tokens each, all
+/// submitted at once as an agent's concurrent episodes are.
+#[derive(Debug, Clone, Copy)]
+pub struct Served<'a> {
+    pub dir: &'a std::path::Path,
+    pub settings: BenchSettings,
+    pub requests: usize,
+    pub own: usize,
+    pub dtype: candle_core::DType,
+    pub device: &'a candle_core::Device,
+}
+
+impl Served<'_> {
+    /// The engine's defaults on this device and dtype.
+    fn options(&self) -> crate::engine::EngineOptions {
+        crate::engine::EngineOptions {
+            dtype: self.dtype,
+            device: self.device.clone(),
+            ..crate::engine::EngineOptions::default()
+        }
+    }
+}
+
+/// `served` with the prefix cache off, then on.
+pub fn measure_prefix_cache(served: &Served) -> Result<PrefixFigures> {
     use crate::engine::{EngineOptions, DEFAULT_PREFIX_CACHE_BYTES};
     let options = |prefix_cache_bytes| EngineOptions {
         prefix_cache_bytes,
-        dtype,
-        device: device.clone(),
-        ..EngineOptions::default()
+        ..served.options()
     };
-    let (cold_seconds, _) = serve_together(dir, options(0), settings, requests, own)?;
-    let (cached_seconds, reused) = serve_together(dir, options(DEFAULT_PREFIX_CACHE_BYTES), settings, requests, own)?;
+    let (cold_seconds, _) = serve_together(served, options(0))?;
+    let (cached_seconds, reused) = serve_together(served, options(DEFAULT_PREFIX_CACHE_BYTES))?;
     Ok(PrefixFigures {
-        requests,
-        shared: settings.prompt,
-        own,
+        requests: served.requests,
+        shared: served.settings.prompt,
+        own: served.own,
         cold_seconds,
         cached_seconds,
         reused,
@@ -275,49 +287,36 @@ pub struct PartsFigures {
     pub parts_seconds: f64,
 }
 
-/// [`measure_prefix_cache`]'s requests (prefix cache on), served by an
-/// engine that decodes each step in one part, then in `parts`
-/// ([`crate::engine::EngineOptions::decode_parts`]).
-pub fn measure_decode_parts(
-    dir: &std::path::Path,
-    settings: BenchSettings,
-    requests: usize,
-    own: usize,
-    parts: usize,
-    dtype: candle_core::DType,
-    device: &candle_core::Device,
-) -> Result<PartsFigures> {
+/// `served` (prefix cache on) by an engine that decodes each step in one
+/// part, then in `parts` ([`crate::engine::EngineOptions::decode_parts`]).
+pub fn measure_decode_parts(served: &Served, parts: usize) -> Result<PartsFigures> {
     let options = |decode_parts| crate::engine::EngineOptions {
         decode_parts,
-        dtype,
-        device: device.clone(),
-        ..crate::engine::EngineOptions::default()
+        ..served.options()
     };
-    let (one_part_seconds, _) = serve_together(dir, options(1), settings, requests, own)?;
-    let (parts_seconds, _) = serve_together(dir, options(parts), settings, requests, own)?;
+    let (one_part_seconds, _) = serve_together(served, options(1))?;
+    let (parts_seconds, _) = serve_together(served, options(parts))?;
     Ok(PartsFigures {
-        requests,
+        requests: served.requests,
         parts,
         one_part_seconds,
         parts_seconds,
     })
 }
 
-/// Loads an engine with `options` and serves `requests` prompts of
-/// `settings.prompt` shared tokens and `own` tokens each (different per
-/// request and per run), `settings.new_tokens` greedy tokens each, all
-/// submitted at once as an agent's concurrent episodes are: the median
-/// seconds of `settings.reps` runs after a warm-up, and the share of prompt
-/// tokens the prefix cache supplied over all of them.
-fn serve_together(
-    dir: &std::path::Path,
-    options: crate::engine::EngineOptions,
-    settings: BenchSettings,
-    requests: usize,
-    own: usize,
-) -> Result<(f64, f64)> {
+/// Serves `served` on an engine loaded with `options`: the median seconds
+/// of `settings.reps` runs after a warm-up, and the share of prompt tokens
+/// the prefix cache supplied over all of them.
+fn serve_together(served: &Served, options: crate::engine::EngineOptions) -> Result<(f64, f64)> {
     use crate::engine::{Engine, Event, Request};
     use crate::generate::Sampling;
+    let Served {
+        dir,
+        settings,
+        requests,
+        own,
+        ..
+    } = *served;
     let engine = Engine::load(dir, options)?;
     let vocab = engine.model().config.vocab_size;
     let shared = prompt_ids(settings.prompt, vocab);

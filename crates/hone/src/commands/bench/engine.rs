@@ -11,7 +11,9 @@
 use super::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::DType;
-use hone_engine::bench::{measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, Figures};
+use hone_engine::bench::{
+    measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, Figures, Served,
+};
 use hone_engine::Model;
 use std::io::Write;
 use std::path::Path;
@@ -78,22 +80,18 @@ pub fn run(options: Options) -> Result<ExitCode> {
         progress(format!(
             "[{name}] {PREFIX_REQUESTS} requests sharing their prompt, prefix cache off and on …"
         ));
-        prefix_rows.push((
-            name.clone(),
-            measure_prefix_cache(dir.path(), settings, PREFIX_REQUESTS, PREFIX_OWN_TOKENS, dtype, &device)?,
-        ));
+        let served = Served {
+            dir: dir.path(),
+            settings,
+            requests: PREFIX_REQUESTS,
+            own: PREFIX_OWN_TOKENS,
+            dtype,
+            device: &device,
+        };
+        prefix_rows.push((name.clone(), measure_prefix_cache(&served)?));
         if cores > 1 {
             progress(format!("[{name}] the same requests decoded in 1 part and in {cores} …"));
-            let parts = measure_decode_parts(
-                dir.path(),
-                settings,
-                PREFIX_REQUESTS,
-                PREFIX_OWN_TOKENS,
-                cores,
-                dtype,
-                &device,
-            )?;
-            parts_rows.push((name.clone(), parts));
+            parts_rows.push((name.clone(), measure_decode_parts(&served, cores)?));
         }
         let theirs = match &options.python {
             Some(python) => {
