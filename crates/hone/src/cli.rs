@@ -193,9 +193,12 @@ pub enum BenchCommand {
         python: Option<String>,
     },
     /// Prefill and decode tokens/s of the embedded engine at batch 1 and 8,
-    /// next to Hugging Face transformers on the same weights.
+    /// next to Hugging Face transformers on the same weights; then requests
+    /// served through the engine with its prefix cache off and on, and with
+    /// each decode step in one part and in one per core.
     Engine {
-        /// Model shapes to measure (random weights): `tiny`, `qwen2.5-0.5b`.
+        /// Model shapes to measure (random weights): `tiny`, `mini` (the
+        /// demo's), `small`, `qwen2.5-0.5b`.
         #[arg(long, value_delimiter = ',', default_value = "tiny,qwen2.5-0.5b")]
         presets: Vec<String>,
         /// Prompt tokens per row.
