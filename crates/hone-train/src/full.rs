@@ -14,7 +14,7 @@
 //! with the LoRA-only backward of [`crate::policy`].
 
 use crate::optim::{AdamW, OptimConfig};
-use crate::parallel::on_threads;
+use crate::parallel::{cut, on_threads};
 use crate::policy::{Grads, Sequence};
 use crate::{Result, TrainError};
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -200,12 +200,7 @@ impl FullTrainer {
         }
         let model = self.model()?;
         let model = &model;
-        let chunk = batch.len().div_ceil(self.parts.max(1)).max(1);
-        let parts = on_threads(
-            batch
-                .chunks(chunk)
-                .map(|part| move || self.part_gradients(model, part, tokens)),
-        )?;
+        let parts = on_threads(cut(batch, self.parts).map(|part| move || self.part_gradients(model, part, tokens)))?;
         let (mut loss, mut sum) = (0.0, None::<Grads>);
         for (part_loss, grads) in parts {
             loss += part_loss;

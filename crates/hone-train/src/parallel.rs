@@ -4,6 +4,12 @@
 
 use crate::{Result, TrainError};
 
+/// `items` cut into at most `parts` consecutive parts of nearly equal
+/// length (one part when `parts` is 0 or 1; never an empty part).
+pub fn cut<T>(items: &[T], parts: usize) -> std::slice::Chunks<'_, T> {
+    items.chunks(items.len().div_ceil(parts.max(1)).max(1))
+}
+
 /// Runs each job on a thread of its own (a single job on the calling
 /// thread) and returns their results in order (the first error, if any).
 pub fn on_threads<T: Send, F: FnOnce() -> Result<T> + Send>(jobs: impl IntoIterator<Item = F>) -> Result<Vec<T>> {

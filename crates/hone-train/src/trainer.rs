@@ -11,7 +11,7 @@ use crate::loss::grpo::{episode_advantages, grpo_loss, Baseline, GrpoOptions, Gr
 use crate::loss::sft::sft_loss;
 use crate::loss::{mean_kl, LossOutput};
 use crate::optim::{clip_grad_norm, AdamW, OptimConfig};
-use crate::parallel::on_threads;
+use crate::parallel::{cut, on_threads};
 use crate::policy::{self, Dropout, Grads, Packed, Sequence};
 use crate::{Result, TrainError};
 use candle_core::{Device, Tensor};
@@ -496,10 +496,8 @@ impl Trainer {
     /// [`Trainer::set_parts`] parts, each packed and run on a thread of its
     /// own as [`Trainer::forward_backward`] cuts a batch.
     fn logprobs_in_parts(&self, lora: Option<&LoraParams>, sequences: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
-        let parts = self.parts.clamp(1, sequences.len().max(1));
         let model = &self.model;
-        let chunks = sequences.chunks(sequences.len().div_ceil(parts).max(1));
-        let per_part = on_threads(chunks.map(|chunk| {
+        let per_part = on_threads(cut(sequences, self.parts).map(|chunk| {
             move || -> Result<Vec<Vec<f32>>> {
                 let packed = Packed::new(model, chunk)?;
                 let flat = policy::logprobs(model, lora, &packed)?;
@@ -519,8 +517,7 @@ impl Trainer {
         dropout: &mut Dropout,
         loss: impl FnOnce(&[&[f32]]) -> (LossOutput, BTreeMap<String, f64>),
     ) -> Result<(Vec<Vec<f32>>, Micro)> {
-        let parts = self.parts.clamp(1, sequences.len().max(1));
-        let chunks: Vec<&[&Sequence]> = sequences.chunks(sequences.len().div_ceil(parts).max(1)).collect();
+        let chunks: Vec<&[&Sequence]> = cut(sequences, self.parts).collect();
         // The first part draws its dropout masks from the step's generator,
         // the others from generators seeded by it.
         let mut forked: Vec<Dropout> = (1..chunks.len()).map(|_| dropout.fork()).collect();
