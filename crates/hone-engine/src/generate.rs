@@ -260,8 +260,7 @@ pub fn step_in_parts(model: &Model, sequences: &mut [&mut Sequence], parts: usiz
     if parts == 1 {
         return step(model, sequences);
     }
-    let chunk = sequences.len().div_ceil(parts);
-    let mut chunks = sequences.chunks_mut(chunk);
+    let mut chunks = sequences.chunks_mut(crate::threads::part_len(sequences.len(), parts));
     let first = chunks.next().unwrap_or_default();
     std::thread::scope(|scope| {
         let others: Vec<_> = chunks.map(|part| scope.spawn(move || step(model, part))).collect();

@@ -53,6 +53,14 @@ pub fn per_op_for_hidden_size(hidden_size: usize) -> Option<usize> {
     (hidden_size <= SMALL_HIDDEN_SIZE).then_some(1)
 }
 
+/// Items a part holds when `items` are cut into at most `parts`
+/// consecutive parts of nearly equal length (never 0, so no part is
+/// empty): the one rule by which decode steps and training batches are
+/// cut.
+pub fn part_len(items: usize, parts: usize) -> usize {
+    items.div_ceil(parts.max(1)).max(1)
+}
+
 /// How many parts a training batch is cut into, each run on a thread of its
 /// own: the machine's cores when every op runs on one thread (the count is
 /// 1), else 1, candle's own threads already sharing each op among the cores.

@@ -7,7 +7,7 @@ use crate::{Result, TrainError};
 /// `items` cut into at most `parts` consecutive parts of nearly equal
 /// length (one part when `parts` is 0 or 1; never an empty part).
 pub fn cut<T>(items: &[T], parts: usize) -> std::slice::Chunks<'_, T> {
-    items.chunks(items.len().div_ceil(parts.max(1)).max(1))
+    items.chunks(hone_engine::threads::part_len(items.len(), parts))
 }
 
 /// Runs each job on a thread of its own (a single job on the calling
