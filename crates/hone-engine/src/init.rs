@@ -5,6 +5,8 @@
 //! checkpoint takes — and nothing is downloaded.
 
 use crate::config::Arch;
+use crate::lora::Module;
+use crate::names;
 use crate::{EngineError, Result};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -193,37 +195,33 @@ fn random_weights(config: &serde_json::Value, seed: u64) -> Result<HashMap<Strin
     let kv_out = c.num_key_value_heads * c.head_dim;
     // Norm weights near 1 and non-zero biases, so every tensor matters.
     let norm = |rng: &mut rand::rngs::StdRng| normal(rng, h, 0.1).into_iter().map(|x| 1.0 + x).collect();
-    add(
-        "model.embed_tokens.weight".into(),
-        vec![v, h],
-        normal(&mut rng, v * h, 0.02),
-    )?;
+    add(names::EMBEDDING.into(), vec![v, h], normal(&mut rng, v * h, 0.02))?;
     for n in 0..c.num_hidden_layers {
-        let p = format!("model.layers.{n}");
-        add(format!("{p}.input_layernorm.weight"), vec![h], norm(&mut rng))?;
-        add(format!("{p}.post_attention_layernorm.weight"), vec![h], norm(&mut rng))?;
-        for (name, out, inp, bias) in [
-            ("self_attn.q_proj", q_out, h, c.qkv_bias),
-            ("self_attn.k_proj", kv_out, h, c.qkv_bias),
-            ("self_attn.v_proj", kv_out, h, c.qkv_bias),
-            ("self_attn.o_proj", h, q_out, c.o_bias),
-            ("mlp.gate_proj", i, h, c.mlp_bias),
-            ("mlp.up_proj", i, h, c.mlp_bias),
-            ("mlp.down_proj", h, i, c.mlp_bias),
+        add(names::input_norm(n), vec![h], norm(&mut rng))?;
+        add(names::post_norm(n), vec![h], norm(&mut rng))?;
+        for (module, out, inp, bias) in [
+            (Module::QProj, q_out, h, c.qkv_bias),
+            (Module::KProj, kv_out, h, c.qkv_bias),
+            (Module::VProj, kv_out, h, c.qkv_bias),
+            (Module::OProj, h, q_out, c.o_bias),
+            (Module::GateProj, i, h, c.mlp_bias),
+            (Module::UpProj, i, h, c.mlp_bias),
+            (Module::DownProj, h, i, c.mlp_bias),
         ] {
+            let name = names::projection(n, module);
             add(
-                format!("{p}.{name}.weight"),
+                format!("{name}.weight"),
                 vec![out, inp],
                 normal(&mut rng, out * inp, 0.02),
             )?;
             if bias {
-                add(format!("{p}.{name}.bias"), vec![out], normal(&mut rng, out, 0.02))?;
+                add(format!("{name}.bias"), vec![out], normal(&mut rng, out, 0.02))?;
             }
         }
     }
-    add("model.norm.weight".into(), vec![h], norm(&mut rng))?;
+    add(names::FINAL_NORM.into(), vec![h], norm(&mut rng))?;
     if !c.tie_word_embeddings {
-        add("lm_head.weight".into(), vec![v, h], normal(&mut rng, v * h, 0.02))?;
+        add(names::LM_HEAD.into(), vec![v, h], normal(&mut rng, v * h, 0.02))?;
     }
     Ok(tensors)
 }

@@ -29,6 +29,7 @@ pub mod init;
 pub mod lora;
 pub mod memory;
 pub mod model;
+pub mod names;
 pub mod prefix_cache;
 pub mod threads;
 pub mod tokenizer;

@@ -163,9 +163,8 @@ impl Adapter {
 /// The PEFT name of one LoRA tensor.
 pub fn peft_name(layer: usize, module: Module, which: char) -> String {
     format!(
-        "base_model.model.model.layers.{layer}.{}.{}.lora_{which}.weight",
-        module.block(),
-        module.name()
+        "base_model.model.{}.lora_{which}.weight",
+        crate::names::projection(layer, module)
     )
 }
 

@@ -9,6 +9,7 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::lora::{Adapter, LoraWeights, Module};
+use crate::names;
 use crate::weights::Weights;
 use crate::{EngineError, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -315,29 +316,42 @@ impl Model {
                 },
             })
         };
-        let embed = w.take("model.embed_tokens.weight", &[c.vocab_size, h])?;
+        let embed = w.take(names::EMBEDDING, &[c.vocab_size, h])?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for n in 0..c.num_hidden_layers {
-            let p = format!("model.layers.{n}");
+            let mut linear = |module: Module, out: usize, inp: usize, bias: bool| {
+                linear(&mut w, &names::projection(n, module), out, inp, bias)
+            };
+            let (q, k, v, o) = (
+                linear(Module::QProj, q_out, h, c.qkv_bias)?,
+                linear(Module::KProj, kv_out, h, c.qkv_bias)?,
+                linear(Module::VProj, kv_out, h, c.qkv_bias)?,
+                linear(Module::OProj, h, q_out, c.o_bias)?,
+            );
+            let (gate, up, down) = (
+                linear(Module::GateProj, i, h, c.mlp_bias)?,
+                linear(Module::UpProj, i, h, c.mlp_bias)?,
+                linear(Module::DownProj, h, i, c.mlp_bias)?,
+            );
             layers.push(Layer {
-                input_norm: w.take(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q: linear(&mut w, &format!("{p}.self_attn.q_proj"), q_out, h, c.qkv_bias)?,
-                k: linear(&mut w, &format!("{p}.self_attn.k_proj"), kv_out, h, c.qkv_bias)?,
-                v: linear(&mut w, &format!("{p}.self_attn.v_proj"), kv_out, h, c.qkv_bias)?,
-                o: linear(&mut w, &format!("{p}.self_attn.o_proj"), h, q_out, c.o_bias)?,
-                post_norm: w.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate: linear(&mut w, &format!("{p}.mlp.gate_proj"), i, h, c.mlp_bias)?,
-                up: linear(&mut w, &format!("{p}.mlp.up_proj"), i, h, c.mlp_bias)?,
-                down: linear(&mut w, &format!("{p}.mlp.down_proj"), h, i, c.mlp_bias)?,
+                input_norm: w.take(&names::input_norm(n), &[h])?,
+                q,
+                k,
+                v,
+                o,
+                post_norm: w.take(&names::post_norm(n), &[h])?,
+                gate,
+                up,
+                down,
             });
         }
-        let norm = w.take("model.norm.weight", &[h])?;
+        let norm = w.take(names::FINAL_NORM, &[h])?;
         let lm_head = if c.tie_word_embeddings {
             // Some tied checkpoints still carry a copy; it must equal the embedding.
-            w.take_optional("lm_head.weight", &[c.vocab_size, h])?;
+            w.take_optional(names::LM_HEAD, &[c.vocab_size, h])?;
             None
         } else {
-            Some(w.take("lm_head.weight", &[c.vocab_size, h])?)
+            Some(w.take(names::LM_HEAD, &[c.vocab_size, h])?)
         };
         let left: Vec<&str> = w
             .remaining()

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 
 /// Everything the base policy's weights depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,10 +178,10 @@ impl Recipe {
             steps: 250,
             batch: 8,
             lr: 8e-3,
-            // Two parts build a base 1.4–1.6× faster whose loop stalled
-            // below 90% in every run tried: `--quick`'s ([`Recipe::quick`];
-            // docs/ARCHITECTURE.md, "Performance").
-            gradient_parts: 1,
+            // Each half of a batch on a core of its own: the two cores the
+            // demo is meant for both work (docs/ARCHITECTURE.md,
+            // "Performance").
+            gradient_parts: 2,
             vocab_size: 2048,
             numbers: Numbers::Runs,
             check_tasks: 60,
@@ -203,6 +203,13 @@ impl Recipe {
             drill_steps: 400,
             answer_drill_candidates: 8,
             min_copy_rate: 0.8,
+            // With the written full-weight backward, 250 steps left the
+            // call's copy unformed in 4 builds of 4 and 400 steps with the
+            // guesses scored in 2 of 3; with them unscored 2 of 3 builds
+            // copy every number (docs/ARCHITECTURE.md, "Easy tasks: a base
+            // that can copy").
+            steps: 400,
+            direct_guesses_scored: false,
             ..common
         }
     }
@@ -222,20 +229,6 @@ impl Recipe {
             select_every: 25,
             select_success: Some(0.3),
             ..Self::demo(environment, 1)
-        }
-    }
-
-    /// `hone demo --quick`'s base: the demo's recipe with each batch's
-    /// gradient computed in two parts on two threads, which builds 1.4–1.6×
-    /// faster on two cores. Float sums then run in another order, so it is
-    /// another base: its ten-minute loop stalled below 90% in every run
-    /// tried (three) where the default's reaches 99–100% (docs/ARCHITECTURE.md,
-    /// "Performance"), so only the quick run, which shows learning rather
-    /// than its ceiling, starts from it.
-    pub fn quick(environment: Builtin, max_difficulty: u8) -> Self {
-        Self {
-            gradient_parts: 2,
-            ..Self::demo(environment, max_difficulty)
         }
     }
 
@@ -887,16 +880,11 @@ fn ready<F: std::future::Future>(future: F) -> Result<F::Output> {
 }
 
 /// Where the demo keeps the base policy of `recipe` inside a data
-/// directory: one per environment, hardest level and gradient parts, so a
-/// demo on easy tasks, one on every level and a quick one
-/// ([`Recipe::quick`]) each keep theirs.
+/// directory: one per environment and hardest level, so a demo on easy
+/// tasks and one on every level each keep theirs.
 pub fn dir_in(data_dir: &Path, recipe: &Recipe) -> PathBuf {
-    let parts = match recipe.gradient_parts {
-        0 | 1 => String::new(),
-        n => format!("-in-{n}-parts"),
-    };
     data_dir.join("models").join(format!(
-        "base-{}-levels-1-{}{parts}",
+        "base-{}-levels-1-{}",
         recipe.environment.name(),
         recipe.max_difficulty
     ))

@@ -1,25 +1,29 @@
-//! Full-weight supervised training of a small model, differentiated by
-//! candle's autograd through the engine's own forward.
+//! Full-weight supervised training of a small model, with the hand-written
+//! backward of [`crate::policy`] extended to every weight.
 //!
 //! This is how hone makes its own base policies (the demo's): a randomly
 //! initialised model has nothing for a LoRA adapter to steer, so every
-//! weight — embeddings included — must move. The engine's forward is built
-//! from differentiable candle primitives (no fused kernels; an empty KV cache
-//! keeps the tensors themselves), so the same code that serves the model
-//! trains it, and a checkpoint written here loads in the engine, in
-//! `transformers` and in vLLM like any Hugging Face checkpoint.
+//! weight — embeddings included — must move. The forward is the trainer's
+//! packed one ([`crate::policy::base_forward`]: the prompt every sequence
+//! of a batch shares runs once, no padding), and
+//! [`crate::policy::weight_backward`] adds each projection's `dW = dyᵀ·x`,
+//! the norms' and the embedding's gradients to the input gradients the
+//! LoRA backward already computes. candle's autograd did this before and
+//! spent most of a base build zeroing and accumulating one gradient buffer
+//! per graph node (docs/ARCHITECTURE.md, "Performance"). A checkpoint
+//! written here loads in the engine, in `transformers` and in vLLM like any
+//! Hugging Face checkpoint.
 //!
 //! It keeps a gradient and two AdamW moments for every weight, so it is for
-//! small models; adapters on real checkpoints are trained by [`crate::trainer`]
-//! with the LoRA-only backward of [`crate::policy`].
+//! small models; adapters on real checkpoints are trained by [`crate::trainer`].
 
 use crate::optim::{AdamW, OptimConfig};
 use crate::parallel::{cut, on_threads};
-use crate::policy::{Grads, Sequence};
+use crate::policy::{self, Grads, Packed, Sequence};
 use crate::{Result, TrainError};
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor};
 use hone_engine::config::ModelConfig;
-use hone_engine::model::{KvCache, Model};
+use hone_engine::model::Model;
 use hone_engine::weights::Weights;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,13 +37,13 @@ const COMPANIONS: [&str; 4] = [
     "generation_config.json",
 ];
 
-/// Every weight of a model as a trainable variable, with its optimiser.
+/// Every weight of a model, trainable, with its optimiser.
 pub struct FullTrainer {
     source: PathBuf,
     config: ModelConfig,
     device: Device,
     /// `(Hugging Face name, weight)`, in a fixed order (the moments' order).
-    weights: Vec<(String, Var)>,
+    weights: Vec<(String, Tensor)>,
     optim: AdamW,
     /// Parts a batch's gradient is computed in, each on a thread of its
     /// own (see [`FullTrainer::gradients`]).
@@ -69,17 +73,13 @@ impl FullTrainer {
     /// Loads the checkpoint in `dir` in f32 with every weight trainable.
     pub fn load(dir: &Path, device: &Device, optim: OptimConfig) -> Result<Self> {
         let config = ModelConfig::from_file(&dir.join("config.json"))?;
-        let mut named: Vec<(String, Tensor)> = hone_engine::weights::Weights::load(dir, DType::F32, device)?
+        let mut weights: Vec<(String, Tensor)> = Weights::load(dir, DType::F32, device)?
             .into_tensors()
             .into_iter()
             .filter(|(name, _)| !name.contains("rotary_emb"))
             .collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        let weights = named
-            .into_iter()
-            .map(|(name, t)| Ok((name, Var::from_tensor(&t)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let params: Vec<&Tensor> = weights.iter().map(|(_, v)| v.as_tensor()).collect();
+        weights.sort_by(|a, b| a.0.cmp(&b.0));
+        let params: Vec<&Tensor> = weights.iter().map(|(_, t)| t).collect();
         let optim = AdamW::new(optim, &params)?;
         Ok(Self {
             source: dir.to_owned(),
@@ -93,11 +93,7 @@ impl FullTrainer {
 
     /// The model over the current weights (sharing their storage).
     pub fn model(&self) -> Result<Model> {
-        let tensors: HashMap<String, Tensor> = self
-            .weights
-            .iter()
-            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-            .collect();
+        let tensors: HashMap<String, Tensor> = self.weights.iter().cloned().collect();
         let weights = Weights::from_tensors(tensors, &self.source);
         Ok(Model::from_weights(
             self.config.clone(),
@@ -115,84 +111,26 @@ impl FullTrainer {
 
     /// Parameters trained (elements).
     pub fn parameters(&self) -> usize {
-        self.weights.iter().map(|(_, v)| v.as_tensor().elem_count()).sum()
-    }
-
-    /// Summed negative log-likelihood of the scored tokens of `sequences`
-    /// (a graph tensor when the weights are variables) and their count.
-    ///
-    /// The leading tokens every sequence shares (a system prompt and tool
-    /// list, typically most of a demonstration) run through the model once;
-    /// the sequences then continue from it together, as one batch whose
-    /// rows are their own tokens padded at the end (causal attention never
-    /// lets a real position see the padding after it), so their gradients
-    /// add up through the shared positions. Only the scored positions are
-    /// projected onto the vocabulary.
-    fn nll(&self, model: &Model, sequences: &[&Sequence]) -> Result<(Tensor, usize)> {
-        let shared = shared_prefix(sequences);
-        let rows = sequences.len();
-        let mut cache = KvCache::differentiable();
-        if let (Some(first), true) = (sequences.first(), shared > 0) {
-            let tokens = Tensor::new(&first.tokens[..shared], &self.device)?.unsqueeze(0)?;
-            model.hidden(&tokens, &mut cache, None)?;
-            cache = cache.repeat_rows(rows)?;
-        }
-        let longest = sequences.iter().map(|s| s.tokens.len() - shared).max().unwrap_or(0);
-        // Position i's logits predict token i+1; `scored[i+1]` says whether
-        // it counts. Slots are row-major over the padded own tokens.
-        let mut own = Vec::with_capacity(rows * longest);
-        let (mut slots, mut targets) = (Vec::new(), Vec::new());
-        for (row, sequence) in sequences.iter().enumerate() {
-            let tokens = &sequence.tokens[shared..];
-            own.extend_from_slice(tokens);
-            own.resize((row + 1) * longest, 0);
-            for i in shared + 1..sequence.tokens.len() {
-                if sequence.scored[i] {
-                    slots.push((row * longest + i - 1 - shared) as u32);
-                    targets.push(sequence.tokens[i]);
-                }
-            }
-        }
-        if targets.is_empty() {
-            return Ok((Tensor::zeros((), DType::F32, &self.device)?, 0));
-        }
-        let tokens = Tensor::from_vec(own, (rows, longest), &self.device)?;
-        let hidden = model.hidden(&tokens, &mut cache, None)?;
-        let h = hidden.dim(D::Minus1)?;
-        let picked = hidden
-            .reshape((rows * longest, h))?
-            .index_select(&Tensor::new(slots.as_slice(), &self.device)?, 0)?;
-        let logits = model.logits(&picked.unsqueeze(0)?)?.squeeze(0)?;
-        let max = logits.max_keepdim(D::Minus1)?.detach();
-        let shifted = logits.broadcast_sub(&max)?;
-        let log_z = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-        let log_probs = shifted.broadcast_sub(&log_z)?;
-        let vocab = self.config.vocab_size;
-        let mut one_hot = vec![0f32; targets.len() * vocab];
-        for (row, &t) in targets.iter().enumerate() {
-            one_hot[row * vocab + t as usize] = 1.0;
-        }
-        let one_hot = Tensor::from_vec(one_hot, (targets.len(), vocab), &self.device)?;
-        let total = (log_probs * one_hot)?.sum_all()?.neg()?;
-        Ok((total, targets.len()))
+        self.weights.iter().map(|(_, t)| t.elem_count()).sum()
     }
 
     /// Mean negative log-likelihood per scored token, without training.
     pub fn loss(&self, sequences: &[&Sequence]) -> Result<f64> {
         let model = self.model()?;
-        let (total, count) = self.nll(&model, sequences)?;
-        Ok(f64::from(total.to_scalar::<f32>()?) / count.max(1) as f64)
+        let packed = Packed::new(&model, sequences)?;
+        let logprobs = policy::logprobs(&model, None, &packed)?;
+        let total: f64 = logprobs.iter().map(|&lp| -f64::from(lp)).sum();
+        Ok(total / logprobs.len().max(1) as f64)
     }
 
     /// The mean loss of `batch`, its gradient for every weight (in
     /// [`FullTrainer::names`] order) and the scored tokens.
     ///
     /// The batch is cut into [`FullTrainer::set_parts`] parts, each
-    /// differentiated on a thread of its own (candle's graph of one batch
-    /// is a long chain of small ops that one core runs about as fast as
-    /// two): each part's summed negative log-likelihood divided by the
-    /// whole batch's scored tokens, so the parts' gradients add up to the
-    /// batch mean's — and one part is exactly the whole batch at once.
+    /// differentiated on a thread of its own: each part's summed negative
+    /// log-likelihood divided by the whole batch's scored tokens, so the
+    /// parts' gradients add up to the batch mean's — and one part is
+    /// exactly the whole batch at once.
     pub fn gradients(&self, batch: &[&Sequence]) -> Result<(f64, Grads, usize)> {
         let tokens: usize = batch.iter().map(|s| s.scored_count()).sum();
         if tokens == 0 {
@@ -216,21 +154,31 @@ impl FullTrainer {
     /// `part`'s share of the mean loss of a batch with `tokens` scored
     /// tokens in all, and its gradient for every weight.
     fn part_gradients(&self, model: &Model, part: &[&Sequence], tokens: usize) -> Result<(f64, Grads)> {
-        let (total, scored) = self.nll(model, part)?;
-        let share = (total / tokens as f64)?;
-        let value = f64::from(share.to_scalar::<f32>()?);
-        let store = if scored > 0 { Some(share.backward()?) } else { None };
+        let scale = 1.0 / tokens as f64;
+        let zeros = || -> Result<Grads> {
+            let zeros = self.weights.iter().map(|(_, t)| t.zeros_like());
+            Ok(Grads(zeros.collect::<candle_core::Result<_>>()?))
+        };
+        if part.iter().all(|s| s.scored_count() == 0) {
+            return Ok((0.0, zeros()?));
+        }
+        let packed = Packed::new(model, part)?;
+        let (logprobs, saved) = policy::base_forward(model, &packed)?;
+        let share: f64 = logprobs.iter().map(|&lp| -f64::from(lp) * scale).sum();
+        let dlogprobs = vec![-scale as f32; logprobs.len()];
+        let mut by_name: HashMap<String, Tensor> = policy::weight_backward(model, &packed, saved, &dlogprobs)?
+            .into_iter()
+            .collect();
         let grads = self
             .weights
             .iter()
-            .map(|(_, var)| match store.as_ref().and_then(|s| s.get(var.as_tensor())) {
-                // A gradient can carry the graph that computed it (see
-                // `AdamW::step`); only its value is wanted.
-                Some(g) => Ok(g.detach()),
-                None => Ok(var.as_tensor().zeros_like()?),
+            .map(|(name, _)| {
+                by_name
+                    .remove(name)
+                    .ok_or_else(|| TrainError::Config(format!("no gradient for weight `{name}`")))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((value, Grads(grads)))
+        Ok((share, Grads(grads)))
     }
 
     /// The weights' names, in the order of [`FullTrainer::gradients`].
@@ -240,27 +188,35 @@ impl FullTrainer {
 
     /// The current value of weight `name`.
     pub fn weight(&self, name: &str) -> Option<&Tensor> {
-        self.weights.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_tensor())
+        self.weights.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
     /// Replaces weight `name` (same shape), e.g. to probe the loss.
-    pub fn set_weight(&self, name: &str, value: &Tensor) -> Result<()> {
-        let (_, var) = self
+    pub fn set_weight(&mut self, name: &str, value: &Tensor) -> Result<()> {
+        let (_, weight) = self
             .weights
-            .iter()
+            .iter_mut()
             .find(|(n, _)| n == name)
             .ok_or_else(|| TrainError::Config(format!("no weight `{name}`")))?;
-        Ok(var.set(value)?)
+        if value.dims() != weight.dims() {
+            return Err(TrainError::Config(format!(
+                "weight `{name}` is {:?}, not {:?}",
+                weight.dims(),
+                value.dims()
+            )));
+        }
+        *weight = value.to_dtype(DType::F32)?;
+        Ok(())
     }
 
     /// One AdamW step on the mean loss of `batch` at learning rate `lr`.
     pub fn step(&mut self, batch: &[&Sequence], lr: f64) -> Result<FullStep> {
         let (loss, mut grads, tokens) = self.gradients(batch)?;
         let grad_norm = crate::optim::clip_grad_norm(&mut grads, self.optim.config.max_grad_norm)?;
-        let params: Vec<&Tensor> = self.weights.iter().map(|(_, v)| v.as_tensor()).collect();
+        let params: Vec<&Tensor> = self.weights.iter().map(|(_, t)| t).collect();
         let updated = self.optim.step(&params, &grads, lr)?;
-        for ((_, var), new) in self.weights.iter().zip(updated) {
-            var.set(&new)?;
+        for ((_, weight), new) in self.weights.iter_mut().zip(updated) {
+            *weight = new;
         }
         Ok(FullStep {
             loss,
@@ -279,37 +235,7 @@ impl FullTrainer {
                 std::fs::copy(&from, out.join(file)).map_err(|e| TrainError::io(&from, e))?;
             }
         }
-        let tensors: HashMap<String, Tensor> = self
-            .weights
-            .iter()
-            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-            .collect();
+        let tensors: HashMap<String, Tensor> = self.weights.iter().cloned().collect();
         crate::checkpoint::save_safetensors(&tensors, &out.join("model.safetensors"))
     }
-}
-
-/// How many leading tokens all `sequences` share and can run once: the
-/// common prefix, stopping before the position whose logits predict the
-/// first scored token (those logits must come from each sequence's own
-/// continuation) and leaving every sequence at least one token of its own.
-fn shared_prefix(sequences: &[&Sequence]) -> usize {
-    let Some(first) = sequences.first() else {
-        return 0;
-    };
-    sequences
-        .iter()
-        .map(|s| {
-            let common = s.tokens.iter().zip(&first.tokens).take_while(|(a, b)| a == b).count();
-            let first_scored = s
-                .scored
-                .iter()
-                .skip(1)
-                .position(|&x| x)
-                .map_or(s.tokens.len(), |p| p + 1);
-            common
-                .min(first_scored.saturating_sub(1))
-                .min(s.tokens.len().saturating_sub(1))
-        })
-        .min()
-        .unwrap_or(0)
 }

@@ -9,8 +9,9 @@
 //! - [`data`]: the JSONL formats `hone train` reads;
 //! - [`trainer`]: the loop — accumulation, replay, EWC, metrics;
 //! - [`checkpoint`]: checkpoints that resume exactly;
-//! - [`full`]: full-weight supervised training of small models through the
-//!   engine's forward (candle autograd), for the base policies hone makes;
+//! - [`full`]: full-weight supervised training of small models with the
+//!   policy's backward extended to every weight, for the base policies hone
+//!   makes;
 //! - `parallel`: a batch's parts on threads of their own.
 
 pub mod checkpoint;

@@ -6,8 +6,9 @@
 //!   replay and EWC, the baseline mode;
 //! - `learning`: GRPO raises a tiny model's reward on a verifiable task;
 //! - `data`: the JSONL formats and their errors;
-//! - `full`: full-weight training (autograd against finite differences; a
-//!   random tiny model learns to copy on held-out prompts).
+//! - `full`: full-weight training (the written gradients against candle's
+//!   autograd and finite differences; a random tiny model learns to copy on
+//!   held-out prompts).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
 

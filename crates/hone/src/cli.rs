@@ -238,8 +238,8 @@ pub enum ModelCommand {
         /// `tiny` (tests), `mini` (4×128), `small` (4×512, training
         /// benchmarks), `qwen2.5-0.5b` (the real shape, for benchmarks),
         /// `demo`: the trained base policy of `hone demo` (built from its
-        /// recipe in a few minutes; `--seed` picks the initialisation), or
-        /// `demo-quick`: that of `hone demo --quick`.
+        /// recipe in about two minutes; `--seed` picks the initialisation),
+        /// or `demo-quick`: that of `hone demo --quick`, the same base.
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Output directory (created if missing).

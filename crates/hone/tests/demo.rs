@@ -326,11 +326,10 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
         started.elapsed().as_secs_f64()
     );
     assert!(stderr.contains("building the base policy"), "{stderr}");
-    // Its own base policy, built in two parts, beside where the default's goes.
-    let built: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(data.join("models/base-calc-levels-1-1-in-2-parts/recipe.json")).unwrap(),
-    )
-    .unwrap();
+    // The demo's base policy, each batch's gradient in two parts.
+    let built: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("models/base-calc-levels-1-1/recipe.json")).unwrap())
+            .unwrap();
     assert_eq!(built["recipe"]["gradient_parts"], 2, "{built}");
 
     // What --quick stands for is what ran.

@@ -12,8 +12,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// The preset names of the demo's trained base policies: `hone demo`'s
-/// and `hone demo --quick`'s.
+/// The preset names of the demo's trained base policy: `hone demo`'s, and
+/// `hone demo --quick`'s, which is now the same base (kept as a name).
 pub const DEMO: &str = "demo";
 pub const DEMO_QUICK: &str = "demo-quick";
 
@@ -21,8 +21,7 @@ pub const DEMO_QUICK: &str = "demo-quick";
 /// `None` for the other presets.
 pub fn demo_recipe(preset: &str, max_difficulty: u8) -> Option<Recipe> {
     match preset {
-        DEMO => Some(Recipe::demo(Builtin::Calc, max_difficulty)),
-        DEMO_QUICK => Some(Recipe::quick(Builtin::Calc, max_difficulty)),
+        DEMO | DEMO_QUICK => Some(Recipe::demo(Builtin::Calc, max_difficulty)),
         _ => None,
     }
 }

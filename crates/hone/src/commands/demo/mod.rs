@@ -391,14 +391,9 @@ pub(crate) struct Summary {
 impl DemoArgs {
     /// The recipe of the base policy the demo builds when not given one
     /// (`--base`): its demonstrations are tasks up to `--max-difficulty`,
-    /// the levels the demo plays; `--quick` builds the faster
-    /// [`Recipe::quick`].
+    /// the levels the demo plays (`--quick` plays from the same base).
     pub fn recipe(&self) -> Recipe {
-        if self.quick {
-            Recipe::quick(Builtin::Calc, self.max_difficulty)
-        } else {
-            Recipe::demo(Builtin::Calc, self.max_difficulty)
-        }
+        Recipe::demo(Builtin::Calc, self.max_difficulty)
     }
 
     /// Refuses arguments the demo cannot run with, before anything is made.

@@ -1,5 +1,5 @@
-//! The training forward and a hand-written backward that computes only what
-//! LoRA needs.
+//! The training forward and a hand-written backward, for LoRA adapters and
+//! for every weight of a small model.
 //!
 //! candle's autograd computes the gradient of every matmul operand, so a
 //! frozen base weight still costs a full weight-gradient GEMM, and its fused
@@ -8,7 +8,10 @@
 //! `dB = s·dyᵀ·(x·Aᵀ)` and `dA = s·(dy·B)ᵀ·x` — never `dW` — through RMSNorm,
 //! RoPE, causal GQA attention and SwiGLU. The cost is one forward plus one
 //! input-gradient pass (≈ 2× the forward), what PyTorch spends on a LoRA
-//! model whose base weights do not require gradients.
+//! model whose base weights do not require gradients. The same pass with
+//! [`weight_backward`] keeps `dW = dyᵀ·x` of every projection and the
+//! gradients of the norms, the embedding and the LM head instead: the
+//! full-weight trainer ([`crate::full`]) that makes hone's own base models.
 //!
 //! Sequences are packed: projections, norms and the MLP run on all tokens of
 //! the batch at once (no padding), and the prompt every sequence of a batch
@@ -33,6 +36,12 @@ use hone_engine::model::{project, softmax_last, Layer, Linear};
 use hone_engine::Model;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
+
+mod adapter;
+mod weights;
+
+pub use adapter::backward;
+pub use weights::weight_backward;
 
 /// A token sequence and which of its tokens are scored (predicted from the
 /// ones before them and counted in the loss). `scored[0]` is never used.
@@ -527,8 +536,55 @@ fn run(
     Ok((logprobs, saved))
 }
 
-/// Gradients of the LoRA tensors given `∂L/∂logprob` of every scored token.
-pub fn backward(model: &Model, lora: &LoraParams, packed: &Packed, saved: Saved, dlogprobs: &[f32]) -> Result<Grads> {
+/// The training forward of the model alone (no adapter), for
+/// [`weight_backward`].
+pub fn base_forward(model: &Model, packed: &Packed) -> Result<(Vec<f32>, Saved)> {
+    let (logprobs, saved) = run(model, None, packed, None, true)?;
+    let saved = saved.ok_or_else(|| TrainError::Config("forward kept no activations".into()))?;
+    Ok((logprobs, saved))
+}
+
+/// What a backward differentiates. Every parameterisation passes the same
+/// input gradients back through the model; each keeps the gradients of
+/// its own tensors.
+trait Parameters {
+    /// `dx` of layer `n`'s projection `module` (input `x`, output gradient
+    /// `dy`), keeping its gradients.
+    fn linear(
+        &mut self,
+        n: usize,
+        layer: &Layer,
+        module: Module,
+        x: &Tensor,
+        saved: &LayerSaved,
+        dy: &Tensor,
+    ) -> Result<Tensor>;
+
+    /// An RMSNorm `name` (input `x`, scale `r`, output gradient `dy`).
+    fn norm(&mut self, _name: &dyn Fn() -> String, _x: &Tensor, _r: &Tensor, _dy: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// The LM head, from the scored rows' logit gradients and hidden states.
+    fn head(&mut self, _dlogits: &Tensor, _hidden: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// The embedding, from the gradient of its output rows.
+    fn embedding(&mut self, _model: &Model, _packed: &Packed, _dx: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Passes `∂L/∂logprob` of every scored token back through the model,
+/// `params` keeping the gradients it differentiates.
+fn backprop(
+    model: &Model,
+    packed: &Packed,
+    saved: Saved,
+    dlogprobs: &[f32],
+    params: &mut dyn Parameters,
+) -> Result<()> {
     if dlogprobs.len() != packed.scored() {
         return Err(TrainError::Config(format!(
             "{} logprob gradients for {} scored tokens",
@@ -538,7 +594,6 @@ pub fn backward(model: &Model, lora: &LoraParams, packed: &Packed, saved: Saved,
     }
     let c = &model.config;
     let device = model.device();
-    let mut grads = Grads::zeros(lora)?;
     // d log p(y)/d logits = onehot(y) − softmax.
     let dl = Tensor::from_slice(dlogprobs, (dlogprobs.len(), 1), device)?;
     let soft = saved.logits.broadcast_sub(&saved.lse)?.exp()?;
@@ -547,17 +602,22 @@ pub fn backward(model: &Model, lora: &LoraParams, packed: &Packed, saved: Saved,
         .neg()?
         .scatter_add(&packed.target_tokens, &dl, D::Minus1)?;
     let dhidden_targets = dlogits.matmul(model.lm_head())?;
+    params.head(&dlogits, &saved.hidden)?;
     drop(saved.hidden);
     let dnormed = Tensor::zeros((packed.rows, c.hidden_size), DType::F32, device)?.index_add(
         &packed.target_rows,
         &dhidden_targets,
         0,
     )?;
+    params.norm(
+        &|| hone_engine::names::FINAL_NORM.to_owned(),
+        &saved.x_last,
+        &saved.r_final,
+        &dnormed,
+    )?;
     let mut dx = rms_backward(&saved.x_last, &saved.r_final, model.final_norm(), &dnormed)?;
     for (n, (layer, s)) in model.layers().iter().zip(saved.layers).enumerate().rev() {
-        let mut back = |module: Module, input: &Tensor, dy: &Tensor| -> Result<Tensor> {
-            linear_backward(layer, module, lora, n, input, s.lora(module), dy, &mut grads)
-        };
+        let mut back = |module: Module, input: &Tensor, dy: &Tensor| params.linear(n, layer, module, input, &s, dy);
         // MLP.
         let dact = back(Module::DownProj, &s.act, &dx)?;
         let sig = sigmoid(&s.gate)?;
@@ -566,17 +626,19 @@ pub fn backward(model: &Model, lora: &LoraParams, packed: &Packed, saved: Saved,
         let dgate = ((&dact * &s.up)? * dsilu)?;
         let dup = (&dact * silu)?;
         let dh2 = (back(Module::GateProj, &s.h2, &dgate)? + back(Module::UpProj, &s.h2, &dup)?)?;
-        let dx_mid = (&dx + rms_backward(&s.x_mid, &s.r2, &layer.post_norm, &dh2)?)?;
         // Attention.
+        let dx_mid = (&dx + rms_backward(&s.x_mid, &s.r2, &layer.post_norm, &dh2)?)?;
         let dattn = back(Module::OProj, &s.attn, &dx_mid)?;
         let (dq, dk, dv) = attention_backward(model, packed, &s, &dattn)?;
         let dq = rope(&dq, packed, c.num_attention_heads, true)?;
         let dk = rope(&dk, packed, c.num_key_value_heads, true)?;
         let dh1 = ((back(Module::QProj, &s.h1, &dq)? + back(Module::KProj, &s.h1, &dk)?)?
             + back(Module::VProj, &s.h1, &dv)?)?;
+        params.norm(&|| hone_engine::names::post_norm(n), &s.x_mid, &s.r2, &dh2)?;
+        params.norm(&|| hone_engine::names::input_norm(n), &s.x_in, &s.r1, &dh1)?;
         dx = (dx_mid + rms_backward(&s.x_in, &s.r1, &layer.input_norm, &dh1)?)?;
     }
-    Ok(grads)
+    params.embedding(model, packed, &dx)
 }
 
 fn sigmoid(x: &Tensor) -> Result<Tensor> {
@@ -735,39 +797,4 @@ fn linear_forward(
     };
     let y = (y + (xa.matmul(&pair.b.t()?)? * scale)?)?;
     Ok((y, Some(LoraSaved { mask, xa })))
-}
-
-/// `dx = dy·W (+ s·(dy·B)·A through the dropout)`, and the LoRA gradients
-/// added into `grads`.
-#[allow(clippy::too_many_arguments)]
-fn linear_backward(
-    layer: &Layer,
-    module: Module,
-    lora: &LoraParams,
-    n: usize,
-    x: &Tensor,
-    saved: Option<&LoraSaved>,
-    dy: &Tensor,
-    grads: &mut Grads,
-) -> Result<Tensor> {
-    let dx = dy.matmul(&layer.linear(module).weight)?;
-    let (Some(pair), Some(position), Some(saved)) = (lora.get(n, module), lora.position(n, module), saved) else {
-        return Ok(dx);
-    };
-    let s = lora.scale;
-    let input = match &saved.mask {
-        Some(m) => (x * m)?,
-        None => x.clone(),
-    };
-    let dyb = dy.matmul(&pair.b)?;
-    let da = (dyb.t()?.matmul(&input)? * s)?;
-    let db = (dy.t()?.matmul(&saved.xa)? * s)?;
-    grads.0[2 * position] = (&grads.0[2 * position] + da)?;
-    grads.0[2 * position + 1] = (&grads.0[2 * position + 1] + db)?;
-    let dlora = (dyb.matmul(&pair.a)? * s)?;
-    let dlora = match &saved.mask {
-        Some(m) => (dlora * m)?,
-        None => dlora,
-    };
-    Ok((dx + dlora)?)
 }
