@@ -163,14 +163,17 @@ impl Adapter {
 /// The PEFT name of one LoRA tensor.
 pub fn peft_name(layer: usize, module: Module, which: char) -> String {
     format!(
-        "base_model.model.{}.lora_{which}.weight",
+        "{}{}.lora_{which}.weight",
+        crate::names::PEFT_PREFIX,
         crate::names::projection(layer, module)
     )
 }
 
 /// `base_model.model.model.layers.3.mlp.up_proj.lora_B.weight` → (3, UpProj, 'B').
 fn parse_peft_name(name: &str) -> Option<(usize, Module, char)> {
-    let rest = name.strip_prefix("base_model.model.model.layers.")?;
+    let rest = name
+        .strip_prefix(crate::names::PEFT_PREFIX)?
+        .strip_prefix(crate::names::LAYER_PREFIX)?;
     let (layer, rest) = rest.split_once('.')?;
     let layer = layer.parse().ok()?;
     let mut parts = rest.split('.');

@@ -4,8 +4,9 @@
 //! says so).
 //!
 //! Every step is written with plain candle tensor ops. candle's fused kernels
-//! (`rms_norm`, `softmax_last_dim`, `rope`, …) record no gradient, and the
-//! trainer differentiates through this same forward.
+//! (`rms_norm`, `softmax_last_dim`, `rope`, …) record no gradient, and
+//! hone-train's tests differentiate through this same forward with candle's
+//! autograd as the reference for the trainer's hand-written backward.
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::lora::{Adapter, LoraWeights, Module};
@@ -134,8 +135,8 @@ impl KvCache {
 
     /// A cache whose every append makes new tensors (concatenation) rather
     /// than writing in place, so gradients flow back through the cached
-    /// positions and clones share them safely: training computes a prompt
-    /// shared by many sequences once and continues each from a clone.
+    /// positions and clones share them safely: candle's autograd through
+    /// the forward, the reference the trainer's backward is checked against.
     pub fn differentiable() -> Self {
         Self {
             concat: true,
@@ -172,30 +173,6 @@ impl KvCache {
             layers,
             len,
             concat: false,
-        })
-    }
-
-    /// The cache with its one row repeated `rows` times (`[rows, kv_heads,
-    /// positions, head_dim]`), still differentiable: a prompt shared by a
-    /// batch runs once and every row continues from it, the gradients of
-    /// all rows adding up in the shared positions.
-    pub fn repeat_rows(&self, rows: usize) -> Result<Self> {
-        let repeat = |t: &Tensor| -> Result<Tensor> {
-            let (_, heads, len, d) = t.dims4()?;
-            Ok(t.broadcast_as((rows, heads, len, d))?.contiguous()?)
-        };
-        let layers = self
-            .layers
-            .iter()
-            .map(|layer| match layer {
-                Some((k, v)) => Ok(Some((repeat(k)?, repeat(v)?))),
-                None => Ok(None),
-            })
-            .collect::<Result<_>>()?;
-        Ok(Self {
-            layers,
-            len: self.len,
-            concat: self.concat,
         })
     }
 
@@ -356,7 +333,7 @@ impl Model {
         let left: Vec<&str> = w
             .remaining()
             .into_iter()
-            .filter(|n| !n.contains("rotary_emb"))
+            .filter(|n| !names::is_rotary_table(n))
             .collect();
         if !left.is_empty() {
             tracing::warn!(tensors = ?left, "checkpoint tensors the model does not use");

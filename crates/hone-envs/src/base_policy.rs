@@ -87,8 +87,8 @@ pub struct Recipe {
     /// Each batch's gradient is computed in this many parts, each on a
     /// thread of its own (`FullTrainer::set_parts`): the weights depend on
     /// the count, not on the machine's cores. One part is the batch at
-    /// once, as recipes were built before the count existed (so it is left
-    /// out of the recipe's hash).
+    /// once: what a `recipe.json` written before the count existed means,
+    /// and left out of the hash when it is one.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub gradient_parts: usize,
     /// Tokens of the byte-level BPE tokenizer learned from the
@@ -157,9 +157,10 @@ impl Recipe {
     /// the results (the common recipe's base copied results above 30 with
     /// probability ~0.1, which capped what the loop could reach), and a
     /// copy check that rebuilds anything below 80%. The recipes with
-    /// harder levels keep the weights measured for them (ARCHITECTURE.md,
-    /// "The demo's base policy"); [`Recipe::aimed`] is the easy recipe
-    /// aimed lower.
+    /// harder levels keep their schedules, built since stop 56 in two parts
+    /// with the written backward: one build of levels 1–3 measured (its
+    /// third seed kept; ARCHITECTURE.md, "The demo's base policy").
+    /// [`Recipe::aimed`] is the easy recipe aimed lower.
     pub fn demo(environment: Builtin, max_difficulty: u8) -> Self {
         let common = Self {
             environment,
@@ -218,7 +219,8 @@ impl Recipe {
     /// demonstrations answer at once with their guessed number unscored,
     /// and the check plays at the demo's temperature and keeps, from step
     /// 150 on, the checkpoint nearest 30% (ARCHITECTURE.md, "Aiming the
-    /// base": a base of 21.7–43.3%, which the loop takes to ~90%).
+    /// base": a base of 21.7–43.3%, which the loop takes to ~90%, measured
+    /// on the 250-step, one-part recipe before stop 56; not re-measured).
     pub fn aimed(environment: Builtin) -> Self {
         Self {
             direct_share: 0.55,

@@ -7,10 +7,11 @@
 //! packed one ([`crate::policy::base_forward`]: the prompt every sequence
 //! of a batch shares runs once, no padding), and
 //! [`crate::policy::weight_backward`] adds each projection's `dW = dyᵀ·x`,
-//! the norms' and the embedding's gradients to the input gradients the
-//! LoRA backward already computes. candle's autograd did this before and
-//! spent most of a base build zeroing and accumulating one gradient buffer
-//! per graph node (docs/ARCHITECTURE.md, "Performance"). A checkpoint
+//! the norms', the embedding's and the LM head's gradients to the input
+//! gradients the LoRA backward already computes. candle's autograd did this
+//! before, 2.9× slower on the demo's base: about a third of its time went to
+//! zeroing and accumulating a gradient buffer per graph node
+//! (docs/ARCHITECTURE.md, "Performance"). A checkpoint
 //! written here loads in the engine, in `transformers` and in vLLM like any
 //! Hugging Face checkpoint.
 //!
@@ -24,6 +25,7 @@ use crate::{Result, TrainError};
 use candle_core::{DType, Device, Tensor};
 use hone_engine::config::ModelConfig;
 use hone_engine::model::Model;
+use hone_engine::names;
 use hone_engine::weights::Weights;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -73,10 +75,13 @@ impl FullTrainer {
     /// Loads the checkpoint in `dir` in f32 with every weight trainable.
     pub fn load(dir: &Path, device: &Device, optim: OptimConfig) -> Result<Self> {
         let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        // A tied checkpoint's stored copy of the LM head is the embedding
+        // (the engine checks it), not a weight of its own.
+        let tied = config.tie_word_embeddings;
         let mut weights: Vec<(String, Tensor)> = Weights::load(dir, DType::F32, device)?
             .into_tensors()
             .into_iter()
-            .filter(|(name, _)| !name.contains("rotary_emb"))
+            .filter(|(name, _)| !(names::is_rotary_table(name) || tied && name == names::LM_HEAD))
             .collect();
         weights.sort_by(|a, b| a.0.cmp(&b.0));
         let params: Vec<&Tensor> = weights.iter().map(|(_, t)| t).collect();

@@ -90,9 +90,11 @@ impl AdamW {
         let correction2 = 1.0 - c.beta2.powi(t);
         let mut updated = Vec::with_capacity(params.len());
         for (i, (p, g)) in params.iter().zip(&grads.0).enumerate() {
-            // Detached: a gradient candle's autograd made can still carry
-            // the graph that computed it (a product with a variable does),
-            // and the moments would then hold every step's graph alive.
+            // Detached, a guard: a gradient made by candle's autograd can
+            // carry the graph that computed it (a product with a variable
+            // does; no trainer here makes one since the full-weight trainer
+            // went to the written backward), and the moments would then
+            // hold every step's graph alive.
             let (p, g) = (p.detach(), g.detach());
             self.m[i] = ((&self.m[i] * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
             self.v[i] = ((&self.v[i] * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;

@@ -167,9 +167,6 @@ fn full_weight_gradients_match_finite_differences() {
     assert_eq!(checked, 15);
 }
 
-/// The loss of a batch whose sequences share a long prompt (run once, then
-/// continued per sequence) equals the mean loss computed from each
-/// sequence's own full forward, and its gradient matches finite differences.
 /// A batch's gradient computed in parts, each on a thread of its own, is
 /// the whole batch's: the same loss, token count and gradient (up to the
 /// order of float sums), also when the parts share a prompt and have
@@ -203,10 +200,11 @@ fn a_gradient_in_parts_on_threads_is_the_whole_batchs() {
 }
 
 /// Training keeps values, never graphs: the gradients of a batch that
-/// shares its prompt (where some of candle's gradients are products with a
-/// variable and so carry the graph that made them) and the optimiser's
-/// moments and updates. A moment that kept its graph held every earlier
-/// step's alive: the demo's base build grew to 18 GB before this held.
+/// shares its prompt, and the optimiser's moments and updates even when a
+/// gradient carries the graph that made it (as candle's autograd's
+/// products with a variable do). A moment that kept its graph held every
+/// earlier step's alive: the demo's base build grew to 18 GB before this
+/// held, when the full-weight trainer still ran on autograd.
 #[test]
 fn gradients_and_the_optimiser_state_hold_no_graph() {
     let (_dir, path) = tiny(Arch::Qwen2);
@@ -231,6 +229,9 @@ fn gradients_and_the_optimiser_state_hold_no_graph() {
     assert!(!updated[0].track_op(), "the update keeps a graph");
 }
 
+/// The loss of a batch whose sequences share a long prompt (run once, then
+/// continued per sequence) equals the mean loss computed from each
+/// sequence's own full forward, and its gradient matches finite differences.
 #[test]
 fn a_shared_prompt_runs_once_and_gives_the_same_loss_as_full_forwards() {
     let (_dir, path) = tiny(Arch::Qwen2);
@@ -338,4 +339,24 @@ fn a_random_tiny_model_learns_to_copy_on_held_out_prompts_and_the_saved_checkpoi
     let again = reloaded.loss(&held).unwrap();
     assert!((again - after).abs() < 1e-4, "{again} vs {after}");
     hone_engine::model::Model::load(&out, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+}
+
+/// A tied checkpoint may still store a copy of the LM head (the engine
+/// takes it and uses the embedding): the trainer trains the embedding and
+/// leaves the copy out rather than asking for a gradient it has no use for.
+#[test]
+fn a_tied_checkpoints_stored_head_copy_is_not_a_weight_of_its_own() {
+    let (_dir, path) = tiny(Arch::Qwen2);
+    let file = path.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    let embedding = tensors[hone_engine::names::EMBEDDING].clone();
+    tensors.insert(hone_engine::names::LM_HEAD.to_owned(), embedding);
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    let mut trainer = FullTrainer::load(&path, &Device::Cpu, OptimConfig::default()).unwrap();
+    assert!(!trainer.names().contains(&hone_engine::names::LM_HEAD));
+    assert!(trainer.names().contains(&hone_engine::names::EMBEDDING));
+    let batch = shared_prompt_batch(2, 6, &[3, 4]);
+    let refs: Vec<&Sequence> = batch.iter().collect();
+    let step = trainer.step(&refs, 1e-3).unwrap();
+    assert!(step.loss.is_finite() && step.grad_norm > 0.0, "{step:?}");
 }

@@ -25,8 +25,9 @@
 //!
 //! Every loss hone trains with (GRPO, DPO, SFT, KL, replay NLL) is a function
 //! of the log-probabilities of the scored tokens, so the interface is:
-//! [`forward`] returns them, the loss turns them into `∂L/∂logprob`, and
-//! [`backward`] turns that into the LoRA gradients.
+//! [`forward`] (or [`base_forward`]) returns them, the loss turns them into
+//! `∂L/∂logprob`, and [`backward`] turns that into the LoRA gradients
+//! (`adapter.rs`), [`weight_backward`] into every weight's (`weights.rs`).
 
 use crate::lora::{LoraPair, LoraParams};
 use crate::{Result, TrainError};
@@ -403,7 +404,7 @@ impl LayerSaved {
     }
 }
 
-/// The activations a [`backward`] needs.
+/// The activations a [`backward`] or [`weight_backward`] needs.
 #[derive(Debug)]
 pub struct Saved {
     layers: Vec<LayerSaved>,

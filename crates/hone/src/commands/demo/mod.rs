@@ -68,9 +68,8 @@ pub struct DemoArgs {
     /// A short run that shows learning in about a minute: `grpo` on
     /// rollouts, half the traffic to a canary, three rounds (`--optimisers
     /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 3`; any of
-    /// them given explicitly wins), from a base policy that builds 1.4–1.6×
-    /// faster on two cores than the default's, and whose ceiling is lower
-    /// (kept beside it in the data directory).
+    /// them given explicitly wins), from the same base policy as the
+    /// default.
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
