@@ -545,21 +545,23 @@ pub fn base_forward(model: &Model, packed: &Packed) -> Result<(Vec<f32>, Saved)>
     Ok((logprobs, saved))
 }
 
+/// One projection in the backward: layer `n`'s `module`, the input `x` it
+/// saw and what its layer's forward kept.
+struct Projection<'a> {
+    n: usize,
+    layer: &'a Layer,
+    module: Module,
+    x: &'a Tensor,
+    saved: &'a LayerSaved,
+}
+
 /// What a backward differentiates. Every parameterisation passes the same
 /// input gradients back through the model; each keeps the gradients of
 /// its own tensors.
 trait Parameters {
-    /// `dx` of layer `n`'s projection `module` (input `x`, output gradient
-    /// `dy`), keeping its gradients.
-    fn linear(
-        &mut self,
-        n: usize,
-        layer: &Layer,
-        module: Module,
-        x: &Tensor,
-        saved: &LayerSaved,
-        dy: &Tensor,
-    ) -> Result<Tensor>;
+    /// `dx` of projection `at` given its output gradient `dy`, keeping the
+    /// projection's gradients.
+    fn linear(&mut self, at: &Projection<'_>, dy: &Tensor) -> Result<Tensor>;
 
     /// An RMSNorm `name` (input `x`, scale `r`, output gradient `dy`).
     fn norm(&mut self, _name: &dyn Fn() -> String, _x: &Tensor, _r: &Tensor, _dy: &Tensor) -> Result<()> {
@@ -618,7 +620,16 @@ fn backprop(
     )?;
     let mut dx = rms_backward(&saved.x_last, &saved.r_final, model.final_norm(), &dnormed)?;
     for (n, (layer, s)) in model.layers().iter().zip(saved.layers).enumerate().rev() {
-        let mut back = |module: Module, input: &Tensor, dy: &Tensor| params.linear(n, layer, module, input, &s, dy);
+        let mut back = |module: Module, x: &Tensor, dy: &Tensor| {
+            let at = Projection {
+                n,
+                layer,
+                module,
+                x,
+                saved: &s,
+            };
+            params.linear(&at, dy)
+        };
         // MLP.
         let dact = back(Module::DownProj, &s.act, &dx)?;
         let sig = sigmoid(&s.gate)?;

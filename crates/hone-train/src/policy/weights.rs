@@ -2,11 +2,9 @@
 //! ([`crate::full`]): each projection's `dW = dyᵀ·x` and bias, the norms',
 //! the embedding's and the LM head's gradients.
 
-use super::{backprop, LayerSaved, Packed, Parameters, Saved};
+use super::{backprop, Packed, Parameters, Projection, Saved};
 use crate::Result;
 use candle_core::Tensor;
-use hone_engine::lora::Module;
-use hone_engine::model::Layer;
 use hone_engine::Model;
 
 /// Gradients of every weight of the model given `∂L/∂logprob` of every
@@ -35,18 +33,10 @@ struct WeightGrads {
 }
 
 impl Parameters for WeightGrads {
-    fn linear(
-        &mut self,
-        n: usize,
-        layer: &Layer,
-        module: Module,
-        x: &Tensor,
-        _: &LayerSaved,
-        dy: &Tensor,
-    ) -> Result<Tensor> {
-        let linear = layer.linear(module);
-        let name = hone_engine::names::projection(n, module);
-        self.grads.push((format!("{name}.weight"), dy.t()?.matmul(x)?));
+    fn linear(&mut self, at: &Projection<'_>, dy: &Tensor) -> Result<Tensor> {
+        let linear = at.layer.linear(at.module);
+        let name = hone_engine::names::projection(at.n, at.module);
+        self.grads.push((format!("{name}.weight"), dy.t()?.matmul(at.x)?));
         if linear.bias.is_some() {
             self.grads.push((format!("{name}.bias"), dy.sum(0)?));
         }
