@@ -24,6 +24,7 @@ use hone_engine::{Arch, Tokenizer};
 use hone_train::data::Renderer;
 use hone_train::full::FullTrainer;
 use hone_train::optim::OptimConfig;
+use hone_train::parallel::cut;
 use hone_train::Sequence;
 use hone_types::openai::Message;
 use serde::{Deserialize, Serialize};
@@ -201,7 +202,10 @@ impl Recipe {
             return common;
         }
         Self {
-            drill_steps: 400,
+            // 150 drills form the copies as often as 400 did (2 of 3 init
+            // seeds) and build ~25 s sooner (docs/ARCHITECTURE.md, "The
+            // recipe since stop 56").
+            drill_steps: 150,
             answer_drill_candidates: 8,
             min_copy_rate: 0.8,
             // With the written full-weight backward, 250 steps left the
@@ -472,11 +476,11 @@ pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
         tokenizer: Some(tokenizer),
     };
     let mut drilled: HashMap<String, usize> = HashMap::new();
-    (0..recipe.demonstrations)
+    let all: Vec<Conversation> = (0..recipe.demonstrations)
         .map(|i| {
             let level = level_of(i, recipe.max_difficulty);
             let task = env.task(Split::Train, i as u64, level);
-            let (prompt, answer) = if evenly_among(recipe.answer_drill_share, i) {
+            Ok(if evenly_among(recipe.answer_drill_share, i) {
                 let task = least_drilled_answer(env.as_ref(), recipe, i, level, &mut drilled).unwrap_or(task);
                 let mut turns = to_values(&env.demonstration(&task))?;
                 let last = turns.split_off(turns.len().saturating_sub(1));
@@ -488,10 +492,31 @@ pub fn drills(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequence>> {
                     vec![serde_json::json!({"role": "user", "content": task.prompt})],
                     vec![serde_json::json!({"role": "assistant", "content": task.prompt})],
                 )
-            };
-            renderer.conversation(&prompt, &answer, None).map_err(BaseError::Data)
+            })
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    on_every_core(&all, |_, (prompt, answer)| {
+        renderer.conversation(prompt, answer, None).map_err(BaseError::Data)
+    })
+}
+
+/// `render(i, item)` of every item, in order, the items cut into one run
+/// of consecutive items per core: rendering and encoding thousands of
+/// demonstrations is a few seconds of a build on one core, and its result
+/// does not depend on how it is cut.
+fn on_every_core<T: Sync, R: Send>(items: &[T], render: impl Fn(usize, &T) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let per_part = hone_engine::threads::part_len(items.len(), cores);
+    let render = &render;
+    let parts = hone_train::parallel::on_threads(cut(items, cores).enumerate().map(|(n, part)| {
+        move || {
+            part.iter()
+                .enumerate()
+                .map(|(i, item)| render(n * per_part + i, item))
+                .collect::<Result<Vec<R>>>()
+        }
+    }))?;
+    Ok(parts.into_iter().flatten().collect())
 }
 
 /// Of the `answer_drill_candidates` training tasks from drill `i`'s
@@ -527,18 +552,15 @@ pub fn demonstrations(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequ
     let renderer = Renderer {
         tokenizer: Some(tokenizer),
     };
-    all.iter()
-        .enumerate()
-        .map(|(i, (prompt, completion))| {
-            let mut sequence = renderer
-                .conversation(prompt, completion, Some(&tools))
-                .map_err(BaseError::Data)?;
-            if answers_directly(recipe, i) && !recipe.direct_guesses_scored {
-                unscore_numbers(&mut sequence, tokenizer)?;
-            }
-            Ok(sequence)
-        })
-        .collect()
+    on_every_core(&all, |i, (prompt, completion)| {
+        let mut sequence = renderer
+            .conversation(prompt, completion, Some(&tools))
+            .map_err(BaseError::Data)?;
+        if answers_directly(recipe, i) && !recipe.direct_guesses_scored {
+            unscore_numbers(&mut sequence, tokenizer)?;
+        }
+        Ok(sequence)
+    })
 }
 
 /// Leaves every scored token that writes a digit unscored.
@@ -555,12 +577,10 @@ fn unscore_numbers(sequence: &mut Sequence, tokenizer: &Tokenizer) -> Result<()>
 /// tokenizer learns its merges from).
 fn corpus(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<String>> {
     let (all, tools) = conversations(recipe)?;
-    all.into_iter()
-        .map(|(mut prompt, completion)| {
-            prompt.extend(completion);
-            Ok(tokenizer.template.render_openai(&prompt, Some(&tools), false)?)
-        })
-        .collect()
+    on_every_core(&all, |_, (prompt, completion)| {
+        let whole: Vec<serde_json::Value> = prompt.iter().chain(completion).cloned().collect();
+        Ok(tokenizer.template.render_openai(&whole, Some(&tools), false)?)
+    })
 }
 
 fn to_values(messages: &[Message]) -> Result<Vec<serde_json::Value>> {

@@ -12,7 +12,7 @@
 //! - [`full`]: full-weight supervised training of small models with the
 //!   policy's backward extended to every weight, for the base policies hone
 //!   makes;
-//! - `parallel`: a batch's parts on threads of their own.
+//! - [`parallel`]: a batch's parts (or any list's) on threads of their own.
 
 pub mod checkpoint;
 pub mod data;
@@ -20,7 +20,7 @@ pub mod full;
 pub mod lora;
 pub mod loss;
 pub mod optim;
-mod parallel;
+pub mod parallel;
 pub mod policy;
 pub mod trainer;
 

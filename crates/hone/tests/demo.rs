@@ -308,10 +308,9 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let data = dir.path().join("demo");
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        // `--quick` as a user runs it: three rounds. On the stop-56 base,
-        // six runs of this command all promoted `grpo`, the pooled gain's
-        // interval starting at +35.0 to +49.2 points (docs/ARCHITECTURE.md,
-        // "`hone demo --quick`"); the bases before it needed five rounds.
+        // `--quick` as a user runs it: two cycles, the second's canary
+        // judged in a third round. The measured runs of this command are
+        // in docs/ARCHITECTURE.md ("`hone demo --quick`").
         .args(["demo", "--quick", "--seed", "2"])
         .arg("--data-dir")
         .arg(&data)
@@ -319,11 +318,15 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    eprintln!(
-        "hone demo --quick, base policy included: {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
     assert!(stderr.contains("building the base policy"), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
+    // Where the time went (reported, never asserted: a benchmark's job).
+    eprintln!(
+        "hone demo --quick: {:.0} s in all, of which the demo itself (after building the base policy) {:.0} s",
+        started.elapsed().as_secs_f64(),
+        summary["minutes"].as_f64().unwrap() * 60.0
+    );
     // The demo's base policy, each batch's gradient in two parts.
     let built: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("models/base-calc-levels-1-1/recipe.json")).unwrap())
@@ -340,8 +343,6 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
         assert!(text.contains(line), "`{line}` missing from\n{text}");
     }
 
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
     // Learned from users: a grpo candidate passed the gate and its canary
     // and became the champion.
     let promotions = summary["promotions"].as_array().unwrap();

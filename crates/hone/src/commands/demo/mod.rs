@@ -63,13 +63,13 @@ pub struct DemoArgs {
     /// Stop after this many rounds, each a round of users and then a cycle
     /// (unless a canary is out); a canary the last cycle deployed is then
     /// watched, without further cycles, until it is decided.
-    #[arg(long, default_value_if("quick", "true", Some("3")))]
+    #[arg(long, default_value_if("quick", "true", Some("2")))]
     pub cycles: Option<u32>,
-    /// A short run that shows learning in about a minute: `grpo` on
-    /// rollouts, half the traffic to a canary, three rounds (`--optimisers
-    /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 3`; any of
-    /// them given explicitly wins), from the same base policy as the
-    /// default.
+    /// A short run that shows learning in under a minute: `grpo` on
+    /// rollouts, half the traffic to a canary, two cycles (`--optimisers
+    /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 2`; any of
+    /// them given explicitly wins), the second cycle's canary judged in a
+    /// third round, from the same base policy as the default.
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
