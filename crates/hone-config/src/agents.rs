@@ -161,6 +161,8 @@ pub struct RawDeployment {
     pub policy: Option<RawPolicy>,
     /// Share of new episodes a learner's canary gets (default 0.1).
     pub canary_share: Option<f64>,
+    /// A larger share for a candidate the gate found clearly better.
+    pub clear_gain: Option<RawClearGain>,
     /// Canary episodes (with rewards) before promotion is decided (default 50).
     pub canary_episodes: Option<usize>,
     /// Promote only a canary shown to be at most this much online reward
@@ -171,6 +173,14 @@ pub struct RawDeployment {
     /// not yet shown within the margin is rolled back (default 4 ×
     /// `canary_episodes`, at most the monitors' window).
     pub canary_max_episodes: Option<usize>,
+}
+
+/// `clear_gain = { above, share }` of `[agents.NAME.deployment]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClearGain {
+    pub above: f64,
+    pub share: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -212,10 +222,32 @@ pub struct DeploymentConfig {
     pub policy: DeploymentPolicy,
     /// Share of new episodes a learner's canary gets.
     pub canary_share: f64,
+    /// A larger share for a candidate the gate found clearly better.
+    pub clear_gain: Option<ClearGain>,
     /// Canary episodes with rewards before promotion is decided.
     pub canary_episodes: usize,
     /// What a canary must show online to be promoted.
     pub promotion: PromotionRule,
+}
+
+/// A candidate whose reward gain over the champion at the gate has the low
+/// end of its confidence interval at `above` or more goes to its canary on
+/// `share` of new episodes instead of `canary_share`. The canary still
+/// needs `canary_episodes` episodes before it is judged, so no more users
+/// meet it: they meet it sooner, and a clear gain reaches everyone sooner.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClearGain {
+    /// Least low end of the gate's interval of the gain (reward units).
+    pub above: f64,
+    /// The canary's share of new episodes then.
+    pub share: f64,
+}
+
+/// The share a canary starts on, and why when it is not `canary_share`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryShare {
+    pub share: f64,
+    pub reason: Option<String>,
 }
 
 impl DeploymentConfig {
@@ -225,8 +257,29 @@ impl DeploymentConfig {
             canaries: Vec::new(),
             policy: DeploymentPolicy::Manual,
             canary_share: 0.1,
+            clear_gain: None,
             canary_episodes: 50,
             promotion: PromotionRule::NotShownWorse,
+        }
+    }
+
+    /// The share of new episodes a canary starts on, given the low end of
+    /// its gain's interval at the gate (`None`: not gated, e.g. approved by
+    /// hand): `clear_gain.share` when that low end reaches `clear_gain.above`,
+    /// `canary_share` otherwise.
+    pub fn canary_share_for(&self, gate_gain_low: Option<f64>) -> CanaryShare {
+        match (self.clear_gain, gate_gain_low) {
+            (Some(clear), Some(low)) if low >= clear.above => CanaryShare {
+                share: clear.share,
+                reason: Some(format!(
+                    "a clear gain: the gate's interval starts at {low:+.3} ≥ {}",
+                    clear.above
+                )),
+            },
+            _ => CanaryShare {
+                share: self.canary_share,
+                reason: None,
+            },
         }
     }
 }
@@ -667,6 +720,7 @@ impl DeploymentConfig {
                 canaries: BTreeMap::new(),
                 policy: None,
                 canary_share: None,
+                clear_gain: None,
                 canary_episodes: None,
                 promote_margin: None,
                 canary_max_episodes: None,
@@ -700,6 +754,11 @@ impl DeploymentConfig {
                 format!("must be between 0 and 1 (exclusive), got {share}"),
             ));
         }
+        let clear_gain = d
+            .clear_gain
+            .as_ref()
+            .map(|c| ClearGain::from_raw(&format!("{dfield}.clear_gain"), c, share))
+            .transpose()?;
         let canary_episodes = d.canary_episodes.unwrap_or(50).min(window);
         if canary_episodes == 0 {
             return Err(ConfigError::at(
@@ -719,8 +778,35 @@ impl DeploymentConfig {
             canaries: d.canaries.into_iter().collect(),
             policy: DeploymentPolicy::from_raw(&format!("{dfield}.policy"), d.policy)?,
             canary_share: share,
+            clear_gain,
             canary_episodes,
             promotion,
+        })
+    }
+}
+
+impl ClearGain {
+    /// `above` is a gain of 0 or more; `share` is a share at least
+    /// `canary_share` that leaves the champion some traffic.
+    fn from_raw(field: &str, raw: &RawClearGain, canary_share: f64) -> Result<Self, ConfigError> {
+        if !(raw.above.is_finite() && raw.above >= 0.0) {
+            return Err(ConfigError::at(
+                format!("{field}.above"),
+                format!("must be a reward gain of 0 or more, got {}", raw.above),
+            ));
+        }
+        if !(raw.share.is_finite() && raw.share >= canary_share && raw.share < 1.0) {
+            return Err(ConfigError::at(
+                format!("{field}.share"),
+                format!(
+                    "must be at least canary_share ({canary_share}) and below 1, got {}",
+                    raw.share
+                ),
+            ));
+        }
+        Ok(Self {
+            above: raw.above,
+            share: raw.share,
         })
     }
 }

@@ -11,6 +11,7 @@
 //! champion = "v1"
 //! policy = { type = "auto", min_gain = 0.02, max_cost_ratio = 1.0 }   # or "manual"
 //! canary_share = 0.1
+//! clear_gain = { above = 0.1, share = 0.5 }   # optional: a larger share for a candidate the gate found clearly better
 //! canary_episodes = 50
 //! promote_margin = 0.05           # optional: promote only a canary shown within 0.05 reward of the champion
 //! canary_max_episodes = 200       # with promote_margin: roll back a canary still undecided here

@@ -25,7 +25,7 @@ pub mod reflect;
 pub mod reward;
 mod store;
 
-pub use agents::{AgentConfig, DeclaredVersion, DeploymentConfig, PromotionRule};
+pub use agents::{AgentConfig, CanaryShare, ClearGain, DeclaredVersion, DeploymentConfig, PromotionRule};
 pub use artefacts::{check_url as check_artefact_url, is_artefact_url, ArtefactsConfig, ARTEFACT_SCHEMES};
 pub use config::Config;
 pub use env::expand_env;

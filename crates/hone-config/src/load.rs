@@ -156,6 +156,57 @@ model = "m"
     }
 
     #[test]
+    fn a_clear_gain_at_the_gate_starts_its_canary_on_a_larger_share() {
+        use crate::CanaryShare;
+        let deployment = |extra: &str| {
+            load(&format!(
+                "{BASE}[agents.a.deployment]\nchampion = \"v1\"\ncanary_share = 0.2\n{extra}"
+            ))
+            .map(|c| c.agents["a"].deployment.clone())
+        };
+        let plain = deployment("").unwrap();
+        assert_eq!(plain.clear_gain, None);
+        for low in [None, Some(0.0), Some(0.9)] {
+            assert_eq!(
+                plain.canary_share_for(low),
+                CanaryShare {
+                    share: 0.2,
+                    reason: None
+                }
+            );
+        }
+        let clear = deployment("clear_gain = { above = 0.1, share = 0.5 }").unwrap();
+        // Not gated (approved by hand) or a gain whose interval starts below
+        // 0.1: the configured share.
+        for low in [None, Some(-0.2), Some(0.099)] {
+            assert_eq!(clear.canary_share_for(low).share, 0.2, "{low:?}");
+        }
+        for low in [0.1, 0.45] {
+            let share = clear.canary_share_for(Some(low));
+            assert_eq!(share.share, 0.5);
+            let why = share.reason.unwrap();
+            assert!(why.contains(&format!("{low:+.3}")) && why.contains("≥ 0.1"), "{why}");
+        }
+        assert!(deployment("clear_gain = { above = 0.0, share = 0.2 }").is_ok());
+        for (bad, field, says) in [
+            ("clear_gain = { above = -0.1, share = 0.5 }", "agents.a.deployment.clear_gain.above", "0 or more"),
+            ("clear_gain = { above = nan, share = 0.5 }", "agents.a.deployment.clear_gain.above", "0 or more"),
+            (
+                "clear_gain = { above = 0.1, share = 0.1 }",
+                "agents.a.deployment.clear_gain.share",
+                "at least canary_share (0.2)",
+            ),
+            ("clear_gain = { above = 0.1, share = 1.0 }", "agents.a.deployment.clear_gain.share", "below 1"),
+            // Parse errors point at the line.
+            ("clear_gain = { above = 0.1 }", "clear_gain = {", "missing field `share`"),
+            ("clear_gain = { above = 0.1, share = 0.5, when = 1 }", "clear_gain = {", "unknown field `when`"),
+        ] {
+            let e = deployment(bad).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn artefacts_are_addressed_by_url_and_their_keys_never_print() {
         let text = format!(
             "[artefacts]\nurl = \"s3://bucket/hone/\"\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\naccess_key_id = \"${{KEY_ID}}\"\nsecret_access_key = \"${{SECRET}}\"\n{BASE}"

@@ -192,17 +192,20 @@ pub async fn start_canary(
             return Ok(Change::Refused(reason));
         }
     };
+    let gate_gain_low = candidate.scores.as_ref().and_then(|s| s.gate_gain).map(|g| g.low);
+    let share = agent.deployment.canary_share_for(gate_gain_low);
     let next = Deployment {
         canary: Some(candidate.version_id.clone()),
-        canary_share: agent.deployment.canary_share,
+        canary_share: share.share,
         canary_since: Some(now),
         source: "learner".to_owned(),
         ..deployment.clone()
     };
     let summary = format!(
-        "{} approved by {approved_by}; canary on {:.0}% of new episodes against champion {}",
+        "{} approved by {approved_by}; canary on {:.0}% of new episodes{} against champion {}",
         candidate.version_id,
         next.canary_share * 100.0,
+        share.reason.map_or(String::new(), |why| format!(" ({why})")),
         deployment.champion
     );
     let events = [

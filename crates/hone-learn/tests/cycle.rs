@@ -189,6 +189,10 @@ const RULES: &str = r#"
 [agents.manual.versions.v1]
 provider = "up"
 model = "weak"
+[agents.manual.deployment]
+champion = "v1"
+canary_share = 0.1
+clear_gain = { above = 0.1, share = 0.4 }
 [agents.manual.reward]
 reference_signal = "gold"
 [agents.manual.reward.critics.answer]
@@ -245,9 +249,17 @@ async fn manual_approval_and_auto_rules_decide_deployment() {
     .await
     .unwrap();
     assert!(matches!(change, Change::Applied(_)), "{change:?}");
-    assert_eq!(
-        w.store.deployment("manual").unwrap().unwrap().canary,
-        Some(good.clone())
+    let deployment = w.store.deployment("manual").unwrap().unwrap();
+    assert_eq!(deployment.canary, Some(good.clone()));
+    // `good` solves every sum the champion misses: the gate's interval of
+    // its gain starts well above 0.1, so its canary takes the clear share.
+    let gain = c[0].scores.as_ref().and_then(|s| s.gate_gain).unwrap();
+    assert!(gain.low >= 0.1, "{gain}");
+    assert_eq!(deployment.canary_share, 0.4);
+    let Change::Applied(line) = &change else { unreachable!() };
+    assert!(
+        line.contains("canary on 40% of new episodes (a clear gain: the gate's interval starts at"),
+        "{line}"
     );
     let approved = w.store.history("manual", 100).unwrap();
     assert!(approved

@@ -1,9 +1,10 @@
 //! evaluate: the champion and every proposed candidate replayed over the
-//! target and regression sets (runs resume by id); the candidates' scores
-//! are stored with them, the champion's in the cycle detail.
+//! target and regression sets, all at once (runs resume by id); the
+//! candidates' scores are stored with them, the champion's in the cycle
+//! detail.
 
 use super::{evaluate_on, Learner, Stepped};
-use crate::error::Result;
+use crate::error::{LearnError, Result};
 use crate::eval::EvalSummary;
 use crate::gate;
 use hone_config::AgentConfig;
@@ -33,23 +34,39 @@ pub(super) async fn run(
 ) -> Result<Stepped> {
     let name = agent.name.as_str();
     let bench = super::Bench::of(learner, agent, &detail)?;
-    let (target, regression, champion) = (&bench.target, &bench.regression, &bench.champion);
-    let (champ_target, _) = evaluate_on(learner, &bench, target, champion, "champion").await?;
-    let champ_regression = match regression {
-        Some(r) => Some(evaluate_on(learner, &bench, r, champion, "champion").await?.0),
-        None => None,
-    };
-    detail.champion_scores = Some(scores_of(&champ_target, champ_regression.as_ref()));
-    let now = now_ms();
-    for c in learner.store.candidates(name, Some(&cycle.id))? {
-        if c.status != CandidateStatus::Proposed {
-            continue;
-        }
-        let (t, _) = evaluate_on(learner, &bench, target, &c.version_id, "candidate").await?;
-        let r = match regression {
-            Some(r) => Some(evaluate_on(learner, &bench, r, &c.version_id, "candidate").await?.0),
-            None => None,
+    let candidates: Vec<_> = learner
+        .store
+        .candidates(name, Some(&cycle.id))?
+        .into_iter()
+        .filter(|c| c.status == CandidateStatus::Proposed)
+        .collect();
+    // Every version on both sets at once: the engine decodes their episodes
+    // in shared batches (rows grouped by adapter), so the champion and a
+    // candidate cost little more wall time than one of them alone.
+    let versions = std::iter::once((&bench.champion, "champion"))
+        .chain(candidates.iter().map(|c| (&c.version_id, "candidate")));
+    let runs = versions.map(|(version, label)| {
+        let bench = &bench;
+        let regression = async move {
+            match &bench.regression {
+                Some(r) => Ok(Some(evaluate_on(learner, bench, r, version, label).await?.0)),
+                None => Ok::<_, LearnError>(None),
+            }
         };
+        async move {
+            let (target, regression) =
+                futures::try_join!(evaluate_on(learner, bench, &bench.target, version, label), regression)?;
+            Ok::<_, LearnError>((target.0, regression))
+        }
+    });
+    let mut evaluated = futures::future::try_join_all(runs).await?.into_iter();
+    let (champ_target, champ_regression) = evaluated
+        .next()
+        .ok_or_else(|| LearnError::state("the champion was not evaluated"))?;
+    detail.champion_scores = Some(scores_of(&champ_target, champ_regression.as_ref()));
+    let target = &bench.target;
+    let now = now_ms();
+    for (c, (t, r)) in candidates.iter().zip(evaluated) {
         let scores = scores_of(&t, r.as_ref());
         let event = HistoryEvent::new(
             name,

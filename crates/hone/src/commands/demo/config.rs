@@ -8,6 +8,10 @@ use std::path::Path;
 /// The agent's name in the demo.
 pub const AGENT: &str = "calc";
 
+/// The canary share of a candidate the gate found clearly better
+/// (`clear_gain`; `--canary-share` when that is larger).
+const CLEAR_GAIN_SHARE: f64 = 0.5;
+
 /// How the demo turns what users do into rewards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RewardMode {
@@ -47,7 +51,7 @@ impl DemoOptimiser {
     /// Its `[agents.calc.learn.<name>]` table.
     fn table(self) -> &'static str {
         match self {
-            DemoOptimiser::Sft => "steps = 16\nlr = 0.001\nrank = 8\nmin_examples = 8",
+            DemoOptimiser::Sft => "steps = 16\nlr = 0.002\nrank = 8\nmin_examples = 8",
             DemoOptimiser::Grpo | DemoOptimiser::Dpo => {
                 "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4"
             }
@@ -207,6 +211,10 @@ champion = "base"
 # reward gain over the champion on the cycle's held-out instances).
 policy = {{ type = "auto", min_gain = 0.02, max_cost_ratio = 10.0 }}
 canary_share = {canary_share:?}
+# A candidate the gate found clearly better (the low end of its gain's 95%
+# interval at 0.1 reward or more) gets a larger share: it still meets its 24
+# canary episodes before it is judged, so no more users see it, only sooner.
+clear_gain = {{ above = 0.1, share = {clear_share:?} }}
 canary_episodes = 24
 {promotion}
 
@@ -262,6 +270,7 @@ min_episodes = 24
 share = {replay_share:?}
 "#,
         // JSON string literals are valid TOML basic strings.
+        clear_share = canary_share.max(CLEAR_GAIN_SHARE),
         data_dir = serde_json::Value::String(data_dir.display().to_string()),
         base = serde_json::Value::String(base.display().to_string()),
         endpoint = serde_json::Value::String(endpoint.to_owned()),

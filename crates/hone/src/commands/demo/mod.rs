@@ -505,7 +505,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     // simulated user of their own (reacting at once), as traffic does.
     let rollout_user = SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003));
     let stage = stage::Stage::start(ports, &mut config, Some(rollout_user)).await?;
-    let (runner, recorder) = (stage.runner.clone(), stage.recorder.clone());
+    let recorder = stage.recorder.clone();
 
     let store = open_store(&config)?;
     let log_path = data_dir.join("demo.log");
@@ -541,7 +541,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
         config_path.display(),
         log_path.display()
     ));
-    let outcome = rounds(&args, &learner, &runner, store.as_ref(), &data_dir, started).await;
+    let outcome = rounds(&args, &learner, &stage, store.as_ref(), &data_dir, started).await;
     stage.stop().await;
     outcome
 }
@@ -570,11 +570,12 @@ struct Round {
 async fn rounds(
     args: &DemoArgs,
     learner: &Learner,
-    runner: &Runner,
+    stage: &stage::Stage,
     store: &dyn CycleStore,
     data_dir: &Path,
     started: Instant,
 ) -> Result<Summary> {
+    let runner = &stage.runner;
     let agent = learner.agent(AGENT)?.clone();
     let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
     let champion = || -> Result<String> { Ok(hone_learn::deploy::current(store, &agent)?.0.champion.to_string()) };
@@ -634,6 +635,8 @@ async fn rounds(
         // more users start and the round ends when those playing finish.
         // `hone learn` watches on its own clock the same way.
         let canary_out = hone_learn::deploy::current(store, &agent)?.0.canary.is_some();
+        // The last cycle's canary, if any, gets its share from the first user.
+        stage.follow_deployments()?;
         let watch_every = (args.episodes_per_round / 8).max(1) as usize;
         let (mut served, mut errors) = (Vec::new(), Vec::new());
         // The last look at the canary: after how many users, and what it saw.

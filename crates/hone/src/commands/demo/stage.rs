@@ -38,6 +38,7 @@ impl Ports {
 pub struct Stage {
     pub runner: Runner,
     pub recorder: Arc<hone_store::Recorder>,
+    gateway: Arc<hone_gateway::state::AppState>,
     stop: tokio::sync::watch::Sender<bool>,
     servers: tokio::task::JoinSet<std::io::Result<()>>,
 }
@@ -49,7 +50,8 @@ impl Stage {
     pub async fn start(ports: Ports, config: &mut hone_config::Config, user: Option<SimulatedUser>) -> Result<Self> {
         config.gateway.listen = ports.gateway.local_addr()?;
         let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
-        let recorder = gateway.state().recorder.clone();
+        let state = gateway.state().clone();
+        let recorder = state.recorder.clone();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = || {
             let mut stopped = stopped.clone();
@@ -71,9 +73,20 @@ impl Stage {
         Ok(Self {
             runner,
             recorder,
+            gateway: state,
             stop,
             servers,
         })
+    }
+
+    /// Has the gateway follow the deployments the learner stored now,
+    /// rather than at its next poll (`hone_gateway::DEPLOYMENT_POLL`): a
+    /// round that starts right after a cycle deployed a canary sends the
+    /// canary its share from its first user on.
+    pub fn follow_deployments(&self) -> Result<()> {
+        self.gateway
+            .refresh_deployments()
+            .context("the gateway cannot read the stored deployments")
     }
 
     /// Stops both servers (the gateway finishes its in-flight calls).
