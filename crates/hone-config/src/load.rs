@@ -189,17 +189,37 @@ model = "m"
         }
         assert!(deployment("clear_gain = { above = 0.0, share = 0.2 }").is_ok());
         for (bad, field, says) in [
-            ("clear_gain = { above = -0.1, share = 0.5 }", "agents.a.deployment.clear_gain.above", "0 or more"),
-            ("clear_gain = { above = nan, share = 0.5 }", "agents.a.deployment.clear_gain.above", "0 or more"),
+            (
+                "clear_gain = { above = -0.1, share = 0.5 }",
+                "agents.a.deployment.clear_gain.above",
+                "0 or more",
+            ),
+            (
+                "clear_gain = { above = nan, share = 0.5 }",
+                "agents.a.deployment.clear_gain.above",
+                "0 or more",
+            ),
             (
                 "clear_gain = { above = 0.1, share = 0.1 }",
                 "agents.a.deployment.clear_gain.share",
                 "at least canary_share (0.2)",
             ),
-            ("clear_gain = { above = 0.1, share = 1.0 }", "agents.a.deployment.clear_gain.share", "below 1"),
+            (
+                "clear_gain = { above = 0.1, share = 1.0 }",
+                "agents.a.deployment.clear_gain.share",
+                "below 1",
+            ),
             // Parse errors point at the line.
-            ("clear_gain = { above = 0.1 }", "clear_gain = {", "missing field `share`"),
-            ("clear_gain = { above = 0.1, share = 0.5, when = 1 }", "clear_gain = {", "unknown field `when`"),
+            (
+                "clear_gain = { above = 0.1 }",
+                "clear_gain = {",
+                "missing field `share`",
+            ),
+            (
+                "clear_gain = { above = 0.1, share = 0.5, when = 1 }",
+                "clear_gain = {",
+                "unknown field `when`",
+            ),
         ] {
             let e = deployment(bad).unwrap_err().to_string();
             assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
