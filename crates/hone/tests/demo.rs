@@ -338,6 +338,7 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     for line in [
         r#"optimisers = ["grpo"]"#,
         r#"groups = ["rollouts"]"#,
+        "[agents.calc.learn.grpo]\nsteps = 15\n",
         "canary_share = 0.5",
     ] {
         assert!(text.contains(line), "`{line}` missing from\n{text}");

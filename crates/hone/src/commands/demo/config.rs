@@ -48,15 +48,17 @@ impl DemoOptimiser {
         }
     }
 
-    /// Its `[agents.calc.learn.<name>]` table.
-    fn table(self) -> &'static str {
+    /// Its `[agents.calc.learn.<name>]` table (`grpo` training
+    /// `grpo_steps` steps).
+    fn table(self, grpo_steps: u64) -> String {
         match self {
-            DemoOptimiser::Sft => "steps = 16\nlr = 0.002\nrank = 8\nmin_examples = 8",
-            DemoOptimiser::Grpo | DemoOptimiser::Dpo => {
-                "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4"
+            DemoOptimiser::Sft => "steps = 16\nlr = 0.002\nrank = 8\nmin_examples = 8".to_owned(),
+            DemoOptimiser::Grpo => {
+                format!("steps = {grpo_steps}\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4")
             }
-            DemoOptimiser::Examples => "k = [2]",
-            DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]\nadaptive = true",
+            DemoOptimiser::Dpo => "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4".to_owned(),
+            DemoOptimiser::Examples => "k = [2]".to_owned(),
+            DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]\nadaptive = true".to_owned(),
         }
     }
 }
@@ -104,6 +106,8 @@ pub struct Choices<'a> {
     /// `--optimisers-per-cycle`: how many of them propose in one cycle.
     pub optimisers_per_cycle: usize,
     pub grpo_groups: &'a [GrpoGroups],
+    /// `--grpo-steps`: training steps of a `grpo` candidate.
+    pub grpo_steps: u64,
     pub temperature: f64,
     pub replay_share: f64,
     pub canary_share: f64,
@@ -122,6 +126,7 @@ impl<'a> Choices<'a> {
             optimisers: &args.optimisers,
             optimisers_per_cycle: args.optimisers_per_cycle as usize,
             grpo_groups: &args.grpo_groups,
+            grpo_steps: args.grpo_steps,
             temperature: args.temperature,
             replay_share: args.replay_share,
             canary_share: args.canary_share,
@@ -146,12 +151,14 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         optimisers,
         optimisers_per_cycle,
         grpo_groups,
+        grpo_steps,
         temperature,
         replay_share,
         canary_share,
         promote_margin,
         gate_confidence,
     } = choices;
+    let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
         None => "# A canary not shown worse online than the champion is promoted\n\
                  # (`promote_margin` asks it to be shown within a margin instead)."
@@ -286,7 +293,11 @@ share = {replay_share:?}
                 } else {
                     String::new()
                 };
-                format!("[agents.{AGENT}.learn.{}]\n{}{groups}\n\n", o.name(), o.table())
+                format!(
+                    "[agents.{AGENT}.learn.{}]\n{}{groups}\n\n",
+                    o.name(),
+                    o.table(grpo_steps)
+                )
             })
             .collect::<String>(),
     )

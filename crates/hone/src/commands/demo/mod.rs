@@ -66,10 +66,11 @@ pub struct DemoArgs {
     #[arg(long, default_value_if("quick", "true", Some("2")))]
     pub cycles: Option<u32>,
     /// A short run that shows learning in under a minute: `grpo` on
-    /// rollouts, half the traffic to a canary, two cycles (`--optimisers
-    /// grpo --grpo-groups rollouts --canary-share 0.5 --cycles 2`; any of
-    /// them given explicitly wins), the second cycle's canary judged in a
-    /// third round, from the same base policy as the default.
+    /// rollouts with 15 training steps, half the traffic to a canary, two
+    /// cycles (`--optimisers grpo --grpo-groups rollouts --grpo-steps 15
+    /// --canary-share 0.5 --cycles 2`; any of them given explicitly wins),
+    /// the second cycle's canary judged in a third round, from the same
+    /// base policy as the default.
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
@@ -105,6 +106,15 @@ pub struct DemoArgs {
         default_value_if("quick", "true", Some("rollouts"))
     )]
     pub grpo_groups: Vec<GrpoGroups>,
+    /// Training steps of a `grpo` candidate (batches of 4 rows; `--quick`:
+    /// 15, which took its first candidates as far in six runs of six).
+    #[arg(
+        long,
+        default_value_t = 30,
+        default_value_if("quick", "true", Some("15")),
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub grpo_steps: u64,
     /// The agent's sampling temperature (users and held-out measurement
     /// see sampled answers, as in production; the base policy's build
     /// checks it at this default).
