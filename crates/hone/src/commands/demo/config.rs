@@ -51,12 +51,12 @@ impl DemoOptimiser {
     /// Its `[agents.calc.learn.<name>]` table (`grpo` training
     /// `grpo_steps` steps).
     fn table(self, grpo_steps: u64) -> String {
+        // `grpo` and `dpo` learn from groups of the same rollouts.
+        let on_groups = |steps: u64| format!("steps = {steps}\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4");
         match self {
             DemoOptimiser::Sft => "steps = 16\nlr = 0.002\nrank = 8\nmin_examples = 8".to_owned(),
-            DemoOptimiser::Grpo => {
-                format!("steps = {grpo_steps}\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4")
-            }
-            DemoOptimiser::Dpo => "steps = 30\nlr = 0.002\nrank = 8\ngroup_size = 4\nmin_examples = 4".to_owned(),
+            DemoOptimiser::Grpo => on_groups(grpo_steps),
+            DemoOptimiser::Dpo => on_groups(30),
             DemoOptimiser::Examples => "k = [2]".to_owned(),
             DemoOptimiser::Memory => "k = [16]\nlambda = [0.25, 0.5]\nadaptive = true".to_owned(),
         }
