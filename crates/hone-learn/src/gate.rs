@@ -1,5 +1,6 @@
 //! The gate (DESIGN.md "Gate"): a candidate advances only if it beats the
-//! champion on the objective with confidence, regresses no previously
+//! champion on the objective with confidence (over the target and
+//! regression sets together), regresses no previously
 //! passing case beyond the tolerance (flips confirmed by re-runs), and keeps
 //! its behaviour rates within bounds of the champion's. Pure: it reads
 //! evaluation results and decides, with every reason written down.
@@ -23,10 +24,17 @@ pub struct GateDecision {
 }
 
 /// Paired reward differences (candidate − champion) per instance, each
-/// the mean over its `samples`, as [`crate::compare`] pairs them.
-pub fn paired_diffs(champion: &[InstanceResult], candidate: &[InstanceResult], samples: u32) -> Vec<f64> {
-    crate::compare::paired(champion, candidate, samples)
-        .into_iter()
+/// the mean over its `samples`, as [`crate::compare`] pairs them, over
+/// every set the gate ran (the target set, then the regression set): an
+/// instance in several sets counts once, with the first set's runs. The
+/// gain is judged on all of them, so a candidate that gains on the
+/// traffic's cases only by losing on the cases the champion is kept for
+/// does not beat it.
+pub fn paired_diffs(sets: &[(&[InstanceResult], &[InstanceResult])], samples: u32) -> Vec<f64> {
+    let mut seen = std::collections::HashSet::new();
+    sets.iter()
+        .flat_map(|(champion, candidate)| crate::compare::paired(champion, candidate, samples))
+        .filter(|p| seen.insert(p.instance_id.clone()))
         .map(|p| p.b - p.a)
         .collect()
 }
@@ -82,7 +90,7 @@ pub struct GateInput<'a> {
     pub objective: &'a [Objective],
     pub champion: &'a EvalSummary,
     pub candidate: &'a EvalSummary,
-    /// Paired differences on the target set.
+    /// Paired differences on the target and regression sets ([`paired_diffs`]).
     pub diffs: &'a [f64],
     /// Champion (A) vs candidate (B) on the target and regression sets.
     pub comparisons: &'a [&'a Comparison],
@@ -107,6 +115,7 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
     let mut reasons = Vec::new();
     let judged = paired_gain(input.diffs, spec.confidence);
     let (gain, lo, hi) = judged.map_or((0.0, 0.0, 0.0), |g| (g.mean, g.low, g.high));
+    let over = format!("over {} instances", input.diffs.len());
     let pct = (spec.confidence * 100.0).round();
     let better_reward = lo > 0.0;
     let not_worse = lo >= 0.0 || (input.diffs.iter().all(|d| *d >= 0.0) && !input.diffs.is_empty());
@@ -125,9 +134,9 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         reasons.push("no instance could be compared".to_owned());
     } else if !(better_reward || not_worse && !better_secondary.is_empty()) {
         reasons.push(if not_worse {
-            format!("does not beat the champion: reward {gain:+.3} ({pct}% CI [{lo:.3}, {hi:.3}]) and no cheaper or faster by 10%")
+            format!("does not beat the champion: reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]) and no cheaper or faster by 10%")
         } else {
-            format!("does not beat the champion with {pct}% confidence: reward {gain:+.3} ({pct}% CI [{lo:.3}, {hi:.3}])")
+            format!("does not beat the champion with {pct}% confidence: reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}])")
         });
     }
     // An instance can be in both the target and the regression set: it
@@ -181,7 +190,7 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         }
     }
     let evidence = format!(
-        "reward {:.3} vs {:.3} ({gain:+.3}, {pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        "reward {:.3} vs {:.3} on the target set, {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
         input.candidate.mean_score.unwrap_or(0.0),
         input.champion.mean_score.unwrap_or(0.0),
         input.candidate.mean_cost_usd,

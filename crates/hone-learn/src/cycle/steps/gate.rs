@@ -1,6 +1,7 @@
 //! gate: each evaluated candidate compared pairwise with the champion on
-//! the target and regression sets (with re-runs of disagreeing instances);
-//! it passes only when the gate's rules hold, or is pruned with the reasons.
+//! the target and regression sets (with re-runs of disagreeing instances),
+//! its gain judged over both; it passes only when the gate's rules hold,
+//! or is pruned with the reasons.
 
 use super::{evaluate_on, stored_results, Learner, Stepped};
 use crate::compare::{compare, Comparison};
@@ -23,6 +24,10 @@ pub(super) async fn run(
     let (evaluator, via, target, champion) = (&bench.evaluator, &bench.via, &bench.target, &bench.champion);
     let spec = &agent.learn.gate;
     let (champ_summary, champ_results) = evaluate_on(learner, &bench, target, champion, "champion").await?;
+    let champ_regression = match &bench.regression {
+        Some(r) => Some((r, stored_results(learner, &bench, r, champion)?.1)),
+        None => None,
+    };
     for c in learner.store.candidates(name, Some(&cycle.id))? {
         if c.status != CandidateStatus::Evaluated {
             continue;
@@ -45,8 +50,16 @@ pub(super) async fn run(
         if let Some(r) = &bench.regression {
             comparisons.push(compare(evaluator, r, pair, via, options, (spec.reruns, spec.confidence), &noop).await?);
         }
-        let (cand_summary, cand_results) = stored_results(learner, &bench, &c.version_id)?;
-        let diffs = gate::paired_diffs(&champ_results, &cand_results, options.samples);
+        let (cand_summary, cand_results) = stored_results(learner, &bench, target, &c.version_id)?;
+        let mut sets = vec![(champ_results.as_slice(), cand_results.as_slice())];
+        let cand_regression = match &champ_regression {
+            Some((r, _)) => stored_results(learner, &bench, r, &c.version_id)?.1,
+            None => Vec::new(),
+        };
+        if let Some((_, champ)) = &champ_regression {
+            sets.push((champ, &cand_regression));
+        }
+        let diffs = gate::paired_diffs(&sets, options.samples);
         let refs: Vec<&Comparison> = comparisons.iter().collect();
         let decision = gate::decide(&GateInput {
             spec,

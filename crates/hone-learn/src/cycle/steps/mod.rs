@@ -161,8 +161,13 @@ async fn evaluate_on(
 }
 
 /// The results the evaluate step stored for a version on a dataset.
-fn stored_results(learner: &Learner, bench: &Bench, version: &VersionId) -> Result<(EvalSummary, Vec<InstanceResult>)> {
-    let run = run_id(&bench.target.id, version, &bench.via);
+fn stored_results(
+    learner: &Learner,
+    bench: &Bench,
+    dataset: &DatasetInfo,
+    version: &VersionId,
+) -> Result<(EvalSummary, Vec<InstanceResult>)> {
+    let run = run_id(&dataset.id, version, &bench.via);
     let results = learner.store.eval_results(&run)?;
     Ok((summarise(&run, &results, bench.options.samples), results))
 }
