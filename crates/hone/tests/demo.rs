@@ -308,9 +308,9 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let data = dir.path().join("demo");
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        // `--quick` as a user runs it: two cycles, the second's canary
-        // judged in a third round. The measured runs of this command are
-        // in docs/ARCHITECTURE.md ("`hone demo --quick`").
+        // `--quick` as a user runs it: at most two cycles, ending with the
+        // round that promotes a candidate. The measured runs of this
+        // command are in docs/ARCHITECTURE.md ("`hone demo --quick`").
         .args(["demo", "--quick", "--seed", "2"])
         .arg("--data-dir")
         .arg(&data)
@@ -353,6 +353,10 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
             .any(|p| p["optimiser"] == "grpo" && p["timescale"] == "weights"),
         "nothing promoted:\n{stderr}"
     );
+    // `--until-promoted` (set by `--quick`): no cycle after the first
+    // promotion, so the run ended with the round that promoted it.
+    assert_eq!(promotions.len(), 1, "{stderr}");
+    assert_eq!(summary["rounds"], promotions[0]["round"], "{stderr}");
     // Every canary a cycle deployed was judged (promoted or rolled back),
     // the last cycle's too: rounds without a cycle follow the budget while
     // one is out.

@@ -65,12 +65,24 @@ pub struct DemoArgs {
     /// watched, without further cycles, until it is decided.
     #[arg(long, default_value_if("quick", "true", Some("2")))]
     pub cycles: Option<u32>,
+    /// Start no cycle once a candidate has been promoted (the run ends
+    /// with the round that promoted it; `--quick` sets it, `--until-promoted
+    /// false` turns it off).
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = false,
+        default_value_if("quick", "true", Some("true")),
+        action = clap::ArgAction::Set
+    )]
+    pub until_promoted: bool,
     /// A short run that shows learning in under a minute: `grpo` on
-    /// rollouts with 15 training steps, half the traffic to a canary, two
-    /// cycles (`--optimisers grpo --grpo-groups rollouts --grpo-steps 15
-    /// --canary-share 0.5 --cycles 2`; any of them given explicitly wins),
-    /// the second cycle's canary judged in a third round, from the same
-    /// base policy as the default.
+    /// rollouts with 15 training steps, half the traffic to a canary, at
+    /// most two cycles, ending with the round that promotes a candidate
+    /// (`--optimisers grpo --grpo-groups rollouts --grpo-steps 15
+    /// --canary-share 0.5 --cycles 2 --until-promoted`; any of them given
+    /// explicitly wins), from the same base policy as the default.
     #[arg(long)]
     pub quick: bool,
     /// Remake the base policy even when one with the same recipe is cached.
@@ -615,14 +627,23 @@ async fn rounds(
     let mut round = 0usize;
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     let (mut judging, mut canaries) = (0usize, 0usize);
+    // With `--until-promoted`, a promotion ends the learning.
+    let promoted_enough = |promotions: &Vec<Promotion>| args.until_promoted && !promotions.is_empty();
     loop {
         // Rounds with a cycle while the budget lasts; then, if the last
         // cycle left a canary out, rounds without one until it is decided,
         // so no candidate ends the run deployed and unjudged.
-        let learning = started.elapsed() < budget && args.cycles.is_none_or(|c| (round as u32) < c);
+        let learning = started.elapsed() < budget
+            && args.cycles.is_none_or(|c| (round as u32) < c)
+            && !promoted_enough(&promotions);
         if !learning {
             let canary = hone_learn::deploy::current(store, &agent)?.0.canary;
             let Some(canary) = canary.filter(|_| judging < MAX_JUDGING_ROUNDS) else {
+                if judging == 0 && promoted_enough(&promotions) {
+                    note(format_args!(
+                        "a candidate was promoted: the run ends here (--until-promoted)"
+                    ));
+                }
                 break;
             };
             if judging == 0 {
@@ -728,7 +749,7 @@ async fn rounds(
         measuring += took;
         measured.push(m);
         let deployment = hone_learn::deploy::current(store, &agent)?.0;
-        let cycle = if deployment.canary.is_none() && learning {
+        let cycle = if deployment.canary.is_none() && learning && !promoted_enough(&promotions) {
             let spinner = ProgressBar::new_spinner();
             spinner.enable_steady_tick(Duration::from_millis(200));
             spinner.set_message("learning cycle");
