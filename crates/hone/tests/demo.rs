@@ -51,15 +51,13 @@ fn table_gains(stdout: &str) -> Vec<(String, [f64; 3])> {
     found
 }
 
-/// The gain and interval in the gate's reason, passed ("(+0.167, 95% CI
-/// [0.031, 0.318])") or pruned ("reward -0.028 (95% CI [-0.1, 0.05])").
+/// The gain and interval in the gate's reason, passed ("+0.167 over 47
+/// instances (95% CI [0.031, 0.318])") or pruned ("reward -0.028 over 47
+/// instances (95% CI [-0.1, 0.05])").
 fn gate_gain(line: &str) -> [f64; 3] {
     let at = line.find("% CI [").expect("an interval");
-    let before = &line[..at];
-    let gain_text = before
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .trim_end_matches([' ', ',', '('])
-        .rsplit([' ', '('])
+    let gain_text = line[..line.find(" over ").expect("the instances it is over")]
+        .rsplit(' ')
         .next()
         .unwrap();
     let interval = &line[at + "% CI [".len()..];
