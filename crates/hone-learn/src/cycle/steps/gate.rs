@@ -24,9 +24,10 @@ pub(super) async fn run(
     let (evaluator, via, target, champion) = (&bench.evaluator, &bench.via, &bench.target, &bench.champion);
     let spec = &agent.learn.gate;
     let (champ_summary, champ_results) = evaluate_on(learner, &bench, target, champion, "champion").await?;
+    // The regression set's stored runs, the champion's read once.
     let champ_regression = match &bench.regression {
-        Some(r) => Some((r, stored_results(learner, &bench, r, champion)?.1)),
-        None => None,
+        Some(r) => stored_results(learner, &bench, r, champion)?.1,
+        None => Vec::new(),
     };
     for c in learner.store.candidates(name, Some(&cycle.id))? {
         if c.status != CandidateStatus::Evaluated {
@@ -51,15 +52,14 @@ pub(super) async fn run(
             comparisons.push(compare(evaluator, r, pair, via, options, (spec.reruns, spec.confidence), &noop).await?);
         }
         let (cand_summary, cand_results) = stored_results(learner, &bench, target, &c.version_id)?;
-        let mut sets = vec![(champ_results.as_slice(), cand_results.as_slice())];
-        let cand_regression = match &champ_regression {
-            Some((r, _)) => stored_results(learner, &bench, r, &c.version_id)?.1,
+        let cand_regression = match &bench.regression {
+            Some(r) => stored_results(learner, &bench, r, &c.version_id)?.1,
             None => Vec::new(),
         };
-        if let Some((_, champ)) = &champ_regression {
-            sets.push((champ, &cand_regression));
-        }
-        let diffs = gate::paired_diffs(&sets, options.samples);
+        let diffs = gate::paired_diffs(
+            &[(&champ_results, &cand_results), (&champ_regression, &cand_regression)],
+            options.samples,
+        );
         let refs: Vec<&Comparison> = comparisons.iter().collect();
         let decision = gate::decide(&GateInput {
             spec,

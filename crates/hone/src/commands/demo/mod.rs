@@ -628,7 +628,7 @@ async fn rounds(
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     let (mut judging, mut canaries) = (0usize, 0usize);
     // With `--until-promoted`, a promotion ends the learning.
-    let promoted_enough = |promotions: &Vec<Promotion>| args.until_promoted && !promotions.is_empty();
+    let promoted_enough = |promotions: &[Promotion]| args.until_promoted && !promotions.is_empty();
     loop {
         // Rounds with a cycle while the budget lasts; then, if the last
         // cycle left a canary out, rounds without one until it is decided,
