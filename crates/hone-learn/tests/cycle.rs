@@ -74,7 +74,8 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
     );
     // Optimisers learn from one half of the window's sample, candidates are
     // gated on the other: disjoint, together the whole sample, and the
-    // regression set holds nothing trained on.
+    // regression set holds nothing trained on and nothing of the target set
+    // (whose every instance the gate already compares).
     let ids = |id: &Option<String>| -> std::collections::BTreeSet<String> {
         w.store
             .dataset_items(id.as_deref().unwrap())
@@ -93,7 +94,11 @@ async fn a_cycle_proposes_gates_keeps_the_front_deploys_and_promotes() {
         target.len()
     );
     if cycle.detail.regression.is_some() {
-        assert!(ids(&cycle.detail.regression).is_disjoint(&train));
+        let regression = ids(&cycle.detail.regression);
+        assert!(
+            regression.is_disjoint(&train) && regression.is_disjoint(&target),
+            "{regression:?}"
+        );
     }
     let candidates = w.store.candidates("story", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 3);
@@ -360,7 +365,7 @@ async fn the_next_cycle_trains_on_the_cases_the_last_gate_saw_flip() {
         target.is_disjoint(&learnable) && target.is_disjoint(&fragile),
         "{target:?}"
     );
-    assert!(train.is_disjoint(&target) && train.is_disjoint(&regression));
+    assert!(train.is_disjoint(&target) && train.is_disjoint(&regression) && target.is_disjoint(&regression));
     let said = format!(
         "mined from the gates of {}: {} flipped cases the champion failed (to train on), {} it passed (to gate on)",
         first.id,

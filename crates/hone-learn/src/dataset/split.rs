@@ -47,17 +47,21 @@ pub fn split(
     Ok((part("train", &train)?, part("target", &target)?))
 }
 
-/// `set` less every instance of `other` (by instance id, which for traffic
-/// is the episode id): the same snapshot when nothing overlaps, else
-/// `<name>.held` without them.
+/// `set` less every instance of the `others` (by instance id, which for
+/// traffic is the episode id): the same snapshot when nothing overlaps,
+/// else `<name>.held` without them.
 pub fn without(
     store: &dyn LearnStore,
     set: &DatasetInfo,
-    other: &DatasetInfo,
+    others: &[&DatasetInfo],
     now: i64,
 ) -> Result<DatasetInfo, StoreError> {
-    let taken: HashSet<String> = store.dataset_items(&other.id)?.into_iter().map(|i| i.id).collect();
-    without_ids(store, set, &taken, &json!({"of": set.id, "without": other.id}), now)
+    let mut taken = HashSet::new();
+    for other in others {
+        taken.extend(store.dataset_items(&other.id)?.into_iter().map(|i| i.id));
+    }
+    let ids: Vec<&str> = others.iter().map(|o| o.id.as_str()).collect();
+    without_ids(store, set, &taken, &json!({"of": set.id, "without": ids}), now)
 }
 
 /// `set` less the instances whose ids are in `taken`; `params` say why.

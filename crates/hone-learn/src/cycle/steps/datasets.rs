@@ -2,10 +2,15 @@
 //! into a train set (what optimisers learn from) and a target set (what
 //! candidates are evaluated and gated on), disjoint by instance, and the
 //! champion's past successes as the regression set, less anything in the
-//! train set; ends the cycle early when there is too little traffic.
+//! train or the target set; ends the cycle early when there is too little
+//! traffic.
 //!
 //! Training and gating never share an instance: a candidate gated on the
-//! prompts it was trained on would pass on memory, not on skill.
+//! prompts it was trained on would pass on memory, not on skill. The
+//! regression set also leaves out the target set's instances: the gate
+//! already compares every target instance (a case the champion passes and
+//! the candidate breaks is flagged there, with the same re-runs), so
+//! running them a second time would only double the evaluation's work.
 //!
 //! First the window is checked for drift (`crate::drift`): when the task or
 //! failure mix moved, an alert is raised and this cycle's traffic sample is
@@ -85,7 +90,7 @@ pub(super) async fn run(
         let regression = dataset::build(store, &previously_passing, now, &mut |_| {})?.0;
         let why = json!({"of": regression.id, "flipped_in": flipped.cycles});
         let regression = dataset::with(store, &regression, &flipped.fragile, &why, now)?;
-        let regression = dataset::without(store, &regression, &train, now)?;
+        let regression = dataset::without(store, &regression, &[&train, &target], now)?;
         Ok::<_, hone_store::StoreError>((train, target, regression, flipped))
     })
     .await??;
