@@ -247,7 +247,10 @@ impl CandidateStatus {
 pub struct CandidateScores {
     pub target_mean: Option<f64>,
     pub target_pass_rate: f64,
-    pub regression_pass_rate: f64,
+    /// The pass rate on the regression set; none when the cycle had none
+    /// (a first cycle's champion has no past successes outside its sets).
+    #[serde(default)]
+    pub regression_pass_rate: Option<f64>,
     pub mean_cost_usd: f64,
     pub mean_latency_ms: f64,
     pub errors: usize,

@@ -163,7 +163,7 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
                 reason: c.reason.clone(),
                 reward: s.and_then(|s| s.target_mean),
                 target_pass: s.map(|s| s.target_pass_rate),
-                regression_pass: s.map(|s| s.regression_pass_rate),
+                regression_pass: s.and_then(|s| s.regression_pass_rate),
                 cost_usd: s.map(|s| s.mean_cost_usd),
                 latency_ms: s.map(|s| s.mean_latency_ms),
                 kl_to_base: c.training.as_ref().map(|t| t.kl_to_base),

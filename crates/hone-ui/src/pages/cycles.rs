@@ -120,7 +120,7 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
                 .as_ref()
                 .and_then(|s| s.gate_gain)
                 .map(|g| format!("{g} ({:.0}%, {} instances)", g.confidence * 100.0, g.instances)),
-            regression_pass: c.scores.as_ref().map(|s| s.regression_pass_rate),
+            regression_pass: c.scores.as_ref().and_then(|s| s.regression_pass_rate),
             cost_usd: c.scores.as_ref().map(|s| s.mean_cost_usd),
             spend: c.spend.map(|s| s.to_string()),
         })

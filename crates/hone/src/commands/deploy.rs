@@ -75,7 +75,8 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             c.optimiser.clone(),
             s.target_mean.map_or("-".into(), |m| format!("{m:.3}")),
             format!("{:.0}%", s.target_pass_rate * 100.0),
-            format!("{:.0}%", s.regression_pass_rate * 100.0),
+            s.regression_pass_rate
+                .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
             format!("{:.6}", s.mean_cost_usd),
             format!("{:.0}", s.mean_latency_ms),
             c.training

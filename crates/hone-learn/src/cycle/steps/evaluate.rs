@@ -17,7 +17,7 @@ fn scores_of(s: &EvalSummary, regression: Option<&EvalSummary>) -> CandidateScor
     CandidateScores {
         target_mean: s.mean_score,
         target_pass_rate: s.pass_rate,
-        regression_pass_rate: regression.map_or(1.0, |r| r.pass_rate),
+        regression_pass_rate: regression.map(|r| r.pass_rate),
         mean_cost_usd: s.mean_cost_usd,
         mean_latency_ms: s.mean_latency_ms,
         errors: s.errors,
@@ -73,12 +73,14 @@ pub(super) async fn run(
             now,
             "evaluation",
             format!(
-                "{} on {}: mean {} pass {:.0}%, regression pass {:.0}%, cost ${:.6}",
+                "{} on {}: mean {} pass {:.0}%, regression pass {}, cost ${:.6}",
                 c.version_id,
                 target.id,
                 t.mean_score.map_or("-".into(), |m| format!("{m:.3}")),
                 t.pass_rate * 100.0,
-                scores.regression_pass_rate * 100.0,
+                scores
+                    .regression_pass_rate
+                    .map_or("- (no regression set)".into(), |r| format!("{:.0}%", r * 100.0)),
                 t.mean_cost_usd
             ),
         )

@@ -156,7 +156,8 @@ pub struct DemoArgs {
     /// Held-out tasks per measurement of the champion.
     #[arg(long, default_value_t = 60)]
     pub held_out: u64,
-    /// Users at once.
+    /// Users playing at once (a user reading an answer before reacting
+    /// holds no place: the next one starts).
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Seed of the simulated users.
