@@ -134,8 +134,8 @@ mod tests {
     use hone_types::EpisodeQuery;
     use std::time::Duration;
 
-    /// The real gateway and engine (a random tiny model: every answer
-    /// wrong) behind the demo's config; users who react after 50 ms.
+    /// The real gateway and engine (a random tiny model) behind the demo's
+    /// config; users who read each answer for half a second.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn once_stopped_no_further_user_starts_and_every_user_started_finishes_and_reacts() {
         let dir = tempfile::tempdir().unwrap();
@@ -166,11 +166,13 @@ mod tests {
         let mut stream = std::pin::pin!(stream);
         let mut served = 0;
         while let Some(item) = stream.next().await {
-            let item = item.unwrap();
-            assert!(!item.accepted, "a random model's answer is wrong: {item:?}");
+            // A random model's answer is now and then right by chance:
+            // what matters here is that every user got one and reacted.
+            item.unwrap();
             served += 1;
             stop.store(true, Ordering::Relaxed);
         }
+        println!("{served} users served, {concurrency} playing at once, stopped at the first reaction");
         // Those who started while the first user read (a reader holds no
         // place), and no more: the stop at the first reaction ended it.
         assert!(
