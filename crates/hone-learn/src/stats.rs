@@ -12,6 +12,19 @@ pub fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
+/// The middle value, or the mean of the middle two for an even count
+/// (as `numpy.median`); `None` when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
 /// Sample variance (n − 1 in the denominator); `None` below two values.
 pub fn sample_variance(values: &[f64]) -> Option<f64> {
     let m = mean(values).filter(|_| values.len() > 1)?;
@@ -127,6 +140,17 @@ pub fn mean_greater_p(a: &[f64], b: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_matches_numpy() {
+        // numpy.median([]) is nan (with a warning); here it is no value.
+        assert_eq!(median(&[]), None);
+        // numpy.median([3, 1, 2]) == 2.0; numpy.median([4, 1, 3, 2]) == 2.5
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        // numpy.median([6.0, 0.5, -15.0]) == 0.5
+        assert_eq!(median(&[6.0, 0.5, -15.0]), Some(0.5));
+    }
 
     #[test]
     fn normal_cdf_matches_tables() {

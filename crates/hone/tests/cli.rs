@@ -365,3 +365,97 @@ fn bench_learn_report_redraws_a_stored_run_and_names_a_missing_one() {
         "legend"
     );
 }
+
+/// A stored race of `hone bench learn` for `--report`: hone and TRL each
+/// first at or above 90% after the seconds given (`None`: never).
+fn stored_race(dir: &std::path::Path, seed: u64, hone_s: Option<f64>, trl_s: Option<f64>) {
+    let point = |s: f64, rate: f64| serde_json::json!({"learning_s": s, "episodes": 8, "rate": rate, "ci95": [rate - 0.1, rate.min(0.95) + 0.05], "version": format!("v{s}")});
+    let side = |learner: &str, reached: Option<f64>| {
+        let mut points = vec![point(0.0, 0.45), point(1.0, 0.5)];
+        points.extend(reached.map(|s| point(s, 0.95)));
+        let last = points.last().cloned().unwrap();
+        serde_json::json!({"learner": learner, "episodes_are": "episodes", "points": points,
+            "reached": reached.map(|_| last.clone()), "held": reached.map(|_| last)})
+    };
+    let report = serde_json::json!({
+        "threshold": 0.9, "minutes": 1.0, "seed": seed, "held_out_tasks": 60, "base": "/base",
+        "hone_settings": [], "trl_reward": "users",
+        "sides": [side("hone loop (demo: users' implicit feedback, gate, canary)", hone_s),
+                  side("TRL GRPOTrainer (users' implicit signals, lr 0.002)", trl_s)],
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("bench-learn.json"), report.to_string()).unwrap();
+}
+
+/// `hone bench learn --report --seeds` sets races already run side by
+/// side: each learner's time per seed, who was sooner in how many seeds
+/// with the sign test, the paired lead where both reached the threshold,
+/// and a picture; a seed missing or given twice is named and nothing is
+/// written.
+#[test]
+fn bench_learn_over_seeds_counts_who_was_sooner_and_by_how_much() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bench");
+    let report = |seeds: &str| {
+        hone(&[
+            "bench",
+            "learn",
+            "--report",
+            "--seeds",
+            seeds,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+    };
+    stored_race(&data.join("seed-1"), 1, Some(9.0), Some(15.0));
+    stored_race(&data.join("seed-2"), 2, Some(9.0), Some(9.5));
+    stored_race(&data.join("seed-3"), 3, Some(45.0), Some(30.0));
+    stored_race(&data.join("seed-4"), 4, Some(8.5), None);
+
+    let out = report("1,2,3,5");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("seed-5") && stderr.contains("bench-learn.json"),
+        "{stderr}"
+    );
+    let out = report("1,2,1");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("seed 1 is given twice"));
+    assert!(!data.join("bench-learn-seeds.json").exists());
+
+    let out = report("1,2,3,4");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("| seed | base | hone loop | TRL GRPOTrainer |"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| 3 | 45.0% | 45.0 s | 30.0 s |"), "{stdout}");
+    assert!(stdout.contains("| 4 | 45.0% | 8.5 s | not reached |"), "{stdout}");
+    // Medians over the seeds each reached it: (9 + 9) / 2 and 15.
+    assert!(
+        stdout.contains("| median | | 9.0 s (4 of 4 reached) | 15.0 s (3 of 4 reached) |"),
+        "{stdout}"
+    );
+    // hone sooner in seeds 1, 2 and 4, TRL in 3: binomtest(3, 4).pvalue = 0.625.
+    // Leads where both reached: +6.0, +0.5, −15.0 → mean −2.8, median +0.5.
+    assert!(
+        stdout.contains("hone loop vs TRL GRPOTrainer: sooner in 3 and 1 seeds, 0 tied (sign test p = 0.6250)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("TRL GRPOTrainer minus hone loop: mean -2.8 s"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("median +0.5 s"), "{stdout}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("bench-learn-seeds.json")).unwrap()).unwrap();
+    assert_eq!(json["versus"][0]["first_sooner"], 3);
+    assert_eq!(json["races"][3]["reached_s"][1], serde_json::Value::Null);
+    for name in ["bench-learn-seeds.svg", "bench-learn-seeds.png"] {
+        assert!(data.join(name).metadata().unwrap().len() > 1000, "{name}");
+    }
+    let svg = std::fs::read_to_string(data.join("bench-learn-seeds.svg")).unwrap();
+    assert!(svg.contains("hone loop (median 9.0 s)"), "legend");
+}

@@ -11,7 +11,9 @@
 //! - `bench-learn.{svg,png}` (`hone bench learn`): each learner's held-out
 //!   success against minutes of learning, with 95% intervals and the
 //!   threshold;
-//! - `seeds.{svg,png}` (`hone demo --seeds`): the same curves, one per seed.
+//! - `seeds.{svg,png}` (`hone demo --seeds`): the same curves, one per seed;
+//! - `bench-learn-seeds.{svg,png}` (`hone bench learn --seeds`): each
+//!   learner's seconds to the threshold in every seed, and its median.
 
 use anyhow::{anyhow, Result};
 use plotters::coord::types::RangedCoordf64;
@@ -443,6 +445,102 @@ pub fn seeds(dir: &Path, curves: &[Curve]) -> Result<Vec<PathBuf>> {
         |r| draw_curves(r, curves, None),
         |r| draw_curves(r, curves, None),
     )
+}
+
+/// A learner in `hone bench learn --seeds`: its name and, per seed,
+/// seconds of learning to the threshold (`None`: not within the budget).
+pub type SeedTimes = (String, Vec<Option<f64>>);
+
+/// Each learner's seconds to the threshold per seed (a dot each, a cross
+/// at the top where it was not reached) and its median over the seeds
+/// where it was (a dashed line).
+pub fn race_seeds(dir: &Path, seeds: &[u64], learners: &[SeedTimes], threshold: f64) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "bench-learn-seeds",
+        |r| draw_race_seeds(r, seeds, learners, threshold),
+        |r| draw_race_seeds(r, seeds, learners, threshold),
+    )
+}
+
+fn draw_race_seeds<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    seeds: &[u64],
+    learners: &[SeedTimes],
+    threshold: f64,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let most = learners
+        .iter()
+        .flat_map(|(_, times)| times.iter().flatten().copied())
+        .fold(1.0, f64::max);
+    let top = most * 1.15;
+    let n = seeds.len().max(1);
+    let mut chart = frame(
+        root,
+        &format!(
+            "Seconds of learning to held-out success ≥ {:.0}%, per seed (× at the top: not reached)",
+            threshold * 100.0
+        ),
+        -0.5..n as f64 - 0.5,
+        0.0..top,
+    )?;
+    let seed_at = |x: &f64| {
+        let i = x.round();
+        ((x - i).abs() < 1e-6 && i >= 0.0)
+            .then(|| seeds.get(i as usize).map(|s| format!("seed {s}")))
+            .flatten()
+            .unwrap_or_default()
+    };
+    chart
+        .configure_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&seed_at)
+        .disable_x_mesh()
+        .y_desc("seconds of learning (measuring left out)")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    let spread = 0.5 / learners.len().max(1) as f64;
+    let mut lines = Vec::new();
+    for (k, (name, times)) in learners.iter().enumerate() {
+        let colour = hone_ui::PALETTE[k % hone_ui::PALETTE.len()];
+        let offset = (k as f64 - (learners.len() as f64 - 1.0) / 2.0) * spread;
+        let reached: Vec<(f64, f64)> = times
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i as f64 + offset, t)))
+            .collect();
+        let median = hone_learn::stats::median(&reached.iter().map(|p| p.1).collect::<Vec<_>>());
+        if let Some(m) = median {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(-0.5, m), (n as f64 - 0.5, m)],
+                    6,
+                    4,
+                    colour.mix(0.7).stroke_width(1),
+                ))
+                .map_err(err)?;
+        }
+        chart
+            .draw_series(reached.iter().map(|&p| Circle::new(p, 5, colour.filled())))
+            .map_err(err)?
+            .label(match median {
+                Some(m) => format!("{name} (median {m:.1} s)"),
+                None => format!("{name} (never reached)"),
+            })
+            .legend(move |(x, y)| Circle::new((x + 9, y), 5, colour.filled()));
+        let missed = times.iter().enumerate().filter(|(_, t)| t.is_none());
+        chart
+            .draw_series(missed.map(|(i, _)| Cross::new((i as f64 + offset, top * 0.97), 6, colour.stroke_width(2))))
+            .map_err(err)?;
+        lines.push(reached);
+    }
+    legend(&mut chart, &lines)
 }
 
 fn draw_curves<DB: DrawingBackend>(

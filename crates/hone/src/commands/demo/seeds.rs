@@ -80,7 +80,7 @@ impl Spread {
 }
 
 /// Refuses a seed given twice (its run would overwrite the first).
-pub(super) fn check(seeds: &[u64]) -> Result<()> {
+pub(crate) fn check(seeds: &[u64]) -> Result<()> {
     for (i, seed) in seeds.iter().enumerate() {
         if seeds[..i].contains(seed) {
             bail!("--seeds: seed {seed} is given twice");

@@ -28,6 +28,7 @@
 
 mod alone;
 mod reward;
+mod seeds;
 
 use super::support::progress;
 use crate::commands::demo::stage::{Ports, Stage};
@@ -44,11 +45,12 @@ use std::sync::Arc;
 
 const TRL_SCRIPT: &str = include_str!("../../../../../../bench/learn_trl.py");
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct LearnArgs {
     /// Where the runs go: `hone/` (the demo's data directory, where hone's
     /// GRPO alone also keeps its adapters), `trl/` (TRL's checkpoints) and
-    /// `bench-learn.json`.
+    /// `bench-learn.json`; with `--seeds`, one such directory per seed
+    /// (`seed-N/`) and `bench-learn-seeds.json` beside them.
     #[arg(long, default_value = "./hone-bench-learn")]
     pub data_dir: PathBuf,
     /// Learning budget of each side, in minutes of wall time.
@@ -62,6 +64,12 @@ pub struct LearnArgs {
     /// Seed of every side (users, sampling, initialisation of the adapter).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run the whole race once per seed, comma-separated (each in
+    /// `<data-dir>/seed-N`, from the same base), then say which learner
+    /// reached the threshold first in how many seeds and by how much
+    /// (`bench-learn-seeds.json`, `bench-learn-seeds.{svg,png}`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "seed")]
+    pub seeds: Vec<u64>,
     /// Start every side from this checkpoint instead of the demo's base policy.
     #[arg(long)]
     pub base: Option<PathBuf>,
@@ -227,15 +235,32 @@ impl LearnArgs {
 }
 
 pub fn run(args: LearnArgs) -> Result<ExitCode> {
+    if !args.seeds.is_empty() {
+        return seeds::run(&args);
+    }
     if args.report {
-        let path = args.data_dir.join("bench-learn.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("--report: cannot read {} (run the bench there first)", path.display()))?;
-        let report: Report = serde_json::from_str(&text)
-            .with_context(|| format!("--report: {} is not a report of `hone bench learn`", path.display()))?;
+        let report = read_report(&args.data_dir)?;
         publish(&report, &args.data_dir)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let (data_dir, base) = prepare(&args)?;
+    once(&args, &data_dir, &base)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report of the run already in `data_dir` (`--report`).
+fn read_report(data_dir: &Path) -> Result<Report> {
+    let path = data_dir.join("bench-learn.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--report: cannot read {} (run the bench there first)", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("--report: {} is not a report of `hone bench learn`", path.display()))
+}
+
+/// Checks the arguments and the Python side before anything runs; makes
+/// `--data-dir` and finds (or builds, once) the base checkpoint. Returns
+/// both, absolute.
+fn prepare(args: &LearnArgs) -> Result<(PathBuf, PathBuf)> {
     let threshold = args.threshold();
     if !(threshold > 0.0 && threshold <= 1.0) {
         bail!("--threshold must be in (0, 1]");
@@ -244,7 +269,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         bail!("--checkpoint-seconds must be above 0");
     }
     // hone's side is checked by the demo's own rules (`--minutes` among them).
-    let (mut demo_args, settings) = hone_side(&args)?;
+    let (demo_args, _) = hone_side(args)?;
     check_python(&args.python)?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -254,7 +279,15 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
             .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
         None => demo::base(&data_dir, false, &demo_args.recipe())?,
     };
+    Ok((data_dir, base))
+}
 
+/// One race (`args.seed`) in `data_dir` from `base`: the three sides one
+/// after the other, then `bench-learn.json`, the table and the plots.
+fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
+    let threshold = args.threshold();
+    let (mut demo_args, settings) = hone_side(args)?;
+    let base = base.to_path_buf();
     progress(format!(
         "hone bench learn: [1/4] hone — `hone demo` for {} minutes from {}",
         args.minutes,
@@ -284,8 +317,8 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         let served = Served::start(&hone_dir, &base).await?;
         let lr = args.trl_lr.unwrap_or(served.grpo.lr);
         let sides = async {
-            let alone = alone::side(&served, &args, lr, noise).await?;
-            let trl = trl_side(&served, &args, &data_dir, lr, noise).await?;
+            let alone = alone::side(&served, args, lr, noise).await?;
+            let trl = trl_side(&served, args, data_dir, lr, noise).await?;
             anyhow::Ok((alone, trl, lr))
         }
         .await;
@@ -339,8 +372,8 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
         data_dir.join("bench-learn.json"),
         serde_json::to_string_pretty(&report)? + "\n",
     )?;
-    publish(&report, &data_dir)?;
-    Ok(ExitCode::SUCCESS)
+    publish(&report, data_dir)?;
+    Ok(report)
 }
 
 /// Draws both curves beside `bench-learn.json` in `data_dir` and prints the table.
