@@ -21,7 +21,7 @@ mod seeds;
 pub(crate) mod stage;
 mod traffic;
 
-pub(crate) use seeds::check as check_seeds;
+pub(crate) use seeds::{check as check_seeds, seed_dir, start_seed};
 pub(crate) use traffic::{held_out, parse_max_difficulty, task_at};
 
 use crate::context::{open_store, runtime};

@@ -89,17 +89,23 @@ pub(crate) fn check(seeds: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// The directory of one seed's run among several (`<data_dir>/seed-N`).
+pub(crate) fn seed_dir(data_dir: &Path, seed: u64) -> PathBuf {
+    data_dir.join(format!("seed-{seed}"))
+}
+
+/// Makes the `i`-th of `of` seeds' directory and says it starts there.
+pub(crate) fn start_seed(data_dir: &Path, seed: u64, (i, of): (usize, usize)) -> Result<PathBuf> {
+    let dir = seed_dir(data_dir, seed);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    note(format_args!("seed {seed} ({} of {of}) in {}", i + 1, dir.display()));
+    Ok(dir)
+}
+
 pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<ExitCode> {
     let (mut runs, mut curves): (Vec<SeedRun>, Vec<Curve>) = (Vec::new(), Vec::new());
     for (i, &seed) in args.seeds.iter().enumerate() {
-        let dir = data_dir.join(format!("seed-{seed}"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        note(format_args!(
-            "seed {seed} ({} of {}) in {}",
-            i + 1,
-            args.seeds.len(),
-            dir.display()
-        ));
+        let dir = start_seed(data_dir, seed, (i, args.seeds.len()))?;
         let one = DemoArgs {
             seed,
             seeds: Vec::new(),

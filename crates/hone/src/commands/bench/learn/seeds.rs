@@ -14,7 +14,6 @@
 
 use super::{once, prepare, read_report, LearnArgs, Report};
 use crate::commands::demo;
-use crate::output::note;
 use anyhow::{bail, Result};
 use hone_learn::stats;
 use serde::Serialize;
@@ -130,19 +129,12 @@ pub(super) fn run(args: &LearnArgs) -> Result<ExitCode> {
     let mut reports = Vec::new();
     if args.report {
         for &seed in &args.seeds {
-            reports.push(read_report(&seed_dir(&args.data_dir, seed))?);
+            reports.push(read_report(&demo::seed_dir(&args.data_dir, seed))?);
         }
     } else {
         let (data_dir, base) = prepare(args)?;
         for (i, &seed) in args.seeds.iter().enumerate() {
-            let dir = seed_dir(&data_dir, seed);
-            std::fs::create_dir_all(&dir)?;
-            note(format_args!(
-                "hone bench learn: seed {seed} ({} of {}) in {}",
-                i + 1,
-                args.seeds.len(),
-                dir.display()
-            ));
+            let dir = demo::start_seed(&data_dir, seed, (i, args.seeds.len()))?;
             let one = LearnArgs {
                 seed,
                 seeds: Vec::new(),
@@ -158,10 +150,6 @@ pub(super) fn run(args: &LearnArgs) -> Result<ExitCode> {
     std::fs::write(&path, serde_json::to_string_pretty(&seeds)? + "\n")?;
     print(&seeds, &path)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn seed_dir(data_dir: &Path, seed: u64) -> PathBuf {
-    data_dir.join(format!("seed-{seed}"))
 }
 
 /// The races side by side; refuses races run with different learners,
