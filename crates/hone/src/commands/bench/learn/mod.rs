@@ -19,6 +19,9 @@
 //!   checkpointed every `--checkpoint-seconds` of learning, in
 //!   `<data-dir>/trl`.
 //!
+//! `--seeds` runs the race once per seed and sets the races side by
+//! side ([`seeds`]).
+//!
 //! All are measured by one instrument: the champions hone's demo measured
 //! every round, and every checkpoint of the other two served as a version
 //! of the demo's agent through the same gateway on the same held-out
@@ -191,6 +194,12 @@ impl Side {
             reached,
             held,
         }
+    }
+
+    /// The learner's name without its description ("hone loop (demo: …)"
+    /// → "hone loop").
+    fn name(&self) -> &str {
+        self.learner.split(" (").next().unwrap_or(&self.learner)
     }
 }
 
@@ -386,8 +395,7 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
             let points = side.points.iter();
             let points = points.map(|p| (p.learning_s / 60.0, p.rate, p.ci95.0, p.ci95.1));
             // The legend names the learner; the table and the JSON describe it.
-            let name = side.learner.split(" (").next().unwrap_or(&side.learner);
-            (name.to_owned(), points.collect())
+            (side.name().to_owned(), points.collect())
         })
         .collect();
     let plots = demo::plots::learning_race(data_dir, &curves, report.threshold)?;

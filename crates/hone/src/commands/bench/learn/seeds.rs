@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// One seed's race as the aggregate reads it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 struct Race {
     seed: u64,
     /// The base's held-out success as hone's side measured it.
@@ -52,7 +52,7 @@ impl Race {
 }
 
 /// Two learners over the seeds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Serialize)]
 struct Versus {
     first: String,
     second: String,
@@ -139,7 +139,6 @@ pub(super) fn run(args: &LearnArgs) -> Result<ExitCode> {
                 seed,
                 seeds: Vec::new(),
                 data_dir: dir.clone(),
-                base: Some(base.clone()),
                 ..args.clone()
             };
             reports.push(once(&one, &dir, &base)?);
@@ -158,9 +157,9 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
     let Some(first) = reports.first() else {
         bail!("--seeds: no race to aggregate");
     };
-    let learners: Vec<String> = first.sides.iter().map(|s| short(&s.learner)).collect();
+    let learners: Vec<String> = first.sides.iter().map(|s| s.name().to_owned()).collect();
     for r in reports {
-        let names: Vec<String> = r.sides.iter().map(|s| short(&s.learner)).collect();
+        let names: Vec<String> = r.sides.iter().map(|s| s.name().to_owned()).collect();
         if names != learners || r.threshold != first.threshold || r.held_out_tasks != first.held_out_tasks {
             bail!(
                 "--seeds: seed {}'s race ({} at {:.0}% on {} tasks) differs from seed {}'s ({} at {:.0}% on {} tasks)",
@@ -202,12 +201,6 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
         versus,
         plots,
     })
-}
-
-/// A learner's name without its description ("hone loop (demo: …)" →
-/// "hone loop").
-fn short(learner: &str) -> String {
-    learner.split(" (").next().unwrap_or(learner).to_owned()
 }
 
 fn print(s: &Seeds, path: &Path) -> Result<()> {
