@@ -67,7 +67,7 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// The caller's key: `Authorization: Bearer <key>`, or `x-api-key: <key>`
 /// as the Anthropic SDK sends it.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     match headers.get(axum::http::header::AUTHORIZATION) {
         Some(value) => {
             let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
@@ -99,6 +99,27 @@ impl Auth {
         self.keys.is_empty()
     }
 
+    /// Whether pages and actions need a credential: whenever the data plane
+    /// has keys or an admin token is set. Only a gateway with neither (which
+    /// [`Auth::check_exposure`] keeps on loopback unless told otherwise) has
+    /// an open dashboard.
+    pub fn needs_credential(&self) -> bool {
+        !self.is_open() || self.admin_token_hash.is_some()
+    }
+
+    /// Who `token` is — the admin, or the agents of a data-plane key — or
+    /// `None` for a token this gateway does not know.
+    pub fn identify(&self, token: &str) -> Option<Principal> {
+        let hash = sha256_hex(token);
+        if self.admin_token_hash.as_deref() == Some(hash.as_str()) {
+            return Some(Principal::Admin);
+        }
+        self.keys.get(&hash).map(|(name, agents)| Principal::Key {
+            name: name.clone(),
+            agents: agents.clone(),
+        })
+    }
+
     /// Refuses to expose an open `/admin/*` (no API keys, no admin token)
     /// beyond loopback unless that is explicitly allowed: anyone reaching
     /// the address could load adapters and read every episode.
@@ -115,17 +136,8 @@ impl Auth {
     /// The admin token is accepted too.
     pub fn data_plane(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         let token = bearer(headers);
-        if let Some(token) = token {
-            let hash = sha256_hex(token);
-            if self.admin_token_hash.as_deref() == Some(hash.as_str()) {
-                return Ok(Principal::Admin);
-            }
-            if let Some((name, agents)) = self.keys.get(&hash) {
-                return Ok(Principal::Key {
-                    name: name.clone(),
-                    agents: agents.clone(),
-                });
-            }
+        if let Some(principal) = token.and_then(|token| self.identify(token)) {
+            return Ok(principal);
         }
         if self.is_open() {
             return Ok(Principal::Open);

@@ -54,11 +54,17 @@ pub fn apply(
     if version.reasoning_effort.is_some() && wins(Setting::ReasoningEffort, upstream.reasoning_effort.is_some()) {
         upstream.reasoning_effort.clone_from(&version.reasoning_effort);
     }
+    // The version's ceiling caps whichever limit the client sent (both, if
+    // it sent both); with none it is sent as `max_completion_tokens`, the
+    // name every OpenAI model takes (reasoning models refuse `max_tokens`).
     if let Some(limit) = version.max_tokens {
+        let cap = |asked: Option<u32>| asked.map(|asked| asked.min(limit));
         match (upstream.max_completion_tokens, upstream.max_tokens) {
-            (Some(asked), _) => upstream.max_completion_tokens = Some(asked.min(limit)),
-            (None, Some(asked)) => upstream.max_tokens = Some(asked.min(limit)),
-            (None, None) => upstream.max_tokens = Some(limit),
+            (None, None) => upstream.max_completion_tokens = Some(limit),
+            (completion, tokens) => {
+                upstream.max_completion_tokens = cap(completion);
+                upstream.max_tokens = cap(tokens);
+            }
         }
     }
     upstream
@@ -116,6 +122,32 @@ mod tests {
             "the version's default when the client sets none"
         );
         assert_eq!(out.max_tokens, Some(4), "never more than the client asked");
+        assert_eq!(out.max_completion_tokens, None);
+    }
+
+    #[test]
+    fn token_limits_the_version_caps_every_limit_the_client_sent_and_sends_its_own_as_max_completion_tokens() {
+        let version = VersionSpec {
+            agent: "assistant".into(),
+            routes: vec![],
+            max_tokens: Some(10),
+            ..Default::default()
+        };
+        let route = Route {
+            provider: "up".into(),
+            model: "o4-mini".into(),
+            adapter: None,
+            memory: None,
+        };
+        let limits = |body: &str| {
+            let request = ChatCompletionRequest::from_json(body.as_bytes()).unwrap();
+            let out = apply(&request, &version, &route, &[]);
+            (out.max_completion_tokens, out.max_tokens)
+        };
+        let both = r#"{"model":"a","messages":[{"role":"user","content":"hi"}],"max_tokens":500,"max_completion_tokens":400}"#;
+        assert_eq!(limits(both), (Some(10), Some(10)), "neither passes uncapped");
+        let none = r#"{"model":"a","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(limits(none), (Some(10), None), "reasoning models refuse max_tokens");
 
         let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];
         let out = apply(&request, &version, &route, &shots);

@@ -197,6 +197,11 @@ impl Metrics {
                 load(&recorder.corrupt_lines),
             ),
             (
+                "hone_recorder_refused_calls_total",
+                "Calls the database refused for what they hold (kept in journal/refused/, not in the store).",
+                load(&recorder.rows_refused),
+            ),
+            (
                 "hone_recorder_spool_bytes",
                 "Bytes of acknowledged calls waiting in the on-disk journal for the store.",
                 recorder.spool_bytes(),

@@ -1,4 +1,6 @@
-//! The HTTP server loop: hyper's HTTP/1 connections with the limits a
+//! The HTTP server loop: hyper's connections — HTTP/1.1, and HTTP/2 over
+//! cleartext for clients that speak it with prior knowledge (h2c, as gRPC
+//! and some SDKs do) — with the limits a
 //! gateway in front of production agents needs, which `axum::serve` does not
 //! set: a cap on open client connections (below the file-descriptor limit, so
 //! that a flood of slow clients cannot take `/health` and the journal down
@@ -7,8 +9,8 @@
 //! itself (400 for a malformed request head, 414, 431).
 
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
@@ -89,17 +91,22 @@ pub async fn serve(
     connections: TaskTracker,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    let http = Arc::new(http);
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -121,11 +128,18 @@ pub async fn serve(
             // client's delayed ACK (~40 ms).
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(app.clone());
-        let connection = http.serve_connection(TokioIo::new(ErrorBodies::new(tcp)), service);
+        // The peer's address travels with each request, as axum's
+        // `ConnectInfo` (the dashboard limits failed sign-ins per address).
+        let with_peer = tower::ServiceExt::map_request(app.clone(), move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            request
+        });
+        let service = TowerToHyperService::new(with_peer);
         let mut stopping = stopping.clone();
+        let http = http.clone();
         connections.spawn(async move {
             let _slot = slot;
+            let connection = http.serve_connection(TokioIo::new(ErrorBodies::new(tcp)), service);
             tokio::pin!(connection);
             tokio::select! {
                 result = connection.as_mut() => {

@@ -31,7 +31,7 @@ pub enum StartError {
 
 pub struct AppState {
     pub config: Arc<Config>,
-    pub auth: Auth,
+    pub auth: Arc<Auth>,
     pub agents: HashMap<String, AgentRoutes>,
     pub providers: Providers,
     pub store: Arc<dyn Store>,
@@ -198,7 +198,7 @@ impl AppState {
 
         let memory = crate::memory::EpisodicMemory::new(&config);
         let state = Self {
-            auth: Auth::from_config(&config),
+            auth: Arc::new(Auth::from_config(&config)),
             config: Arc::new(config),
             agents,
             providers,

@@ -7,6 +7,11 @@ pub enum StoreError {
     /// gone); the recorder spools and retries on this.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The database refuses this data for what it holds (a value too large
+    /// for it, a character it cannot store): trying again cannot help. The
+    /// recorder sets such a call aside instead of retrying it.
+    #[error("the database refuses the data: {0}")]
+    Refused(String),
     /// A referenced episode or call does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -19,7 +24,19 @@ pub enum StoreError {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
+        match &e {
+            // A value over the database's length limit, or a constraint
+            // (a CHECK, a trigger) the row breaks: about the data, for good.
+            rusqlite::Error::SqliteFailure(code, _)
+                if matches!(
+                    code.code,
+                    rusqlite::ErrorCode::TooBig | rusqlite::ErrorCode::ConstraintViolation
+                ) =>
+            {
+                StoreError::Refused(e.to_string())
+            }
+            _ => StoreError::Unavailable(e.to_string()),
+        }
     }
 }
 

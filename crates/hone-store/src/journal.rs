@@ -204,6 +204,24 @@ fn resynchronise(line: &[u8]) -> Option<CallRecord> {
         .find_map(|at| serde_json::from_slice(&line[at..]).ok())
 }
 
+/// Where calls the store refused are kept (`journal/refused/`).
+pub fn refused_dir(dir: &Path) -> PathBuf {
+    dir.join("refused")
+}
+
+/// Keeps a call the store refused, as `refused/<call id>.json`, so that a
+/// human can see it and nothing accepted is lost; writing it twice (after a
+/// restart) leaves one file.
+pub(crate) fn set_aside(dir: &Path, call: &CallRecord) -> std::io::Result<PathBuf> {
+    let refused = refused_dir(dir);
+    crate::files::create_private_dir(&refused)?;
+    let path = refused.join(format!("{}.json", call.id));
+    let mut file = crate::files::private(OpenOptions::new().write(true).create(true).truncate(true)).open(&path)?;
+    serde_json::to_writer(&mut file, call)?;
+    file.sync_all()?;
+    Ok(path)
+}
+
 /// Moves a damaged segment aside (`NAME.jsonl.corrupt`): it is not read
 /// again, and not deleted.
 pub(crate) fn quarantine(path: &Path) -> std::io::Result<PathBuf> {

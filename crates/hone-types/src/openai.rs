@@ -665,6 +665,22 @@ pub struct Delta {
     pub extra: Extra,
 }
 
+impl Delta {
+    /// Whether this delta carries a generated token: text, a refusal, a
+    /// tool call or reasoning. The opening chunk that only names the role
+    /// (`"content": ""`, as OpenAI and vLLM send it) says nothing, so the
+    /// time to first token is not taken from it.
+    pub fn says_something(&self) -> bool {
+        let some_text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
+        some_text(&self.content)
+            || some_text(&self.refusal)
+            || self.tool_calls.as_ref().is_some_and(|c| !c.is_empty())
+            || ["reasoning_content", "reasoning"]
+                .iter()
+                .any(|k| self.extra.get(*k).and_then(|v| v.as_str()).is_some_and(|t| !t.is_empty()))
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallDelta {
     pub index: u32,

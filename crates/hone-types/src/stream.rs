@@ -39,6 +39,19 @@ pub struct StreamAccumulator {
     usage: Option<Usage>,
     extra: Extra,
     chunks: usize,
+    /// About how many bytes the chunks' content holds (text, tool calls,
+    /// logprobs and extra fields as JSON): what the answer weighs once recorded.
+    bytes: usize,
+}
+
+/// About how many bytes `value` takes as JSON, without writing it out.
+fn json_bytes(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|v| json_bytes(v) + 1).sum::<usize>(),
+        Value::Object(map) => 2 + map.iter().map(|(k, v)| k.len() + 4 + json_bytes(v)).sum::<usize>(),
+    }
 }
 
 /// Appends arrays, concatenates strings, and otherwise keeps the newest value:
@@ -71,8 +84,14 @@ impl StreamAccumulator {
         self.chunks
     }
 
+    /// About how many bytes the answer so far weighs as recorded JSON.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub fn push(&mut self, chunk: &ChatCompletionChunk) {
         self.chunks += 1;
+        self.bytes += chunk.extra.values().map(json_bytes).sum::<usize>();
         if self.id.is_empty() {
             self.id.clone_from(&chunk.id);
             self.created = chunk.created;
@@ -86,10 +105,14 @@ impl StreamAccumulator {
         }
         for choice in &chunk.choices {
             let parts = self.choices.entry(choice.index).or_default();
+            self.bytes += choice.extra.values().map(json_bytes).sum::<usize>()
+                + choice.logprobs.as_ref().map_or(0, json_bytes);
             if let Some(text) = &choice.delta.content {
+                self.bytes += text.len();
                 parts.text.push_str(text);
             }
             if let Some(refusal) = &choice.delta.refusal {
+                self.bytes += refusal.len();
                 parts.refusal.get_or_insert_with(String::new).push_str(refusal);
             }
             for call in choice.delta.tool_calls.iter().flatten() {
@@ -105,6 +128,7 @@ impl StreamAccumulator {
                         slot.name.push_str(name);
                     }
                     if let Some(arguments) = &function.arguments {
+                        self.bytes += arguments.len();
                         slot.arguments.push_str(arguments);
                     }
                 }

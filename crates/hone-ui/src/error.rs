@@ -53,7 +53,7 @@ impl From<hone_learn::LearnError> for UiError {
 
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
-        let body = crate::render::page(
+        let body = crate::render::bare(
             "error.html",
             minijinja::context! { title => "Error", status => self.status.as_u16(), message => self.message.clone() },
         )

@@ -9,8 +9,9 @@
 //! `hone rollback`.
 //!
 //! Pages: agents, an agent, episodes, an episode, cycles, datasets,
-//! evaluation runs and paired comparisons. One file per page under `pages/`; `auth.rs` keeps the dashboard behind
-//! the admin token when one is configured (a login form sets a cookie).
+//! evaluation runs and paired comparisons. One file per page under
+//! `pages/`; `auth.rs` decides who sees what: the admin token sees every
+//! agent, a data-plane key only its own (see there).
 
 mod auth;
 mod charts;
@@ -25,6 +26,7 @@ use hone_learn::client::GatewayClient;
 use hone_store::CycleStore;
 use std::sync::Arc;
 
+pub use auth::Viewer;
 pub use charts::PALETTE;
 pub use error::UiError;
 
@@ -35,9 +37,26 @@ pub struct Ui {
     /// The gateway serving this dashboard, for deploy actions that load
     /// adapters (vLLM candidates), as `hone approve` does.
     pub gateway: GatewayClient,
-    /// The admin token; `None` leaves the dashboard open (loopback only, as
-    /// the gateway's admin routes are).
-    pub admin_token: Option<String>,
+    /// The gateway's credentials: who may sign in, and to which agents.
+    pub auth: Arc<hone_gateway::auth::Auth>,
+    sessions: auth::Sessions,
+}
+
+impl Ui {
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn CycleStore>,
+        gateway: GatewayClient,
+        auth: Arc<hone_gateway::auth::Auth>,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            gateway,
+            auth,
+            sessions: auth::Sessions::default(),
+        }
+    }
 }
 
 /// The `/ui` routes.
@@ -57,20 +76,24 @@ pub fn router(ui: Ui) -> Router {
         .route("/ui/evals", get(pages::evals::list))
         .route("/ui/evals/compare", get(pages::evals::compare))
         .route("/ui/evals/{id}", get(pages::evals::show))
+        .route("/ui/logout", post(auth::logout))
         .route_layer(axum::middleware::from_fn_with_state(ui.clone(), auth::require));
     Router::new()
         .route("/ui/login", get(auth::login_form).post(auth::login))
         .merge(pages)
+        .layer(axum::middleware::from_fn(auth::secure_headers))
         .with_state(ui)
 }
 
-/// Runs a page's store reads off the event loop and renders the result.
+/// Runs a page's store reads off the event loop, for `viewer`, and renders
+/// the result.
 pub(crate) async fn blocking<T: Send + 'static>(
     ui: &Arc<Ui>,
-    work: impl FnOnce(&Ui) -> Result<T, UiError> + Send + 'static,
+    viewer: Viewer,
+    work: impl FnOnce(&Ui, &Viewer) -> Result<T, UiError> + Send + 'static,
 ) -> Result<T, UiError> {
     let ui = ui.clone();
-    tokio::task::spawn_blocking(move || work(&ui))
+    tokio::task::spawn_blocking(move || work(&ui, &viewer))
         .await
         .map_err(|e| UiError::internal(format!("the page's task failed: {e}")))?
 }

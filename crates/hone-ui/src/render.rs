@@ -37,8 +37,16 @@ fn environment() -> &'static Environment<'static> {
     })
 }
 
-/// A page rendered from `template` with `context`.
-pub fn page(template: &str, context: minijinja::Value) -> Result<String, UiError> {
+/// A page for `viewer` rendered from `template` with `context` (and what
+/// every page's frame needs: whether to offer Sign out, and the CSRF token
+/// its forms carry).
+pub fn page(viewer: &crate::Viewer, template: &str, context: minijinja::Value) -> Result<String, UiError> {
+    let context = minijinja::context! { session => viewer.session, csrf => viewer.csrf.clone(), ..context };
+    bare(template, context)
+}
+
+/// A page rendered from `template` with `context` alone (sign-in, errors).
+pub fn bare(template: &str, context: minijinja::Value) -> Result<String, UiError> {
     environment()
         .get_template(template)
         .and_then(|t| t.render(context))

@@ -1,4 +1,4 @@
-//! Regression tests for the hostile review of `hone serve` (issue 14), one
+//! Regression tests for the first hostile review of `hone serve`, one
 //! per finding, each on the real binary over loopback with the fault
 //! injected for real: two agents' keys sharing an episode id, a file-size
 //! limit that tears journal writes, upstreams that hang or send garbage or
@@ -11,11 +11,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-const KEY_ALPHA: &str = "key-alpha";
-const KEY_BETA: &str = "key-beta";
+pub(crate) const KEY_ALPHA: &str = "key-alpha";
+pub(crate) const KEY_BETA: &str = "key-beta";
 
 /// Two agents on the fake upstream, each with its own key.
-fn two_agents(upstream: &FakeUpstream) -> String {
+pub(crate) fn two_agents(upstream: &FakeUpstream) -> String {
     format!(
         r#"
 [[gateway.api_keys]]

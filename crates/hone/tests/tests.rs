@@ -2,7 +2,8 @@
 //! - `e2e`: chat (JSON, SSE, tools), retries, fallback, Anthropic, episodes, feedback, metrics
 //! - `bad_input`: every kind of bad request gets a clear OpenAI-style error and writes nothing
 //! - `local`: the embedded engine behind the gateway (`examples/local.toml`), adapters via the admin API
-//! - `hardening`: one regression test per finding of the hostile review (issue 14)
+//! - `hardening`: one regression test per finding of the first hostile review
+//! - `doors`: one per finding of the second: the dashboard behind keys, answers that cannot jam the store, ttft, token limits, h2c
 //! - `crash`: `kill -9` under load loses no call whose response was delivered
 //! - `python_sdk`: real client libraries drive every door (openai, the Agents SDK, anthropic)
 //! - `otel`: OpenTelemetry GenAI traces become episodes; hone's own spans go out over OTLP
@@ -21,6 +22,7 @@ mod bad_input;
 mod cli;
 mod crash;
 mod demo;
+mod doors;
 mod e2e;
 mod hardening;
 mod learn_crash;

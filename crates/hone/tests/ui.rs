@@ -34,7 +34,7 @@ fn browser() -> reqwest::Client {
 async fn page(hone: &Hone, path: &str) -> String {
     let response = browser()
         .get(hone.url(path))
-        .header("cookie", format!("hone_admin={ADMIN}"))
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap();
@@ -45,7 +45,7 @@ async fn page(hone: &Hone, path: &str) -> String {
 async fn form(hone: &Hone, path: &str, body: &str) -> String {
     let response = browser()
         .post(hone.url(path))
-        .header("cookie", format!("hone_admin={ADMIN}"))
+        .bearer_auth(ADMIN)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(body.to_owned())
         .send()
@@ -439,7 +439,7 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     // A bad filter is a page that says why.
     let r = browser()
         .get(hone.url("/ui/episodes?since=yesterday"))
-        .header("cookie", format!("hone_admin={ADMIN}"))
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap();
@@ -448,7 +448,7 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     for bad in ["flag=nonsense", "min_reward=lots&agent=story", "min_reward=1"] {
         let r = browser()
             .get(hone.url(&format!("/ui/episodes?{bad}")))
-            .header("cookie", format!("hone_admin={ADMIN}"))
+            .bearer_auth(ADMIN)
             .send()
             .await
             .unwrap();

@@ -214,7 +214,7 @@ fn to_chat(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> 
     let mut chat = json!({
         "model": request.model,
         "messages": messages,
-        "max_tokens": request.max_tokens,
+        "max_completion_tokens": request.max_tokens,
     });
     let fields = vec![
         ("temperature", request.temperature.map(Value::from)),
@@ -522,7 +522,8 @@ mod tests {
         assert_eq!(m[5]["content"][0]["image_url"]["url"], "data:image/png;base64,AA");
         assert_eq!(request.tool_choice, Some(json!("required")));
         assert_eq!(request.extra["parallel_tool_calls"], false);
-        assert_eq!(request.max_tokens, Some(64));
+        assert_eq!(request.max_completion_tokens, Some(64), "the name every OpenAI model takes");
+        assert_eq!(request.max_tokens, None);
         assert_eq!(request.tools.as_ref().unwrap()[0].function.name, "get_weather");
     }
 

@@ -17,7 +17,7 @@ use super::{header_value, read_body, CALL_HEADER, EPISODE_HEADER, VERSION_HEADER
 use crate::dispatch::{self, Answered};
 use crate::doors::{self, Door, Incoming};
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::{ProviderError, StreamEvent};
+use crate::providers::{ProviderError, StreamEvent, MAX_ANSWER_BYTES};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -329,6 +329,13 @@ fn failed(state: &AppState, error: &ProviderError, attempts: Vec<Attempt>, upstr
 }
 
 fn recorder_error(e: hone_store::RecorderError) -> ApiError {
+    if let hone_store::RecorderError::TooLarge { .. } = e {
+        return ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            "call_too_large_to_record",
+            format!("the call could not be recorded, so its answer is withheld: {e}"),
+        );
+    }
     ApiError::new(
         ErrorKind::Unavailable,
         "recorder_unavailable",
@@ -630,6 +637,24 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
                     None => break,
                     Some(Ok(mut event)) => {
                         accumulator.push(&event.chunk);
+                        if accumulator.bytes() > MAX_ANSWER_BYTES {
+                            // Past the answer limit the stream is cut, so
+                            // memory stays bounded by the limit and the
+                            // record is whole: an error, without the part.
+                            let e = ProviderError::TooLarge {
+                                what: "streamed answer",
+                                limit: MAX_ANSWER_BYTES,
+                            };
+                            let api = upstream_error(&e);
+                            error = Some(CallError {
+                                status: api.status().as_u16(),
+                                message: e.to_string(),
+                            });
+                            outcome = CallOutcome::UpstreamError;
+                            accumulator = StreamAccumulator::new();
+                            let _ = frames.send(encoder.error(&api)).await;
+                            break;
+                        }
                         if shadow_n.is_some() && !serve_first(&mut event, &accumulator) {
                             continue;
                         }
@@ -637,13 +662,7 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
                         if out.is_empty() {
                             continue;
                         }
-                        if ttft_ms.is_none()
-                            && event
-                                .chunk
-                                .choices
-                                .iter()
-                                .any(|c| c.delta.content.is_some() || c.delta.tool_calls.is_some())
-                        {
+                        if ttft_ms.is_none() && event.chunk.choices.iter().any(|c| c.delta.says_something()) {
                             ttft_ms = Some(context.received.elapsed().as_secs_f64() * 1000.0);
                         }
                         if send_all(&frames, out).await.is_err() {

@@ -8,26 +8,53 @@ use hone_store::JournalState;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// `ok` (200) while calls can be recorded, spooling included; `degraded`
-/// (503) while the journal cannot be written, when every call is refused.
+/// How long the store may stay unwritable before `/health` says `degraded`.
+pub const STORE_BEHIND_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `ok` (200) while calls are recorded and reach the store. `degraded` with
+/// its reasons otherwise: 503 while the journal cannot be written, when
+/// every call is refused; 200 while calls still wait safely in the journal
+/// but the store has taken none for longer than [`STORE_BEHIND_BOUND`]
+/// (feedback and reads of new episodes wait meanwhile), or once the store
+/// has refused a call (kept aside; see `hone_recorder_refused_calls_total`).
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let stats = state.recorder.stats();
     let unavailable = stats.store_unavailable.load(Ordering::Relaxed) == 1;
     let now = state.recorder.journal_state();
     let writable = now.is_writable();
+    let behind = state.recorder.store_behind_for();
+    let refused = stats.rows_refused.load(Ordering::Relaxed);
+    let mut reasons = Vec::new();
+    if !writable {
+        reasons.push(format!("calls are refused: {now}"));
+    }
+    if let Some(behind) = behind.filter(|b| *b >= STORE_BEHIND_BOUND) {
+        reasons.push(format!(
+            "the store has taken no call for {} s; calls wait in the journal",
+            behind.as_secs()
+        ));
+    }
+    if refused > 0 {
+        reasons.push(format!(
+            "the database refused {refused} call(s); they are kept under the journal's refused/ directory"
+        ));
+    }
     let journal = match now {
         JournalState::Writable => serde_json::json!({"state": "writable"}),
         JournalState::Failing { error } => serde_json::json!({"state": "failing", "error": error}),
         JournalState::Stalled { for_ms } => serde_json::json!({"state": "stalled", "append_ms": for_ms}),
     };
     let mut response = super::json_response(&serde_json::json!({
-        "status": if writable { "ok" } else { "degraded" },
+        "status": if reasons.is_empty() { "ok" } else { "degraded" },
+        "reasons": reasons,
         "journal": journal,
         "recorder": {
             "mode": if unavailable { "spooling" } else { "store" },
             "caught_up": state.recorder.is_caught_up(),
             "queue_depth": stats.queue_depth(),
             "spool_bytes": stats.spool_bytes(),
+            "store_behind_ms": behind.map(|b| b.as_millis() as u64),
+            "refused_calls": refused,
         },
     }));
     if !writable {

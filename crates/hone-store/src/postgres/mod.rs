@@ -92,7 +92,18 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
-        StoreError::Unavailable(describe(&e))
+        // Class 22 (data exception: a NUL character, an invalid byte
+        // sequence, a value out of range), class 23 (a constraint the row
+        // breaks) and 54000 (a value over the server's limits) are about
+        // the data, not the server.
+        let refused = e
+            .code()
+            .is_some_and(|c| c.code().starts_with("22") || c.code().starts_with("23") || c.code() == "54000");
+        if refused {
+            StoreError::Refused(describe(&e))
+        } else {
+            StoreError::Unavailable(describe(&e))
+        }
     }
 }
 

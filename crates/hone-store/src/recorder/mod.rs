@@ -31,6 +31,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch, Semaphore};
 
+/// The largest call recorded, as journaled JSON: far below what either
+/// backend takes in one value (1 GB), so that no single call can be
+/// journaled and then refused by the store. The gateway keeps requests and
+/// answers well under it (`gateway.max_body_bytes`, the answer limit).
+pub const MAX_RECORD_BYTES: usize = 256 << 20;
+
 /// An append still unfinished after this long means the disk is stalled.
 const STALLED_AFTER: Duration = Duration::from_secs(2);
 
@@ -44,6 +50,8 @@ pub enum RecorderError {
     Stalled,
     #[error("timed out waiting for the store to catch up with the journal (is the database available?)")]
     FlushTimeout,
+    #[error("the call is {bytes} bytes as recorded, over the limit of {limit} bytes")]
+    TooLarge { bytes: usize, limit: usize },
 }
 
 /// Whether the journal can take calls now.
@@ -102,6 +110,9 @@ pub struct RecorderStats {
     pub ack_timeouts: AtomicU64,
     /// Failed journal appends (each cut back to the last whole line).
     pub append_failures: AtomicU64,
+    /// Calls the database refused for what they hold, kept aside under
+    /// `journal/refused/` instead of the store.
+    pub rows_refused: AtomicU64,
     /// Journal lines left by an earlier run that could not be read (their
     /// files are kept as `*.jsonl.corrupt`).
     pub corrupt_lines: AtomicU64,
@@ -187,6 +198,8 @@ struct Shared {
     max_batch: usize,
     /// When the append in progress started (ms since `epoch`, 0 when none).
     append_started_ms: AtomicU64,
+    /// Since when the store cannot be written (ms since `epoch`, 0 while it can).
+    unavailable_since_ms: AtomicU64,
     epoch: Instant,
     failing: AtomicBool,
     last_error: Mutex<String>,
@@ -245,6 +258,7 @@ impl Recorder {
             stats,
             max_batch: options.max_batch.max(1),
             append_started_ms: AtomicU64::new(0),
+            unavailable_since_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             failing: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),
@@ -277,6 +291,13 @@ impl Recorder {
             RecorderError::Failed(e.to_string())
         })?;
         line.push(b'\n');
+        if line.len() > MAX_RECORD_BYTES {
+            stats.lost_and_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(RecorderError::TooLarge {
+                bytes: line.len(),
+                limit: MAX_RECORD_BYTES,
+            });
+        }
         let deadline = tokio::time::Instant::now() + RecorderOptions::ACK_TIMEOUT;
         let stalled = || {
             stats.ack_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -346,6 +367,13 @@ impl Recorder {
             Ok(Err(_)) => Err(RecorderError::Closed),
             Err(_) => Err(RecorderError::FlushTimeout),
         }
+    }
+
+    /// How long the store has been refusing writes (calls wait in the
+    /// journal meanwhile); `None` while it takes them.
+    pub fn store_behind_for(&self) -> Option<Duration> {
+        let since = self.shared.unavailable_since_ms.load(Ordering::Relaxed);
+        (since != 0).then(|| Duration::from_millis(self.shared.now_ms().saturating_sub(since)))
     }
 
     /// Whether every call journaled so far (also by earlier runs) is in the store.

@@ -2,11 +2,15 @@
 //! transactions (lingering a few milliseconds after waking so that a busy
 //! gateway commits many calls at a time), deletes journal segments whose
 //! calls are all committed, and while the store is unavailable retries by
-//! copying the journal itself.
+//! copying the journal itself. A call the database refuses for what it
+//! holds ([`StoreError::Refused`]) is set aside under `journal/refused/`,
+//! loudly and counted, and everything after it is stored: one bad call
+//! never holds up the rest.
 
 use super::{Queued, Shared};
 use crate::journal;
-use crate::Store;
+use crate::{Store, StoreError};
+use hone_types::CallRecord;
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -129,7 +133,7 @@ impl Writer {
                 last = (queued.seq, queued.bytes_end, queued.segment);
                 calls.push(queued.call);
             }
-            let written = self.store.write_calls(&calls)?;
+            let written = self.store_calls(&calls)?;
             stats.rows_written.fetch_add(written as u64, Ordering::Relaxed);
             stats.batches.fetch_add(1, Ordering::Relaxed);
             // Calls are queued in journal order: older segments are done.
@@ -162,7 +166,7 @@ impl Writer {
                     self.shared.stats.torn_fragments.fetch_add(torn, Ordering::Relaxed);
                 }
                 for chunk in read.calls.chunks(REPLAY_BATCH) {
-                    replayed += self.store.write_calls(chunk)? as u64;
+                    replayed += self.store_calls(chunk)? as u64;
                 }
                 if !read.bad_lines.is_empty() && segment < current {
                     self.quarantine(&path, &read.bad_lines);
@@ -190,6 +194,46 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// Writes `calls` in one transaction; if the database refuses one of
+    /// them, writes them one by one and sets aside each call it refuses.
+    fn store_calls(&self, calls: &[CallRecord]) -> Result<usize, StoreError> {
+        match self.store.write_calls(calls) {
+            Err(StoreError::Refused(_)) => {}
+            other => return other,
+        }
+        let mut written = 0;
+        for call in calls {
+            match self.store.write_calls(std::slice::from_ref(call)) {
+                Ok(n) => written += n,
+                Err(StoreError::Refused(why)) => self.set_aside(call, &why)?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Keeps a call the database refused out of the store, in a file of its
+    /// own. If even that cannot be written (a full disk), the call stays in
+    /// the journal and is tried again later, like an unavailable store.
+    fn set_aside(&self, call: &CallRecord, why: &str) -> Result<(), StoreError> {
+        let kept = journal::set_aside(&self.dir, call).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "the database refuses call {} ({why}) and it cannot be set aside: {e}",
+                call.id
+            ))
+        })?;
+        self.shared.stats.rows_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            call = %call.id,
+            agent = %call.agent,
+            episode = %call.episode_id,
+            file = %kept.display(),
+            reason = why,
+            "the database refused a call; it is kept aside and every later call is stored"
+        );
+        Ok(())
     }
 
     /// Keeps a segment with unreadable lines out of the way, loudly, so that
@@ -222,6 +266,12 @@ impl Writer {
     fn set_available(&self, available: bool) {
         let flag = u64::from(!available);
         self.shared.stats.store_unavailable.store(flag, Ordering::Relaxed);
+        let since = &self.shared.unavailable_since_ms;
+        if available {
+            since.store(0, Ordering::Relaxed);
+        } else {
+            let _ = since.compare_exchange(0, self.shared.now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     fn remove_segments_before(&self, segment: u64) {

@@ -8,7 +8,8 @@
 use super::{agent_config, html, short, version_name};
 use crate::charts::{self, FrontPoint, Marker, Series};
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
@@ -142,8 +143,8 @@ fn rolling(points: &[(i64, f64)]) -> Vec<(i64, f64)> {
         .collect()
 }
 
-fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError> {
-    let agent = agent_config(ui, name)?;
+fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Result<String, UiError> {
+    let agent = agent_config(ui, viewer, name)?;
     let store = ui.store.as_ref();
     let (deployment, _) = deploy::current(store, agent)?;
     let mut all = store.candidates(&agent.name, None)?;
@@ -285,6 +286,7 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
         };
     let cycle = store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned());
     page(
+        viewer,
         "agent.html",
         minijinja::context! {
             title => agent.name.clone(),
@@ -309,8 +311,8 @@ fn render(ui: &Ui, name: &str, notice: Option<String>) -> Result<String, UiError
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Path(agent): Path<String>) -> Response {
-    html(blocking(&ui, move |ui| render(ui, &agent, None)).await)
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>) -> Response {
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &agent, None)).await)
 }
 
 #[derive(serde::Deserialize)]
@@ -319,18 +321,18 @@ pub struct Approve {
 }
 
 /// The outcome of an action, shown on the agent page it returns to.
-async fn after(ui: Arc<Ui>, agent: String, change: Result<Change, UiError>) -> Response {
+async fn after(ui: Arc<Ui>, viewer: Viewer, agent: String, change: Result<Change, UiError>) -> Response {
     let notice = match change {
         Ok(Change::Applied(s) | Change::AlreadyDone(s)) => s,
         Ok(Change::Refused(s)) => format!("refused: {s}"),
         Err(e) => return e.into_response(),
     };
-    html(blocking(&ui, move |ui| render(ui, &agent, Some(notice))).await)
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &agent, Some(notice))).await)
 }
 
-pub async fn approve(State(ui): State<Arc<Ui>>, Path(agent): Path<String>, Form(form): Form<Approve>) -> Response {
+pub async fn approve(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>, Form(form): Form<Approve>) -> Response {
     let change = async {
-        let config = agent_config(&ui, &agent)?;
+        let config = agent_config(&ui, &viewer, &agent)?;
         let candidate = ui
             .store
             .candidates(&agent, None)?
@@ -349,11 +351,11 @@ pub async fn approve(State(ui): State<Arc<Ui>>, Path(agent): Path<String>, Form(
         .await?)
     }
     .await;
-    after(ui.clone(), agent, change).await
+    after(ui.clone(), viewer, agent, change).await
 }
 
-pub async fn rollback(State(ui): State<Arc<Ui>>, Path(agent): Path<String>) -> Response {
-    let change = agent_config(&ui, &agent).and_then(|config| {
+pub async fn rollback(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>) -> Response {
+    let change = agent_config(&ui, &viewer, &agent).and_then(|config| {
         Ok(deploy::rollback(
             ui.store.as_ref(),
             config,
@@ -361,7 +363,7 @@ pub async fn rollback(State(ui): State<Arc<Ui>>, Path(agent): Path<String>) -> R
             None,
         )?)
     });
-    after(ui.clone(), agent, change).await
+    after(ui.clone(), viewer, agent, change).await
 }
 
 #[cfg(test)]

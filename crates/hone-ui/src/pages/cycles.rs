@@ -4,7 +4,8 @@
 
 use super::{html, short};
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -46,15 +47,22 @@ fn row(c: &hone_types::CycleInfo) -> CycleRow {
     }
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>, Query(filter): Query<Filter>) -> Response {
+pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(filter): Query<Filter>) -> Response {
     html(
-        blocking(&ui, move |ui| {
+        blocking(&ui, viewer, move |ui, viewer| {
             let agent = filter.agent.filter(|a| !a.is_empty());
             if let Some(a) = &agent {
-                super::agent_config(ui, a)?;
+                super::agent_config(ui, viewer, a)?;
             }
-            let rows: Vec<CycleRow> = ui.store.cycles(agent.as_deref(), 100)?.iter().map(row).collect();
+            let rows: Vec<CycleRow> = ui
+                .store
+                .cycles(agent.as_deref(), 100)?
+                .iter()
+                .filter(|c| viewer.sees(&c.agent))
+                .map(row)
+                .collect();
             page(
+                viewer,
                 "cycles.html",
                 minijinja::context! { title => "Cycles", rows => minijinja::Value::from(minijinja::value::Serde(&rows)) },
             )
@@ -87,11 +95,12 @@ struct CandidateRow {
     spend: Option<String>,
 }
 
-fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
+fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
     let cycle = ui
         .store
         .cycle(id)?
         .ok_or_else(|| UiError::not_found(format!("no cycle `{id}`")))?;
+    super::hidden(viewer, &cycle.agent, format!("no cycle `{id}`"))?;
     let steps: Vec<Step> = ui
         .store
         .history(&cycle.agent, 2000)?
@@ -127,6 +136,7 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
         .collect();
     let detail = serde_json::to_string_pretty(&cycle.detail).unwrap_or_default();
     page(
+        viewer,
         "cycle.html",
         minijinja::context! {
             title => format!("Cycle {id}"),
@@ -141,6 +151,6 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
-    html(blocking(&ui, move |ui| render(ui, &id)).await)
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(id): Path<String>) -> Response {
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &id)).await)
 }

@@ -3,7 +3,8 @@
 
 use super::html;
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use serde::Serialize;
@@ -19,12 +20,14 @@ struct InstanceRow {
     input: String,
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
+pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>) -> Response {
     html(
-        blocking(&ui, |ui| {
+        blocking(&ui, viewer, |ui, viewer| {
             let mut datasets = ui.store.datasets()?;
+            datasets.retain(|d| viewer.sees(&d.agent));
             datasets.sort_by_key(|d| std::cmp::Reverse(d.created_at));
             page(
+                viewer,
                 "datasets.html",
                 minijinja::context! { title => "Datasets", datasets => minijinja::Value::from(minijinja::value::Serde(&datasets)) },
             )
@@ -33,11 +36,12 @@ pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
     )
 }
 
-fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
+fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
     let dataset = ui
         .store
         .dataset(id)?
         .ok_or_else(|| UiError::not_found(format!("no dataset `{id}`")))?;
+    super::hidden(viewer, &dataset.agent, format!("no dataset `{id}`"))?;
     let items = ui.store.dataset_items(&dataset.id)?;
     let instances: Vec<InstanceRow> = items
         .iter()
@@ -50,6 +54,7 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
         .collect();
     let params = serde_json::to_string_pretty(&dataset.params).unwrap_or_default();
     page(
+        viewer,
         "dataset.html",
         minijinja::context! {
             title => format!("Dataset {}", dataset.name),
@@ -61,6 +66,6 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
-    html(blocking(&ui, move |ui| render(ui, &id)).await)
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(id): Path<String>) -> Response {
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &id)).await)
 }

@@ -5,7 +5,8 @@
 
 use super::{agent_config, html, version_name};
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use hone_types::openai::Message;
@@ -84,13 +85,14 @@ fn tokens(call: &CallRecord) -> Vec<Token> {
         .collect()
 }
 
-fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
+fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
     let episode_id = EpisodeId::parse(id).map_err(|e| UiError::bad_request(format!("episode id {e}")))?;
     let episode = ui
         .store
         .episode(&episode_id)?
         .ok_or_else(|| UiError::not_found(format!("no episode `{id}`")))?;
-    let agent = agent_config(ui, &episode.summary.agent)?;
+    super::hidden(viewer, &episode.summary.agent, format!("no episode `{id}`"))?;
+    let agent = agent_config(ui, viewer, &episode.summary.agent)?;
     let calls: Vec<CallView> = episode
         .calls
         .iter()
@@ -126,6 +128,7 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
         .collect();
     let reward = ui.store.reward(&episode_id, &agent.reward.version())?;
     page(
+        viewer,
         "episode.html",
         minijinja::context! {
             title => format!("Episode {id}"),
@@ -137,6 +140,6 @@ fn render(ui: &Ui, id: &str) -> Result<String, UiError> {
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
-    html(blocking(&ui, move |ui| render(ui, &id)).await)
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(id): Path<String>) -> Response {
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &id)).await)
 }

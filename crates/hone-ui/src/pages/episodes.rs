@@ -3,7 +3,8 @@
 
 use super::html;
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use hone_types::time::parse_time;
@@ -91,10 +92,10 @@ fn time(name: &str, raw: Option<&str>) -> Result<Option<i64>, UiError> {
     }
 }
 
-fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
+fn render(ui: &Ui, viewer: &Viewer, filter: Filter) -> Result<String, UiError> {
     let agent = filter.agent.clone().filter(|a| !a.is_empty());
     if let Some(a) = &agent {
-        super::agent_config(ui, a)?;
+        super::agent_config(ui, viewer, a)?;
     }
     let cursor = match filter.cursor.as_deref().filter(|c| !c.is_empty()) {
         None => None,
@@ -130,14 +131,17 @@ fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
                 ));
             };
             Some(hone_types::RewardRange {
-                spec_version: super::agent_config(ui, a)?.reward.version(),
+                spec_version: super::agent_config(ui, viewer, a)?.reward.version(),
                 min: min.unwrap_or(f64::NEG_INFINITY),
                 max: max.unwrap_or(f64::INFINITY),
             })
         }
     };
     let query = EpisodeQuery {
-        agents: agent.clone().map(|a| vec![a]),
+        agents: agent
+            .clone()
+            .map(|a| vec![a])
+            .or_else(|| viewer.scope().map(<[String]>::to_vec)),
         since: time("since", filter.since.as_deref())?,
         until: time("until", filter.until.as_deref())?,
         limit: PAGE,
@@ -186,8 +190,9 @@ fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
             }
         })
         .collect();
-    let agents: Vec<String> = ui.config.agents.keys().cloned().collect();
+    let agents: Vec<String> = ui.config.agents.keys().filter(|a| viewer.sees(a)).cloned().collect();
     page(
+        viewer,
         "episodes.html",
         minijinja::context! {
             title => "Episodes",
@@ -200,6 +205,6 @@ fn render(ui: &Ui, filter: Filter) -> Result<String, UiError> {
     )
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>, Query(filter): Query<Filter>) -> Response {
-    html(blocking(&ui, move |ui| render(ui, filter)).await)
+pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(filter): Query<Filter>) -> Response {
+    html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, filter)).await)
 }

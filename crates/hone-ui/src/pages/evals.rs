@@ -7,7 +7,8 @@
 
 use super::{html, short};
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use hone_types::learn::EvalRunInfo;
@@ -40,17 +41,27 @@ fn row(r: &EvalRunInfo) -> RunRow {
     }
 }
 
-fn run(ui: &Ui, id: &str) -> Result<EvalRunInfo, UiError> {
-    ui.store
+fn run(ui: &Ui, viewer: &Viewer, id: &str) -> Result<EvalRunInfo, UiError> {
+    let run = ui
+        .store
         .eval_run(id)?
-        .ok_or_else(|| UiError::not_found(format!("no evaluation run `{id}`")))
+        .ok_or_else(|| UiError::not_found(format!("no evaluation run `{id}`")))?;
+    super::hidden(viewer, &run.agent, format!("no evaluation run `{id}`"))?;
+    Ok(run)
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
+pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>) -> Response {
     html(
-        blocking(&ui, |ui| {
-            let runs: Vec<RunRow> = ui.store.eval_runs(None, RUNS_SHOWN)?.iter().map(row).collect();
+        blocking(&ui, viewer, |ui, viewer| {
+            let runs: Vec<RunRow> = ui
+                .store
+                .eval_runs(None, RUNS_SHOWN)?
+                .iter()
+                .filter(|r| viewer.sees(&r.agent))
+                .map(row)
+                .collect();
             page(
+                viewer,
                 "evals.html",
                 minijinja::context! { title => "Evaluations", runs => minijinja::Value::from(minijinja::value::Serde(&runs)) },
             )
@@ -59,13 +70,14 @@ pub async fn list(State(ui): State<Arc<Ui>>) -> Response {
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Path(id): Path<String>) -> Response {
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(id): Path<String>) -> Response {
     html(
-        blocking(&ui, move |ui| {
-            let info = run(ui, &id)?;
+        blocking(&ui, viewer, move |ui, viewer| {
+            let info = run(ui, viewer, &id)?;
             let results = ui.store.eval_results(&id)?;
             let passed = results.iter().filter(|r| r.passed).count();
             page(
+                viewer,
                 "eval.html",
                 minijinja::context! {
                     title => format!("Evaluation {id}"),
@@ -97,10 +109,10 @@ struct PairRow {
     regression: bool,
 }
 
-pub async fn compare(State(ui): State<Arc<Ui>>, Query(pick): Query<Pick>) -> Response {
+pub async fn compare(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(pick): Query<Pick>) -> Response {
     html(
-        blocking(&ui, move |ui| {
-            let (a, b) = (run(ui, &pick.a)?, run(ui, &pick.b)?);
+        blocking(&ui, viewer, move |ui, viewer| {
+            let (a, b) = (run(ui, viewer, &pick.a)?, run(ui, viewer, &pick.b)?);
             if a.dataset_id != b.dataset_id {
                 return Err(UiError::bad_request(format!(
                     "runs `{}` and `{}` evaluated different datasets; a paired comparison needs the same one",
@@ -128,6 +140,7 @@ pub async fn compare(State(ui): State<Arc<Ui>>, Query(pick): Query<Pick>) -> Res
                 pairs.iter().filter(|p| p.diff < 0.0).count(),
             );
             page(
+                viewer,
                 "compare.html",
                 minijinja::context! {
                     title => "Paired comparison",

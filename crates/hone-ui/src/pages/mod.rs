@@ -9,7 +9,7 @@ pub mod episodes;
 pub mod evals;
 pub mod overview;
 
-use crate::{Ui, UiError};
+use crate::{Ui, UiError, Viewer};
 use axum::response::{Html, IntoResponse, Response};
 use hone_config::AgentConfig;
 use hone_types::VersionId;
@@ -22,11 +22,23 @@ pub(crate) fn html(page: Result<String, UiError>) -> Response {
     }
 }
 
-pub(crate) fn agent_config<'a>(ui: &'a Ui, name: &str) -> Result<&'a AgentConfig, UiError> {
+/// The agent's config, if `viewer` may see it. An agent outside the
+/// viewer's scope reads exactly as one that is not configured.
+pub(crate) fn agent_config<'a>(ui: &'a Ui, viewer: &Viewer, name: &str) -> Result<&'a AgentConfig, UiError> {
     ui.config
         .agents
         .get(name)
+        .filter(|_| viewer.sees(name))
         .ok_or_else(|| UiError::not_found(format!("agent `{name}` is not configured")))
+}
+
+/// What `viewer` may not see, told as if it did not exist.
+pub(crate) fn hidden(viewer: &Viewer, agent: &str, what: String) -> Result<(), UiError> {
+    if viewer.sees(agent) {
+        Ok(())
+    } else {
+        Err(UiError::not_found(what))
+    }
 }
 
 /// A version as people call it: its label from the config, else its id's start.

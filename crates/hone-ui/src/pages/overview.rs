@@ -3,7 +3,8 @@
 
 use super::{html, version_name};
 use crate::render::page;
-use crate::{blocking, Ui, UiError};
+use crate::{blocking, Ui, UiError, Viewer};
+use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
 use serde::Serialize;
@@ -29,10 +30,10 @@ fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
-fn rows(ui: &Ui) -> Result<Vec<AgentRow>, UiError> {
+fn rows(ui: &Ui, viewer: &Viewer) -> Result<Vec<AgentRow>, UiError> {
     let store = ui.store.as_ref();
     let mut rows = Vec::new();
-    for agent in ui.config.agents.values() {
+    for agent in ui.config.agents.values().filter(|a| viewer.sees(&a.name)) {
         let (deployment, _) = hone_learn::deploy::current(store, agent)?;
         let spec = agent.reward.version();
         let (rewarded, reward) = store.reward_summary(&agent.name, &spec)?;
@@ -57,11 +58,11 @@ fn rows(ui: &Ui) -> Result<Vec<AgentRow>, UiError> {
     Ok(rows)
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>) -> Response {
+pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>) -> Response {
     html(
-        blocking(&ui, |ui| {
-            let agents = rows(ui)?;
-            page("overview.html", minijinja::context! { title => "Agents", agents => minijinja::Value::from(minijinja::value::Serde(&agents)) })
+        blocking(&ui, viewer, |ui, viewer| {
+            let agents = rows(ui, viewer)?;
+            page(viewer, "overview.html", minijinja::context! { title => "Agents", agents => minijinja::Value::from(minijinja::value::Serde(&agents)) })
         })
         .await,
     )

@@ -38,8 +38,12 @@ pub fn run(
     };
     runtime.block_on(async move {
         let address = config.gateway.listen;
-        if !address.ip().is_loopback() && config.gateway.api_keys.is_empty() {
-            tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
+        if !address.ip().is_loopback() {
+            if config.gateway.api_keys.is_empty() {
+                tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
+            } else {
+                tracing::warn!(%address, "listening beyond loopback over plain HTTP: API keys, the admin token and dashboard sessions cross the network readable; put a TLS-terminating proxy in front (it should send X-Forwarded-Proto: https)");
+            }
         }
         let shutdown = shutdown_signal();
         let listener = tokio::net::TcpListener::bind(address)
@@ -49,7 +53,7 @@ pub fn run(
         let agents: Vec<_> = config.agents.keys().cloned().collect();
         let data_dir = config.gateway.data_dir.clone();
         let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
-        let dashboard = dashboard(&config, &gateway.state().cycles, bound)?;
+        let dashboard = dashboard(&config, gateway.state(), bound)?;
         let gateway = gateway.with_routes(dashboard);
         tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1, the dashboard is at http://{bound}/ui");
         gateway.serve(listener, shutdown).await?;
@@ -62,10 +66,10 @@ pub fn run(
 /// writes), acting through this gateway as `hone approve` would.
 fn dashboard(
     config: &hone_config::Config,
-    gateways: &std::sync::Arc<dyn hone_store::CycleStore>,
+    gateway: &hone_gateway::state::AppState,
     bound: SocketAddr,
 ) -> Result<axum::Router> {
-    let store = hone_store::open_beside(&config.store, gateways, hone_store::Wait::Patient)
+    let store = hone_store::open_beside(&config.store, &gateway.cycles, hone_store::Wait::Patient)
         .context("cannot open the store for the dashboard")?;
     let admin_token = config
         .gateway
@@ -73,15 +77,15 @@ fn dashboard(
         .as_ref()
         .and_then(|name| std::env::var(name).ok())
         .filter(|t| !t.is_empty());
-    let gateway =
+    let client =
         hone_learn::client::GatewayClient::new(format!("http://{bound}"), None, std::time::Duration::from_secs(120))?
-            .with_admin_token(admin_token.clone());
-    Ok(hone_ui::router(hone_ui::Ui {
-        config: std::sync::Arc::new(config.clone()),
+            .with_admin_token(admin_token);
+    Ok(hone_ui::router(hone_ui::Ui::new(
+        std::sync::Arc::new(config.clone()),
         store,
-        gateway,
-        admin_token,
-    }))
+        client,
+        gateway.auth.clone(),
+    )))
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is

@@ -12,6 +12,10 @@
 //! - `HUGE:<MiB>`: a 200 answer of that many MiB (sent in chunks, no length)
 //! - `BIGEVENT:<MiB>`: a stream whose first event never ends (no blank line)
 //! - `JSONSTREAM`: answers a stream request with one JSON document
+//! - `HUGESTREAM:<MiB>`: a well-formed stream whose content totals that many
+//!   MiB, 64 KiB per chunk (the fake holds one chunk in memory)
+//! - `FIRSTTOKEN:<ms>`: a stream whose opening role chunk comes at once and
+//!   whose first token comes that much later
 //! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
 //!
 //! `/v1/embeddings` answers one 3-dimensional vector per input, counting a
@@ -177,11 +181,36 @@ fn oversized(text: &str) -> Option<Response> {
     Some(response)
 }
 
-fn slow_ms(text: &str) -> u64 {
+fn number_after(text: &str, prefix: &str) -> u64 {
     text.split_whitespace()
-        .find_map(|w| w.strip_prefix("SLOW:"))
+        .find_map(|w| w.strip_prefix(prefix))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+fn slow_ms(text: &str) -> u64 {
+    number_after(text, "SLOW:")
+}
+
+/// `HUGESTREAM:<MiB>`: a stream of 64 KiB content chunks, then its end.
+fn huge_stream(mib: u64) -> Response {
+    let stream = async_stream::stream! {
+        let open = json!({"id": "chatcmpl-huge", "object": "chat.completion.chunk", "created": 1, "model": "fake", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]});
+        yield Ok::<_, std::convert::Infallible>(bytes::Bytes::from(format!("data: {open}\n\n")));
+        let piece = "x".repeat(64 << 10);
+        let chunk = json!({"id": "chatcmpl-huge", "object": "chat.completion.chunk", "created": 1, "model": "fake", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+        let frame = bytes::Bytes::from(format!("data: {chunk}\n\n"));
+        for _ in 0..mib * 16 {
+            yield Ok(frame.clone());
+        }
+        let end = json!({"id": "chatcmpl-huge", "object": "chat.completion.chunk", "created": 1, "model": "fake", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+        yield Ok(bytes::Bytes::from(format!("data: {end}\n\ndata: [DONE]\n\n")));
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
 }
 
 fn fail(status: StatusCode, retry_after: Option<&str>) -> Response {
@@ -192,11 +221,14 @@ fn fail(status: StatusCode, retry_after: Option<&str>) -> Response {
     response
 }
 
-fn sse(frames: Vec<String>, delay: Duration, finish: bool) -> Response {
+fn sse(frames: Vec<String>, delay: Duration, first_token: Duration, finish: bool) -> Response {
     let stream = async_stream::stream! {
-        for frame in frames {
+        for (i, frame) in frames.into_iter().enumerate() {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
+            }
+            if i == 1 && !first_token.is_zero() {
+                tokio::time::sleep(first_token).await;
             }
             yield Ok::<_, std::convert::Infallible>(bytes::Bytes::from(frame));
         }
@@ -229,6 +261,10 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
     if let Some(response) = oversized(&text) {
         return response;
     }
+    if stream && text.contains("HUGESTREAM:") {
+        return huge_stream(number_after(&text, "HUGESTREAM:"));
+    }
+    let first_token = Duration::from_millis(number_after(&text, "FIRSTTOKEN:"));
     let script = script(&seen, &text);
     if let Script::Fail(status, retry_after) = script {
         return fail(status, retry_after);
@@ -294,7 +330,7 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
                     frames.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [], "usage": usage})));
                 }
             }
-            sse(frames, delay, !cut)
+            sse(frames, delay, first_token, !cut)
         }
         (Script::Fail(status, retry_after), false) => fail(status, retry_after),
     }
@@ -358,7 +394,8 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
     }
     frames.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 9}})));
     frames.push(event("message_stop", json!({"type": "message_stop"})));
-    sse(frames, Duration::ZERO, false)
+    let first_token = Duration::from_millis(number_after(&text, "FIRSTTOKEN:"));
+    sse(frames, Duration::ZERO, first_token, false)
 }
 
 async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {

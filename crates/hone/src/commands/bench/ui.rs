@@ -138,12 +138,8 @@ pub fn run(o: Options) -> Result<ExitCode> {
         }
         let store = SqliteStore::open_with(&path, false, SqliteStore::PATIENT)?;
         let gateway = hone_learn::client::GatewayClient::new("http://127.0.0.1:9", None, Duration::from_secs(5))?;
-        let app = hone_ui::router(hone_ui::Ui {
-            config: config.clone(),
-            store: Arc::new(store),
-            gateway,
-            admin_token: None,
-        });
+        let auth = Arc::new(hone_gateway::auth::Auth::from_config(&config));
+        let app = hone_ui::router(hone_ui::Ui::new(config.clone(), Arc::new(store), gateway, auth));
         let medians = runtime.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let base = format!("http://{}", listener.local_addr()?);
