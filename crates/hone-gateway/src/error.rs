@@ -42,6 +42,8 @@ pub struct ApiError {
     pub param: Option<String>,
     /// Overrides the kind's status (an upstream 4xx passed through).
     pub status: Option<StatusCode>,
+    /// When the client may try again (sent as `Retry-After`, in seconds).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
@@ -52,7 +54,19 @@ impl ApiError {
             message: message.into(),
             param: None,
             status: None,
+            retry_after: None,
         }
+    }
+
+    /// The error with its `Retry-After`, whatever door formats it.
+    pub fn respond_with(&self, mut response: Response) -> Response {
+        if let Some(after) = self.retry_after {
+            let seconds = after.as_secs_f64().ceil().max(1.0) as u64;
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
+            }
+        }
+        response
     }
 
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
@@ -129,7 +143,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        response
+        self.respond_with(response)
     }
 }
 
@@ -142,7 +156,9 @@ impl From<hone_store::StoreError> for ApiError {
                 "store_unavailable",
                 format!("the database is unavailable: {message}"),
             ),
-            e @ (hone_store::StoreError::Corrupt(_) | hone_store::StoreError::Open { .. }) => {
+            e @ (hone_store::StoreError::Corrupt(_)
+            | hone_store::StoreError::Refused(_)
+            | hone_store::StoreError::Open { .. }) => {
                 tracing::error!(error = %e, "store error");
                 ApiError::new(ErrorKind::Internal, "store_error", e.to_string())
             }

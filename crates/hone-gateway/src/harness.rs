@@ -123,6 +123,11 @@ mod tests {
         );
         assert_eq!(out.max_tokens, Some(4), "never more than the client asked");
         assert_eq!(out.max_completion_tokens, None);
+
+        let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];
+        let out = apply(&request, &version, &route, &shots);
+        let texts: Vec<String> = out.messages.iter().map(Message::text).collect();
+        assert_eq!(texts, ["Be brief.", "2+2?", "4", "hi"]);
     }
 
     #[test]
@@ -144,15 +149,11 @@ mod tests {
             let out = apply(&request, &version, &route, &[]);
             (out.max_completion_tokens, out.max_tokens)
         };
-        let both = r#"{"model":"a","messages":[{"role":"user","content":"hi"}],"max_tokens":500,"max_completion_tokens":400}"#;
+        let both =
+            r#"{"model":"a","messages":[{"role":"user","content":"hi"}],"max_tokens":500,"max_completion_tokens":400}"#;
         assert_eq!(limits(both), (Some(10), Some(10)), "neither passes uncapped");
         let none = r#"{"model":"a","messages":[{"role":"user","content":"hi"}]}"#;
         assert_eq!(limits(none), (Some(10), None), "reasoning models refuse max_tokens");
-
-        let shots = [Message::new(Role::User, "2+2?"), Message::new(Role::Assistant, "4")];
-        let out = apply(&request, &version, &route, &shots);
-        let texts: Vec<String> = out.messages.iter().map(Message::text).collect();
-        assert_eq!(texts, ["Be brief.", "2+2?", "4", "hi"]);
     }
 
     #[test]

@@ -120,7 +120,7 @@ impl Metrics {
             }
         }
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let lines: [(&str, &str, u64); 18] = [
+        let lines: [(&str, &str, u64); 19] = [
             (
                 "hone_embedding_requests_total",
                 "Embedding requests answered (not episodes).",

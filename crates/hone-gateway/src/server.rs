@@ -130,10 +130,13 @@ pub async fn serve(
         }
         // The peer's address travels with each request, as axum's
         // `ConnectInfo` (the dashboard limits failed sign-ins per address).
-        let with_peer = tower::ServiceExt::map_request(app.clone(), move |mut request: hyper::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-            request
-        });
+        let with_peer = tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        );
         let service = TowerToHyperService::new(with_peer);
         let mut stopping = stopping.clone();
         let http = http.clone();

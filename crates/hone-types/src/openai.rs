@@ -575,14 +575,20 @@ fn keep_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error>
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count_or_zero")]
     pub prompt_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count_or_zero")]
     pub completion_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count_or_zero")]
     pub total_tokens: u64,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// A token count some servers send as `null` (not counted): read as 0, so
+/// that a delivered answer is never failed over its usage.
+fn count_or_zero<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(deserializer)?.unwrap_or(0))
 }
 
 impl Usage {
@@ -675,9 +681,12 @@ impl Delta {
         some_text(&self.content)
             || some_text(&self.refusal)
             || self.tool_calls.as_ref().is_some_and(|c| !c.is_empty())
-            || ["reasoning_content", "reasoning"]
-                .iter()
-                .any(|k| self.extra.get(*k).and_then(|v| v.as_str()).is_some_and(|t| !t.is_empty()))
+            || ["reasoning_content", "reasoning"].iter().any(|k| {
+                self.extra
+                    .get(*k)
+                    .and_then(|v| v.as_str())
+                    .is_some_and(|t| !t.is_empty())
+            })
     }
 }
 
@@ -731,6 +740,26 @@ mod tests {
 
     fn parse(body: &str) -> Result<ChatCompletionRequest, RequestError> {
         ChatCompletionRequest::from_json(body.as_bytes())
+    }
+
+    #[test]
+    fn upstream_usage_with_null_counts_no_longer_fails_a_delivered_answer() {
+        let usage: Usage =
+            serde_json::from_str(r#"{"prompt_tokens":12,"completion_tokens":null,"total_tokens":null}"#).unwrap();
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            (12, 0, 0)
+        );
+    }
+
+    #[test]
+    fn the_opening_role_chunk_says_nothing_a_token_does() {
+        let delta = |json: &str| serde_json::from_str::<Delta>(json).unwrap().says_something();
+        assert!(!delta(r#"{"role":"assistant","content":""}"#));
+        assert!(!delta(r#"{"role":"assistant","content":null,"tool_calls":[]}"#));
+        assert!(delta(r#"{"content":"Hi"}"#));
+        assert!(delta(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}"#));
+        assert!(delta(r#"{"reasoning_content":"Let me think"}"#));
     }
 
     #[test]

@@ -105,8 +105,8 @@ impl StreamAccumulator {
         }
         for choice in &chunk.choices {
             let parts = self.choices.entry(choice.index).or_default();
-            self.bytes += choice.extra.values().map(json_bytes).sum::<usize>()
-                + choice.logprobs.as_ref().map_or(0, json_bytes);
+            self.bytes +=
+                choice.extra.values().map(json_bytes).sum::<usize>() + choice.logprobs.as_ref().map_or(0, json_bytes);
             if let Some(text) = &choice.delta.content {
                 self.bytes += text.len();
                 parts.text.push_str(text);

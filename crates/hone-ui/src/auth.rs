@@ -1,7 +1,7 @@
 //! Who may see the dashboard and act through it.
 //!
 //! Pages need a credential whenever the gateway has data-plane keys or an
-//! admin token ([`Auth::needs_credential`]): the admin token sees every
+//! admin token ([`hone_gateway::auth::Auth::needs_credential`]): the admin token sees every
 //! agent, a data-plane key sees only its agents' pages, episodes, cycles,
 //! datasets and evaluation runs, and may act only on them. A browser signs
 //! in once at `/ui/login` and gets a session: a random id in an HttpOnly,
@@ -24,7 +24,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use hone_gateway::auth::{Auth, Principal};
+use hone_gateway::auth::Principal;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -240,7 +240,9 @@ async fn check_csrf(request: Request, expected: &str) -> Result<Request, Respons
     let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
         .await
         .map_err(|_| refused(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large"))?;
-    let given = form_urlencoded::parse(&bytes).find(|(k, _)| k == "csrf").map(|(_, v)| v.into_owned());
+    let given = form_urlencoded::parse(&bytes)
+        .find(|(k, _)| k == "csrf")
+        .map(|(_, v)| v.into_owned());
     if !given.is_some_and(|g| same(&g, expected)) {
         return Err(refused(
             StatusCode::FORBIDDEN,

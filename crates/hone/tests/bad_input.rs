@@ -286,8 +286,8 @@ async fn keys_are_required_scoped_and_separate_from_the_admin_token() {
     expect_error(call(Some("wrong"), "claude").await.unwrap(), 401, "invalid_api_key").await;
     expect_error(
         call(Some("hone-test-key"), "assistant").await.unwrap(),
-        403,
-        "agent_not_allowed",
+        404,
+        "model_not_found",
     )
     .await;
     let ok = call(Some("hone-test-key"), "claude").await.unwrap();
@@ -459,8 +459,8 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
         )
         .await
         .unwrap(),
-        403,
-        "agent_not_allowed",
+        404,
+        "model_not_found",
     )
     .await;
 
@@ -569,8 +569,8 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
         )
         .await
         .unwrap(),
-        403,
-        "permission_error",
+        404,
+        "not_found_error",
     )
     .await;
 
@@ -620,8 +620,8 @@ async fn the_other_doors_refuse_bad_input_in_their_own_format_and_change_nothing
         )
         .await
         .unwrap(),
-        403,
-        "agent_not_allowed",
+        404,
+        "model_not_found",
     )
     .await;
 

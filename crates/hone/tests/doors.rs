@@ -49,7 +49,10 @@ async fn sign_in(hone: &Hone, token: &str) -> String {
     }
     let pair = cookie.split(';').next().unwrap().to_owned();
     assert!(pair.starts_with("hone_session="), "{pair}");
-    assert!(!cookie.contains(token), "the cookie is never the credential itself: {cookie}");
+    assert!(
+        !cookie.contains(token),
+        "the cookie is never the credential itself: {cookie}"
+    );
     pair
 }
 
@@ -74,12 +77,26 @@ fn csrf_of(html: &str) -> String {
 async fn finding_dashboard_open_with_keys_only_now_needs_a_key_and_a_key_sees_only_its_agents() {
     let upstream = FakeUpstream::start().await;
     let hone = Hone::start(&two_agents(&upstream));
-    assert_eq!(call(&hone, KEY_BETA, "beta", "beta-ticket", "beta's secret plan").await.status(), 200);
-    assert_eq!(call(&hone, KEY_ALPHA, "alpha", "alpha-ticket", "alpha's question").await.status(), 200);
+    assert_eq!(
+        call(&hone, KEY_BETA, "beta", "beta-ticket", "beta's secret plan")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        call(&hone, KEY_ALPHA, "alpha", "alpha-ticket", "alpha's question")
+            .await
+            .status(),
+        200
+    );
     hone.wait_caught_up();
 
     // Anonymous: sent to sign in; an action is refused and changes nothing.
-    let r = browser().get(hone.url("/ui/episodes/beta-ticket")).send().await.unwrap();
+    let r = browser()
+        .get(hone.url("/ui/episodes/beta-ticket"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 303);
     assert_eq!(r.headers()["location"], "/ui/login");
     assert!(!r.text().await.unwrap().contains("secret plan"));
@@ -98,7 +115,10 @@ async fn finding_dashboard_open_with_keys_only_now_needs_a_key_and_a_key_sees_on
     let alpha = sign_in(&hone, KEY_ALPHA).await;
     let (status, page) = get(&hone, "/ui/episodes/alpha-ticket", Some(&alpha)).await;
     assert_eq!(status, 200);
-    assert!(page.contains("alpha&#x27;s question") || page.contains("alpha's question"), "{page}");
+    assert!(
+        page.contains("alpha&#x27;s question") || page.contains("alpha's question"),
+        "{page}"
+    );
     let (status, page) = get(&hone, "/ui/episodes/beta-ticket", Some(&alpha)).await;
     assert_eq!(status, 404);
     assert!(!page.contains("secret plan"));
@@ -215,7 +235,14 @@ async fn finding_cross_port_csrf_post_rolled_back_a_champion_now_refused() {
         updated_at: hone_types::time::now_ms(),
     };
     assert!(store
-        .change_deployment(&next, stored.map(|d| d.revision), &[], &[], None, hone_types::time::now_ms())
+        .change_deployment(
+            &next,
+            stored.map(|d| d.revision),
+            &[],
+            &[],
+            None,
+            hone_types::time::now_ms()
+        )
         .unwrap());
     assert_eq!(canary(&hone, Some(v2.as_str())).await.as_deref(), Some(v2.as_str()));
 
@@ -248,7 +275,9 @@ async fn finding_cross_port_csrf_post_rolled_back_a_champion_now_refused() {
     let own = format!("http://{}", hone.addr);
     let r = post(own.clone(), Some("same-origin"), String::new()).await.unwrap();
     assert_eq!(r.status(), 403);
-    let r = post(own.clone(), Some("same-origin"), "csrf=guessed".into()).await.unwrap();
+    let r = post(own.clone(), Some("same-origin"), "csrf=guessed".into())
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(
         canary(&hone, Some(v2.as_str())).await.as_deref(),
@@ -263,7 +292,10 @@ async fn finding_cross_port_csrf_post_rolled_back_a_champion_now_refused() {
     // Every page says it may not be framed, run scripts or be sniffed.
     let r = browser().get(hone.url("/ui/login")).send().await.unwrap();
     let headers = r.headers();
-    assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert!(headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
     assert_eq!(headers["x-frame-options"], "DENY");
     assert_eq!(headers["x-content-type-options"], "nosniff");
     // Behind a TLS proxy the cookie is Secure.
@@ -341,7 +373,14 @@ async fn all_readable(hone: &Hone, n: usize) {
 
 async fn calls_after(hone: &Hone, n: usize) {
     for i in 0..n {
-        let r = call(hone, KEY_ALPHA, "alpha", &format!("after-{i}"), &format!("question {i}")).await;
+        let r = call(
+            hone,
+            KEY_ALPHA,
+            "alpha",
+            &format!("after-{i}"),
+            &format!("question {i}"),
+        )
+        .await;
         assert_eq!(r.status(), 200);
     }
 }
@@ -352,7 +391,11 @@ async fn finding_one_huge_streamed_answer_jammed_the_store_now_cut_at_the_limit(
     let mut hone = Hone::start(&two_agents(&upstream));
     // 40 MiB, over the 32 MiB answer limit: the stream is cut with an error.
     let body = stream_call(&hone, "huge", "HUGESTREAM:40").await;
-    assert!(body.contains("upstream_response_too_large"), "{}", &body[body.len().saturating_sub(500)..]);
+    assert!(
+        body.contains("upstream_response_too_large"),
+        "{}",
+        &body[body.len().saturating_sub(500)..]
+    );
     calls_after(&hone, 100).await;
     hone.wait_caught_up();
     all_readable(&hone, 100).await;
@@ -368,7 +411,14 @@ async fn finding_one_huge_streamed_answer_jammed_the_store_now_cut_at_the_limit(
     let recorded = &huge["calls"][0];
     assert_eq!(recorded["outcome"], "upstream_error", "{recorded}");
     assert!(recorded["response"].is_null(), "the part is not half-stored");
-    let health: Value = client().get(hone.url("/health")).send().await.unwrap().json().await.unwrap();
+    let health: Value = client()
+        .get(hone.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["status"], "ok", "{health}");
     hone.restart();
     hone.wait_caught_up();
@@ -418,7 +468,10 @@ async fn finding_a_call_the_database_refused_was_retried_forever_now_set_aside()
              BEGIN SELECT RAISE(ABORT, 'this row is refused'); END;",
         )
         .unwrap();
-    assert_eq!(call(&hone, KEY_ALPHA, "alpha", "poison", "POISON-PILL").await.status(), 200);
+    assert_eq!(
+        call(&hone, KEY_ALPHA, "alpha", "poison", "POISON-PILL").await.status(),
+        200
+    );
     calls_after(&hone, 100).await;
     hone.wait_caught_up();
     all_readable(&hone, 100).await;
@@ -426,7 +479,14 @@ async fn finding_a_call_the_database_refused_was_retried_forever_now_set_aside()
     let kept: Vec<_> = std::fs::read_dir(&refused).unwrap().collect();
     assert_eq!(kept.len(), 1, "the refused call is kept aside");
     assert!(hone.metrics().await.contains("hone_recorder_refused_calls_total 1"));
-    let health: Value = client().get(hone.url("/health")).send().await.unwrap().json().await.unwrap();
+    let health: Value = client()
+        .get(hone.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["reasons"][0].as_str().unwrap().contains("refused"), "{health}");
     assert!(hone.log().contains("the database refused a call"));
@@ -447,7 +507,9 @@ async fn ttft_of(hone: &Hone, episode: &str) -> f64 {
         .json()
         .await
         .unwrap();
-    r["calls"][0]["ttft_ms"].as_f64().unwrap_or_else(|| panic!("no ttft_ms: {r}"))
+    r["calls"][0]["ttft_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no ttft_ms: {r}"))
 }
 
 #[tokio::test]
@@ -535,7 +597,10 @@ async fn finding_max_tokens_sent_to_openai_now_max_completion_tokens_and_every_l
     assert_eq!(none["max_completion_tokens"], 10, "{none}");
     assert!(none.get("max_tokens").is_none(), "{none}");
     let both = sent("both set");
-    assert_eq!((both["max_completion_tokens"].clone(), both["max_tokens"].clone()), (json!(10), json!(10)));
+    assert_eq!(
+        (both["max_completion_tokens"].clone(), both["max_tokens"].clone()),
+        (json!(10), json!(10))
+    );
     let messages = sent("from messages");
     assert_eq!(messages["max_completion_tokens"], 64, "{messages}");
     assert!(messages.get("max_tokens").is_none(), "{messages}");
@@ -559,7 +624,12 @@ async fn finding_h2c_prior_knowledge_was_reset_now_served() {
     assert_eq!(answer["choices"][0]["message"]["content"], "Echo: over h2c");
     let mut request = chat("assistant", "streamed over h2c");
     request["stream"] = json!(true);
-    let r = h2.post(hone.url("/v1/chat/completions")).json(&request).send().await.unwrap();
+    let r = h2
+        .post(hone.url("/v1/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert!(stream_text(r).await.contains("[DONE]"));
     let health = h2.get(hone.url("/health")).send().await.unwrap();

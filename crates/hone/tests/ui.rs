@@ -32,12 +32,7 @@ fn browser() -> reqwest::Client {
 }
 
 async fn page(hone: &Hone, path: &str) -> String {
-    let response = browser()
-        .get(hone.url(path))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
+    let response = browser().get(hone.url(path)).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(response.status(), 200, "{path}");
     response.text().await.unwrap()
 }

@@ -41,7 +41,7 @@ struct MessagesRequest {
     top_p: Option<f64>,
     #[serde(default)]
     stop_sequences: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::false_if_null")]
     stream: bool,
     #[serde(default)]
     metadata: Option<Metadata>,
@@ -522,9 +522,22 @@ mod tests {
         assert_eq!(m[5]["content"][0]["image_url"]["url"], "data:image/png;base64,AA");
         assert_eq!(request.tool_choice, Some(json!("required")));
         assert_eq!(request.extra["parallel_tool_calls"], false);
-        assert_eq!(request.max_completion_tokens, Some(64), "the name every OpenAI model takes");
+        assert_eq!(
+            request.max_completion_tokens,
+            Some(64),
+            "the name every OpenAI model takes"
+        );
         assert_eq!(request.max_tokens, None);
         assert_eq!(request.tools.as_ref().unwrap()[0].function.name, "get_weather");
+    }
+
+    #[test]
+    fn stream_null_is_read_as_not_streamed_as_the_chat_door_does() {
+        let request = chat(
+            json!({"model": "a", "max_tokens": 5, "stream": null, "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .unwrap();
+        assert!(!request.is_stream());
     }
 
     #[test]

@@ -64,6 +64,12 @@ pub trait Encoder: Send {
     fn error(&mut self, error: &ApiError) -> Bytes;
 }
 
+/// `"stream": null`, as some SDKs send an unset flag, read as `false` (the
+/// chat door's typed request reads it so too).
+pub(crate) fn false_if_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(<Option<bool> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or(false))
+}
+
 /// `data: <json>\n\n`, with an `event:` line when the format names its events.
 pub(crate) fn sse_frame(event: Option<&str>, json: &[u8]) -> Bytes {
     let mut frame = Vec::with_capacity(json.len() + 32);

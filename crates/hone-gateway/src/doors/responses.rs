@@ -71,7 +71,7 @@ struct ResponsesRequest {
     max_output_tokens: Option<u32>,
     #[serde(default)]
     parallel_tool_calls: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::false_if_null")]
     stream: bool,
     #[serde(default)]
     previous_response_id: Option<String>,
@@ -81,6 +81,16 @@ struct ResponsesRequest {
     metadata: Option<Value>,
     #[serde(default)]
     user: Option<String>,
+    #[serde(default)]
+    service_tier: Option<String>,
+    #[serde(default)]
+    prompt_cache_key: Option<String>,
+    #[serde(default)]
+    safety_identifier: Option<String>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
+    #[serde(default)]
+    store: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +110,8 @@ struct Reasoning {
 struct TextSettings {
     #[serde(default)]
     format: Option<Value>,
+    #[serde(default)]
+    verbosity: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -348,6 +360,18 @@ fn to_chat(request: ResponsesRequest, history: Vec<Value>) -> Result<(ChatComple
         (
             "reasoning_effort",
             request.reasoning.and_then(|r| r.effort).map(Value::from),
+        ),
+        // Settings with the same meaning in Chat Completions pass through.
+        ("service_tier", request.service_tier.map(Value::from)),
+        ("prompt_cache_key", request.prompt_cache_key.map(Value::from)),
+        ("safety_identifier", request.safety_identifier.map(Value::from)),
+        ("logprobs", request.top_logprobs.map(|_| Value::from(true))),
+        ("top_logprobs", request.top_logprobs.map(Value::from)),
+        ("store", request.store.map(Value::from)),
+        ("metadata", request.metadata.clone()),
+        (
+            "verbosity",
+            request.text.as_ref().and_then(|t| t.verbosity.clone()).map(Value::from),
         ),
     ];
     set_settings(&mut chat, fields, request.stream);
@@ -797,14 +821,21 @@ impl Encoder for ResponsesEncoder {
         out
     }
 
+    /// An `error` event and then `response.failed` with the response's
+    /// status and error, as OpenAI ends a stream that fails.
     fn error(&mut self, error: &ApiError) -> Bytes {
         let mut out = Vec::new();
+        self.start(&mut out);
         self.emit(
             &mut out,
             "error",
             json!({"code": error.code, "message": error.message, "param": error.param}),
         );
-        out.pop().unwrap_or_default()
+        let mut response = Value::Object(self.skeleton.clone());
+        response["status"] = json!("failed");
+        response["error"] = json!({"code": error.code, "message": error.message});
+        self.emit(&mut out, "response.failed", json!({"response": response}));
+        Bytes::from(out.concat())
     }
 }
 
@@ -816,6 +847,31 @@ mod tests {
         let request: ResponsesRequest =
             serde_json::from_value(body).map_err(|e| ApiError::invalid("x", e.to_string()))?;
         to_chat(request, Vec::new()).map(|(chat, _)| chat)
+    }
+
+    #[test]
+    fn settings_with_a_chat_equivalent_are_no_longer_dropped() {
+        let request = chat(json!({
+            "model": "assistant", "input": "hi", "stream": null,
+            "service_tier": "flex", "prompt_cache_key": "k-1", "safety_identifier": "u-hash",
+            "top_logprobs": 3, "store": false, "metadata": {"team": "support"},
+            "text": {"verbosity": "low"}
+        }))
+        .unwrap();
+        let sent = serde_json::to_value(&request).unwrap();
+        assert!(!request.is_stream());
+        for (field, value) in [
+            ("service_tier", json!("flex")),
+            ("prompt_cache_key", json!("k-1")),
+            ("safety_identifier", json!("u-hash")),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("store", json!(false)),
+            ("metadata", json!({"team": "support"})),
+            ("verbosity", json!("low")),
+        ] {
+            assert_eq!(sent[field], value, "{field}: {sent}");
+        }
     }
 
     #[test]

@@ -141,7 +141,7 @@ async fn serve(state: Arc<AppState>, headers: &HeaderMap, body: Body, door: Arc<
     match result {
         Ok(context) if context.request.is_stream() => stream(state, context, door).await,
         Ok(context) => complete(state, context, door).await,
-        Err(error) => door.error(error),
+        Err(error) => error.respond_with(door.error(error.clone())),
     }
 }
 
@@ -161,24 +161,34 @@ async fn accept(
         episode: continued,
         door: door_record,
     } = door.parse(state, &bytes).await?;
-    let agent = state.agents.get(&request.model).ok_or_else(|| {
-        let mut names: Vec<_> = state.agents.keys().map(|n| format!("`{n}`")).collect();
-        names.sort();
-        ApiError::not_found(
-            "model_not_found",
-            format!(
-                "agent `{}` is not configured; `model` names an agent (configured: {})",
-                request.model,
-                if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                }
-            ),
-        )
-        .with_param(Some("model".into()))
-    })?;
-    principal.check_agent(&agent.name)?;
+    // An agent outside the key's scope reads exactly as one that is not
+    // configured, and the agents listed are only those the key may use.
+    let agent = state
+        .agents
+        .get(&request.model)
+        .filter(|a| principal.may_use_agent(&a.name))
+        .ok_or_else(|| {
+            let mut names: Vec<_> = state
+                .agents
+                .keys()
+                .filter(|n| principal.may_use_agent(n))
+                .map(|n| format!("`{n}`"))
+                .collect();
+            names.sort();
+            ApiError::not_found(
+                "model_not_found",
+                format!(
+                    "agent `{}` is not configured for this key; `model` names an agent (yours: {})",
+                    request.model,
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            )
+            .with_param(Some("model".into()))
+        })?;
     let span = call_span(door.name(), &agent.name);
     let given_episode = headers.get(&EPISODE_HEADER).is_some() || continued.is_some();
     let episode = match headers.get(&EPISODE_HEADER) {
@@ -264,12 +274,18 @@ fn recordable(state: &AppState) -> Result<(), ApiError> {
 pub(crate) fn upstream_error(error: &ProviderError) -> ApiError {
     match error {
         ProviderError::Status {
-            status: 429, message, ..
-        } => ApiError::new(
-            ErrorKind::RateLimited,
-            "upstream_rate_limited",
-            format!("the upstream is rate limiting: {message}"),
-        ),
+            status: 429,
+            message,
+            retry_after,
+        } => ApiError {
+            // The upstream's own wait, or a second: SDKs back off by it.
+            retry_after: Some(retry_after.unwrap_or(std::time::Duration::from_secs(1))),
+            ..ApiError::new(
+                ErrorKind::RateLimited,
+                "upstream_rate_limited",
+                format!("the upstream is rate limiting: {message}"),
+            )
+        },
         ProviderError::Status {
             status: status @ (400 | 413 | 422),
             message,
@@ -485,7 +501,7 @@ async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door
             ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
             headers,
         ),
-        Ok(Err(error)) => with_headers(door.error(error), headers),
+        Ok(Err(error)) => with_headers(error.respond_with(door.error(error.clone())), headers),
         Err(_) => door.error(task_ended_without_answer()),
     }
 }
@@ -735,7 +751,7 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
             h.extend(headers);
             response
         }
-        Ok(Err(error)) => with_headers(door.error(error), headers),
+        Ok(Err(error)) => with_headers(error.respond_with(door.error(error.clone())), headers),
         Err(_) => door.error(task_ended_without_answer()),
     }
 }

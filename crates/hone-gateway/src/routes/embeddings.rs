@@ -7,6 +7,7 @@
 
 use super::call::upstream_error;
 use super::{json_response, parse_json, read_body};
+use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::providers::AnyProvider;
 use crate::state::AppState;
@@ -51,15 +52,16 @@ fn check_input(input: &Value) -> Result<(), ApiError> {
     .with_param(Some("input".into())))
 }
 
-fn route_for(state: &AppState, model: &str) -> Result<(String, Route), ApiError> {
+fn route_for(state: &AppState, principal: &Principal, model: &str) -> Result<(String, Route), ApiError> {
     let (agent_name, upstream) = match model.split_once('/') {
         Some((agent, upstream)) => (agent, Some(upstream)),
         None => (model, None),
     };
-    let agent = state.config.agents.get(agent_name).ok_or_else(|| {
+    // An agent outside the key's scope reads exactly as one not configured.
+    let agent = state.config.agents.get(agent_name).filter(|_| principal.may_use_agent(agent_name)).ok_or_else(|| {
         ApiError::not_found(
             "model_not_found",
-            format!("agent `{agent_name}` is not configured; `model` names an agent, or `agent/upstream-model`"),
+            format!("agent `{agent_name}` is not configured for this key; `model` names an agent, or `agent/upstream-model`"),
         )
         .with_param(Some("model".into()))
     })?;
@@ -91,8 +93,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let bytes = read_body(body, &headers, state.config.gateway.max_body_bytes).await?;
     let request: EmbeddingsRequest = parse_json(&bytes)?;
     check_input(&request.input)?;
-    let (agent, route) = route_for(&state, &request.model)?;
-    principal.check_agent(&agent)?;
+    let (_, route) = route_for(&state, &principal, &request.model)?;
     let entry = state.providers.get(&route.provider).ok_or_else(|| {
         ApiError::invalid(
             "no_embeddings_route",

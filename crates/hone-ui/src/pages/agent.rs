@@ -9,9 +9,9 @@ use super::{agent_config, html, short, version_name};
 use crate::charts::{self, FrontPoint, Marker, Series};
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Form;
 use hone_config::PromotionRule;
 use hone_learn::deploy::{self, Change};
@@ -311,7 +311,11 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
     )
 }
 
-pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>) -> Response {
+pub async fn show(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(agent): Path<String>,
+) -> Response {
     html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &agent, None)).await)
 }
 
@@ -330,7 +334,12 @@ async fn after(ui: Arc<Ui>, viewer: Viewer, agent: String, change: Result<Change
     html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, &agent, Some(notice))).await)
 }
 
-pub async fn approve(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>, Form(form): Form<Approve>) -> Response {
+pub async fn approve(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(agent): Path<String>,
+    Form(form): Form<Approve>,
+) -> Response {
     let change = async {
         let config = agent_config(&ui, &viewer, &agent)?;
         let candidate = ui
@@ -354,7 +363,11 @@ pub async fn approve(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Vie
     after(ui.clone(), viewer, agent, change).await
 }
 
-pub async fn rollback(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Path(agent): Path<String>) -> Response {
+pub async fn rollback(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(agent): Path<String>,
+) -> Response {
     let change = agent_config(&ui, &viewer, &agent).and_then(|config| {
         Ok(deploy::rollback(
             ui.store.as_ref(),

@@ -5,9 +5,9 @@
 use super::{html, short};
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
+use axum::Extension;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -47,7 +47,11 @@ fn row(c: &hone_types::CycleInfo) -> CycleRow {
     }
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(filter): Query<Filter>) -> Response {
+pub async fn list(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Query(filter): Query<Filter>,
+) -> Response {
     html(
         blocking(&ui, viewer, move |ui, viewer| {
             let agent = filter.agent.filter(|a| !a.is_empty());

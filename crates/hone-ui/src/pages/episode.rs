@@ -6,9 +6,9 @@
 use super::{agent_config, html, version_name};
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
+use axum::Extension;
 use hone_types::openai::Message;
 use hone_types::{CallRecord, EpisodeId};
 use serde::Serialize;

@@ -4,9 +4,9 @@
 use super::html;
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::{Query, State};
 use axum::response::Response;
+use axum::Extension;
 use hone_types::time::parse_time;
 use hone_types::EpisodeQuery;
 use serde::{Deserialize, Serialize};
@@ -205,6 +205,10 @@ fn render(ui: &Ui, viewer: &Viewer, filter: Filter) -> Result<String, UiError> {
     )
 }
 
-pub async fn list(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(filter): Query<Filter>) -> Response {
+pub async fn list(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Query(filter): Query<Filter>,
+) -> Response {
     html(blocking(&ui, viewer, move |ui, viewer| render(ui, viewer, filter)).await)
 }

@@ -8,9 +8,9 @@
 use super::{html, short};
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
+use axum::Extension;
 use hone_types::learn::EvalRunInfo;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -109,7 +109,11 @@ struct PairRow {
     regression: bool,
 }
 
-pub async fn compare(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer>, Query(pick): Query<Pick>) -> Response {
+pub async fn compare(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Query(pick): Query<Pick>,
+) -> Response {
     html(
         blocking(&ui, viewer, move |ui, viewer| {
             let (a, b) = (run(ui, viewer, &pick.a)?, run(ui, viewer, &pick.b)?);

@@ -4,9 +4,9 @@
 use super::{html, version_name};
 use crate::render::page;
 use crate::{blocking, Ui, UiError, Viewer};
-use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use serde::Serialize;
 use std::sync::Arc;
 
