@@ -6,7 +6,7 @@
 //! first token, token limits sent upstream, and HTTP/2 with prior knowledge.
 
 use crate::hardening::{two_agents, KEY_ALPHA, KEY_BETA};
-use crate::support::{chat, client, config, FakeUpstream, Hone};
+use crate::support::{chat, client, config, get_json, FakeUpstream, Hone};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -168,32 +168,8 @@ async fn finding_dashboard_open_with_keys_only_now_needs_a_key_and_a_key_sees_on
     assert_eq!(status, 303, "the old cookie no longer signs in");
 }
 
-/// The agent's canary on `/admin/deployments`, once it is `expected` (the
-/// gateway follows the stored deployment within half a second).
 async fn canary(hone: &Hone, expected: Option<&str>) -> Option<String> {
-    let mut seen = None;
-    for _ in 0..50 {
-        let all: Value = client()
-            .get(hone.url("/admin/deployments"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        seen = all["data"]
-            .as_array()
-            .and_then(|d| d.iter().find(|d| d["agent"] == "assistant"))
-            .and_then(|d| d["split"].as_array())
-            .and_then(|s| s.iter().find(|v| v["role"] == "canary"))
-            .and_then(|v| v["version"].as_str().map(str::to_owned));
-        if seen.as_deref() == expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    seen
+    crate::support::canary_when(hone, ADMIN, "assistant", expected).await
 }
 
 #[tokio::test]
@@ -206,6 +182,8 @@ async fn finding_cross_port_csrf_post_rolled_back_a_champion_now_refused() {
         config(&upstream)
     );
     let hone = Hone::start_in(dir.path(), &text, &[("HONE_TEST_ADMIN", ADMIN)]);
+    // Once it answers, its store is made (hone listens before it migrates).
+    hone.wait_caught_up();
     // A canary on v2, as the learner would start one.
     let store = hone_store::SqliteStore::open(&hone.db_path(), false).unwrap();
     let v2 = store
@@ -411,14 +389,7 @@ async fn finding_one_huge_streamed_answer_jammed_the_store_now_cut_at_the_limit(
     let recorded = &huge["calls"][0];
     assert_eq!(recorded["outcome"], "upstream_error", "{recorded}");
     assert!(recorded["response"].is_null(), "the part is not half-stored");
-    let health: Value = client()
-        .get(hone.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = get_json(&hone.url("/health")).await;
     assert_eq!(health["status"], "ok", "{health}");
     hone.restart();
     hone.wait_caught_up();
@@ -479,14 +450,7 @@ async fn finding_a_call_the_database_refused_was_retried_forever_now_set_aside()
     let kept: Vec<_> = std::fs::read_dir(&refused).unwrap().collect();
     assert_eq!(kept.len(), 1, "the refused call is kept aside");
     assert!(hone.metrics().await.contains("hone_recorder_refused_calls_total 1"));
-    let health: Value = client()
-        .get(hone.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = get_json(&hone.url("/health")).await;
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["reasons"][0].as_str().unwrap().contains("refused"), "{health}");
     assert!(hone.log().contains("the database refused a call"));

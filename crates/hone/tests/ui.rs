@@ -50,33 +50,9 @@ async fn form(hone: &Hone, path: &str, body: &str) -> String {
     response.text().await.unwrap()
 }
 
-/// The canary the gateway serves, once it equals `expected` (the gateway
-/// follows the stored deployment within half a second), or what it is
-/// after five seconds.
+/// The story agent's canary, once it is `expected`.
 async fn canary(hone: &Hone, expected: Option<&str>) -> Option<String> {
-    let mut seen = None;
-    for _ in 0..50 {
-        let all: Value = browser()
-            .get(hone.url("/admin/deployments"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        seen = all["data"]
-            .as_array()
-            .and_then(|d| d.iter().find(|d| d["agent"] == "story"))
-            .and_then(|d| d["split"].as_array())
-            .and_then(|s| s.iter().find(|v| v["role"] == "canary"))
-            .and_then(|v| v["version"].as_str().map(str::to_owned));
-        if seen.as_deref() == expected {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    seen
+    crate::support::canary_when(hone, ADMIN, "story", expected).await
 }
 
 /// The text of the element with `id` (up to its closing `</div>`/`</table>`).
@@ -538,6 +514,22 @@ async fn click(browser: &fantoccini::Client, css: &str) {
 /// The path the browser is at once it has left `from` (a click that submits
 /// a form returns before the navigation it starts has finished), or `from`
 /// if it never leaves within 10 s.
+/// A page on another port of this host whose script posts a form to
+/// `target` as soon as it loads; its URL.
+async fn attacker_page(target: &str) -> String {
+    let html = format!(
+        "<!doctype html><form id=f method=post action=\"{target}\"><input name=x value=1></form><script>document.getElementById('f').submit()</script>"
+    );
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || async move { axum::response::Html(html) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{address}/")
+}
+
 async fn path_after_leaving(browser: &fantoccini::Client, from: &str) -> String {
     let mut path = from.to_owned();
     for _ in 0..200 {
@@ -643,6 +635,27 @@ async fn the_dashboard_in_a_real_browser() {
     );
     let png = browser.screenshot().await.unwrap();
     std::fs::write(screenshots().join("3-approved.png"), png).unwrap();
+
+    // An attacker's page on another port of the same host posts the Roll
+    // back form as the signed-in browser: SameSite lets the cookie through
+    // (ports do not make sites), the dashboard refuses the post.
+    let attacker = attacker_page(&hone.url("/ui/agents/story/rollback")).await;
+    browser.goto(&attacker).await.unwrap();
+    let refused = path_after_leaving(&browser, "/").await;
+    assert_eq!(refused, "/ui/agents/story/rollback", "the attack's form was posted");
+    let page = browser.source().await.unwrap();
+    assert!(
+        page.contains("another site") || page.contains("another origin"),
+        "{page}"
+    );
+    let logged = console_errors(&browser).await;
+    assert!(logged.iter().all(|e| e.contains("403")), "only the refusal: {logged:?}");
+    assert_eq!(
+        canary(&hone, Some(&on_front[0])).await.as_deref(),
+        Some(on_front[0].as_str()),
+        "the canary is still there"
+    );
+    browser.goto(&hone.url("/ui/agents/story")).await.unwrap();
     click(&browser, "#rollback").await;
     assert!(notice(&browser, "rollback").await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);

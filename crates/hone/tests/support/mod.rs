@@ -254,6 +254,35 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The agent's canary on `/admin/deployments` (asked with `admin`) once it
+/// is `expected` — a gateway follows the stored deployment within half a
+/// second — or what it is after five seconds.
+pub async fn canary_when(hone: &Hone, admin: &str, agent: &str, expected: Option<&str>) -> Option<String> {
+    let mut seen = None;
+    for _ in 0..50 {
+        let all: serde_json::Value = client()
+            .get(hone.url("/admin/deployments"))
+            .bearer_auth(admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        seen = all["data"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["agent"] == agent))
+            .and_then(|d| d["split"].as_array())
+            .and_then(|s| s.iter().find(|v| v["role"] == "canary"))
+            .and_then(|v| v["version"].as_str().map(str::to_owned));
+        if seen.as_deref() == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
 /// GETs `url` and reads the JSON body.
 pub async fn get_json(url: &str) -> serde_json::Value {
     client().get(url).send().await.unwrap().json().await.unwrap()
