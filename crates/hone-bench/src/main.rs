@@ -31,7 +31,7 @@ fn main() -> Result<()> {
         }
         Some("gateway") => gateway(&args[1..]),
         _ => bail!(
-            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] [--stores sqlite,postgres] | hone-bench upstream PORT"
+            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] [--stores sqlite,postgres] [--upstream-port PORT] | hone-bench upstream PORT"
         ),
     }
 }
@@ -90,12 +90,16 @@ fn gateway(args: &[String]) -> Result<()> {
         .collect();
     let me = std::env::current_exe()?;
 
-    let upstream_port = free_port()?;
-    let _upstream = Process(
-        Command::new(&me)
-            .args(["upstream", &upstream_port.to_string()])
-            .spawn()?,
-    );
+    // `--upstream-port`: an upstream already listening on loopback (nginx
+    // answering a fixed completion, say); otherwise the built-in one.
+    let (upstream_port, _upstream) = match flag(args, "--upstream-port") {
+        Some(port) => (port.parse::<u16>()?, None),
+        None => {
+            let port = free_port()?;
+            let child = Process(Command::new(&me).args(["upstream", &port.to_string()]).spawn()?);
+            (port, Some(child))
+        }
+    };
     wait_for(upstream_port)?;
 
     for store in &stores {

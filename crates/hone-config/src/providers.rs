@@ -90,6 +90,18 @@ pub enum ProviderKind {
     Local,
 }
 
+impl ProviderKind {
+    /// The name OpenTelemetry's GenAI conventions give this kind of provider
+    /// (`gen_ai.provider.name`); the embedded engine is hone's own.
+    pub fn semconv_name(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Local => "hone",
+        }
+    }
+}
+
 /// Number format of a local model's weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalDType {

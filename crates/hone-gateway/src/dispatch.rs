@@ -43,6 +43,35 @@ fn backoff(config: &ProviderConfig, retry: u32, error: &ProviderError) -> Durati
     (base + jitter).min(MAX_BACKOFF)
 }
 
+/// Tries `call` until it succeeds, fails for good, or the provider's
+/// `max_retries` are spent, waiting [`backoff`] between tries; `tried`
+/// hears of every try and how long it took (ms). Chat calls (through
+/// [`with_fallback`]) and embeddings retry alike.
+pub(crate) async fn with_retries<T, F, Fut>(
+    config: &ProviderConfig,
+    mut call: F,
+    mut tried: impl FnMut(&Result<T, ProviderError>, f64),
+) -> Result<T, ProviderError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    let mut retry = 0;
+    loop {
+        let started = Instant::now();
+        let result = call().await;
+        tried(&result, started.elapsed().as_secs_f64() * 1000.0);
+        match result {
+            Err(error) if error.is_retryable() && retry < config.max_retries => {
+                tracing::warn!(provider = %config.name, retry, error = %error, "upstream attempt failed; retrying");
+                tokio::time::sleep(backoff(config, retry, &error)).await;
+                retry += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn with_fallback<T, F, Fut>(
     providers: &Providers,
     version: &VersionSpec,
@@ -62,45 +91,36 @@ where
             continue;
         };
         let upstream = harness::apply(request, version, route, examples);
-        let mut retry = 0;
-        loop {
-            let started = Instant::now();
-            let result = call(entry.clone(), upstream.clone(), route.clone()).await;
-            let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-            match result {
-                Ok(value) => {
-                    attempts.push(Attempt {
-                        provider: route.provider.clone(),
-                        model: route.model.clone(),
-                        status: Some(200),
-                        error: None,
-                        duration_ms,
-                    });
-                    return Ok(Answered {
-                        route: route.clone(),
-                        value,
-                    });
-                }
-                Err(error) => {
-                    attempts.push(Attempt {
-                        provider: route.provider.clone(),
-                        model: route.model.clone(),
-                        status: error.status(),
-                        error: Some(error.to_string()),
-                        duration_ms,
-                    });
-                    tracing::warn!(provider = %route.provider, model = %route.model, retry, error = %error, "upstream attempt failed");
-                    if error.is_retryable() && retry < entry.config.max_retries {
-                        tokio::time::sleep(backoff(&entry.config, retry, &error)).await;
-                        retry += 1;
-                        continue;
-                    }
-                    let fall_back = error.allows_fallback();
-                    last_error = error;
-                    if !fall_back {
-                        return Err(last_error);
-                    }
-                    break;
+        let result = with_retries(
+            &entry.config,
+            || call(entry.clone(), upstream.clone(), route.clone()),
+            |result, duration_ms| {
+                attempts.push(Attempt {
+                    provider: route.provider.clone(),
+                    model: route.model.clone(),
+                    status: match result {
+                        Ok(_) => Some(200),
+                        Err(error) => error.status(),
+                    },
+                    error: result.as_ref().err().map(ToString::to_string),
+                    duration_ms,
+                });
+            },
+        )
+        .await;
+        match result {
+            Ok(value) => {
+                return Ok(Answered {
+                    route: route.clone(),
+                    value,
+                })
+            }
+            Err(error) => {
+                tracing::warn!(provider = %route.provider, model = %route.model, error = %error, "upstream failed");
+                let fall_back = error.allows_fallback();
+                last_error = error;
+                if !fall_back {
+                    return Err(last_error);
                 }
             }
         }

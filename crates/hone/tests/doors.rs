@@ -599,3 +599,107 @@ async fn finding_h2c_prior_knowledge_was_reset_now_served() {
     let health = h2.get(hone.url("/health")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+#[tokio::test]
+async fn finding_a_stop_sequence_hit_read_as_end_turn_now_stop_sequence_with_the_sequence() {
+    let upstream = FakeUpstream::start().await;
+    let hone = Hone::start(&config(&upstream));
+    let request = |stream: bool| {
+        json!({"model": "claude", "stream": stream, "max_tokens": 50, "stop_sequences": ["END"],
+               "messages": [{"role": "user", "content": "STOPSEQ please"}]})
+    };
+    let answer: Value = client()
+        .post(hone.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&request(false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["stop_reason"], "stop_sequence", "{answer}");
+    assert_eq!(answer["stop_sequence"], "END", "{answer}");
+    let r = client()
+        .post(hone.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&request(true))
+        .send()
+        .await
+        .unwrap();
+    let text = stream_text(r).await;
+    let delta = text
+        .split("\n\n")
+        .find(|e| e.starts_with("event: message_delta"))
+        .and_then(|e| e.split_once("data: "))
+        .map(|(_, data)| serde_json::from_str::<Value>(data).unwrap())
+        .unwrap_or_else(|| panic!("no message_delta in {text}"));
+    assert_eq!(delta["delta"]["stop_reason"], "stop_sequence", "{delta}");
+    assert_eq!(delta["delta"]["stop_sequence"], "END", "{delta}");
+}
+
+#[tokio::test]
+async fn finding_a_failed_responses_stream_ended_without_response_failed_now_sends_it() {
+    let upstream = FakeUpstream::start().await;
+    let hone = Hone::start(&config(&upstream));
+    let r = client()
+        .post(hone.url("/v1/responses"))
+        .json(&json!({"model": "assistant", "stream": true, "input": "CUT"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = stream_text(r).await;
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("event: "))
+        .map(|e| e.lines().next().unwrap_or_default())
+        .collect();
+    let error = events
+        .iter()
+        .position(|e| *e == "error")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(events.get(error + 1), Some(&"response.failed"), "{events:?}");
+    let failed = text
+        .split("\n\n")
+        .find(|e| e.starts_with("event: response.failed"))
+        .and_then(|e| e.split_once("data: "))
+        .map(|(_, data)| serde_json::from_str::<Value>(data).unwrap())
+        .unwrap();
+    assert_eq!(failed["response"]["status"], "failed", "{failed}");
+    assert!(failed["response"]["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn finding_an_upstream_429_reached_the_client_without_retry_after_now_with_it() {
+    let upstream = FakeUpstream::start().await;
+    // No retries here, so the upstream's 429 reaches the client.
+    let text = config(&upstream).replace("max_retries = 2", "max_retries = 0");
+    let hone = Hone::start(&text);
+    let r = client()
+        .post(hone.url("/v1/chat/completions"))
+        .json(&chat("assistant", "RATELIMITONCE:a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"), "{:?}", r.headers());
+}
+
+#[tokio::test]
+async fn finding_embeddings_were_not_retried_now_retried_as_chat_calls_are() {
+    let upstream = FakeUpstream::start().await;
+    let hone = Hone::start(&config(&upstream));
+    let r = client()
+        .post(hone.url("/v1/embeddings"))
+        .json(&json!({"model": "assistant/text-embed", "input": "FAIL503ONCE:embed hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "a 503 on the first try is retried");
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["data"].as_array().unwrap().len(), 1);
+    assert_eq!(upstream.bodies("/v1/embeddings").len(), 2, "one failed try, one retry");
+}

@@ -262,5 +262,10 @@ async fn hones_own_spans_go_out_over_otlp_when_configured() {
         attribute("hone.door"),
         Some(Any::StringValue("chat_completions".into()))
     );
-    assert_eq!(attribute("hone.outcome"), Some(Any::StringValue("Ok".into())));
+    assert_eq!(attribute("hone.outcome"), Some(Any::StringValue("ok".into())));
+    assert_eq!(
+        attribute("gen_ai.provider.name"),
+        Some(Any::StringValue("openai".into()))
+    );
+    assert_eq!(attribute("hone.provider"), Some(Any::StringValue("up".into())));
 }

@@ -274,8 +274,8 @@ impl Door for MessagesDoor {
             "role": "assistant",
             "model": call.request.model,
             "content": content,
-            "stop_reason": response.choices.first().and_then(|c| c.finish_reason.as_deref()).map(stop_reason),
-            "stop_sequence": null,
+            "stop_reason": stop_of(response.choices.first()).0,
+            "stop_sequence": stop_of(response.choices.first()).1,
             "usage": usage(call.usage.as_ref()),
         }))
     }
@@ -303,6 +303,24 @@ impl Door for MessagesDoor {
 
 fn no_answer() -> ApiError {
     ApiError::new(ErrorKind::Internal, "no_answer", "the call has no answer")
+}
+
+/// The Messages `stop_reason` and `stop_sequence` of an answer: a matched
+/// stop sequence (an Anthropic upstream's, or vLLM's `stop_reason` string)
+/// is `stop_sequence` with the sequence, as Anthropic reports it.
+fn stop_of(choice: Option<&hone_types::openai::Choice>) -> (Option<&'static str>, Option<String>) {
+    let Some(choice) = choice else {
+        return (None, None);
+    };
+    let matched = choice
+        .extra
+        .get("stop_reason")
+        .and_then(Value::as_str)
+        .filter(|_| choice.finish_reason.as_deref() == Some("stop"));
+    match matched {
+        Some(sequence) => (Some("stop_sequence"), Some(sequence.to_owned())),
+        None => (choice.finish_reason.as_deref().map(stop_reason), None),
+    }
 }
 
 fn message_id(call: CallId) -> String {
@@ -461,15 +479,10 @@ impl Encoder for MessagesEncoder {
         let mut out = Vec::new();
         self.start(&mut out);
         self.close(&mut out);
-        let finish = call
-            .response
-            .as_ref()
-            .and_then(|r| r.choices.first())
-            .and_then(|c| c.finish_reason.as_deref())
-            .map(stop_reason);
+        let (finish, sequence) = stop_of(call.response.as_ref().and_then(|r| r.choices.first()));
         out.push(event(
             "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": finish, "stop_sequence": null}, "usage": usage(call.usage.as_ref())}),
+            json!({"type": "message_delta", "delta": {"stop_reason": finish, "stop_sequence": sequence}, "usage": usage(call.usage.as_ref())}),
         ));
         out.push(event("message_stop", json!({"type": "message_stop"})));
         out

@@ -13,10 +13,11 @@ pub async fn embed(providers: &Providers, route: &Route, inputs: &[String]) -> R
         .get(&route.provider)
         .ok_or_else(|| format!("embedding provider `{}` is not configured", route.provider))?;
     match &entry.provider {
-        AnyProvider::OpenAi(p) => p
-            .embed(&route.model, inputs)
-            .await
-            .map_err(|e| format!("embeddings from `{}`: {e}", route.provider)),
+        AnyProvider::OpenAi(p) => {
+            crate::dispatch::with_retries(&entry.config, || p.embed(&route.model, inputs), |_, _| {})
+                .await
+                .map_err(|e| format!("embeddings from `{}`: {e}", route.provider))
+        }
         _ => Err(format!(
             "embedding provider `{}` must be OpenAI-compatible (`type = \"openai\"`)",
             route.provider

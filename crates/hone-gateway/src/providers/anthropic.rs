@@ -308,6 +308,8 @@ struct MessagesResponse {
     model: String,
     content: Vec<Block>,
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
     usage: AnthropicUsage,
 }
 
@@ -425,7 +427,7 @@ fn from_anthropic(message: MessagesResponse, created: i64) -> ChatCompletionResp
             message: Message::answer(text, tool_calls, None),
             finish_reason: message.stop_reason.as_deref().map(finish_reason),
             logprobs: Some(Value::Null),
-            extra: Extra::new(),
+            extra: matched_stop(message.stop_sequence),
         }],
         usage: Some(usage(&message.usage)),
         extra: Extra::new(),
@@ -482,6 +484,19 @@ struct MessageDelta {
 #[derive(Debug, Deserialize)]
 struct StopInfo {
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
+}
+
+/// The stop sequence that ended the answer, kept beside `finish_reason`
+/// (which says only `stop`) as vLLM keeps it: in the choice's `stop_reason`.
+/// The `/v1/messages` door gives it back as `stop_sequence`.
+fn matched_stop(stop_sequence: Option<String>) -> Extra {
+    let mut extra = Extra::new();
+    if let Some(sequence) = stop_sequence {
+        extra.insert("stop_reason".to_owned(), Value::String(sequence));
+    }
+    extra
 }
 
 #[derive(Debug, Deserialize)]
@@ -597,9 +612,11 @@ impl StreamConverter {
                 if let Some(usage) = usage {
                     self.usage.output_tokens = usage.output_tokens;
                 }
+                let matched = delta.stop_sequence;
                 delta.stop_reason.map(|reason| {
                     let mut chunk = self.chunk(Delta::default());
                     chunk.choices[0].finish_reason = Some(finish_reason(&reason));
+                    chunk.choices[0].extra = matched_stop(matched);
                     chunk
                 })
             }

@@ -378,7 +378,7 @@ async fn finish_call<T>(
     }
     let (upstream_ms, retries) = (outcome.upstream_ms, outcome.attempts.len());
     let record = context.record(state, outcome);
-    observe_in_span(&context.span, &record);
+    observe_in_span(state, &context.span, &record);
     let answer = answer(&record);
     let durable = state.recorder.record(record).await;
     observe(state, context, upstream_ms, retries);
@@ -395,6 +395,7 @@ fn call_span(door: &'static str, agent: &str) -> tracing::Span {
         "gen_ai.operation.name" = "chat",
         "gen_ai.request.model" = agent,
         "gen_ai.provider.name" = tracing::field::Empty,
+        "hone.provider" = tracing::field::Empty,
         "gen_ai.response.model" = tracing::field::Empty,
         "gen_ai.usage.input_tokens" = tracing::field::Empty,
         "gen_ai.usage.output_tokens" = tracing::field::Empty,
@@ -408,9 +409,14 @@ fn call_span(door: &'static str, agent: &str) -> tracing::Span {
 }
 
 /// What the call's span reports once it is recorded.
-fn observe_in_span(span: &tracing::Span, record: &CallRecord) {
+fn observe_in_span(state: &AppState, span: &tracing::Span, record: &CallRecord) {
     if let Some(provider) = &record.provider {
-        span.record("gen_ai.provider.name", provider.as_str());
+        // The conventions' name of the kind of provider; hone's own name for
+        // the configured one beside it.
+        if let Some(config) = state.config.providers.get(provider) {
+            span.record("gen_ai.provider.name", config.kind.semconv_name());
+        }
+        span.record("hone.provider", provider.as_str());
     }
     if let Some(model) = &record.model {
         span.record("gen_ai.response.model", model.as_str());
@@ -424,7 +430,7 @@ fn observe_in_span(span: &tracing::Span, record: &CallRecord) {
     if let Some(cost) = record.cost_usd {
         span.record("hone.cost_usd", cost);
     }
-    span.record("hone.outcome", format!("{:?}", record.outcome).as_str());
+    span.record("hone.outcome", record.outcome.as_str());
 }
 
 fn observe(state: &AppState, context: &CallContext, upstream_ms: f64, retries: usize) {

@@ -113,10 +113,14 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let mut upstream = request.extra;
     upstream.insert("model".into(), Value::from(route.model.clone()));
     upstream.insert("input".into(), request.input);
-    let answer = provider
-        .post_json("/embeddings", Value::Object(upstream))
-        .await
-        .map_err(|e| upstream_error(&e))?;
+    let body = Value::Object(upstream);
+    let answer = crate::dispatch::with_retries(
+        &entry.config,
+        || provider.post_json("/embeddings", body.clone()),
+        |_, _| {},
+    )
+    .await
+    .map_err(|e| upstream_error(&e))?;
     let answer: Value = serde_json::from_slice(&answer).map_err(|e| {
         upstream_error(&crate::providers::ProviderError::Protocol(format!(
             "not an embeddings list: {e}"

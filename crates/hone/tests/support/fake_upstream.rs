@@ -16,10 +16,11 @@
 //!   MiB, 64 KiB per chunk (the fake holds one chunk in memory)
 //! - `FIRSTTOKEN:<ms>`: a stream whose opening role chunk comes at once and
 //!   whose first token comes that much later
+//! - `STOPSEQ` (Anthropic): an answer ended by the stop sequence `END`
 //! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
 //!
 //! `/v1/embeddings` answers one 3-dimensional vector per input, counting a
-//! token per word.
+//! token per word (and fails as scripted above when an input says so).
 //!
 //! Every request body it receives is kept for assertions.
 
@@ -359,10 +360,15 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
         ),
         Script::Fail(..) => unreachable!(),
     };
+    let (stop_reason, stop_sequence) = if text.contains("STOPSEQ") {
+        ("stop_sequence", json!("END"))
+    } else {
+        (stop_reason, Value::Null)
+    };
     if body["stream"] != true {
         return Json(
             json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason, "stop_sequence": null, "usage": {"input_tokens": 13, "output_tokens": 9}}),
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": {"input_tokens": 13, "output_tokens": 9}}),
         )
         .into_response();
     }
@@ -392,7 +398,7 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
             json!({"type": "content_block_stop", "index": index}),
         ));
     }
-    frames.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 9}})));
+    frames.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence}, "usage": {"output_tokens": 9}})));
     frames.push(event("message_stop", json!({"type": "message_stop"})));
     let first_token = Duration::from_millis(number_after(&text, "FIRSTTOKEN:"));
     sse(frames, Duration::ZERO, first_token, false)
@@ -408,6 +414,10 @@ async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Js
         Value::Array(items) => items.iter().map(|i| i.as_str().unwrap_or("x").to_owned()).collect(),
         _ => return fail(StatusCode::BAD_REQUEST, None),
     };
+    // `FAIL503ONCE:<key>` in an input fails its first try.
+    if let Script::Fail(status, retry_after) = script(&seen, &inputs.join(" ")) {
+        return fail(status, retry_after);
+    }
     let tokens: usize = inputs.iter().map(|i| i.split_whitespace().count()).sum();
     let data: Vec<Value> = inputs
         .iter()
