@@ -11,6 +11,8 @@
 //! `--stores sqlite,postgres` repeats the whole measurement with hone
 //! recording into each engine, in one run (PostgreSQL: a private durable
 //! server from Debian's binaries, fsync on, `synchronous_commit = off`).
+//! `--out FILE` also writes every row as JSON, with the command, commit,
+//! date and machine that produced it.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -31,7 +33,7 @@ fn main() -> Result<()> {
         }
         Some("gateway") => gateway(&args[1..]),
         _ => bail!(
-            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] [--stores sqlite,postgres] [--upstream-port PORT] | hone-bench upstream PORT"
+            "usage: hone-bench gateway [--hone PATH] [--seconds N] [--rates 500,1000,2000] [--stores sqlite,postgres] [--upstream-port PORT] [--out FILE] | hone-bench upstream PORT"
         ),
     }
 }
@@ -102,6 +104,7 @@ fn gateway(args: &[String]) -> Result<()> {
     };
     wait_for(upstream_port)?;
 
+    let mut rows = Vec::new();
     for store in &stores {
         let dir = tempfile::tempdir()?;
         // Kept alive while hone records into it.
@@ -118,9 +121,52 @@ fn gateway(args: &[String]) -> Result<()> {
             other => bail!("--stores: `{other}` is not `sqlite` or `postgres`"),
         };
         println!("\n== recording into {store} ==");
-        measure(&hone, &dir, &store_line, upstream_port, seconds, &rates)?;
+        for mut row in measure(&hone, &dir, &store_line, upstream_port, seconds, &rates)? {
+            row["store"] = serde_json::json!(store);
+            rows.push(row);
+        }
+    }
+    if let Some(out) = flag(args, "--out") {
+        let report = serde_json::json!({
+            "command": std::iter::once("hone-bench".to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" "),
+            "commit": git_commit(),
+            "date": hone_types::time::format_rfc3339(hone_types::time::now_ms()),
+            "machine": machine(),
+            "method": "open loop at a fixed rate, 64 keep-alive connections, latency from the moment each request was due (latency correction); direct = the same load straight to the upstream, measured in the same run; overhead = through-hone percentile minus direct percentile; CPU = hone's user+system CPU time per answered request",
+            "rows": rows,
+        });
+        std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("cannot write {out}"))?;
+        println!("\nwritten to {out}");
     }
     Ok(())
+}
+
+/// The commit this checkout is at, if it is a git checkout.
+fn git_commit() -> Option<String> {
+    let out = Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The CPU model, cores and memory of this machine.
+fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kb: Option<u64> = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok());
+    serde_json::json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "memory_gib": memory_kb.map(|kb| (kb as f64 / 1048576.0 * 10.0).round() / 10.0),
+    })
 }
 
 /// Starts hone recording into the store `store_line` names (none: SQLite)
@@ -132,7 +178,7 @@ fn measure(
     upstream_port: u16,
     seconds: f64,
     rates: &[f64],
-) -> Result<()> {
+) -> Result<Vec<serde_json::Value>> {
     let config = dir.path().join("bench.toml");
     std::fs::write(
         &config,
@@ -197,6 +243,7 @@ fn measure(
         "CPU/request"
     );
     let mut received = 0u64;
+    let mut rows = Vec::new();
     for &rate in rates {
         let direct = runtime.block_on(load::run(upstream_port, CHAT, &body, rate, seconds))?;
         for (route, path, request) in [("chat", CHAT, &body), ("responses", RESPONSES, &responses_body)] {
@@ -218,6 +265,21 @@ fn measure(
                 through.errors + direct.errors,
                 cpu * 1000.0 / through.ok.max(1) as f64,
             );
+            rows.push(serde_json::json!({
+                "rate": rate,
+                "route": route,
+                "seconds": seconds,
+                "direct_p50_ms": direct.p(0.50),
+                "direct_p99_ms": direct.p(0.99),
+                "hone_p50_ms": through.p(0.50),
+                "hone_p99_ms": through.p(0.99),
+                "hone_p999_ms": through.p(0.999),
+                "overhead_p50_ms": through.p(0.50) - direct.p(0.50),
+                "overhead_p99_ms": through.p(0.99) - direct.p(0.99),
+                "achieved_per_s": through.achieved_rate(),
+                "errors": through.errors + direct.errors,
+                "cpu_ms_per_request": cpu * 1000.0 / through.ok.max(1) as f64,
+            }));
         }
     }
     // Warm-up runs were recorded too.
@@ -236,5 +298,9 @@ fn measure(
         if written == received + warmup { "yes" } else { "NO" }
     );
     println!("ovh = through-hone percentile minus direct percentile; CPU/request = hone's user+system CPU time / requests answered.");
-    Ok(())
+    anyhow::ensure!(
+        written == received + warmup,
+        "hone wrote {written} rows for {received} answered requests (+{warmup} warm-up)"
+    );
+    Ok(rows)
 }

@@ -45,7 +45,7 @@ impl Journal {
     pub(crate) fn open(dir: PathBuf, full_sync: bool) -> std::io::Result<Self> {
         crate::files::create_private_dir(&dir)?;
         let segment = segments(&dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
-        let file = create_segment(&dir, segment)?;
+        let file = create_segment(&dir, segment, full_sync)?;
         Ok(Self {
             dir,
             full_sync,
@@ -71,7 +71,7 @@ impl Journal {
     /// is, and the file ends on a line boundary again.
     pub(crate) fn append(&mut self, lines: &[u8]) -> std::io::Result<u64> {
         if self.abandoned || self.segment_bytes >= SEGMENT_BYTES {
-            self.file = create_segment(&self.dir, self.segment + 1)?;
+            self.file = create_segment(&self.dir, self.segment + 1, self.full_sync)?;
             self.segment += 1;
             self.segment_bytes = 0;
             self.abandoned = false;
@@ -98,14 +98,18 @@ impl Journal {
     }
 }
 
-fn create_segment(dir: &Path, segment: u64) -> std::io::Result<File> {
+/// A new segment file. Under `full_sync` its directory entry is made
+/// durable too (else a power loss could lose the file with its synced
+/// lines); without it nothing is promised beyond a crash of the process,
+/// which the page cache survives, so no fsync stalls the appender (and the
+/// calls waiting on it) every few megabytes.
+fn create_segment(dir: &Path, segment: u64, full_sync: bool) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.create(true).append(true);
     crate::files::private(&mut options);
     let file = options.open(segment_path(dir, segment))?;
-    // Make the new file's directory entry durable too, where that is asked for.
-    if let Ok(dir) = File::open(dir) {
-        let _ = dir.sync_all();
+    if full_sync {
+        File::open(dir)?.sync_all()?;
     }
     Ok(file)
 }
