@@ -1,12 +1,14 @@
 //! An open-loop load generator over raw HTTP/1.1 keep-alive connections.
 //!
 //! Request `i` is due at `start + i / rate` whatever happened before it, so a
-//! slow server cannot slow the load down; and its latency runs from the
-//! moment it was *due* to the moment its whole response is read (latency
-//! correction, as wrk2 and oha do): a request that waited for a connection
-//! busy with a stalled one counts the wait, so stalls are not hidden
-//! (coordinated omission). Requests are pre-encoded and responses parsed
-//! minimally, so the generator costs little CPU.
+//! slow server cannot slow the load down. Its latency runs to the moment its
+//! whole response is read, from the moment it was *due* when its connection
+//! was still busy then with an earlier answer (latency correction, as wrk2
+//! and oha do: the wait behind a stalled answer counts, so stalls are not
+//! hidden by coordinated omission), and from the moment it was written when
+//! the connection was free (so the timer's millisecond of lateness, the
+//! generator's own, does not count). Requests are pre-encoded and responses
+//! parsed minimally, so the generator costs little CPU.
 
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +94,8 @@ pub async fn run(port: u16, path: &str, body: &[u8], rate: f64, seconds: f64) ->
             stream.set_nodelay(true)?;
             let mut buffer = Vec::with_capacity(4096);
             let (mut latencies, mut errors) = (Vec::new(), 0u64);
+            // When the connection's last answer was read.
+            let mut free_since = start;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
@@ -99,9 +103,12 @@ pub async fn run(port: u16, path: &str, body: &[u8], rate: f64, seconds: f64) ->
                 }
                 let due = start + Duration::from_secs_f64(i as f64 / rate);
                 tokio::time::sleep_until(due.into()).await;
+                let from = if free_since > due { due } else { Instant::now() };
                 stream.write_all(&request).await?;
-                match read_response(&mut stream, &mut buffer).await {
-                    Ok(200) => latencies.push(due.elapsed().as_secs_f64() * 1000.0),
+                let answer = read_response(&mut stream, &mut buffer).await;
+                free_since = Instant::now();
+                match answer {
+                    Ok(200) => latencies.push(from.elapsed().as_secs_f64() * 1000.0),
                     Ok(_) => errors += 1,
                     Err(_) => {
                         errors += 1;
