@@ -205,15 +205,21 @@ fn viewer(ui: &Ui, headers: &HeaderMap) -> Option<Viewer> {
 }
 
 /// Whether a state-changing request comes from a page of this dashboard:
-/// what the browser says of the request's origin must name this host.
-fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
+/// what the browser says of the request's origin must name this host (the
+/// `Host` header, or over HTTP/2 the request's authority).
+fn same_origin(request: &Request) -> Result<(), &'static str> {
+    let authority = request.uri().authority().map(|a| a.as_str());
+    origin_matches(request.headers(), authority)
+}
+
+fn origin_matches(headers: &HeaderMap, authority: Option<&str>) -> Result<(), &'static str> {
     if let Some(site) = headers.get("sec-fetch-site") {
         if !matches!(site.to_str(), Ok("same-origin" | "none")) {
             return Err("the request came from another site (Sec-Fetch-Site)");
         }
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(authority);
         let origin_host = origin
             .to_str()
             .ok()
@@ -266,7 +272,7 @@ pub async fn require(State(ui): State<Arc<Ui>>, mut request: Request, next: Next
         };
     };
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        if let Err(why) = same_origin(request.headers()) {
+        if let Err(why) = same_origin(&request) {
             return refused(StatusCode::FORBIDDEN, why);
         }
         if let Some(expected) = &viewer.csrf {
@@ -339,7 +345,7 @@ fn client_address(request: &Request) -> Option<IpAddr> {
 }
 
 pub async fn login(State(ui): State<Arc<Ui>>, request: Request) -> Response {
-    if let Err(why) = same_origin(request.headers()) {
+    if let Err(why) = same_origin(&request) {
         return refused(StatusCode::FORBIDDEN, why);
     }
     let address = client_address(&request).unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -401,14 +407,19 @@ mod tests {
 
     #[test]
     fn only_this_host_may_post() {
+        let check = |h: &HeaderMap| origin_matches(h, None);
         let ok = headers(&[("host", "127.0.0.1:7070"), ("origin", "http://127.0.0.1:7070")]);
-        assert!(same_origin(&ok).is_ok());
-        assert!(same_origin(&headers(&[("host", "127.0.0.1:7070")])).is_ok());
+        assert!(check(&ok).is_ok());
+        assert!(check(&headers(&[("host", "127.0.0.1:7070")])).is_ok());
         let other_port = headers(&[("host", "127.0.0.1:7070"), ("origin", "http://127.0.0.1:9999")]);
-        assert!(same_origin(&other_port).is_err());
+        assert!(check(&other_port).is_err());
         let same_site = headers(&[("host", "127.0.0.1:7070"), ("sec-fetch-site", "same-site")]);
-        assert!(same_origin(&same_site).is_err());
-        assert!(same_origin(&headers(&[("origin", "null"), ("host", "a")])).is_err());
+        assert!(check(&same_site).is_err());
+        assert!(check(&headers(&[("origin", "null"), ("host", "a")])).is_err());
+        // Over HTTP/2 the authority stands for the Host header.
+        let h2 = headers(&[("origin", "http://127.0.0.1:7070")]);
+        assert!(origin_matches(&h2, Some("127.0.0.1:7070")).is_ok());
+        assert!(origin_matches(&h2, Some("127.0.0.1:9999")).is_err());
     }
 
     #[test]
