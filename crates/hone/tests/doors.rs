@@ -66,6 +66,28 @@ async fn get(hone: &Hone, path: &str, cookie: Option<&str>) -> (u16, String) {
     (status, r.text().await.unwrap())
 }
 
+/// Posts a dashboard form from the dashboard's own origin, as `cookie`.
+async fn post_form(hone: &Hone, path: &str, cookie: &str, body: String) -> reqwest::Response {
+    browser()
+        .post(hone.url(path))
+        .header("cookie", cookie)
+        .header("origin", format!("http://{}", hone.addr))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// An episode as `GET /v1/episodes/{id}` gives it (with `key`, if any).
+async fn episode(hone: &Hone, id: &str, key: Option<&str>) -> Value {
+    let mut request = client().get(hone.url(&format!("/v1/episodes/{id}")));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// The CSRF token the page's forms carry.
 fn csrf_of(html: &str) -> String {
     let at = html.find("name=\"csrf\" value=\"").expect("a form with a CSRF token");
@@ -131,15 +153,7 @@ async fn finding_dashboard_open_with_keys_only_now_needs_a_key_and_a_key_sees_on
     let (status, _) = get(&hone, "/ui/episodes?agent=beta", Some(&alpha)).await;
     assert_eq!(status, 404);
     let csrf = csrf_of(&overview);
-    let r = browser()
-        .post(hone.url("/ui/agents/beta/rollback"))
-        .header("cookie", &alpha)
-        .header("origin", format!("http://{}", hone.addr))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_form(&hone, "/ui/agents/beta/rollback", &alpha, format!("csrf={csrf}")).await;
     assert_eq!(r.status(), 404, "no action on another agent");
 
     // Beta's key, as a script sends it, sees beta's episode.
@@ -153,15 +167,7 @@ async fn finding_dashboard_open_with_keys_only_now_needs_a_key_and_a_key_sees_on
     assert!(r.text().await.unwrap().contains("secret plan"));
 
     // Signing out ends the session on the server, not only in the browser.
-    let r = browser()
-        .post(hone.url("/ui/logout"))
-        .header("cookie", &alpha)
-        .header("origin", format!("http://{}", hone.addr))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_form(&hone, "/ui/logout", &alpha, format!("csrf={csrf}")).await;
     assert_eq!(r.status(), 303);
     assert!(r.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
     let (status, _) = get(&hone, "/ui", Some(&alpha)).await;
@@ -377,15 +383,7 @@ async fn finding_one_huge_streamed_answer_jammed_the_store_now_cut_at_the_limit(
     calls_after(&hone, 100).await;
     hone.wait_caught_up();
     all_readable(&hone, 100).await;
-    let huge: Value = client()
-        .get(hone.url("/v1/episodes/huge"))
-        .bearer_auth(KEY_ALPHA)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let huge = episode(&hone, "huge", Some(KEY_ALPHA)).await;
     let recorded = &huge["calls"][0];
     assert_eq!(recorded["outcome"], "upstream_error", "{recorded}");
     assert!(recorded["response"].is_null(), "the part is not half-stored");
@@ -463,14 +461,7 @@ async fn finding_a_call_the_database_refused_was_retried_forever_now_set_aside()
 
 /// The first call's recorded time to first token in `episode`.
 async fn ttft_of(hone: &Hone, episode: &str) -> f64 {
-    let r: Value = client()
-        .get(hone.url(&format!("/v1/episodes/{episode}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = self::episode(hone, episode, None).await;
     r["calls"][0]["ttft_ms"]
         .as_f64()
         .unwrap_or_else(|| panic!("no ttft_ms: {r}"))
