@@ -73,6 +73,7 @@ impl ImplicitSignal {
     pub fn feedback(self, episode: &EpisodeId) -> FeedbackRequest {
         FeedbackRequest {
             episode_id: Some(episode.to_string()),
+            agent: None,
             call_id: None,
             name: self.name().to_owned(),
             value: serde_json::Value::Bool(true),

@@ -13,7 +13,6 @@ pub mod error;
 pub mod harness;
 pub mod memory;
 pub mod metrics;
-pub mod owners;
 pub mod providers;
 pub mod routes;
 pub mod routing;

@@ -47,8 +47,6 @@ pub struct AppState {
     pub artefacts: Arc<hone_artefacts::Artefacts>,
     /// Successful episodes retrieved as few-shot examples.
     pub memory: crate::memory::EpisodicMemory,
-    /// Which agent owns each episode id.
-    pub owners: crate::owners::EpisodeOwners,
     /// Versions registered for calls seen in OpenTelemetry traces.
     pub observed_versions: std::sync::Mutex<std::collections::HashSet<VersionId>>,
 }
@@ -210,7 +208,6 @@ impl AppState {
             cycles,
             artefacts,
             memory,
-            owners: crate::owners::EpisodeOwners::default(),
             observed_versions: Default::default(),
         };
         state.refresh_deployments()?;

@@ -339,7 +339,7 @@ fn shadow_variant(episode: &EpisodeDetail, k: usize, choice: &Choice, i: usize) 
     let mut v = episode.clone();
     v.calls.truncate(k + 1);
     v.signals.clear();
-    v.summary.id = EpisodeId::parse(&format!("{}.shadow-{k}-{i}", episode.summary.id)).ok()?;
+    v.summary.id = EpisodeId::parse_stored(&format!("{}.shadow-{k}-{i}", episode.summary.id)).ok()?;
     v.summary.call_count = v.calls.len() as u64;
     let call = v.calls.last_mut()?;
     call.shadow.clear();

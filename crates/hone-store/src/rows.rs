@@ -4,8 +4,8 @@
 
 use crate::StoreError;
 use hone_types::{
-    CallId, DatasetInfo, EpisodeId, EpisodeSummary, EvalRunInfo, Instance, Signal, SignalSource, SignalValue,
-    VersionId, VersionRecord,
+    CallId, CallRecord, DatasetInfo, EpisodeId, EpisodeSummary, EvalRunInfo, Instance, Signal, SignalSource,
+    SignalValue, VersionId, VersionRecord,
 };
 use sha2::{Digest, Sha256};
 
@@ -13,6 +13,25 @@ use sha2::{Digest, Sha256};
 /// evaluation run: the store's form of [`EpisodeId::is_evaluation`].
 pub(crate) fn traffic_only(column: &str) -> String {
     format!("{column} NOT LIKE '{}%'", hone_types::ids::EVALUATION_PREFIX)
+}
+
+/// The call as it is stored: in an episode of its own agent. Clients choose
+/// episode ids, so another agent may hold this one already (`holder`, the
+/// agent of the stored episode of that id); then the call goes to
+/// `id@agent` ([`EpisodeId::for_agent`]): the first agent to store an id
+/// keeps it bare, and no agent sees, blocks or learns of another's. `None`
+/// when the call is stored as it is. Both backends apply this inside their
+/// write transaction, so it is decided once, whichever gateway recorded the
+/// call.
+pub(crate) fn in_own_episode(call: &CallRecord, holder: Option<&str>) -> Option<CallRecord> {
+    match holder {
+        Some(holder) if holder != call.agent => {
+            let mut moved = call.clone();
+            moved.episode_id = call.episode_id.for_agent(&call.agent);
+            Some(moved)
+        }
+        _ => None,
+    }
 }
 
 /// SHA-256 over the instances' canonical JSON, one per line.
@@ -26,7 +45,7 @@ pub fn content_hash(items: &[Instance]) -> Result<String, StoreError> {
 }
 
 pub(crate) fn episode_id(id: &str) -> Result<EpisodeId, StoreError> {
-    EpisodeId::parse(id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))
+    EpisodeId::parse_stored(id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))
 }
 
 /// `(seq, id, agent, started_at, last_call_at, call_count)`.
@@ -82,7 +101,7 @@ pub(crate) fn to_signal(
     let corrupt = |what: &str| StoreError::Corrupt(format!("signal {id}: bad {what}"));
     Ok(Signal {
         id: id.parse().map_err(|_| corrupt("id"))?,
-        episode_id: EpisodeId::parse(&episode_id).map_err(|_| corrupt("episode id"))?,
+        episode_id: EpisodeId::parse_stored(&episode_id).map_err(|_| corrupt("episode id"))?,
         call_id: call_id
             .map(|c| CallId::parse(&c).ok_or_else(|| corrupt("call id")))
             .transpose()?,

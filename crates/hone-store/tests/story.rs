@@ -6,7 +6,7 @@ use crate::common::{call, version_id};
 use hone_store::StoreError;
 use hone_types::{EpisodeId, EpisodeQuery, Route, Signal, SignalSource, SignalValue, VersionRecord, VersionSpec};
 
-crate::backend_tests!(story);
+crate::backend_tests!(story, two_agents_choosing_one_episode_id_get_an_episode_each);
 
 pub(crate) fn story(backend: &Backend) {
     let store = &*backend.store;
@@ -125,6 +125,68 @@ pub(crate) fn story(backend: &Backend) {
     let reopened = backend.reopen();
     assert_eq!(reopened.call_count().unwrap(), 3);
     assert_eq!(reopened.episode(&e1).unwrap().unwrap().signals.len(), 2);
+}
+
+/// Clients choose episode ids, so two agents may choose the same one: each
+/// gets an episode of its own, in one batch or across many, also when two
+/// writers (two gateways) store them at once; each agent finds its own by
+/// the id its client chose.
+pub(crate) fn two_agents_choosing_one_episode_id_get_an_episode_each(backend: &Backend) {
+    let store = &*backend.store;
+    let shared = EpisodeId::parse("ticket-9").unwrap();
+    let of = |agent: &str, at: i64| {
+        let mut c = call(&shared, at);
+        c.agent = agent.into();
+        c
+    };
+    // One batch, the id new: the first agent in it keeps the bare id.
+    let (a1, b1) = (of("alpha", 1000), of("beta", 1001));
+    assert_eq!(store.write_calls(&[a1.clone(), b1.clone()]).unwrap(), 2);
+    // Later batches, and a replay of the first, go where the first went.
+    let (a2, b2) = (of("alpha", 2000), of("beta", 2001));
+    store.write_calls(std::slice::from_ref(&b2)).unwrap();
+    store.write_calls(&[a2.clone(), a1.clone(), b1.clone()]).unwrap();
+    let alpha = store.find_episode("alpha", &shared).unwrap().unwrap();
+    let beta = store.find_episode("beta", &shared).unwrap().unwrap();
+    assert_eq!(alpha, shared);
+    assert_eq!(beta.as_str(), "ticket-9@beta");
+    let calls = |id: &EpisodeId| -> Vec<hone_types::CallId> {
+        store.episode(id).unwrap().unwrap().calls.iter().map(|c| c.id).collect()
+    };
+    assert_eq!(calls(&alpha), vec![a1.id, a2.id]);
+    assert_eq!(calls(&beta), vec![b1.id, b2.id]);
+    assert_eq!(
+        store.agent_episode("beta", &shared).unwrap().unwrap().summary.agent,
+        "beta"
+    );
+    assert!(store.find_episode("gamma", &shared).unwrap().is_none());
+    // A call read back names the episode it is in.
+    assert_eq!(store.call(b1.id).unwrap().unwrap().episode_id, beta);
+
+    // Two writers at once, each with its own agent's first call of a new id.
+    let racing = EpisodeId::parse("race-1").unwrap();
+    let writers: Vec<_> = ["alpha", "beta"]
+        .into_iter()
+        .map(|agent| {
+            let store = backend.reopen();
+            let mut c = call(&racing, 5000);
+            c.agent = agent.into();
+            std::thread::spawn(move || {
+                store.write_calls(std::slice::from_ref(&c)).unwrap();
+                c.id
+            })
+        })
+        .collect();
+    let ids: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for (agent, id) in ["alpha", "beta"].into_iter().zip(ids) {
+        let episode = store.agent_episode(agent, &racing).unwrap().unwrap();
+        assert_eq!(episode.summary.agent, agent);
+        assert_eq!(
+            episode.calls.iter().map(|c| c.id).collect::<Vec<_>>(),
+            vec![id],
+            "{agent}"
+        );
+    }
 }
 
 /// Called from inside an async task (the learner does), a store keeps

@@ -18,6 +18,9 @@ pub enum IdError {
 /// How the ids of evaluation episodes begin (see [`EpisodeId::is_evaluation`]).
 pub const EVALUATION_PREFIX: &str = "eval.";
 
+/// What joins a client's episode id and its agent in a stored id.
+const AGENT_MARK: char = '@';
+
 /// The longest episode id a client may choose.
 pub const MAX_EPISODE_ID_LEN: usize = 128;
 
@@ -47,6 +50,40 @@ impl EpisodeId {
             return Err(IdError::BadCharacter(bad));
         }
         Ok(Self(raw.to_owned()))
+    }
+
+    /// An id as the store keeps it: a client's id, or one followed by
+    /// `@agent` (see [`EpisodeId::for_agent`]).
+    pub fn parse_stored(raw: &str) -> Result<Self, IdError> {
+        let Some((client, agent)) = raw.split_once(AGENT_MARK) else {
+            return Self::parse(raw);
+        };
+        Self::parse(client)?;
+        if agent.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if let Some(bad) = agent
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+        {
+            return Err(IdError::BadCharacter(bad));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The id `agent`'s episode is stored under when another agent already
+    /// holds this one: `id@agent`. Episode ids are chosen by clients, so two
+    /// agents may choose the same; each gets an episode of its own, and no
+    /// client can choose this form (`@` is not allowed in a client's id).
+    pub fn for_agent(&self, agent: &str) -> Self {
+        Self(format!("{}{AGENT_MARK}{agent}", self.client_part()))
+    }
+
+    /// The id as its client chose it (without an `@agent`).
+    pub fn client_part(&self) -> &str {
+        self.0
+            .split_once(AGENT_MARK)
+            .map_or(self.0.as_str(), |(client, _)| client)
     }
 
     /// A fresh, time-ordered id.
@@ -148,6 +185,20 @@ mod tests {
         assert_eq!(EpisodeId::parse(""), Err(IdError::Empty));
         assert_eq!(EpisodeId::parse("a b"), Err(IdError::BadCharacter(' ')));
         assert_eq!(EpisodeId::parse(&"x".repeat(129)), Err(IdError::TooLong { max: 128 }));
+    }
+
+    #[test]
+    fn an_agents_own_form_of_an_id_is_stored_never_chosen() {
+        let ticket = EpisodeId::parse("ticket-1").unwrap();
+        let beta = ticket.for_agent("beta");
+        assert_eq!(beta.as_str(), "ticket-1@beta");
+        assert_eq!(beta.client_part(), "ticket-1");
+        assert_eq!(ticket.client_part(), "ticket-1");
+        assert_eq!(EpisodeId::parse("ticket-1@beta"), Err(IdError::BadCharacter('@')));
+        assert_eq!(EpisodeId::parse_stored("ticket-1@beta"), Ok(beta));
+        assert_eq!(EpisodeId::parse_stored("ticket-1"), Ok(ticket));
+        assert!(EpisodeId::parse_stored("ticket-1@").is_err());
+        assert!(EpisodeId::parse_stored("t@a b").is_err());
     }
 
     #[test]

@@ -115,12 +115,16 @@ pub struct Signal {
 /// The body of `POST /v1/feedback`: a signal about an episode or one of its
 /// calls (give `episode_id`, `call_id` or both; the ids stay text here so
 /// the gateway can say which one is malformed). `value` is a boolean, a
-/// number, a string or a message object.
+/// number, a string or a message object. Episode ids are each agent's own:
+/// `agent` says whose `episode_id` is meant when a key may use several
+/// agents that have an episode of that id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedbackRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episode_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     pub name: String,

@@ -694,3 +694,58 @@ async fn finding_embeddings_were_not_retried_now_retried_as_chat_calls_are() {
     assert_eq!(answer["data"].as_array().unwrap().len(), 1);
     assert_eq!(upstream.bodies("/v1/embeddings").len(), 2, "one failed try, one retry");
 }
+
+#[tokio::test]
+async fn finding_episode_ids_were_first_come_now_each_agents_own_and_a_key_of_several_agents_says_whose() {
+    let upstream = FakeUpstream::start().await;
+    // No keys: every agent is in scope, as for a key of several agents.
+    let hone = Hone::start(&config(&upstream));
+    for (agent, text) in [("assistant", "assistant's turn"), ("claude", "claude's turn")] {
+        let r = client()
+            .post(hone.url("/v1/chat/completions"))
+            .header("x-hone-episode", "shared-1")
+            .json(&chat(agent, text))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{agent}");
+    }
+    hone.wait_caught_up();
+    let r = client().get(hone.url("/v1/episodes/shared-1")).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "episode_ambiguous", "{body}");
+    let mine: Value = client()
+        .get(hone.url("/v1/episodes/shared-1?agent=claude"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["agent"], "claude", "{mine}");
+    assert!(mine.to_string().contains("claude's turn") && !mine.to_string().contains("assistant's turn"));
+    // The listing shows the second agent's as stored; that id reads back too.
+    let list = get_json(&hone.url("/v1/episodes")).await;
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"shared-1") && ids.contains(&"shared-1@claude"), "{ids:?}");
+    let stored = episode(&hone, "shared-1@claude", None).await;
+    assert_eq!(stored["agent"], "claude");
+    // Feedback says whose, or is refused as ambiguous.
+    let feedback = |body: Value| client().post(hone.url("/v1/feedback")).json(&body).send();
+    let r = feedback(json!({"episode_id": "shared-1", "name": "resolved", "value": true}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let r = feedback(json!({"episode_id": "shared-1", "agent": "assistant", "name": "resolved", "value": true}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let assistant = episode(&hone, "shared-1?agent=assistant", None).await;
+    assert_eq!(assistant["signals"].as_array().unwrap().len(), 1, "{assistant}");
+}

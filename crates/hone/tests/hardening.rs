@@ -85,29 +85,29 @@ async fn finding_1_one_agents_key_never_reads_or_extends_another_agents_episode(
     let (status, headers, body) = send(post(KEY_BETA, "beta", "beta's private question")).await;
     assert_eq!(status, 200, "{body}");
     let beta_call = headers["x-hone-call"].to_str().unwrap().to_owned();
-    let upstream_calls = upstream.bodies("/v1/chat/completions").len();
 
-    // Alpha's key cannot join beta's episode; the refusal names no agent and costs no upstream call.
-    let (status, _, body) = send(post(KEY_ALPHA, "alpha", "alpha wants in")).await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "episode_belongs_to_another_agent");
-    assert!(
-        !body.to_string().contains("beta"),
-        "the refusal names the owner: {body}"
-    );
-    assert_eq!(upstream.bodies("/v1/chat/completions").len(), upstream_calls);
+    // Episode ids are each agent's own: alpha choosing the same id is not
+    // refused (a refusal would tell alpha that beta uses it, and let alpha
+    // block beta's ids); alpha gets an episode of its own under that id.
+    let (status, headers, body) = send(post(KEY_ALPHA, "alpha", "alpha's own question")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers["x-hone-episode"], "ticket-4711");
 
-    // Alpha's reads: beta's episode answers exactly like an unknown one.
+    // Each key reads its own episode by the id its client chose.
     let get = |key: &str, path: &str| client().get(hone.url(path)).bearer_auth(key);
-    let (status, _, theirs) = send(get(KEY_ALPHA, "/v1/episodes/ticket-4711")).await;
-    let (unknown_status, _, unknown) = send(get(KEY_ALPHA, "/v1/episodes/ticket-0000")).await;
-    assert_eq!((status, unknown_status), (404, 404), "{theirs}");
-    assert_eq!(without(&theirs, "ticket-4711"), without(&unknown, "ticket-0000"));
+    let (status, _, mine) = send(get(KEY_ALPHA, "/v1/episodes/ticket-4711")).await;
+    assert_eq!(status, 200, "{mine}");
+    assert_eq!(mine["agent"], "alpha");
+    assert_eq!(mine["calls"].as_array().unwrap().len(), 1);
+    assert!(!mine.to_string().contains("private question"), "{mine}");
+    let (status, _, unknown) = send(get(KEY_ALPHA, "/v1/episodes/ticket-0000")).await;
+    assert_eq!(status, 404, "{unknown}");
     let (status, _, list) = send(get(KEY_ALPHA, "/v1/episodes")).await;
     assert_eq!(status, 200);
     assert!(!list.to_string().contains("private question"), "{list}");
 
-    // Alpha's feedback on beta's call or episode: unknown, and nothing stored.
+    // Alpha's feedback on beta's call: unknown, and nothing stored; on the
+    // episode id: alpha's own episode.
     let feedback = |body: Value| {
         client()
             .post(hone.url("/v1/feedback"))
@@ -123,15 +123,15 @@ async fn finding_1_one_agents_key_never_reads_or_extends_another_agents_episode(
         json!({"episode_id": "ticket-4711", "name": "thumbs", "value": true}),
     ))
     .await;
-    assert_eq!(status, 404, "{on_episode}");
+    assert_eq!(status, 200, "{on_episode}");
 
-    // Beta still owns its episode, whole and untouched.
+    // Beta's episode is whole and untouched.
     let (status, _, own) = send(get(KEY_BETA, "/v1/episodes/ticket-4711")).await;
     assert_eq!(status, 200, "{own}");
     assert_eq!(own["agent"], "beta");
     assert_eq!(own["calls"].as_array().unwrap().len(), 1);
     assert!(own["signals"].as_array().unwrap().is_empty());
-    // …also after a restart, when ownership comes from the store alone.
+    // …also after a restart, when each agent's episode comes from the store alone.
     let mut hone = hone;
     hone.restart();
     let (status, _, body) = send(
@@ -142,7 +142,14 @@ async fn finding_1_one_agents_key_never_reads_or_extends_another_agents_episode(
             .json(&chat("alpha", "again")),
     )
     .await;
-    assert_eq!(status, 409, "{body}");
+    assert_eq!(status, 200, "{body}");
+    hone.wait_caught_up();
+    let get = |key: &str, path: &str| client().get(hone.url(path)).bearer_auth(key);
+    let (_, _, mine) = send(get(KEY_ALPHA, "/v1/episodes/ticket-4711")).await;
+    assert_eq!(mine["calls"].as_array().unwrap().len(), 2, "{mine}");
+    assert_eq!(mine["signals"].as_array().unwrap().len(), 1, "{mine}");
+    let (_, _, own) = send(get(KEY_BETA, "/v1/episodes/ticket-4711")).await;
+    assert_eq!(own["calls"].as_array().unwrap().len(), 1, "{own}");
 }
 
 /// The size of the journal segment being written.

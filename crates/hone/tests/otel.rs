@@ -143,7 +143,7 @@ async fn an_otlp_json_export_is_read_once_and_bad_payloads_change_nothing() {
     assert!(body["partialSuccess"]["errorMessage"]
         .as_str()
         .unwrap()
-        .contains("`stranger` is not a configured agent"));
+        .contains("`stranger` is not an agent of this gateway for this key"));
 
     // Malformed payloads: 400 with a google.rpc.Status body in the request's encoding.
     let response = post("application/json", b"{\"resourceSpans\": 5}".to_vec())

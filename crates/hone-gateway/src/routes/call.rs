@@ -190,7 +190,6 @@ async fn accept(
             .with_param(Some("model".into()))
         })?;
     let span = call_span(door.name(), &agent.name);
-    let given_episode = headers.get(&EPISODE_HEADER).is_some() || continued.is_some();
     let episode = match headers.get(&EPISODE_HEADER) {
         Some(value) => {
             let text = value
@@ -232,10 +231,6 @@ async fn accept(
             (id, spec)
         }
     };
-    state
-        .owners
-        .claim(&state.store, &state.recorder, &episode, &agent.name, !given_episode)
-        .await?;
     recordable(state)?;
     let id = CallId::new_v7();
     span.record("hone.episode_id", episode.as_str());

@@ -3,11 +3,13 @@
 //! sees only its own agents' episodes.
 
 use super::json_response;
+use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use hone_store::Store;
 use hone_types::time::parse_time;
 use hone_types::{EpisodeId, EpisodeQuery};
 use serde::Deserialize;
@@ -108,23 +110,84 @@ pub async fn list(
     })))
 }
 
+/// `?agent=`: whose episode of that id, when the key may use several agents
+/// that have one.
+#[derive(Debug, serde::Deserialize)]
+pub struct Whose {
+    agent: Option<String>,
+}
+
 pub async fn show(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    whose: Result<Query<Whose>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let principal = state.auth.data_plane(&headers)?;
     let id = super::path_param(id)?;
-    let episode_id =
-        EpisodeId::parse(&id).map_err(|e| ApiError::invalid("invalid_episode_id", format!("episode id {e}")))?;
+    let whose = super::query_params(whose)?;
+    let episode_id = parse_episode_id(&id)?;
     state.caught_up(false).await?;
     let store = state.store.clone();
-    let lookup = episode_id.clone();
-    let episode = tokio::task::spawn_blocking(move || store.episode(&lookup))
-        .await
-        .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "episodes_task_failed", e.to_string()))??
-        // Another agent's episode answers exactly like one that does not exist.
-        .filter(|episode| principal.may_use_agent(&episode.summary.agent))
-        .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`")))?;
+    let candidates = agents_in_scope(&state, &principal, whose.agent.as_deref());
+    let episode = tokio::task::spawn_blocking(move || {
+        let found = resolve(store.as_ref(), &candidates, &episode_id)?;
+        Ok::<_, ApiError>(store.episode(&found)?)
+    })
+    .await
+    .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "episodes_task_failed", e.to_string()))??
+    .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{id}`")))?;
     Ok(json_response(&episode))
+}
+
+/// An episode id from a client: its own id, or the stored form `id@agent`
+/// that listings show.
+pub(crate) fn parse_episode_id(raw: &str) -> Result<EpisodeId, ApiError> {
+    EpisodeId::parse_stored(raw).map_err(|e| {
+        ApiError::invalid("invalid_episode_id", format!("episode id {e}")).with_param(Some("episode_id".into()))
+    })
+}
+
+/// The configured agents `principal` may use — only `agent` when given.
+pub(crate) fn agents_in_scope(state: &AppState, principal: &Principal, agent: Option<&str>) -> Vec<String> {
+    let mut agents: Vec<String> = state
+        .agents
+        .keys()
+        .filter(|a| principal.may_use_agent(a) && agent.is_none_or(|wanted| wanted == a.as_str()))
+        .cloned()
+        .collect();
+    agents.sort();
+    agents
+}
+
+/// The stored episode a client names `id` among `agents`' episodes (each
+/// agent's are its own: see `Store::find_episode`). None of them: 404, as
+/// for an id that exists nowhere, so no key learns of other agents'
+/// episodes; several: 409 naming them, all within the key's scope.
+pub(crate) fn resolve(store: &dyn Store, agents: &[String], id: &EpisodeId) -> Result<EpisodeId, ApiError> {
+    let mut found = Vec::new();
+    for agent in agents {
+        if let Some(stored) = store.find_episode(agent, id)? {
+            found.push((agent.as_str(), stored));
+        }
+    }
+    match found.len() {
+        0 => Err(
+            ApiError::not_found("episode_not_found", format!("no episode with id `{id}`"))
+                .with_param(Some("episode_id".into())),
+        ),
+        1 => Ok(found.remove(0).1),
+        _ => {
+            let names: Vec<String> = found.iter().map(|(agent, _)| format!("`{agent}`")).collect();
+            Err(ApiError::new(
+                crate::error::ErrorKind::Conflict,
+                "episode_ambiguous",
+                format!(
+                    "agents {} each have an episode `{id}`; say whose with `agent`",
+                    names.join(" and ")
+                ),
+            )
+            .with_param(Some("agent".into())))
+        }
+    }
 }

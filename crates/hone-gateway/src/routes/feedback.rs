@@ -68,13 +68,9 @@ pub async fn post_feedback(
     let episode_id = request
         .episode_id
         .as_deref()
-        .map(|raw| {
-            EpisodeId::parse(raw).map_err(|e| {
-                ApiError::invalid("invalid_episode_id", format!("`episode_id` {e}"))
-                    .with_param(Some("episode_id".into()))
-            })
-        })
+        .map(super::episodes::parse_episode_id)
         .transpose()?;
+    let agents = super::episodes::agents_in_scope(&state, &principal, request.agent.as_deref());
     if let Some(metric) = metric {
         match metric.level {
             MetricLevel::Call if call_id.is_none() => {
@@ -99,6 +95,7 @@ pub async fn post_feedback(
     let target = Target {
         call_id,
         episode_id,
+        agents,
         name,
         value,
         source: request.source.unwrap_or_default(),
@@ -141,6 +138,8 @@ const REPLICA_LAG: std::time::Duration = std::time::Duration::from_secs(3);
 struct Target {
     call_id: Option<CallId>,
     episode_id: Option<EpisodeId>,
+    /// The agents whose episodes `episode_id` may name.
+    agents: Vec<String>,
     name: String,
     value: SignalValue,
     source: hone_types::SignalSource,
@@ -157,6 +156,7 @@ fn store_signal(
     let Target {
         call_id,
         episode_id,
+        agents,
         name,
         value,
         source,
@@ -170,7 +170,12 @@ fn store_signal(
                 .call(call_id)?
                 .filter(|call| principal.may_use_agent(&call.agent))
                 .ok_or_else(|| ApiError::not_found("call_not_found", format!("no call with id `{call_id}`")))?;
-            if claimed.as_ref().is_some_and(|e| *e != call.episode_id) {
+            // The client may name the episode as it chose it (`id`) or as
+            // stored (`id@agent`).
+            if claimed
+                .as_ref()
+                .is_some_and(|e| *e != call.episode_id && e.as_str() != call.episode_id.client_part())
+            {
                 return Err(ApiError::invalid(
                     "episode_mismatch",
                     format!("call `{call_id}` belongs to episode `{}`", call.episode_id),
@@ -178,15 +183,7 @@ fn store_signal(
             }
             call.episode_id
         }
-        (None, Some(episode_id)) => {
-            store
-                .episode_agent(&episode_id)?
-                .filter(|agent| principal.may_use_agent(agent))
-                .ok_or_else(|| {
-                    ApiError::not_found("episode_not_found", format!("no episode with id `{episode_id}`"))
-                })?;
-            episode_id
-        }
+        (None, Some(episode_id)) => super::episodes::resolve(store, &agents, &episode_id)?,
         (None, None) => return Err(ApiError::invalid("target_required", "give `episode_id` or `call_id`")),
     };
     let signal = Signal {

@@ -156,23 +156,12 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: Body, encoding: Enc
             ));
             continue;
         };
-        if !state.config.agents.contains_key(&agent) {
+        // An agent outside the key's scope reads as one not configured.
+        if !state.config.agents.contains_key(&agent) || !principal.may_use_agent(&agent) {
             refused.push(format!(
-                "span {}: `{agent}` is not a configured agent (set X-Hone-Agent or the resource attribute hone.agent)",
+                "span {}: `{agent}` is not an agent of this gateway for this key (set X-Hone-Agent or the resource attribute hone.agent)",
                 call.span_id
             ));
-            continue;
-        }
-        if !principal.may_use_agent(&agent) {
-            refused.push(format!("span {}: this key may not use agent `{agent}`", call.span_id));
-            continue;
-        }
-        if let Err(e) = state
-            .owners
-            .claim(&state.store, &state.recorder, &call.episode, &agent, false)
-            .await
-        {
-            refused.push(format!("span {}: {}", call.span_id, e.message));
             continue;
         }
         let version = observed_version(state, &agent, &call).await;

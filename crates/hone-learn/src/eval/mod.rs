@@ -216,7 +216,7 @@ impl Evaluator {
             match outcome {
                 Err(_) => last_error = format!("timed out after {} s", options.timeout.as_secs_f64()),
                 Ok(Err(e)) => last_error = e.to_string(),
-                Ok(Ok(())) => match self.read_back(&id).await? {
+                Ok(Ok(())) => match self.read_back(&instance.agent, &id).await? {
                     Some(episode) => return Ok(self.score(instance, &episode, options.attempt, elapsed).await),
                     None => last_error = "the run made no call through the gateway".to_owned(),
                 },
@@ -282,19 +282,19 @@ impl Evaluator {
         }
     }
 
-    /// The episode as the gateway recorded it.
-    async fn read_back(&self, id: &EpisodeId) -> Result<Option<EpisodeDetail>, StoreError> {
+    /// `agent`'s episode `id` as the gateway recorded it.
+    async fn read_back(&self, agent: &str, id: &EpisodeId) -> Result<Option<EpisodeDetail>, StoreError> {
         if let Some(recorder) = &self.recorder {
             if let Err(e) = recorder.flush(Duration::from_secs(10)).await {
                 tracing::warn!(error = %e, "recorder did not flush; reading what is stored");
             }
-            return self.store.episode(id);
+            return self.store.agent_episode(agent, id);
         }
         // A remote gateway: its recorder commits within milliseconds.
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut seen = None;
         loop {
-            let episode = self.store.episode(id)?;
+            let episode = self.store.agent_episode(agent, id)?;
             let count = episode.as_ref().map(|e| e.calls.len());
             if count.is_some() && count == seen {
                 return Ok(episode);

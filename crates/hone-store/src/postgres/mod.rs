@@ -502,11 +502,41 @@ impl Store for PostgresStore {
         if calls.is_empty() {
             return Ok(0);
         }
-        let columns = CallColumns::of(calls)?;
+        let mut ids: Vec<&str> = calls.iter().map(|c| c.episode_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
         self.run(async {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(write_calls_sql()).await?;
-            let written: i64 = client.query_one(&stmt, &columns.params()).await?.try_get(0)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // Writers of the same episode ids (other gateways) take turns, in
+            // one order so that they never deadlock: which agent stored an id
+            // first is then known before these calls are placed.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(ids.key) FROM (
+                    SELECT DISTINCT hashtextextended(id, 0) AS key FROM unnest($1::text[]) AS id ORDER BY key
+                 ) AS ids",
+                &[&ids],
+            )
+            .await?;
+            let mut holders: std::collections::HashMap<String, String> = tx
+                .query("SELECT id, agent FROM episodes WHERE id = ANY($1)", &[&ids])
+                .await?
+                .into_iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect::<Result<_, tokio_postgres::Error>>()?;
+            let placed: Vec<CallRecord> = calls
+                .iter()
+                .map(|call| {
+                    let holder = holders
+                        .entry(call.episode_id.as_str().to_owned())
+                        .or_insert_with(|| call.agent.clone());
+                    crate::rows::in_own_episode(call, Some(holder)).unwrap_or_else(|| call.clone())
+                })
+                .collect();
+            let columns = CallColumns::of(&placed)?;
+            let stmt = tx.prepare_cached(write_calls_sql()).await?;
+            let written: i64 = tx.query_one(&stmt, &columns.params()).await?.try_get(0)?;
+            tx.commit().await?;
             Ok(written.max(0) as usize)
         })
     }

@@ -235,7 +235,11 @@ impl Store for SqliteStore {
                     call_count = call_count + 1
                  WHERE agent = excluded.agent",
             )?;
+            let mut holder = tx.prepare_cached("SELECT agent FROM episodes WHERE id = ?1")?;
             for call in calls {
+                let held_by: Option<String> = holder.query_row([call.episode_id.as_str()], |r| r.get(0)).optional()?;
+                let moved = crate::rows::in_own_episode(call, held_by.as_deref());
+                let call = moved.as_ref().unwrap_or(call);
                 let record = serde_json::to_string(call)?;
                 let usage = call.usage.as_ref();
                 let inserted = insert.execute(params![
@@ -261,8 +265,6 @@ impl Store for SqliteStore {
                     call.flags.truncated,
                     record,
                 ])?;
-                // A call naming another agent's episode (the gateway refuses
-                // those) is kept, but never joins that episode.
                 if inserted == 1 {
                     episode.execute(params![call.episode_id.as_str(), call.agent, call.started_at])?;
                     written += 1;

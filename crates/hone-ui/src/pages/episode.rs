@@ -86,7 +86,7 @@ fn tokens(call: &CallRecord) -> Vec<Token> {
 }
 
 fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
-    let episode_id = EpisodeId::parse(id).map_err(|e| UiError::bad_request(format!("episode id {e}")))?;
+    let episode_id = EpisodeId::parse_stored(id).map_err(|e| UiError::bad_request(format!("episode id {e}")))?;
     let episode = ui
         .store
         .episode(&episode_id)?

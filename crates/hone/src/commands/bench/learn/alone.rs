@@ -129,7 +129,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
                     continue;
                 }
             };
-            let Some(mut episode) = served.store.episode(&outcome.episode)? else {
+            let Some(mut episode) = served.store.agent_episode(&served.spec.agent, &outcome.episode)? else {
                 failed += 1;
                 continue;
             };
@@ -305,7 +305,7 @@ mod tests {
             for (k, attempt) in (0..BATCH).flat_map(|k| (0..group).map(move |a| (k, a))) {
                 let label = format!("bench-alone-{run}-{step}");
                 let id = EpisodeId::evaluation(&label, k, &attempt.to_string()).unwrap();
-                let episode = served.store.episode(&id).unwrap().unwrap();
+                let episode = served.store.agent_episode(&served.spec.agent, &id).unwrap().unwrap();
                 assert!(!episode.calls.is_empty());
                 for call in &episode.calls {
                     assert_eq!(adapter_of(&call.version_id), expected, "step {step}");
