@@ -452,13 +452,15 @@ async fn complete(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door
             let upstream_started = Instant::now();
             let shadow_n = shadow_samples(&state, &context);
             let upstream = with_shadow(&context.request, shadow_n);
-            let result = dispatch::complete(
+            // Boxed: the upstream call's future is large, and inline it
+            // made every spawn and poll of this task copy it.
+            let result = Box::pin(dispatch::complete(
                 &state.providers,
                 &context.version,
                 &upstream,
                 &context.examples,
                 &mut attempts,
-            )
+            ))
             .await;
             let upstream_ms = upstream_started.elapsed().as_secs_f64() * 1000.0;
             let (mut outcome, client_reply) = match result {
@@ -613,13 +615,13 @@ async fn stream(state: Arc<AppState>, context: CallContext, door: Arc<dyn Door>)
             let mut attempts = Vec::new();
             let upstream_started = Instant::now();
             let shadow_n = shadow_samples(&state, &context);
-            let result = dispatch::stream(
+            let result = Box::pin(dispatch::stream(
                 &state.providers,
                 &context.version,
                 &with_shadow(&context.request, shadow_n),
                 &context.examples,
                 &mut attempts,
-            )
+            ))
             .await;
             let Answered {
                 route,
