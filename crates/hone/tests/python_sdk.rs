@@ -2,6 +2,8 @@
 //! (chat completions: a plain call, a streaming call and a tool-calling round
 //! trip), and through every other door the Responses API, the OpenAI Agents
 //! SDK, the `anthropic` SDK and embeddings; the episodes are read back.
+//! And the doors' fidelity as the SDKs see it: time to first token on every
+//! door, token limits towards an OpenAI upstream, stop sequences, Retry-After.
 //! `scripts/test` installs the SDKs; without them these tests fail and say so.
 
 use crate::support::{client, config, run_python, FakeUpstream, Hone};
@@ -148,4 +150,31 @@ async fn every_door_round_trips_with_real_clients() {
     assert!(metrics.contains("hone_embedding_requests_total 1\n"), "{metrics}");
     assert!(metrics.contains("hone_embedding_tokens_total 3\n"), "{metrics}");
     assert_eq!(upstream.bodies("/v1/embeddings")[0]["model"], "fake-embed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_fidelity_findings_hold_with_real_clients() {
+    let upstream = FakeUpstream::start().await;
+    // No retries, so the upstream's 429 reaches the client.
+    let hone = Hone::start(&config(&upstream).replace("max_retries = 2", "max_retries = 0"));
+    let report = run_python("fidelity.py", "openai, anthropic", vec![("HONE_URL", hone.url(""))]).await;
+    hone.wait_caught_up();
+    for id in ["sdk-ttft-chat", "sdk-ttft-responses", "sdk-ttft-messages"] {
+        let e = episode(&hone, id).await;
+        let ttft = e["calls"][0]["ttft_ms"].as_f64().unwrap_or_else(|| panic!("{id}: {e}"));
+        assert!(ttft >= 200.0, "{id}: ttft_ms {ttft} is before the first token");
+    }
+    let sent = upstream.bodies("/v1/chat/completions");
+    let capped = sent
+        .iter()
+        .find(|b| b.to_string().contains("sdk max tokens"))
+        .expect("the Messages call reached the upstream");
+    assert_eq!(capped["max_completion_tokens"], 64, "{capped}");
+    assert!(capped.get("max_tokens").is_none(), "{capped}");
+    assert_eq!(report["stop"]["reason"], "stop_sequence", "{report}");
+    assert_eq!(report["stop"]["sequence"], "END", "{report}");
+    assert!(
+        report["retry_after"].as_str().is_some_and(|s| !s.is_empty()),
+        "{report}"
+    );
 }
