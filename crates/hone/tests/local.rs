@@ -465,3 +465,35 @@ async fn a_remembered_episode_is_recalled_by_a_version_with_knn_lm_memory() {
         assert!(lp.as_f64().unwrap() > 0.3f64.ln(), "{with}");
     }
 }
+
+/// `POST /v1/messages/count_tokens` for an agent the embedded engine serves:
+/// the count its chat template and tokenizer give, the same as the prompt
+/// tokens of the call itself (the version's system prompt included).
+#[tokio::test]
+async fn count_tokens_counts_what_the_engine_would_prefill() {
+    let hone = start();
+    let messages = json!([{"role": "user", "content": "how many tokens is this question?"}]);
+    let counted: Value = client()
+        .post(hone.url("/v1/messages/count_tokens"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "assistant", "messages": messages}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answered: Value = client()
+        .post(hone.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "assistant", "max_tokens": 4, "messages": messages}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let prefilled = answered["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(prefilled > 10, "{answered}");
+    assert_eq!(counted["input_tokens"].as_u64(), Some(prefilled), "{counted}");
+}

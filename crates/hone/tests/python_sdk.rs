@@ -177,4 +177,13 @@ async fn the_doors_fidelity_findings_hold_with_real_clients() {
         report["retry_after"].as_str().is_some_and(|s| !s.is_empty()),
         "{report}"
     );
+    // Counted upstream, for the request as the agent's version sends it.
+    assert_eq!(report["counted"], 6, "Be brief. + count these four words: {report}");
+    let counted = &upstream.bodies("/v1/messages/count_tokens")[0];
+    assert!(counted.get("max_tokens").is_none(), "{counted}");
+    assert_eq!(counted["model"], "claude-fake");
+    assert!(
+        report["uncounted"].to_string().contains("no token-counting endpoint"),
+        "{report}"
+    );
 }

@@ -43,15 +43,44 @@ impl AnthropicProvider {
     }
 
     fn post(&self, body: &MessagesRequest<'_>) -> reqwest::RequestBuilder {
+        self.post_to(&self.url, body)
+    }
+
+    fn post_to(&self, url: &str, body: &impl Serialize) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(&self.url)
+            .post(url)
             .header("anthropic-version", &self.version)
             .json(body);
         match &self.api_key {
             Some(key) => builder.header("x-api-key", key),
             None => builder,
         }
+    }
+
+    /// The request's input tokens, counted by Anthropic's
+    /// `/v1/messages/count_tokens` (the same body, less `max_tokens`).
+    pub async fn count_tokens(&self, request: &ChatCompletionRequest) -> Result<u64, ProviderError> {
+        #[derive(Deserialize)]
+        struct Counted {
+            input_tokens: u64,
+        }
+        let mut body =
+            serde_json::to_value(to_anthropic(request, false)?).map_err(|e| ProviderError::Protocol(e.to_string()))?;
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("max_tokens");
+        }
+        let response = self
+            .post_to(&format!("{}/count_tokens", self.url), &body)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout))?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        let answer = read_answer(response, self.timeout).await?;
+        Ok(parse::<Counted>("token count", &answer)?.input_tokens)
     }
 }
 

@@ -275,6 +275,40 @@ fn bad_request(message: String) -> ProviderError {
     }
 }
 
+/// The prompt's token ids: the conversation and tools rendered through the
+/// model's own chat template, then tokenized.
+fn prompt_ids(engine: &Engine, request: &ChatCompletionRequest) -> Result<Vec<u32>, ProviderError> {
+    let messages: Vec<Value> = request.messages.iter().map(template_message).collect();
+    let tools = match &request.tools {
+        Some(tools) if offers_tools(request) => {
+            Some(serde_json::to_value(tools).map_err(|e| bad_request(e.to_string()))?)
+        }
+        _ => None,
+    };
+    let text = engine
+        .tokenizer()
+        .template
+        .render_openai(&messages, tools.as_ref(), true)
+        .map_err(|e| bad_request(e.to_string()))?;
+    engine.tokenizer().encode(&text).map_err(|e| internal(e.to_string()))
+}
+
+/// Whether the model is shown tools (some are given, and `tool_choice` is
+/// not `none`).
+fn offers_tools(request: &ChatCompletionRequest) -> bool {
+    let tool_choice_none = request.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
+    request.tools.as_ref().is_some_and(|t| !t.is_empty()) && !tool_choice_none
+}
+
+impl LocalProvider {
+    /// The request's prompt tokens on `route`'s model, as generation would
+    /// count them.
+    pub fn count_tokens(&self, request: &ChatCompletionRequest, route: &Route) -> Result<u64, ProviderError> {
+        let engine = self.engine(&route.model).map_err(ProviderError::Protocol)?;
+        Ok(prompt_ids(&engine, request)?.len() as u64)
+    }
+}
+
 /// Renders the conversation through the model's chat template and maps the
 /// OpenAI sampling parameters.
 fn prepare(
@@ -283,19 +317,7 @@ fn prepare(
     route: &Route,
     memory: Option<Arc<KnnLm>>,
 ) -> Result<Prepared, ProviderError> {
-    let messages: Vec<Value> = request.messages.iter().map(template_message).collect();
-    let tools = match &request.tools {
-        Some(tools) if !tools.is_empty() => Some(serde_json::to_value(tools).map_err(|e| bad_request(e.to_string()))?),
-        _ => None,
-    };
-    let tool_choice_none = request.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
-    let tools = tools.filter(|_| !tool_choice_none);
-    let text = engine
-        .tokenizer()
-        .template
-        .render_openai(&messages, tools.as_ref(), true)
-        .map_err(|e| bad_request(e.to_string()))?;
-    let prompt = engine.tokenizer().encode(&text).map_err(|e| internal(e.to_string()))?;
+    let prompt = prompt_ids(engine, request)?;
     let context = engine.model().config.max_position_embeddings;
     if prompt.len() >= context {
         return Err(bad_request(format!(
@@ -341,7 +363,7 @@ fn prepare(
         },
         engine: engine.clone(),
         model: route.model.clone(),
-        tools: tools.is_some(),
+        tools: offers_tools(request),
         logprobs,
     })
 }

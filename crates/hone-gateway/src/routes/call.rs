@@ -161,34 +161,7 @@ async fn accept(
         episode: continued,
         door: door_record,
     } = door.parse(state, &bytes).await?;
-    // An agent outside the key's scope reads exactly as one that is not
-    // configured, and the agents listed are only those the key may use.
-    let agent = state
-        .agents
-        .get(&request.model)
-        .filter(|a| principal.may_use_agent(&a.name))
-        .ok_or_else(|| {
-            let mut names: Vec<_> = state
-                .agents
-                .keys()
-                .filter(|n| principal.may_use_agent(n))
-                .map(|n| format!("`{n}`"))
-                .collect();
-            names.sort();
-            ApiError::not_found(
-                "model_not_found",
-                format!(
-                    "agent `{}` is not configured for this key; `model` names an agent (yours: {})",
-                    request.model,
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                ),
-            )
-            .with_param(Some("model".into()))
-        })?;
+    let agent = agent_for(state, &principal, &request.model)?;
     let span = call_span(door.name(), &agent.name);
     let episode = match headers.get(&EPISODE_HEADER) {
         Some(value) => {
@@ -249,6 +222,41 @@ async fn accept(
         received,
         span,
     })
+}
+
+/// The agent a request's `model` names. An agent outside the key's scope
+/// reads exactly as one that is not configured, and the agents listed are
+/// only those the key may use.
+pub(crate) fn agent_for<'a>(
+    state: &'a AppState,
+    principal: &crate::auth::Principal,
+    model: &str,
+) -> Result<&'a crate::routing::AgentRoutes, ApiError> {
+    state
+        .agents
+        .get(model)
+        .filter(|a| principal.may_use_agent(&a.name))
+        .ok_or_else(|| {
+            let mut names: Vec<_> = state
+                .agents
+                .keys()
+                .filter(|n| principal.may_use_agent(n))
+                .map(|n| format!("`{n}`"))
+                .collect();
+            names.sort();
+            ApiError::not_found(
+                "model_not_found",
+                format!(
+                    "agent `{model}` is not configured for this key; `model` names an agent (yours: {})",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            )
+            .with_param(Some("model".into()))
+        })
 }
 
 /// Refuses a call the journal could not record now, before an upstream is

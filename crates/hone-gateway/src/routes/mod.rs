@@ -4,6 +4,7 @@
 mod adapters;
 mod admin;
 mod call;
+mod count_tokens;
 mod embeddings;
 mod episodes;
 mod feedback;
@@ -35,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/responses", post(call::responses))
         .route("/v1/responses/{id}", get(responses::show))
         .route("/v1/messages", post(call::messages))
+        .route("/v1/messages/count_tokens", post(count_tokens::count))
         .route("/v1/embeddings", post(embeddings::create))
         .route("/v1/traces", post(traces::ingest))
         .route("/v1/models", get(models::list))

@@ -3,7 +3,7 @@ the real client libraries: streams whose first token comes 200 ms after the
 opening chunk (through chat completions, Responses and Messages), the
 Messages door's max_tokens towards an OpenAI upstream, a stop sequence hit
 read back by the anthropic SDK, and a 429's Retry-After as the openai SDK
-sees it.
+sees it, and token counting through the anthropic SDK.
 
 HONE_URL names the gateway's root URL. Prints one JSON line for the Rust
 test, which reads the recorded calls and the upstream's bodies.
@@ -52,5 +52,16 @@ try:
     report["retry_after"] = None
 except openai.RateLimitError as e:
     report["retry_after"] = e.response.headers.get("retry-after")
+
+# Token counting: by the Anthropic upstream for an agent it serves; an
+# OpenAI-compatible upstream has no such endpoint, and hone says so.
+counted = claude.messages.count_tokens(
+    model="claude", system="Be brief.", messages=[{"role": "user", "content": "count these four words"}])
+report["counted"] = counted.input_tokens
+try:
+    claude.messages.count_tokens(model="assistant", messages=[{"role": "user", "content": "hi"}])
+    report["uncounted"] = None
+except anthropic.NotFoundError as e:
+    report["uncounted"] = e.body
 
 print(json.dumps(report))

@@ -19,6 +19,9 @@
 //! - `STOPSEQ` (Anthropic): an answer ended by the stop sequence `END`
 //! - anything else: `Echo: <text>` (after a tool result: `Echo: tool said <result>`)
 //!
+//! `/v1/messages/count_tokens` counts a token per word of the system prompt
+//! and the messages (as Anthropic's, without `max_tokens`).
+//!
 //! `/v1/embeddings` answers one 3-dimensional vector per input, counting a
 //! token per word (and fails as scripted above when an input says so).
 //!
@@ -53,6 +56,7 @@ impl FakeUpstream {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/v1/embeddings", post(embeddings))
             .with_state(seen.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -402,6 +406,31 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
     frames.push(event("message_stop", json!({"type": "message_stop"})));
     let first_token = Duration::from_millis(number_after(&text, "FIRSTTOKEN:"));
     sse(frames, Duration::ZERO, first_token, false)
+}
+
+/// Anthropic's token counting: a token per word of the system prompt and
+/// the messages' text.
+async fn count_tokens(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    seen.lock()
+        .unwrap()
+        .requests
+        .push(("/v1/messages/count_tokens".into(), body.clone(), headers));
+    let words = |v: &Value| -> usize {
+        match v {
+            Value::String(s) => s.split_whitespace().count(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .map(|t| t.split_whitespace().count())
+                .sum(),
+            _ => 0,
+        }
+    };
+    let tokens = words(&body["system"])
+        + body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum());
+    Json(json!({"input_tokens": tokens})).into_response()
 }
 
 async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
