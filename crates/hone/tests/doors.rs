@@ -749,3 +749,36 @@ async fn finding_episode_ids_were_first_come_now_each_agents_own_and_a_key_of_se
     let assistant = episode(&hone, "shared-1?agent=assistant", None).await;
     assert_eq!(assistant["signals"].as_array().unwrap().len(), 1, "{assistant}");
 }
+
+#[tokio::test]
+async fn finding_the_messages_door_dropped_top_k_and_thinking_now_passes_them_where_they_are_understood() {
+    let upstream = FakeUpstream::start().await;
+    let hone = Hone::start(&config(&upstream));
+    let thinking = json!({"type": "enabled", "budget_tokens": 2048});
+    for (agent, text) in [("claude", "to anthropic"), ("assistant", "to openai")] {
+        let r = client()
+            .post(hone.url("/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .json(
+                &json!({"model": agent, "max_tokens": 50, "top_k": 5, "thinking": thinking,
+                          "messages": [{"role": "user", "content": text}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{agent}");
+    }
+    let anthropic = &upstream.bodies("/v1/messages")[0];
+    assert_eq!(anthropic["top_k"], 5, "{anthropic}");
+    assert_eq!(anthropic["thinking"], thinking, "{anthropic}");
+    let openai = upstream
+        .bodies("/v1/chat/completions")
+        .into_iter()
+        .find(|b| b.to_string().contains("to openai"))
+        .unwrap();
+    assert_eq!(openai["top_k"], 5, "as a chat client's top_k goes: {openai}");
+    assert!(
+        openai.get("thinking").is_none(),
+        "no OpenAI-compatible server takes it: {openai}"
+    );
+}

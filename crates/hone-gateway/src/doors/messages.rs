@@ -41,6 +41,12 @@ struct MessagesRequest {
     top_p: Option<f64>,
     #[serde(default)]
     stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    top_k: Option<u32>,
+    /// Extended thinking: passed on to Anthropic upstreams (others cannot
+    /// take it and do not get it).
+    #[serde(default)]
+    thinking: Option<Value>,
     #[serde(default, deserialize_with = "super::false_if_null")]
     stream: bool,
     #[serde(default)]
@@ -220,6 +226,8 @@ fn to_chat(request: MessagesRequest) -> Result<ChatCompletionRequest, ApiError> 
         ("temperature", request.temperature.map(Value::from)),
         ("top_p", request.top_p.map(Value::from)),
         ("stop", request.stop_sequences.map(Value::from)),
+        ("top_k", request.top_k.map(Value::from)),
+        (crate::providers::ANTHROPIC_THINKING, request.thinking),
         ("user", request.metadata.and_then(|m| m.user_id).map(Value::from)),
     ];
     set_settings(&mut chat, fields, request.stream);

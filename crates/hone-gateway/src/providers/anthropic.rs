@@ -164,6 +164,10 @@ struct MessagesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stop_sequences: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Vec<AnthropicTool<'a>>>,
@@ -234,6 +238,10 @@ fn to_anthropic(request: &ChatCompletionRequest, stream: bool) -> Result<Message
         messages: turns,
         temperature: request.temperature,
         top_p: request.top_p,
+        // Carried through chat requests as extra fields (the Messages door
+        // puts them there, a chat client may send `top_k`).
+        top_k: request.extra.get("top_k"),
+        thinking: request.extra.get(super::ANTHROPIC_THINKING),
         stop_sequences: request.stop.as_ref().map(|s| s.to_vec()),
         tools: request
             .tools

@@ -45,6 +45,11 @@ pub enum ProviderError {
     TooLarge { what: &'static str, limit: usize },
 }
 
+/// The Messages API's `thinking` object (extended thinking), carried in a
+/// chat request's extra fields from the Messages door to an Anthropic
+/// upstream; OpenAI-compatible upstreams are not sent it.
+pub(crate) const ANTHROPIC_THINKING: &str = "thinking";
+
 /// Largest upstream answer read (a chat completion is far smaller; this only
 /// stops a broken or hostile upstream from filling memory).
 pub const MAX_ANSWER_BYTES: usize = 32 << 20;

@@ -106,15 +106,18 @@ impl OpenAiProvider {
 
 /// The request as sent upstream: a route with a LoRA adapter asks for the
 /// adapter by name (how vLLM serves adapters loaded at runtime).
+/// Anthropic's extended-thinking setting (`thinking`, from the Messages
+/// door) is left out: no OpenAI-compatible server takes it.
 fn encode_for(request: &ChatCompletionRequest, route: &Route) -> Result<Vec<u8>, ProviderError> {
-    match &route.adapter {
-        Some(adapter) => {
-            let mut upstream = request.clone();
-            upstream.model.clone_from(adapter);
-            encode(&upstream)
-        }
-        None => encode(request),
+    if route.adapter.is_none() && !request.extra.contains_key(super::ANTHROPIC_THINKING) {
+        return encode(request);
     }
+    let mut upstream = request.clone();
+    if let Some(adapter) = &route.adapter {
+        upstream.model.clone_from(adapter);
+    }
+    upstream.extra.remove(super::ANTHROPIC_THINKING);
+    encode(&upstream)
 }
 
 fn encode(request: &ChatCompletionRequest) -> Result<Vec<u8>, ProviderError> {
