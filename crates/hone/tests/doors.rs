@@ -782,3 +782,35 @@ async fn finding_the_messages_door_dropped_top_k_and_thinking_now_passes_them_wh
         "no OpenAI-compatible server takes it: {openai}"
     );
 }
+
+#[tokio::test]
+async fn finding_a_database_held_exclusively_stopped_start_up_now_says_who_holds_it() {
+    let upstream = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hone.toml");
+    std::fs::write(&config, crate::support::config(&upstream)).unwrap();
+    let data = dir.path().join("data");
+    // A first start makes the store.
+    {
+        let hone = Hone::start_in(dir.path(), &crate::support::config(&upstream), &[]);
+        hone.wait_caught_up();
+    }
+    let holder = rusqlite::Connection::open(data.join("hone.db")).unwrap();
+    holder
+        .execute_batch("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT;")
+        .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("holds it for itself") && said.contains("locking_mode = EXCLUSIVE"),
+        "{said}"
+    );
+    drop(holder);
+}

@@ -88,9 +88,20 @@ impl SqliteStore {
     /// [`Self::RECORDING`]: a recorder that cannot write soon spools to its journal
     /// instead of holding up calls.
     pub fn open_with(path: &Path, full_sync: bool, busy: Duration) -> Result<Self, StoreError> {
-        let open_err = |e: &dyn std::fmt::Display| StoreError::Open {
-            path: path.display().to_string(),
-            message: e.to_string(),
+        let open_err = |e: &dyn std::fmt::Display| {
+            let mut message = e.to_string();
+            if message.contains("database is locked") {
+                // Still locked after the wait: another process holds the
+                // file for itself (`PRAGMA locking_mode = EXCLUSIVE`, or a
+                // transaction left open), and the schema cannot be checked.
+                message.push_str(
+                    " (another process holds it for itself: one with `PRAGMA locking_mode = EXCLUSIVE`, or a transaction left open; stop it, or give hone a data directory of its own)",
+                );
+            }
+            StoreError::Open {
+                path: path.display().to_string(),
+                message,
+            }
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             crate::files::create_private_dir(parent).map_err(|e| open_err(&e))?;
