@@ -418,7 +418,7 @@ fn default_bounds() -> Bounds {
         ("error", Bound::absolute(0.02)),
         // No `mean_length` and no `tool_use` by default: a longer answer is
         // not a worse one, and bounding it rolled back canaries that were
-        // better on reward (issue 16); and calling the tool more (or less)
+        // better on reward; and calling the tool more (or less)
         // is what an agent learning when to use its tools does — the demo's
         // first GRPO candidate that learned to call `calc` (tool use 0.47 →
         // 0.80) was pruned by a 0.2 bound. The harm either can do shows

@@ -1,5 +1,5 @@
 //! The `[agents.NAME.reward]` table: how signals, critics, a judge and
-//! penalties combine into one reward per episode (DESIGN.md "Reward spec").
+//! penalties combine into one reward per episode (docs/ARCHITECTURE.md, "Concepts").
 //! Raw form, validation and the typed [`RewardSpec`] live together here.
 //!
 //! ```toml

@@ -158,7 +158,7 @@ impl Recipe {
     /// the results (the common recipe's base copied results above 30 with
     /// probability ~0.1, which capped what the loop could reach), and a
     /// copy check that rebuilds anything below 80%. The recipes with
-    /// harder levels keep their schedules, built since stop 56 in two parts
+    /// harder levels keep their schedules, built in two parts
     /// with the written backward: one build of levels 1–3 measured (its
     /// third seed kept; ARCHITECTURE.md, "The demo's base policy").
     /// [`Recipe::aimed`] is the easy recipe aimed lower.
@@ -204,7 +204,7 @@ impl Recipe {
         Self {
             // 150 drills form the copies as often as 400 did (2 of 3 init
             // seeds) and build ~25 s sooner (docs/ARCHITECTURE.md, "The
-            // recipe since stop 56").
+            // recipe").
             drill_steps: 150,
             answer_drill_candidates: 8,
             min_copy_rate: 0.8,
@@ -224,7 +224,7 @@ impl Recipe {
     /// and the check plays at the demo's temperature and keeps, from step
     /// 150 on, the checkpoint nearest 30% (ARCHITECTURE.md, "Aiming the
     /// base": a base of 21.7–43.3%, which the loop takes to ~90%, measured
-    /// on the 250-step, one-part recipe before stop 56; not re-measured).
+    /// on the earlier 250-step, one-part recipe; not re-measured).
     pub fn aimed(environment: Builtin) -> Self {
         Self {
             direct_share: 0.55,

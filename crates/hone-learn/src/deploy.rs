@@ -1,4 +1,4 @@
-//! Deployment decisions (DESIGN.md "Deployment"): start a canary, promote
+//! Deployment decisions (docs/ARCHITECTURE.md, "Concepts"): start a canary, promote
 //! it, roll it (or the champion) back. Every change is one compare-and-swap
 //! on the agent's stored deployment together with the candidate's new
 //! status and its history, so a decision is applied once or not at all.

@@ -1,4 +1,4 @@
-//! The gate (DESIGN.md "Gate"): a candidate advances only if it beats the
+//! The gate (docs/ARCHITECTURE.md, "Concepts"): a candidate advances only if it beats the
 //! champion on the objective with confidence (over the target and
 //! regression sets together), regresses no previously
 //! passing case beyond the tolerance (flips confirmed by re-runs), and keeps

@@ -1,4 +1,4 @@
-//! Online monitors (DESIGN.md "Monitor"): a canary's reward, behaviour
+//! Online monitors (docs/ARCHITECTURE.md, "Concepts"): a canary's reward, behaviour
 //! rates, error rate, cost and latency over a sliding window of its recent
 //! episodes, against the champion's over the same period (cost and latency
 //! against the champion's scaled by what evaluation predicted). A change
@@ -117,7 +117,7 @@ pub fn readings(
         // Fisher's exact test, not a z-test: these are rare events, and a
         // pooled z-test on one invalid call in 24 canary episodes against
         // none in 87 said p = 0.028 (Fisher: 0.22) and rolled back a
-        // candidate three times better on reward (issue 16).
+        // candidate three times better on reward.
         let (rise, p) = if metric == "tool_use" && rc < rh {
             (rh - rc, fisher_greater_p(nc - hc, nc, nh - hh, nh))
         } else {

@@ -1,6 +1,6 @@
 //! The tests behind the monitors and the gate against scipy on fixed
 //! samples (`reference/monitor_stats.py` made `reference/monitor_stats.json`,
-//! latencies shaped like the ones issue 16 recorded among them), and the
+//! latencies shaped like those of identical fake upstreams among them), and the
 //! drift measure against scipy (`reference/drift.py`).
 
 use hone_learn::stats::{fisher_greater_p, mean_greater_p, sign_test};
@@ -59,7 +59,7 @@ fn window_episode(latency_ms: f64, invalid_tool_call: bool) -> hone_store::Windo
     }
 }
 
-/// A recorded canary window (`hone bench learn --seed 3`, stop 50): one
+/// A recorded canary window (`hone bench learn --seed 3`): one
 /// invalid tool call in 24 canary episodes against none in 87 of the
 /// champion's. The pooled two-proportion z-test the rate monitors used
 /// said p = 0.028 and rolled back a candidate whose reward was 0.88
@@ -98,7 +98,7 @@ fn one_invalid_tool_call_in_a_canary_window_does_not_fire_and_a_real_rise_does()
     );
 }
 
-/// The issue's case: a canary a few ms slower than the champion over a few
+/// A canary a few ms slower than the champion over a few
 /// dozen episodes on identical upstreams. Welch's test calls it significant
 /// (scipy: p ≈ 0.016), so only the minimum effect size keeps the default
 /// latency monitor quiet; a canary twice as slow and 50+ ms slower fires.
@@ -126,7 +126,7 @@ fn a_significant_but_tiny_latency_rise_does_not_fire_and_a_real_one_does() {
         (default_latency.relative, default_latency.absolute),
         (Some(1.0), Some(50.0))
     );
-    let tiny = case("latency_like_issue_16");
+    let tiny = case("latency_of_identical_upstreams");
     assert!(tiny["p"].as_f64().unwrap() < 0.05, "the sample is significant");
     let fired = check(
         &spec,

@@ -1,4 +1,4 @@
-//! Behaviour flags, computed when a call is recorded (DESIGN.md "Episode"):
+//! Behaviour flags, computed when a call is recorded (docs/ARCHITECTURE.md, "Concepts"):
 //! invalid tool call, clarifying question, refusal, empty, truncated. They
 //! judge the first choice, the one an agent acts on.
 

@@ -1,5 +1,5 @@
-//! What the learning cycle stores (DESIGN.md "The loop", "Candidate",
-//! "Deployment", "Monitor"): cycles and the step each is in, candidates with
+//! What the learning cycle stores (docs/ARCHITECTURE.md, "Concepts":
+//! the loop, candidates, deployments, monitors): cycles and the step each is in, candidates with
 //! their provenance and fate, an agent's live deployment, alerts, and the
 //! history that ties them together.
 
@@ -194,7 +194,7 @@ impl std::fmt::Display for Spend {
     }
 }
 
-/// Where a candidate is in its life (DESIGN.md "Candidate").
+/// Where a candidate is in its life (docs/ARCHITECTURE.md, "Concepts").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CandidateStatus {

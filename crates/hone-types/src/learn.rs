@@ -1,6 +1,6 @@
 //! What learning stores about episodes: rewards (with the spec version that
 //! produced them), dataset snapshots and their instances, and evaluation
-//! results per instance (DESIGN.md "Reward spec", "Dataset", "Candidate").
+//! results per instance (docs/ARCHITECTURE.md, "Concepts").
 
 use crate::call::BehaviourFlags;
 use crate::ids::{CallId, EpisodeId, VersionId};

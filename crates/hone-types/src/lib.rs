@@ -1,6 +1,7 @@
 //! Domain and wire types shared by every hone crate.
 //!
-//! This crate owns the names of DESIGN.md (episode, call, signal, version) and
+//! This crate owns the domain's names (episode, call, signal, version; see
+//! docs/ARCHITECTURE.md, "Concepts") and
 //! the OpenAI chat-completions wire format that the gateway speaks, and the
 //! domain rules every crate applies to them (behaviour flags, what counts as
 //! an evaluation episode, the task of a request). No IO and no async; the one

@@ -1,4 +1,4 @@
-//! Signals: feedback on a call or an episode (DESIGN.md "Signal").
+//! Signals: feedback on a call or an episode (docs/ARCHITECTURE.md, "Concepts").
 
 use crate::ids::{CallId, EpisodeId};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! Versions: immutable, content-addressed bundles of everything that decides
-//! how an agent answers (DESIGN.md "Version"). The id is derived from the
+//! how an agent answers (docs/ARCHITECTURE.md, "Concepts"). The id is derived from the
 //! canonical JSON form, so a changed version always gets a new id and an
 //! unchanged one keeps its id across restarts and machines.
 

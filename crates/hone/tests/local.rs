@@ -382,7 +382,7 @@ async fn finding_8_adapter_paths_are_confined_and_errors_never_echo_files() {
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "nothing was loaded");
 }
 
-/// Issue 22, end to end: an episode served by the embedded engine and
+/// kNN-LM memory end to end: an episode served by the embedded engine and
 /// rewarded becomes a kNN-LM datastore (`hone memory build`); a version
 /// that decodes with it (`memory = { type = "knn-lm", … }`) answers the same
 /// prompt greedily with the remembered tokens — which the same model

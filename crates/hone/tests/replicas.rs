@@ -1,4 +1,4 @@
-//! Several `hone serve` replicas on one PostgreSQL database (issue 21): they
+//! Several `hone serve` replicas on one PostgreSQL database: they
 //! follow the deployment the learner stores, route an episode to the same
 //! version whichever replica it reaches, take feedback for each other's
 //! episodes, and — under load, through `kill -9` of a replica, a database
@@ -387,7 +387,7 @@ async fn first_logprob(replica: &Hone) -> (f64, String) {
     (body["choices"][0]["token_logprobs"][0].as_f64().unwrap(), version)
 }
 
-/// Issue 21, point 4: the base checkpoint and the adapters live in object
+/// The base checkpoint and the adapters live in object
 /// storage (S3's wire format, moto's server). Two replicas with their own
 /// data directories fetch the checkpoint a version names by URL at start;
 /// when the learner deploys a version naming an adapter published there,

@@ -1,5 +1,5 @@
 //! The learning cycle of each agent, as a persisted state machine
-//! (DESIGN.md "The loop"): collect → reward → datasets → propose → evaluate
+//! (docs/ARCHITECTURE.md, "Concepts"): collect → reward → datasets → propose → evaluate
 //! → gate → front → deploy → done.
 //!
 //! - [`Learner`] (here): what the cycle works with — config, store, the

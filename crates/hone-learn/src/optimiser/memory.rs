@@ -1,4 +1,4 @@
-//! `memory`: kNN-LM decoding (issue 22). Builds a datastore from the
+//! `memory`: kNN-LM decoding. Builds a datastore from the
 //! cycle's *train* half — its episodes with reward at least `min_reward`,
 //! their recorded token ids keyed by the champion's model — publishes it,
 //! and proposes the champion decoding with it, one candidate per `k` and

@@ -1,5 +1,5 @@
-//! Optimisers propose candidate versions of an agent (DESIGN.md
-//! "Optimiser"). One trait, one file per optimiser; [`from_spec`] builds the
+//! Optimisers propose candidate versions of an agent (docs/ARCHITECTURE.md,
+//! "Concepts"). One trait, one file per optimiser; [`from_spec`] builds the
 //! ones an agent enables in `[agents.NAME.learn]`.
 //!
 //! Proposals must be deterministic for the same cycle (same inputs, same

@@ -15,7 +15,7 @@ from scipy import stats
 rng = np.random.default_rng(16)
 cases = {}
 
-# Latencies like the ones issue 16 recorded on identical fake upstreams:
+# Latencies like those recorded on identical fake upstreams:
 # 23 champion episodes around 39.4 ms, 17 canary episodes around 41.9 ms.
 champion = np.round(rng.normal(39.4, 4.0, 23), 3)
 canary = np.round(rng.normal(41.9, 4.0, 17), 3)
@@ -26,7 +26,7 @@ small_b = np.round(rng.normal(1.3, 0.6, 5), 4)
 
 welch = []
 for name, a, b in [
-    ("latency_like_issue_16", champion, canary),
+    ("latency_of_identical_upstreams", champion, canary),
     ("clear_regression", champion, slow),
     ("small_unequal", small_a, small_b),
     ("no_change_reversed", canary, champion),

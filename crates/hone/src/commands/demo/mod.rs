@@ -365,7 +365,7 @@ impl Promotion {
     }
 }
 
-/// The timescale an optimiser learns on (DESIGN.md): weights, episodic
+/// The timescale an optimiser learns on (docs/ARCHITECTURE.md, "Concepts"): weights, episodic
 /// memory, or the harness.
 fn timescale(optimiser: &str) -> &'static str {
     match optimiser {

@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_spread_matches_pythons_statistics_module() {
-        // The pooled gains of stop 43's three ten-minute seeds; expected
+        // The pooled gains of three ten-minute seeds of the demo; expected
         // values from `python3 -c "import statistics as st; g = [7/90, 0.0,
         // 13/120]; print(st.mean(g), st.stdev(g))"`.
         let s = Spread::of(&[7.0 / 90.0, 0.0, 13.0 / 120.0]);

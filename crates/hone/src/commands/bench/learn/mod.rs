@@ -59,8 +59,7 @@ pub struct LearnArgs {
     /// Learning budget of each side, in minutes of wall time.
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
-    /// Held-out success a learner must reach (default: 0.9, issue 16's
-    /// target, on easy tasks; 0.35 with harder levels, where this small
+    /// Held-out success a learner must reach (default: 0.9 on easy tasks; 0.35 with harder levels, where this small
     /// base stays far below 90%).
     #[arg(long)]
     pub threshold: Option<f64>,
