@@ -192,20 +192,16 @@ async fn finding_cross_port_csrf_post_rolled_back_a_champion_now_refused() {
     hone.wait_caught_up();
     // A canary on v2, as the learner would start one.
     let store = hone_store::SqliteStore::open(&hone.db_path(), false).unwrap();
-    let v2 = store
-        .versions(Some("assistant"))
-        .unwrap()
-        .into_iter()
-        .find(|v| v.label.as_deref() == Some("v2"))
-        .unwrap()
-        .id;
-    let v1 = store
-        .versions(Some("assistant"))
-        .unwrap()
-        .into_iter()
-        .find(|v| v.label.as_deref() == Some("v1"))
-        .unwrap()
-        .id;
+    let labelled = |label: &str| {
+        store
+            .versions(Some("assistant"))
+            .unwrap()
+            .into_iter()
+            .find(|v| v.label.as_deref() == Some(label))
+            .unwrap()
+            .id
+    };
+    let (v1, v2) = (labelled("v1"), labelled("v2"));
     let stored = store.deployment("assistant").unwrap();
     let next = hone_types::Deployment {
         agent: "assistant".into(),

@@ -16,7 +16,7 @@
 //! [`EXACT_LIMIT`] keys; a larger datastore gets an HNSW index
 //! ([`index`]) when the server loading it calls [`Datastore::indexed`], since scanning
 //! 100k keys per decoded token cost 41% of a batch-8 step on a
-//! Qwen2.5-0.5B-shaped model (README, Benchmark). The datastore is a safetensors file (`keys`
+//! Qwen2.5-0.5B-shaped model (docs/benchmarks.md). The datastore is a safetensors file (`keys`
 //! `[n, dim]` f32, `values` `[n]` u32) named by its content hash.
 
 mod index;
@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Up to this many keys a datastore is searched exactly; beyond, through an
-/// HNSW index. Measured on a Qwen2.5-0.5B-shaped model (README, Benchmark):
+/// HNSW index. Measured on a Qwen2.5-0.5B-shaped model (docs/benchmarks.md):
 /// a scan of 10k keys costs 10% of a batch-8 decode step, of 100k keys 41%,
 /// the index over 100k keys 13%; the limit sits between, where an index's
 /// build time (seconds at this size) is still small.

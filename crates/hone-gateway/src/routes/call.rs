@@ -173,37 +173,7 @@ async fn accept(
         }
         None => continued.unwrap_or_else(EpisodeId::new_v7),
     };
-    let (version_id, version) = match headers.get(&VERSION_HEADER) {
-        Some(value) => {
-            let text = value.to_str().unwrap_or_default();
-            let not_found = || {
-                ApiError::not_found(
-                    "version_not_found",
-                    format!("X-Hone-Version `{text}` is not a servable version of agent `{}` (give a label from the config or a version id)", agent.name),
-                )
-            };
-            match agent.resolve(text) {
-                Some(found) => found,
-                // A version created after start (a candidate under evaluation).
-                None => {
-                    let id = VersionId::parse(text).ok_or_else(not_found)?;
-                    let spec = lookup(state, agent, &id)?.ok_or_else(not_found)?;
-                    (id, spec)
-                }
-            }
-        }
-        None => {
-            let id = agent.choose(&episode);
-            let spec = lookup(state, agent, &id)?.ok_or_else(|| {
-                ApiError::new(
-                    ErrorKind::Internal,
-                    "version_missing",
-                    format!("deployed version {id} has no spec"),
-                )
-            })?;
-            (id, spec)
-        }
-    };
+    let (version_id, version) = version_for(state, agent, headers, &episode)?;
     recordable(state)?;
     let id = CallId::new_v7();
     span.record("hone.episode_id", episode.as_str());
@@ -257,6 +227,48 @@ pub(crate) fn agent_for<'a>(
             )
             .with_param(Some("model".into()))
         })
+}
+
+/// The version that serves a call of `agent` in `episode`: the one
+/// `X-Hone-Version` pins (a label from the config, or the id of a version
+/// created after start, such as a candidate under evaluation), else the one
+/// the deployment's split gives the episode.
+pub(crate) fn version_for(
+    state: &AppState,
+    agent: &crate::routing::AgentRoutes,
+    headers: &HeaderMap,
+    episode: &EpisodeId,
+) -> Result<(VersionId, Arc<VersionSpec>), ApiError> {
+    match headers.get(&VERSION_HEADER) {
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default();
+            let not_found = || {
+                ApiError::not_found(
+                    "version_not_found",
+                    format!("X-Hone-Version `{text}` is not a servable version of agent `{}` (give a label from the config or a version id)", agent.name),
+                )
+            };
+            match agent.resolve(text) {
+                Some(found) => Ok(found),
+                None => {
+                    let id = VersionId::parse(text).ok_or_else(not_found)?;
+                    let spec = lookup(state, agent, &id)?.ok_or_else(not_found)?;
+                    Ok((id, spec))
+                }
+            }
+        }
+        None => {
+            let id = agent.choose(episode);
+            let spec = lookup(state, agent, &id)?.ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Internal,
+                    "version_missing",
+                    format!("deployed version {id} has no spec"),
+                )
+            })?;
+            Ok((id, spec))
+        }
+    }
 }
 
 /// Refuses a call the journal could not record now, before an upstream is

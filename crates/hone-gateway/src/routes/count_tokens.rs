@@ -6,8 +6,8 @@
 //! endpoint; the answer says so rather than guess. Errors are in the
 //! Messages door's format; nothing is recorded (nothing was answered).
 
-use super::call::agent_for;
-use super::{read_body, VERSION_HEADER};
+use super::call::{agent_for, version_for};
+use super::read_body;
 use crate::doors::{Door, MessagesDoor};
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::AnyProvider;
@@ -38,25 +38,8 @@ async fn count_tokens(state: &AppState, headers: &HeaderMap, body: Body) -> Resu
     let body = serde_json::to_vec(&request).map_err(|e| ApiError::invalid("invalid_request", e.to_string()))?;
     let request = MessagesDoor.parse(state, &body).await?.request;
     let agent = agent_for(state, &principal, &request.model)?;
-    let version_id = match headers.get(&VERSION_HEADER) {
-        Some(value) => {
-            let label = value.to_str().unwrap_or_default();
-            agent.resolve(label).map(|(id, _)| id).ok_or_else(|| {
-                ApiError::not_found(
-                    "version_not_found",
-                    format!("X-Hone-Version `{label}` is not a version of agent `{}`", agent.name),
-                )
-            })?
-        }
-        None => agent.split().champion.clone(),
-    };
-    let version = state.servable(agent, &version_id)?.ok_or_else(|| {
-        ApiError::new(
-            ErrorKind::Internal,
-            "version_missing",
-            format!("version {version_id} has no spec"),
-        )
-    })?;
+    // The version a call in a new episode would get (or the pinned one).
+    let (_, version) = version_for(state, agent, headers, &hone_types::EpisodeId::new_v7())?;
     let route = version
         .routes
         .first()
