@@ -169,10 +169,19 @@ pub struct RawDeployment {
     /// below the champion (non-inferiority); unset, a canary is promoted
     /// unless the champion is shown better.
     pub promote_margin: Option<f64>,
-    /// With `promote_margin`: rewarded canary episodes after which a canary
-    /// not yet shown within the margin is rolled back (default 4 ×
-    /// `canary_episodes`, at most the monitors' window).
+    /// With `promote_margin` or `promotion = "sequential"`: rewarded canary
+    /// episodes after which a canary not yet shown within the margin (or
+    /// shown better) is rolled back (default 4 × `canary_episodes`, at most
+    /// the monitors' window): the bound on how many users meet it.
     pub canary_max_episodes: Option<usize>,
+    /// `"sequential"`: users decide — an always-valid sequential test on
+    /// the canary's and the champion's online rewards, looked at whenever
+    /// the canary is watched; promoted once shown better, rolled back once
+    /// shown worse or at `canary_max_episodes`.
+    pub promotion: Option<String>,
+    /// With `promotion = "sequential"`: the size of reward gain the test is
+    /// tuned to find fastest (the scale of its mixture; default 0.2).
+    pub expected_gain: Option<f64>,
 }
 
 /// `clear_gain = { above, share }` of `[agents.NAME.deployment]`.
@@ -284,9 +293,10 @@ impl DeploymentConfig {
     }
 }
 
-/// What a canary must show online, once it has `canary_episodes` rewarded
-/// episodes, to be promoted (a canary the champion is shown to beat is
-/// rolled back under either rule).
+/// What a canary must show online to be promoted (a canary the champion is
+/// shown to beat is rolled back under every rule). The first two are
+/// fixed-horizon tests, decided once it has `canary_episodes` rewarded
+/// episodes; the sequential one decides at any look.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PromotionRule {
     /// Promoted unless the champion's online reward is significantly
@@ -297,6 +307,12 @@ pub enum PromotionRule {
     /// then it keeps collecting, and after `max_episodes` rewarded
     /// episodes it is rolled back.
     WithinMargin { margin: f64, max_episodes: usize },
+    /// Users decide (`promotion = "sequential"`): a mixture sequential
+    /// probability ratio test on the difference of online rewards, always
+    /// valid however often it is looked at. Promoted once shown better,
+    /// rolled back once shown worse or after `max_episodes` rewarded canary
+    /// episodes; `expected_gain` is the scale of the test's mixture.
+    Sequential { max_episodes: usize, expected_gain: f64 },
 }
 
 /// Where a version's routes are checked against: the providers declared so
@@ -724,6 +740,8 @@ impl DeploymentConfig {
                 canary_episodes: None,
                 promote_margin: None,
                 canary_max_episodes: None,
+                promotion: None,
+                expected_gain: None,
             },
             None => {
                 return Err(ConfigError::at(
@@ -821,28 +839,75 @@ impl PromotionRule {
         }
     }
 
-    /// `promote_margin` and `canary_max_episodes` of `[agents.NAME.deployment]`.
+    /// The reward gain a sequential test is tuned to when not told.
+    pub const EXPECTED_GAIN: f64 = 0.2;
+
+    /// `promotion`, `promote_margin`, `canary_max_episodes` and
+    /// `expected_gain` of `[agents.NAME.deployment]`.
     fn from_raw(dfield: &str, d: &RawDeployment, canary_episodes: usize, window: usize) -> Result<Self, ConfigError> {
+        let max_episodes = || {
+            let max = d.canary_max_episodes.unwrap_or((4 * canary_episodes).min(window));
+            if (canary_episodes..=window).contains(&max) {
+                Ok(max)
+            } else {
+                Err(ConfigError::at(
+                    format!("{dfield}.canary_max_episodes"),
+                    format!(
+                        "must be at least canary_episodes ({canary_episodes}) and at most the monitors' window ({window}, learn.monitor.window), got {max}"
+                    ),
+                ))
+            }
+        };
+        let sequential =
+            match d.promotion.as_deref() {
+                None | Some("not_shown_worse") => false,
+                Some("sequential") => true,
+                Some(other) => return Err(ConfigError::at(
+                    format!("{dfield}.promotion"),
+                    format!(
+                        "unknown promotion rule `{other}`; expected \"not_shown_worse\" (default) or \"sequential\""
+                    ),
+                )),
+            };
+        if !sequential && d.expected_gain.is_some() {
+            return Err(ConfigError::at(
+                format!("{dfield}.expected_gain"),
+                "applies only with promotion = \"sequential\"",
+            ));
+        }
+        if sequential {
+            if d.promote_margin.is_some() {
+                return Err(ConfigError::at(
+                    format!("{dfield}.promote_margin"),
+                    "does not apply with promotion = \"sequential\" (a sequential canary must be shown better)",
+                ));
+            }
+            let expected_gain = d.expected_gain.unwrap_or(Self::EXPECTED_GAIN);
+            if !(expected_gain.is_finite() && expected_gain > 0.0) {
+                return Err(ConfigError::at(
+                    format!("{dfield}.expected_gain"),
+                    format!("must be a reward gain above 0, got {expected_gain}"),
+                ));
+            }
+            return Ok(PromotionRule::Sequential {
+                max_episodes: max_episodes()?,
+                expected_gain,
+            });
+        }
         let Some(margin) = d.promote_margin else {
             if d.canary_max_episodes.is_some() {
                 return Err(ConfigError::at(
                     format!("{dfield}.canary_max_episodes"),
-                    "applies only with promote_margin (without it a canary is decided at canary_episodes)",
+                    "applies only with promote_margin or promotion = \"sequential\" (without them a canary is decided at canary_episodes)",
                 ));
             }
             return Ok(PromotionRule::NotShownWorse);
         };
         Self::check_margin(margin).map_err(|e| ConfigError::at(format!("{dfield}.promote_margin"), e))?;
-        let max_episodes = d.canary_max_episodes.unwrap_or((4 * canary_episodes).min(window));
-        if !(canary_episodes..=window).contains(&max_episodes) {
-            return Err(ConfigError::at(
-                format!("{dfield}.canary_max_episodes"),
-                format!(
-                    "must be at least canary_episodes ({canary_episodes}) and at most the monitors' window ({window}, learn.monitor.window), got {max_episodes}"
-                ),
-            ));
-        }
-        Ok(PromotionRule::WithinMargin { margin, max_episodes })
+        Ok(PromotionRule::WithinMargin {
+            margin,
+            max_episodes: max_episodes()?,
+        })
     }
 }
 

@@ -14,7 +14,9 @@
 //! clear_gain = { above = 0.1, share = 0.5 }   # optional: a larger share for a candidate the gate found clearly better
 //! canary_episodes = 50
 //! promote_margin = 0.05           # optional: promote only a canary shown within 0.05 reward of the champion
-//! canary_max_episodes = 200       # with promote_margin: roll back a canary still undecided here
+//! canary_max_episodes = 200       # with promote_margin or a sequential test: roll back a canary still undecided here
+//! # promotion = "sequential"      # instead: users decide — promoted once an always-valid test shows it better
+//! # expected_gain = 0.2           # with it: the reward gain the test is tuned to find fastest
 //!
 //! [agents.support.learn]
 //! every = { episodes = 500, minutes = 60 }

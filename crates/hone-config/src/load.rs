@@ -156,6 +156,64 @@ model = "m"
     }
 
     #[test]
+    fn a_sequential_promotion_lets_users_decide_within_a_cap_on_users_exposed() {
+        use crate::PromotionRule;
+        let rule = |extra: &str| {
+            load(&format!(
+                "{BASE}[agents.a.deployment]\nchampion = \"v1\"\ncanary_episodes = 20\n{extra}"
+            ))
+            .map(|c| c.agents["a"].deployment.promotion)
+        };
+        assert_eq!(
+            rule("promotion = \"sequential\"").unwrap(),
+            PromotionRule::Sequential {
+                max_episodes: 80,
+                expected_gain: PromotionRule::EXPECTED_GAIN
+            }
+        );
+        assert_eq!(
+            rule("promotion = \"sequential\"\ncanary_max_episodes = 60\nexpected_gain = 0.3").unwrap(),
+            PromotionRule::Sequential {
+                max_episodes: 60,
+                expected_gain: 0.3
+            }
+        );
+        assert_eq!(
+            rule("promotion = \"not_shown_worse\"").unwrap(),
+            PromotionRule::NotShownWorse
+        );
+        for (bad, field, says) in [
+            ("promotion = \"bandit\"", "promotion", "unknown promotion rule `bandit`"),
+            (
+                "expected_gain = 0.2",
+                "expected_gain",
+                "only with promotion = \"sequential\"",
+            ),
+            (
+                "promotion = \"sequential\"\nexpected_gain = 0",
+                "expected_gain",
+                "above 0",
+            ),
+            (
+                "promotion = \"sequential\"\npromote_margin = 0.1",
+                "promote_margin",
+                "must be shown better",
+            ),
+            (
+                "promotion = \"sequential\"\ncanary_max_episodes = 10",
+                "canary_max_episodes",
+                "at least canary_episodes (20)",
+            ),
+        ] {
+            let e = rule(bad).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("agents.a.deployment.{field}")) && e.message.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_clear_gain_at_the_gate_starts_its_canary_on_a_larger_share() {
         use crate::CanaryShare;
         let deployment = |extra: &str| {

@@ -8,7 +8,7 @@ use crate::deploy::{self, Change};
 use crate::error::{LearnError, Result};
 use crate::monitor::{check, Firing};
 use crate::reward::reward_pending;
-use crate::stats::{mean, mean_greater_p};
+use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
 use hone_types::{Alert, Deployment, HistoryEvent};
@@ -105,10 +105,8 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
         }
         return Ok(Verdict::Alerted(line));
     }
-    let canary_rewards: Vec<f64> = c.iter().filter_map(|e| e.reward).collect();
-    let champion_rewards: Vec<f64> = h.iter().filter_map(|e| e.reward).collect();
-    let n = canary_rewards.len() as u64;
-    let online = Online::of(&agent.deployment, spec.confidence, &canary_rewards, &champion_rewards);
+    let online = Online::of_windows(&agent.deployment, spec.confidence, &c, &h);
+    let n = online.canary_episodes as u64;
     let change = match online.call {
         Call::Wait => return Ok(Verdict::Waiting(n)),
         Call::Promote => deploy::promote(learner.store.as_ref(), agent, online.evidence(), &online.summary())?,
@@ -150,47 +148,83 @@ pub struct Online {
     pub margin: Option<f64>,
     /// The canary has the `canary_episodes` rewarded episodes a decision needs.
     pub enough: bool,
-    /// The champion is shown better (`p_champion_better` below 1 − confidence).
+    /// The champion is shown better (`p_champion_better` below 1 − confidence,
+    /// or the sequential test's interval below zero).
     pub shown_worse: bool,
+    /// Under `promotion = "sequential"`: the always-valid test of the
+    /// canary's reward less the champion's, over every look so far.
+    pub sequential: Option<AlwaysValid>,
     pub call: Call,
 }
 
+/// Rewarded episodes each side needs before the sequential test looks:
+/// its variances are estimated from the episodes themselves.
+pub const SEQUENTIAL_MIN_EACH: usize = 10;
+
 impl Online {
-    /// Every rule of promotion, in one place: nothing is decided before
-    /// `canary_episodes` rewarded canary episodes; a canary the champion
-    /// is shown to beat (at the monitors' `confidence`) is rolled back;
-    /// otherwise, by default, it is promoted; with `promote_margin` it is
-    /// promoted only once shown to be at most the margin below the
-    /// champion, and rolled back if not shown so by `canary_max_episodes`.
-    pub fn of(deployment: &DeploymentConfig, confidence: f64, canary: &[f64], champion: &[f64]) -> Self {
+    /// Every rule of promotion, in one place. Under the fixed-horizon rules
+    /// nothing is decided before `canary_episodes` rewarded canary episodes;
+    /// a canary the champion is shown to beat (at the monitors'
+    /// `confidence`) is rolled back; otherwise, by default, it is promoted;
+    /// with `promote_margin` it is promoted only once shown to be at most
+    /// the margin below the champion, and rolled back if not shown so by
+    /// `canary_max_episodes`. Under `promotion = "sequential"` users decide
+    /// at any look: an always-valid test ([`mixture_sprt`]) promotes a
+    /// canary shown better, rolls back one shown worse, and rolls back one
+    /// not shown better by `canary_max_episodes`. Rewards are
+    /// `(started_at, reward)`.
+    pub fn of(deployment: &DeploymentConfig, confidence: f64, canary: &[(i64, f64)], champion: &[(i64, f64)]) -> Self {
         let alpha = 1.0 - confidence;
-        let p_champion_better = mean_greater_p(canary, champion);
+        let values = |side: &[(i64, f64)]| side.iter().map(|(_, r)| *r).collect::<Vec<f64>>();
+        let (canary_values, champion_values) = (values(canary), values(champion));
+        let p_champion_better = mean_greater_p(&canary_values, &champion_values);
         let margin = match deployment.promotion {
-            PromotionRule::NotShownWorse => None,
             PromotionRule::WithinMargin { margin, max_episodes } => Some((margin, max_episodes)),
+            PromotionRule::NotShownWorse | PromotionRule::Sequential { .. } => None,
         };
         let p_within_margin = margin.map(|(m, _)| {
-            let lowered: Vec<f64> = champion.iter().map(|r| r - m).collect();
-            mean_greater_p(&lowered, canary)
+            let lowered: Vec<f64> = champion_values.iter().map(|r| r - m).collect();
+            mean_greater_p(&lowered, &canary_values)
         });
         let n = canary.len();
-        let enough = n >= deployment.canary_episodes;
-        let shown_worse = p_champion_better < alpha;
-        let call = if !enough {
-            Call::Wait
-        } else if shown_worse {
-            Call::RollBack
-        } else {
-            match (margin, p_within_margin) {
-                (Some(_), Some(p)) if p < alpha => Call::Promote,
-                (Some((_, max_episodes)), _) if n < max_episodes => Call::Wait,
-                (Some(_), _) => Call::RollBack,
-                (None, _) => Call::Promote,
+        let (enough, shown_worse, sequential, call) = match deployment.promotion {
+            PromotionRule::Sequential {
+                max_episodes,
+                expected_gain,
+            } => {
+                let test = mixture_sprt(champion, canary, expected_gain, alpha, SEQUENTIAL_MIN_EACH);
+                let call = if test.shown_less() {
+                    Call::RollBack
+                } else if test.shown_greater() {
+                    Call::Promote
+                } else if n >= max_episodes {
+                    Call::RollBack
+                } else {
+                    Call::Wait
+                };
+                (test.looks > 0, test.shown_less(), Some(test), call)
+            }
+            _ => {
+                let enough = n >= deployment.canary_episodes;
+                let shown_worse = p_champion_better < alpha;
+                let call = if !enough {
+                    Call::Wait
+                } else if shown_worse {
+                    Call::RollBack
+                } else {
+                    match (margin, p_within_margin) {
+                        (Some(_), Some(p)) if p < alpha => Call::Promote,
+                        (Some((_, max_episodes)), _) if n < max_episodes => Call::Wait,
+                        (Some(_), _) => Call::RollBack,
+                        (None, _) => Call::Promote,
+                    }
+                };
+                (enough, shown_worse, None, call)
             }
         };
         Self {
-            canary_mean: mean(canary),
-            champion_mean: mean(champion),
+            canary_mean: mean(&canary_values),
+            champion_mean: mean(&champion_values),
             canary_episodes: n,
             champion_episodes: champion.len(),
             p_champion_better,
@@ -198,15 +232,30 @@ impl Online {
             margin: margin.map(|(m, _)| m),
             enough,
             shown_worse,
+            sequential,
             call,
         }
+    }
+
+    /// [`Online::of`] on the rewarded episodes of the canary's and the
+    /// champion's monitor windows.
+    pub fn of_windows(
+        deployment: &DeploymentConfig,
+        confidence: f64,
+        canary: &[hone_store::WindowEpisode],
+        champion: &[hone_store::WindowEpisode],
+    ) -> Self {
+        let rewarded = |w: &[hone_store::WindowEpisode]| -> Vec<(i64, f64)> {
+            w.iter().filter_map(|e| Some((e.started_at, e.reward?))).collect()
+        };
+        Self::of(deployment, confidence, &rewarded(canary), &rewarded(champion))
     }
 
     fn evidence(&self) -> serde_json::Value {
         json!({"canary_mean": self.canary_mean, "champion_mean": self.champion_mean,
             "canary_episodes": self.canary_episodes, "champion_episodes": self.champion_episodes,
             "p_champion_better": self.p_champion_better, "p_within_margin": self.p_within_margin,
-            "promote_margin": self.margin})
+            "promote_margin": self.margin, "sequential": self.sequential})
     }
 
     /// `online reward 0.412 over 50 episodes vs champion 0.398 over 117 (p = 0.412)`,
@@ -224,11 +273,32 @@ impl Online {
         if let (Some(margin), Some(p)) = (self.margin, self.p_within_margin) {
             line.push_str(&format!("; within {margin} of the champion: p = {p:.3}"));
         }
+        if let Some(test) = &self.sequential {
+            line = format!(
+                "online reward {} over {} episodes vs champion {} over {}; sequential test after {} looks: difference {}, always-valid p = {:.4}, interval {}",
+                shown(self.canary_mean),
+                self.canary_episodes,
+                shown(self.champion_mean),
+                self.champion_episodes,
+                test.looks,
+                test.difference.map_or("-".into(), |d| format!("{d:+.3}")),
+                test.p,
+                test.interval
+                    .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
+            );
+        }
         line
     }
 
     /// Why a rolled-back canary was rolled back.
     fn why(&self) -> String {
+        if self.sequential.is_some() && !self.shown_worse {
+            return format!(
+                "not shown better by users after {} episodes: {}",
+                self.canary_episodes,
+                self.summary()
+            );
+        }
         match self.margin {
             Some(margin) if !self.shown_worse => format!(
                 "not shown within {margin} of the champion after {} episodes: {}",

@@ -79,6 +79,8 @@ struct PromotionView {
     champion_mean: Option<f64>,
     p_champion_better: f64,
     p_within_margin: Option<f64>,
+    /// Under a sequential rule: the always-valid test so far, in words.
+    sequential: Option<String>,
     call: &'static str,
 }
 
@@ -89,9 +91,13 @@ impl PromotionView {
             PromotionRule::WithinMargin { margin, max_episodes } => format!(
                 "promoted once shown within {margin} reward of the champion online; rolled back if not shown so by {max_episodes} episodes"
             ),
+            PromotionRule::Sequential { max_episodes, expected_gain } => format!(
+                "users decide: an always-valid sequential test (mixture SPRT, scale {expected_gain}) promotes once the canary is shown better and rolls back once it is shown worse, or at {max_episodes} episodes"
+            ),
         };
         let call = match online.call {
             Call::Wait if !online.enough => "collecting episodes",
+            Call::Wait if online.sequential.is_some() => "collecting: neither shown better nor worse yet",
             Call::Wait => "collecting: not yet shown within the margin",
             Call::Promote => "promotes at the watcher's next look",
             Call::RollBack => "rolls back at the watcher's next look",
@@ -105,6 +111,16 @@ impl PromotionView {
             champion_mean: online.champion_mean,
             p_champion_better: online.p_champion_better,
             p_within_margin: online.p_within_margin,
+            sequential: online.sequential.map(|t| {
+                format!(
+                    "{} looks; difference {}; always-valid p {:.4}; interval {}",
+                    t.looks,
+                    t.difference.map_or("–".into(), |d| format!("{d:+.3}")),
+                    t.p,
+                    t.interval
+                        .map_or("–".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]"))
+                )
+            }),
             call,
         }
     }
@@ -265,8 +281,7 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
                 let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
                 let (c, h) = (window(canary)?, window(&deployment.champion)?);
                 let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
-                let rewards = |w: &[hone_store::WindowEpisode]| w.iter().filter_map(|e| e.reward).collect::<Vec<f64>>();
-                let online = Online::of(&agent.deployment, monitor.confidence, &rewards(&c), &rewards(&h));
+                let online = Online::of_windows(&agent.deployment, monitor.confidence, &c, &h);
                 let rows = hone_learn::monitor::readings(monitor, &c, &h, expected)
                     .into_iter()
                     .map(|r| MonitorRow {
@@ -383,16 +398,16 @@ pub async fn rollback(
 mod tests {
     use super::*;
 
-    /// 0/1 rewards, `k` of `n` passing.
-    fn passes(k: usize, n: usize) -> Vec<f64> {
-        (0..n).map(|i| if i < k { 1.0 } else { 0.0 }).collect()
+    /// 0/1 rewards, `k` of `n` passing, one a millisecond.
+    fn passes(k: usize, n: usize) -> Vec<(i64, f64)> {
+        (0..n).map(|i| (i as i64, if i < k { 1.0 } else { 0.0 })).collect()
     }
 
     #[test]
     fn the_promotion_view_says_which_rule_and_what_the_watcher_would_do() {
         let mut deployment = hone_config::DeploymentConfig::new("v1".into());
         deployment.canary_episodes = 24;
-        let view = |d: &hone_config::DeploymentConfig, canary: &[f64]| {
+        let view = |d: &hone_config::DeploymentConfig, canary: &[(i64, f64)]| {
             PromotionView::new(d, &Online::of(d, 0.95, canary, &passes(30, 60)))
         };
         // Default rule: too few, then promoted while not shown worse, and
@@ -423,5 +438,23 @@ mod tests {
             (40, 24, 60)
         );
         assert!(waiting.p_within_margin.is_some_and(|p| p > 0.05));
+        // Users decide: a canary level with the champion collects, one
+        // clearly better is promoted, whatever canary_episodes says.
+        deployment.promotion = PromotionRule::Sequential {
+            max_episodes: 80,
+            expected_gain: 0.2,
+        };
+        let level = view(&deployment, &passes(20, 40));
+        assert_eq!(level.call, "collecting: neither shown better nor worse yet");
+        assert!(level.rule.starts_with("users decide"), "{}", level.rule);
+        assert!(level
+            .sequential
+            .as_deref()
+            .is_some_and(|t| t.contains("always-valid p")));
+        assert_eq!(view(&deployment, &passes(9, 10)).call, "collecting episodes");
+        assert_eq!(
+            view(&deployment, &passes(20, 20)).call,
+            "promotes at the watcher's next look"
+        );
     }
 }
