@@ -4,6 +4,14 @@
 //! passing case beyond the tolerance (flips confirmed by re-runs), and keeps
 //! its behaviour rates within bounds of the champion's. Pure: it reads
 //! evaluation results and decides, with every reason written down.
+//!
+//! Offline runs are not production: no user reacts to a re-run. When the
+//! reward spec weighs users' signals and none reached an offline run, the
+//! gate sees only what does reach them (critics, the judge, penalties) and
+//! cannot show a gain; it then asks that the candidate be shown not worse
+//! on what it sees, and leaves the gain to the users — a canary under
+//! `promotion = "sequential"` — or, with no such online test, prunes it
+//! saying why ([`Sight`]).
 
 use crate::compare::Comparison;
 use crate::eval::EvalSummary;
@@ -21,6 +29,20 @@ pub struct GateDecision {
     pub evidence: String,
     /// The paired gain it judged (`None` with no paired instance).
     pub gain: Option<PairedGain>,
+    /// Passed on what the offline runs show; its gain is for users to show
+    /// online ([`Sight::WithoutUsers`]).
+    pub users_decide: bool,
+}
+
+/// What offline runs let the gate see of the reward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sight {
+    /// Every source the reward spec weighs reached the offline runs.
+    Whole,
+    /// The spec weighs users' signals and none reached an offline run.
+    /// `online_test`: the deployment decides canaries by a sequential test
+    /// on users' signals (`promotion = "sequential"`).
+    WithoutUsers { online_test: bool },
 }
 
 /// Paired reward differences (candidate − champion) per instance, each
@@ -94,6 +116,8 @@ pub struct GateInput<'a> {
     pub diffs: &'a [f64],
     /// Champion (A) vs candidate (B) on the target and regression sets.
     pub comparisons: &'a [&'a Comparison],
+    /// What the offline runs show of the reward.
+    pub sight: Sight,
 }
 
 /// The candidate's reward gain over the champion: the mean of the paired
@@ -130,8 +154,22 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         })
         .map(|o| o.as_str())
         .collect();
+    let users_decide = input.sight == Sight::WithoutUsers { online_test: true };
     if input.diffs.is_empty() {
         reasons.push("no instance could be compared".to_owned());
+    } else if input.sight == (Sight::WithoutUsers { online_test: false }) {
+        reasons.push(
+            "cannot show a gain offline: the reward spec weighs users' signals and no offline run got one \
+             (users react only to answers they were served); with promotion = \"sequential\" in the \
+             deployment users decide online, or give the spec a critic or a judge"
+                .to_owned(),
+        );
+    } else if users_decide {
+        if hi < 0.0 {
+            reasons.push(format!(
+                "worse on what offline runs show (critics, judge, penalties): reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}])"
+            ));
+        }
     } else if !(better_reward || not_worse && !better_secondary.is_empty()) {
         reasons.push(if not_worse {
             format!("does not beat the champion: reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]) and no cheaper or faster by 10%")
@@ -190,7 +228,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         }
     }
     let evidence = format!(
-        "reward {:.3} vs {:.3} on the target set, {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        "{}reward {:.3} vs {:.3} on the target set, {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        if users_decide {
+            "users decide online (no offline run carries their signals); offline, without them: "
+        } else {
+            ""
+        },
         input.candidate.mean_score.unwrap_or(0.0),
         input.champion.mean_score.unwrap_or(0.0),
         input.candidate.mean_cost_usd,
@@ -207,5 +250,6 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         reasons,
         evidence,
         gain: judged,
+        users_decide,
     }
 }

@@ -335,6 +335,7 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
         // q1 is in both sets: it counts once, with the target set's runs.
         diffs: &hone_learn::gate::paired_diffs(&[(&ra, &rb), (&ra5, &rb5)], 4),
         comparisons: &[&target, &regression],
+        sight: hone_learn::gate::Sight::Whole,
     });
     assert!(!decision.passed);
     // The gain it judged, typed: one instance, 0 of 4 against 4 of 4.
@@ -387,6 +388,7 @@ fn the_gate_judges_the_gain_over_the_target_and_the_regression_set() {
             candidate: &summarise("b", &cand_target, 3),
             diffs: &paired_diffs(sets, 3),
             comparisons: &[],
+            sight: hone_learn::gate::Sight::Whole,
         })
     };
     let target_only = judge(&[(&champ_target, &cand_target)]);
@@ -437,6 +439,7 @@ fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
             candidate: &summarise("b", &candidate, 3),
             diffs: &hone_learn::gate::paired_diffs(&[(&champion, &candidate)], 3),
             comparisons: &[],
+            sight: hone_learn::gate::Sight::Whole,
         })
         .reasons
     };
@@ -447,5 +450,67 @@ fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
         real.iter()
             .any(|r| r.starts_with("invalid_tool_call 0.156 vs champion 0.000 is beyond its bound")),
         "{real:?}"
+    );
+}
+
+/// Offline runs with no user's signal: the gate cannot show a gain the
+/// users' signals would make. With a sequential online test it passes a
+/// candidate not shown worse on what offline runs carry (penalties here),
+/// marked for users to decide, and prunes one shown worse on it; with no
+/// online test it prunes every candidate, saying why.
+#[test]
+fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
+    use hone_learn::gate::{decide, paired_diffs, GateInput, Sight};
+    let spec = hone_config::GateSpec {
+        samples: 3,
+        ..hone_config::LearnSpec::default().gate
+    };
+    // Offline rewards are penalties alone: 0 for a clean run, −1 with an
+    // invalid tool call.
+    let set = |invalid: usize| -> Vec<hone_types::InstanceResult> {
+        (0..60)
+            .map(|i| {
+                let mut r = runs(&format!("q{}", i / 3), 3, 3).remove(i % 3);
+                r.flags.invalid_tool_call = i < invalid;
+                r.score = Some(if i < invalid { -1.0 } else { 0.0 });
+                r
+            })
+            .collect()
+    };
+    let champion = set(0);
+    let judge = |candidate: &[hone_types::InstanceResult], sight: Sight| {
+        decide(&GateInput {
+            spec: &spec,
+            objective: &[],
+            champion: &summarise("a", &champion, 3),
+            candidate: &summarise("b", candidate, 3),
+            diffs: &paired_diffs(&[(&champion, candidate)], 3),
+            comparisons: &[],
+            sight,
+        })
+    };
+    let clean = set(0);
+    let with_test = judge(&clean, Sight::WithoutUsers { online_test: true });
+    assert!(with_test.passed && with_test.users_decide, "{with_test:?}");
+    assert!(with_test.evidence.starts_with("users decide online"), "{}", with_test.evidence);
+    // The same candidate with full sight: no gain, so not passed.
+    let seen = judge(&clean, Sight::Whole);
+    assert!(!seen.passed && !seen.users_decide, "{seen:?}");
+    let without_test = judge(&clean, Sight::WithoutUsers { online_test: false });
+    assert!(!without_test.passed && !without_test.users_decide);
+    assert!(
+        without_test.reasons[0].starts_with("cannot show a gain offline")
+            && without_test.reasons[0].contains("promotion = \"sequential\""),
+        "{:?}",
+        without_test.reasons
+    );
+    // Worse on what offline runs show: invalid tool calls on 30 of 60 runs.
+    let broken = set(30);
+    let worse = judge(&broken, Sight::WithoutUsers { online_test: true });
+    assert!(!worse.passed, "{worse:?}");
+    assert!(
+        worse.reasons.iter().any(|r| r.starts_with("worse on what offline runs show")),
+        "{:?}",
+        worse.reasons
     );
 }

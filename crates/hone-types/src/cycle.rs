@@ -259,6 +259,11 @@ pub struct CandidateScores {
     /// The gain over the champion the gate judged (set by the gate step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_gain: Option<PairedGain>,
+    /// The gate passed it on what offline runs show, leaving its gain to
+    /// users online: no offline run carried the users' signals the reward
+    /// spec weighs (set by the gate step).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub users_decide: bool,
 }
 
 /// A candidate's reward gain over the champion as the gate judges it: the

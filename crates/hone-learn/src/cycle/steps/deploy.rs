@@ -1,6 +1,10 @@
 //! deploy: under a manual policy, the front's candidates await `hone
 //! approve`; under the auto rule, the candidate with the largest gain that
-//! meets the rule's minimum gain and cost ratio becomes the canary.
+//! meets the rule's minimum gain and cost ratio becomes the canary. A
+//! candidate the gate left to users (no offline run saw their signals) has
+//! no offline gain to meet a minimum with: within the cost ratio it is
+//! eligible, after any with a shown gain. One canary runs at a time; the
+//! others wait on the front and are proposed afresh from the next champion.
 
 use super::{Learner, Stepped};
 use crate::deploy::{self, Change};
@@ -49,9 +53,12 @@ pub(super) async fn run(
         } => {
             let mut eligible: Vec<(&Candidate, f64, f64)> = Vec::new();
             for c in &front {
-                let (gain, ratio) = gain_and_cost_ratio(&champion, &c.scores.clone().unwrap_or_default());
-                if gain + 1e-12 >= *min_gain && ratio <= *max_cost_ratio {
-                    eligible.push((c, gain, ratio));
+                let scores = c.scores.clone().unwrap_or_default();
+                let (gain, ratio) = gain_and_cost_ratio(&champion, &scores);
+                if (scores.users_decide || gain + 1e-12 >= *min_gain) && ratio <= *max_cost_ratio {
+                    // Shown gains first, largest first; users' candidates after them.
+                    let rank = if scores.users_decide { f64::NEG_INFINITY } else { gain };
+                    eligible.push((c, rank, ratio));
                 } else {
                     record(
                         c,
@@ -64,9 +71,14 @@ pub(super) async fn run(
             }
             eligible.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.total_cmp(&b.2)));
             match eligible.first() {
-                Some((c, gain, ratio)) => {
-                    let rule =
-                        format!("auto rule (gain {gain:+.3} ≥ {min_gain}, cost ratio {ratio:.2} ≤ {max_cost_ratio})");
+                Some((c, rank, ratio)) => {
+                    let rule = if rank.is_finite() {
+                        format!("auto rule (gain {rank:+.3} ≥ {min_gain}, cost ratio {ratio:.2} ≤ {max_cost_ratio})")
+                    } else {
+                        format!(
+                            "auto rule (users decide its gain online; cost ratio {ratio:.2} ≤ {max_cost_ratio})"
+                        )
+                    };
                     let change = deploy::start_canary(
                         &learner.config,
                         &learner.gateway,

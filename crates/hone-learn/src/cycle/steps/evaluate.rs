@@ -23,6 +23,7 @@ fn scores_of(s: &EvalSummary, regression: Option<&EvalSummary>) -> CandidateScor
         errors: s.errors,
         rates: gate::rates(s),
         gate_gain: None,
+        users_decide: false,
     }
 }
 

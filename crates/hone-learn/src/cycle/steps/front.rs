@@ -1,7 +1,8 @@
 //! front: the gated candidates and the champion as points (reward, cost,
 //! latency); a candidate dominated by another point under the agent's
 //! objective is pruned with the point that beat it, the rest are on the
-//! Pareto front.
+//! Pareto front. A candidate the gate left to users has no offline reward
+//! to be dominated on: it is on the front, for users to judge.
 
 use super::{Learner, Stepped};
 use crate::error::Result;
@@ -36,7 +37,12 @@ pub(super) fn run(learner: &Learner, agent: &AgentConfig, cycle: &CycleInfo, det
     let now = now_ms();
     let (mut updates, mut events) = (Vec::new(), Vec::new());
     for (i, c) in gated.iter().enumerate() {
+        let users_decide = c.scores.as_ref().is_some_and(|s| s.users_decide);
         let (status, reason) = match dominated[i + 1] {
+            _ if users_decide => (
+                CandidateStatus::OnFront,
+                "on the front: its reward is for users to judge online".to_owned(),
+            ),
             Some(j) => (
                 CandidateStatus::Pruned,
                 format!(

@@ -1,16 +1,17 @@
 //! gate: each evaluated candidate compared pairwise with the champion on
 //! the target and regression sets (with re-runs of disagreeing instances),
 //! its gain judged over both; it passes only when the gate's rules hold,
-//! or is pruned with the reasons.
+//! or is pruned with the reasons. What the gate can see of the reward
+//! offline ([`gate::Sight`]) is read off the champion's runs.
 
 use super::{evaluate_on, stored_results, Learner, Stepped};
 use crate::compare::{compare, Comparison};
 use crate::error::Result;
 use crate::gate::{self, GateInput};
-use hone_config::AgentConfig;
+use hone_config::{AgentConfig, PromotionRule};
 use hone_store::CandidateUpdate;
 use hone_types::time::now_ms;
-use hone_types::{CandidateScores, CandidateStatus, CycleDetail, CycleInfo, HistoryEvent};
+use hone_types::{CandidateScores, CandidateStatus, CycleDetail, CycleInfo, HistoryEvent, InstanceResult};
 use serde_json::json;
 
 pub(super) async fn run(
@@ -24,6 +25,20 @@ pub(super) async fn run(
     let (evaluator, via, target, champion) = (&bench.evaluator, &bench.via, &bench.target, &bench.champion);
     let spec = &agent.learn.gate;
     let (champ_summary, champ_results) = evaluate_on(learner, &bench, target, champion, "champion").await?;
+    let sight = sight(learner, agent, &champ_results)?;
+    if let gate::Sight::WithoutUsers { online_test } = sight {
+        learner.say(
+            name,
+            &format!(
+                "no offline run carries a user's signal: the gate sees critics, the judge and penalties only{}",
+                if online_test {
+                    "; users decide each candidate's gain online (promotion = \"sequential\")"
+                } else {
+                    ", and no online test is configured to decide the rest (promotion = \"sequential\")"
+                }
+            ),
+        );
+    }
     // The regression set's stored runs, the champion's read once.
     let champ_regression = match &bench.regression {
         Some(r) => stored_results(learner, &bench, r, champion)?.1,
@@ -68,6 +83,7 @@ pub(super) async fn run(
             candidate: &cand_summary,
             diffs: &diffs,
             comparisons: &refs,
+            sight,
         });
         let (status, reason) = if decision.passed {
             (
@@ -106,10 +122,31 @@ pub(super) async fn run(
             // The gain the gate judged, typed, beside the evaluation's scores.
             scores: c.scores.clone().map(|s| CandidateScores {
                 gate_gain: decision.gain,
+                users_decide: decision.users_decide,
                 ..s
             }),
         };
         learner.store.update_candidates(&[update], &[event], now)?;
     }
     Ok(Stepped::next(cycle, detail))
+}
+
+/// What the offline runs show of the reward: all of it, unless the spec
+/// weighs users' signals and none of the champion's runs got one.
+fn sight(learner: &Learner, agent: &AgentConfig, runs: &[InstanceResult]) -> Result<gate::Sight> {
+    if agent.reward.signals.is_empty() {
+        return Ok(gate::Sight::Whole);
+    }
+    for run in runs {
+        if learner
+            .store
+            .episode(&run.episode_id)?
+            .is_some_and(|e| !e.signals.is_empty())
+        {
+            return Ok(gate::Sight::Whole);
+        }
+    }
+    Ok(gate::Sight::WithoutUsers {
+        online_test: matches!(agent.deployment.promotion, PromotionRule::Sequential { .. }),
+    })
 }
