@@ -8,10 +8,11 @@
 //! Offline runs are not production: no user reacts to a re-run. When the
 //! reward spec weighs users' signals and none reached an offline run, the
 //! gate sees only what does reach them (critics, the judge, penalties) and
-//! cannot show a gain; it then asks that the candidate be shown not worse
-//! on what it sees, and leaves the gain to the users — a canary under
-//! `promotion = "sequential"` — or, with no such online test, prunes it
-//! saying why ([`Sight`]).
+//! cannot show the gain they would; a candidate with no gain shown on what
+//! it does see then goes to the users — a canary under `promotion =
+//! "sequential"` — unless it is shown worse on it. With no such online
+//! test, the gain must show on what the gate sees, and its reason says so
+//! ([`Sight`]).
 
 use crate::compare::Comparison;
 use crate::eval::EvalSummary;
@@ -154,16 +155,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         })
         .map(|o| o.as_str())
         .collect();
-    let users_decide = input.sight == Sight::WithoutUsers { online_test: true };
+    // Without users offline and with an online test, a candidate that
+    // shows no gain on what offline runs carry goes to the users, unless
+    // it is shown worse on it.
+    let users_decide = input.sight == (Sight::WithoutUsers { online_test: true }) && !better_reward;
     if input.diffs.is_empty() {
         reasons.push("no instance could be compared".to_owned());
-    } else if input.sight == (Sight::WithoutUsers { online_test: false }) {
-        reasons.push(
-            "cannot show a gain offline: the reward spec weighs users' signals and no offline run got one \
-             (users react only to answers they were served); with promotion = \"sequential\" in the \
-             deployment users decide online, or give the spec a critic or a judge"
-                .to_owned(),
-        );
     } else if users_decide {
         if hi < 0.0 {
             reasons.push(format!(
@@ -171,11 +168,19 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
             ));
         }
     } else if !(better_reward || not_worse && !better_secondary.is_empty()) {
-        reasons.push(if not_worse {
+        let mut reason = if not_worse {
             format!("does not beat the champion: reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]) and no cheaper or faster by 10%")
         } else {
             format!("does not beat the champion with {pct}% confidence: reward {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}])")
-        });
+        };
+        if input.sight == (Sight::WithoutUsers { online_test: false }) {
+            reason.push_str(
+                " — judged on critics, the judge and penalties only: the users' signals the reward spec weighs \
+                 reached no offline run (users react only to answers they were served); with promotion = \"sequential\" \
+                 in the deployment, users decide online",
+            );
+        }
+        reasons.push(reason);
     }
     // An instance can be in both the target and the regression set: it
     // counts once (with the first set's runs).
@@ -245,11 +250,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
             format!(", better on {}", better_secondary.join(", "))
         }
     );
+    let passed = reasons.is_empty();
     GateDecision {
-        passed: reasons.is_empty(),
+        passed,
         reasons,
         evidence,
         gain: judged,
-        users_decide,
+        users_decide: users_decide && passed,
     }
 }

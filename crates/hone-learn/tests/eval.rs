@@ -457,7 +457,8 @@ fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
 /// users' signals would make. With a sequential online test it passes a
 /// candidate not shown worse on what offline runs carry (penalties here),
 /// marked for users to decide, and prunes one shown worse on it; with no
-/// online test it prunes every candidate, saying why.
+/// online test a candidate must show its gain on what the gate sees, and
+/// the reason says what the gate could not see.
 #[test]
 fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
     use hone_learn::gate::{decide, paired_diffs, GateInput, Sight};
@@ -499,11 +500,24 @@ fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
     let without_test = judge(&clean, Sight::WithoutUsers { online_test: false });
     assert!(!without_test.passed && !without_test.users_decide);
     assert!(
-        without_test.reasons[0].starts_with("cannot show a gain offline")
+        without_test.reasons[0].starts_with("does not beat the champion")
+            && without_test.reasons[0].contains("reached no offline run")
             && without_test.reasons[0].contains("promotion = \"sequential\""),
         "{:?}",
         without_test.reasons
     );
+    // A gain on what offline runs show is a gain: fewer invalid tool calls.
+    let (fixed, broken_champion) = (set(0), set(30));
+    let shown = decide(&GateInput {
+        spec: &spec,
+        objective: &[],
+        champion: &summarise("a", &broken_champion, 3),
+        candidate: &summarise("b", &fixed, 3),
+        diffs: &paired_diffs(&[(&broken_champion, &fixed)], 3),
+        comparisons: &[],
+        sight: Sight::WithoutUsers { online_test: true },
+    });
+    assert!(shown.passed && !shown.users_decide, "{shown:?}");
     // Worse on what offline runs show: invalid tool calls on 30 of 60 runs.
     let broken = set(30);
     let worse = judge(&broken, Sight::WithoutUsers { online_test: true });

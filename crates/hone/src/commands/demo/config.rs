@@ -36,7 +36,12 @@ pub enum DemoOptimiser {
 }
 
 impl DemoOptimiser {
-    pub const DEFAULT: [DemoOptimiser; 3] = [DemoOptimiser::Sft, DemoOptimiser::Grpo, DemoOptimiser::Dpo];
+    /// What learns from served answers alone: `sft` on the accepted ones,
+    /// `grpo` on the users' episodes with their rewards.
+    pub const DEFAULT: [DemoOptimiser; 2] = [DemoOptimiser::Sft, DemoOptimiser::Grpo];
+    /// With `--sandbox-users`, `dpo` too: it learns from rollouts, which
+    /// only the sandbox's on-demand user rewards.
+    pub const SANDBOX: [DemoOptimiser; 3] = [DemoOptimiser::Sft, DemoOptimiser::Grpo, DemoOptimiser::Dpo];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -73,7 +78,9 @@ pub enum GrpoGroups {
 }
 
 impl GrpoGroups {
-    pub const DEFAULT: [GrpoGroups; 2] = [GrpoGroups::Rollouts, GrpoGroups::Production];
+    /// With `--sandbox-users`: rollouts (which its on-demand user rewards)
+    /// and the users' own episodes.
+    pub const SANDBOX: [GrpoGroups; 2] = [GrpoGroups::Rollouts, GrpoGroups::Production];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -100,12 +107,12 @@ pub fn parse_confidence(text: &str) -> Result<f64, String> {
 }
 
 /// What a user chose on the command line that shapes the config.
-pub struct Choices<'a> {
+pub struct Choices {
     pub reward: RewardMode,
-    pub optimisers: &'a [DemoOptimiser],
+    pub optimisers: Vec<DemoOptimiser>,
     /// `--optimisers-per-cycle`: how many of them propose in one cycle.
     pub optimisers_per_cycle: usize,
-    pub grpo_groups: &'a [GrpoGroups],
+    pub grpo_groups: Vec<GrpoGroups>,
     /// `--grpo-steps`: training steps of a `grpo` candidate.
     pub grpo_steps: u64,
     pub temperature: f64,
@@ -116,22 +123,26 @@ pub struct Choices<'a> {
     /// `--gate-confidence`: how sure the gate must be that a candidate
     /// beats the champion offline.
     pub gate_confidence: f64,
+    /// `--sandbox-users`: offline runs get an on-demand user's reaction;
+    /// without it users decide every canary by a sequential test.
+    pub sandbox_users: bool,
 }
 
-impl<'a> Choices<'a> {
+impl Choices {
     /// What `hone demo`'s arguments chose.
-    pub fn of(args: &'a super::DemoArgs) -> Self {
+    pub fn of(args: &super::DemoArgs) -> Self {
         Self {
             reward: args.reward,
-            optimisers: &args.optimisers,
+            optimisers: args.optimisers(),
             optimisers_per_cycle: args.optimisers_per_cycle as usize,
-            grpo_groups: &args.grpo_groups,
+            grpo_groups: args.grpo_groups(),
             grpo_steps: args.grpo_steps,
             temperature: args.temperature,
             replay_share: args.replay_share,
             canary_share: args.canary_share,
             promote_margin: args.promote_margin,
             gate_confidence: args.gate_confidence,
+            sandbox_users: args.sandbox_users,
         }
     }
 }
@@ -145,7 +156,7 @@ impl std::fmt::Display for DemoOptimiser {
 /// The config text. `data_dir` and `base` (the base policy's checkpoint)
 /// are absolute paths,
 /// `endpoint` the environment's `POST /run` URL.
-pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>) -> String {
+pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> String {
     let Choices {
         reward,
         optimisers,
@@ -157,9 +168,19 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices<'_>)
         canary_share,
         promote_margin,
         gate_confidence,
+        sandbox_users,
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
+        None if !sandbox_users => "# Users decide: no user sees an offline run, so the gate cannot show a\n\
+                 # gain the users' signals would make; a candidate not shown worse on what\n\
+                 # offline runs do show (penalties) goes to a canary, promoted once an\n\
+                 # always-valid sequential test on the users' rewards shows it better,\n\
+                 # rolled back once it shows it worse or after canary_max_episodes\n\
+                 # rewarded canary episodes (the most users who meet it).\n\
+                 promotion = \"sequential\"\n\
+                 canary_max_episodes = 96"
+            .to_owned(),
         None => "# A canary not shown worse online than the champion is promoted\n\
                  # (`promote_margin` asks it to be shown within a margin instead)."
             .to_owned(),

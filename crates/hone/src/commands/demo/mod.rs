@@ -64,7 +64,7 @@ pub struct DemoArgs {
     /// Stop after this many rounds, each a round of users and then a cycle
     /// (unless a canary is out); a canary the last cycle deployed is then
     /// watched, without further cycles, until it is decided.
-    #[arg(long, default_value_if("quick", "true", Some("2")))]
+    #[arg(long)]
     pub cycles: Option<u32>,
     /// Start no cycle once a candidate has been promoted (the run ends
     /// with the round that promoted it; `--quick` sets it, `--until-promoted
@@ -78,14 +78,25 @@ pub struct DemoArgs {
         action = clap::ArgAction::Set
     )]
     pub until_promoted: bool,
-    /// A short run that shows learning in under a minute: `grpo` on
-    /// rollouts with 15 training steps, half the traffic to a canary, at
-    /// most two cycles, ending with the round that promotes a candidate
-    /// (`--optimisers grpo --grpo-groups rollouts --grpo-steps 15
-    /// --canary-share 0.5 --cycles 2 --until-promoted`; any of them given
-    /// explicitly wins), from the same base policy as the default.
+    /// A short run that shows learning in a few minutes: one optimiser
+    /// (`grpo`: on the users' own episodes, or with `--sandbox-users` on
+    /// rollouts) with 15 training steps, half the traffic to a canary, at
+    /// most two cycles (four when users decide the canary), ending with
+    /// the round that promotes a candidate (`--optimisers grpo
+    /// --grpo-groups production|rollouts --grpo-steps 15 --canary-share 0.5
+    /// --cycles 2|4 --until-promoted`; any of them given explicitly wins),
+    /// from the same base policy as the default.
     #[arg(long)]
     pub quick: bool,
+    /// Sandbox: a simulated user also reacts, at once, to every offline
+    /// run (the gate's re-runs, rollouts), which production never has —
+    /// users there react only to answers they were served. Off by default:
+    /// offline runs get no user reaction, the gate sees only what offline
+    /// runs show, and users decide each candidate online (a canary under
+    /// an always-valid sequential test). Everything a sandbox run writes
+    /// says it was one.
+    #[arg(long)]
+    pub sandbox_users: bool,
     /// Remake the base policy even when one with the same recipe is cached.
     #[arg(long)]
     pub rebuild_base: bool,
@@ -96,28 +107,20 @@ pub struct DemoArgs {
     /// How rewards are made from what users do.
     #[arg(long, value_enum, default_value_t = RewardMode::Implicit)]
     pub reward: RewardMode,
-    /// The optimisers the learning loop runs, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_values_t = DemoOptimiser::DEFAULT,
-        default_value_if("quick", "true", Some("grpo"))
-    )]
+    /// The optimisers the learning loop runs, comma-separated (default:
+    /// `sft,grpo` — what learns from served answers alone; with
+    /// `--sandbox-users` `sft,grpo,dpo`; `--quick`: `grpo`).
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub optimisers: Vec<DemoOptimiser>,
     /// How many of `--optimisers` propose in one cycle; with fewer than
     /// all, they take turns from cycle to cycle (an optimiser with nothing
     /// to propose passes its turn on).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub optimisers_per_cycle: u64,
-    /// Where `grpo` takes its groups from, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_values_t = GrpoGroups::DEFAULT,
-        default_value_if("quick", "true", Some("rollouts"))
-    )]
+    /// Where `grpo` takes its groups from, comma-separated (default:
+    /// `production`, the users' own episodes; with `--sandbox-users`
+    /// `rollouts,production`, and `rollouts` with `--quick`).
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub grpo_groups: Vec<GrpoGroups>,
     /// Training steps of a `grpo` candidate (batches of 4 rows; `--quick`:
     /// 15, which took its first candidates as far in six runs of six).
@@ -380,6 +383,10 @@ fn timescale(optimiser: &str) -> &'static str {
 /// What `summary.json` holds.
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
+    /// `honest` (users react only to answers they were served) or
+    /// `sandbox` (`--sandbox-users`: a simulated user also reacted to every
+    /// offline run).
+    mode: &'static str,
     reward: String,
     minutes: f64,
     rounds: usize,
@@ -430,17 +437,61 @@ impl DemoArgs {
         if self.held_out < 2 || self.episodes_per_round < 2 {
             bail!("--held-out and --episodes-per-round must be at least 2");
         }
+        if self.promote_margin.is_some() && !self.sandbox_users {
+            bail!(
+                "--promote-margin applies with --sandbox-users only: without them users decide each canary by a sequential test, which must show it better"
+            );
+        }
         seeds::check(&self.seeds)
+    }
+
+    /// The optimisers the loop runs: as given (each once), else the
+    /// mode's default (see `--optimisers`).
+    pub fn optimisers(&self) -> Vec<DemoOptimiser> {
+        let mut chosen: Vec<DemoOptimiser> = Vec::new();
+        for o in &self.optimisers {
+            if !chosen.contains(o) {
+                chosen.push(*o);
+            }
+        }
+        match chosen.is_empty() {
+            false => chosen,
+            true if self.quick => vec![DemoOptimiser::Grpo],
+            true if self.sandbox_users => DemoOptimiser::SANDBOX.to_vec(),
+            true => DemoOptimiser::DEFAULT.to_vec(),
+        }
+    }
+
+    /// Where `grpo` takes its groups from: as given, else the mode's
+    /// default (see `--grpo-groups`).
+    pub fn grpo_groups(&self) -> Vec<GrpoGroups> {
+        match (self.grpo_groups.is_empty(), self.sandbox_users, self.quick) {
+            (false, _, _) => self.grpo_groups.clone(),
+            (true, true, true) => vec![GrpoGroups::Rollouts],
+            (true, true, false) => GrpoGroups::SANDBOX.to_vec(),
+            (true, false, _) => vec![GrpoGroups::Production],
+        }
+    }
+
+    /// At most this many rounds with a cycle (`--cycles`; `--quick`: two,
+    /// or four when users decide each canary).
+    pub fn cycles(&self) -> Option<u32> {
+        self.cycles
+            .or_else(|| self.quick.then_some(if self.sandbox_users { 2 } else { 4 }))
+    }
+
+    /// What the run's results are labelled with: `honest` (users react only
+    /// to answers they were served) or `sandbox` (`--sandbox-users`).
+    pub fn mode(&self) -> &'static str {
+        if self.sandbox_users {
+            "sandbox"
+        } else {
+            "honest"
+        }
     }
 }
 
-pub fn run(mut args: DemoArgs) -> Result<ExitCode> {
-    let mut seen = Vec::new();
-    args.optimisers.retain(|o| {
-        let first = !seen.contains(o);
-        seen.push(*o);
-        first
-    });
+pub fn run(args: DemoArgs) -> Result<ExitCode> {
     args.check()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
@@ -525,10 +576,18 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     )
     .with_context(|| format!("cannot write {}", config_path.display()))?;
     let mut config = hone_config::load_file(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Rollouts and evaluations through the endpoint get their reward from a
-    // simulated user of their own (reacting at once), as traffic does.
-    let rollout_user = SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003));
-    let stage = stage::Stage::start(ports, &mut config, Some(rollout_user)).await?;
+    // Only in the sandbox do rollouts and evaluations through the endpoint
+    // get a reward from a simulated user of their own, reacting at once;
+    // by default, as in production, no user sees an offline run.
+    let rollout_user = args
+        .sandbox_users
+        .then(|| SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003)));
+    if args.sandbox_users {
+        note(format_args!(
+            "sandbox users: a simulated user reacts at once to every offline run (gate re-runs, rollouts), which production does not have; these results are the sandbox's"
+        ));
+    }
+    let stage = stage::Stage::start(ports, &mut config, rollout_user).await?;
     let recorder = stage.recorder.clone();
 
     let store = open_store(&config)?;
@@ -636,7 +695,7 @@ async fn rounds(
         // cycle left a canary out, rounds without one until it is decided,
         // so no candidate ends the run deployed and unjudged.
         let learning = started.elapsed() < budget
-            && args.cycles.is_none_or(|c| (round as u32) < c)
+            && args.cycles().is_none_or(|c| (round as u32) < c)
             && !promoted_enough(&promotions);
         if !learning {
             let canary = hone_learn::deploy::current(store, &agent)?.0.canary;
@@ -803,6 +862,7 @@ async fn rounds(
     let wins = diffs.iter().filter(|d| **d > 0.0).count() as u64;
     let losses = diffs.iter().filter(|d| **d < 0.0).count() as u64;
     let summary = Summary {
+        mode: args.mode(),
         reward: format!("{:?}", args.reward).to_lowercase(),
         minutes: started.elapsed().as_secs_f64() / 60.0,
         rounds: round,
@@ -1008,8 +1068,14 @@ fn report_round(
 
 fn print_summary(s: &Summary, path: &Path) {
     note(format_args!(
-        "after {} rounds and {} user episodes in {:.1} min:",
-        s.rounds, s.user_episodes, s.minutes
+        "after {} rounds and {} user episodes in {:.1} min ({}):",
+        s.rounds,
+        s.user_episodes,
+        s.minutes,
+        match s.mode {
+            "sandbox" => "sandbox: a simulated user also reacted to every offline run",
+            _ => "honest: users reacted only to answers they were served",
+        }
     ));
     note(format_args!(
         "  held-out success {:.1}% (95% CI {:.1}–{:.1}) → {:.1}% (95% CI {:.1}–{:.1}) on the same {} tasks",
