@@ -127,46 +127,18 @@ fn gateway(args: &[String]) -> Result<()> {
         }
     }
     if let Some(out) = flag(args, "--out") {
-        let report = serde_json::json!({
-            "command": std::iter::once("hone-bench".to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" "),
-            "commit": git_commit(),
-            "date": hone_types::time::format_rfc3339(hone_types::time::now_ms()),
-            "machine": machine(),
-            "method": "open loop at a fixed rate, 64 keep-alive connections, latency from the moment each request was due (latency correction); direct = the same load straight to the upstream, measured in the same run; overhead = through-hone percentile minus direct percentile; CPU = hone's user+system CPU time per answered request",
-            "rows": rows,
-        });
+        let command = std::iter::once("hone-bench".to_owned())
+            .chain(args.iter().cloned())
+            .collect::<Vec<_>>();
+        // The command, commit, date and machine, then what was measured.
+        let mut report = serde_json::to_value(hone_bench::Provenance::now(&command))?;
+        report["method"] = serde_json::json!("open loop at a fixed rate, 64 keep-alive connections, latency from the moment each request was due (latency correction); direct = the same load straight to the upstream, measured in the same run; overhead = through-hone percentile minus direct percentile; CPU = hone's user+system CPU time per answered request");
+        report["rows"] = serde_json::json!(rows);
         std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("cannot write {out}"))?;
         println!("\nwritten to {out}");
     }
     Ok(())
-}
-
-/// The commit this checkout is at, if it is a git checkout.
-fn git_commit() -> Option<String> {
-    let out = Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// The CPU model, cores and memory of this machine.
-fn machine() -> serde_json::Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory_kb: Option<u64> = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok());
-    serde_json::json!({
-        "cpu": model,
-        "cores": std::thread::available_parallelism().map(|n| n.get()).ok(),
-        "memory_gib": memory_kb.map(|kb| (kb as f64 / 1048576.0 * 10.0).round() / 10.0),
-    })
 }
 
 /// Starts hone recording into the store `store_line` names (none: SQLite)

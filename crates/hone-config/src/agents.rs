@@ -858,17 +858,18 @@ impl PromotionRule {
                 ))
             }
         };
-        let sequential =
-            match d.promotion.as_deref() {
-                None | Some("not_shown_worse") => false,
-                Some("sequential") => true,
-                Some(other) => return Err(ConfigError::at(
+        let sequential = match d.promotion.as_deref() {
+            None | Some("not_shown_worse") => false,
+            Some("sequential") => true,
+            Some(other) => {
+                return Err(ConfigError::at(
                     format!("{dfield}.promotion"),
                     format!(
                         "unknown promotion rule `{other}`; expected \"not_shown_worse\" (default) or \"sequential\""
                     ),
-                )),
-            };
+                ))
+            }
+        };
         if !sequential && d.expected_gain.is_some() {
             return Err(ConfigError::at(
                 format!("{dfield}.expected_gain"),

@@ -6,9 +6,11 @@
 //!
 //! With a simulated user ([`router_with_user`]) the endpoint also sends the
 //! user's reaction to each run as feedback on its episode before replying,
-//! at once: the reward source of rollouts and evaluations whose reward spec
-//! reads only user signals (as a live user would give them, never the
-//! hidden score).
+//! at once: a sandbox, where rollouts and evaluations whose reward spec
+//! reads only user signals get a user's reaction on demand (never the
+//! hidden score itself). Production has no such user — people react only
+//! to answers they were served — so `hone demo` uses it only with
+//! `--sandbox-users`.
 //!
 //! `POST /step` is the environment's side of an episode for a trainer that
 //! samples the model itself (TRL in `hone bench learn`): the body is

@@ -493,7 +493,11 @@ fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
     let clean = set(0);
     let with_test = judge(&clean, Sight::WithoutUsers { online_test: true });
     assert!(with_test.passed && with_test.users_decide, "{with_test:?}");
-    assert!(with_test.evidence.starts_with("users decide online"), "{}", with_test.evidence);
+    assert!(
+        with_test.evidence.starts_with("users decide online"),
+        "{}",
+        with_test.evidence
+    );
     // The same candidate with full sight: no gain, so not passed.
     let seen = judge(&clean, Sight::Whole);
     assert!(!seen.passed && !seen.users_decide, "{seen:?}");
@@ -523,7 +527,10 @@ fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
     let worse = judge(&broken, Sight::WithoutUsers { online_test: true });
     assert!(!worse.passed, "{worse:?}");
     assert!(
-        worse.reasons.iter().any(|r| r.starts_with("worse on what offline runs show")),
+        worse
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("worse on what offline runs show")),
         "{:?}",
         worse.reasons
     );

@@ -302,6 +302,22 @@ fn demo_refuses_a_canary_share_or_level_out_of_range_or_a_repeated_seed_and_make
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
+    // A margin of non-inferiority is the sandbox's: honest canaries must be
+    // shown better by users.
+    let out = hone(&[
+        "demo",
+        "--quick",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--promote-margin",
+        "0.05",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--promote-margin applies with --sandbox-users only"),
+        "{stderr}"
+    );
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
 

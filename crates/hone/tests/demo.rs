@@ -4,11 +4,13 @@
 //!   implicit signals; the summary, the tables and the plots are written;
 //!   `--seeds` runs it once per seed and draws the curves together;
 //! - learning: `hone demo --quick` as a new user runs it (its base policy
-//!   built first), whose held-out success must rise significantly above
-//!   the base's (paired over the same held-out tasks, 95% interval above
-//!   zero) through a promoted candidate, and every promotion is compared
-//!   with the champion it replaced (recomputed here from the
-//!   measurements). The full demo's figures are in docs/ARCHITECTURE.md.
+//!   built first; honest: users react only to answers they were served,
+//!   and decide the canary), whose held-out success must rise
+//!   significantly above the base's (paired over the same held-out tasks,
+//!   95% interval above zero) through a promoted candidate, and every
+//!   promotion is compared with the champion it replaced (recomputed here
+//!   from the measurements). The full demo's figures are in
+//!   docs/results/.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -229,6 +231,71 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
         })
         .unwrap();
     assert_eq!(traffic as u64, users, "one episode per user");
+    // Honest by default: users reacted only to answers they were served;
+    // no offline run (a gate re-run, a rollout, a measurement) got a
+    // user's reaction.
+    assert_eq!(summary["mode"], "honest", "{summary}");
+    let offline: i64 = db
+        .query_row("SELECT COUNT(*) FROM signals WHERE episode_id LIKE 'eval%'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(offline, 0, "an offline run got a user's reaction");
+    assert!(text.contains("promotion = \"sequential\""), "{text}");
+}
+
+/// `--sandbox-users`: a simulated user also reacts to offline runs (here
+/// the rollouts `grpo` learns from), and everything the run writes says it
+/// was the sandbox.
+#[test]
+fn sandbox_users_react_to_offline_runs_and_the_run_says_it_was_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny_base(dir.path());
+    let data = dir.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args([
+            "demo",
+            "--sandbox-users",
+            "--cycles",
+            "1",
+            "--held-out",
+            "4",
+            "--episodes-per-round",
+            "10",
+            "--concurrency",
+            "4",
+            "--optimisers",
+            "grpo",
+        ])
+        .arg("--base")
+        .arg(&base)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("sandbox users: a simulated user reacts at once to every offline run"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(sandbox: a simulated user also reacted to every offline run)"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["mode"], "sandbox");
+    let text = std::fs::read_to_string(data.join("hone.toml")).unwrap();
+    assert!(text.contains(r#"groups = ["rollouts","production"]"#), "{text}");
+    assert!(!text.contains("promotion = \"sequential\""), "{text}");
+    let db = rusqlite::Connection::open(data.join("hone.db")).unwrap();
+    let offline: i64 = db
+        .query_row("SELECT COUNT(*) FROM signals WHERE episode_id LIKE 'eval%'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(offline > 0, "no offline run got the sandbox user's reaction");
 }
 
 #[test]
@@ -306,9 +373,8 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let data = dir.path().join("demo");
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        // `--quick` as a user runs it: at most two cycles, ending with the
-        // round that promotes a candidate. The measured runs of this
-        // command are in docs/ARCHITECTURE.md ("`hone demo --quick`").
+        // `--quick` as a user runs it: at most four cycles, ending with
+        // the round that promotes a candidate.
         .args(["demo", "--quick", "--seed", "2"])
         .arg("--data-dir")
         .arg(&data)
@@ -335,15 +401,32 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     let text = std::fs::read_to_string(data.join("hone.toml")).unwrap();
     for line in [
         r#"optimisers = ["grpo"]"#,
-        r#"groups = ["rollouts"]"#,
+        r#"groups = ["production"]"#,
         "[agents.calc.learn.grpo]\nsteps = 15\n",
         "canary_share = 0.5",
+        r#"promotion = "sequential""#,
     ] {
         assert!(text.contains(line), "`{line}` missing from\n{text}");
     }
 
-    // Learned from users: a grpo candidate passed the gate and its canary
-    // and became the champion.
+    // Learned from what users saw: a grpo candidate trained on the users'
+    // own episodes passed the gate, users showed it better as a canary, and
+    // it became the champion; no offline run got a user's reaction.
+    assert_eq!(summary["mode"], "honest");
+    assert!(
+        stderr.contains("sequential test after") && stderr.contains("always-valid p"),
+        "{stderr}"
+    );
+    let first = &summary["first_promotion"];
+    assert!(first["user_episodes"].as_u64().unwrap() > 0, "{summary}");
+    let exposures = summary["exposures"].as_array().unwrap();
+    assert!(!exposures.is_empty(), "{summary}");
+    let worse: u64 = exposures
+        .iter()
+        .filter(|e| e["worse"] == true)
+        .map(|e| e["users"].as_u64().unwrap())
+        .sum();
+    assert_eq!(summary["users_on_worse_canaries"].as_u64().unwrap(), worse);
     let promotions = summary["promotions"].as_array().unwrap();
     assert!(
         promotions

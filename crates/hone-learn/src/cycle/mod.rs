@@ -86,7 +86,7 @@ impl Learner {
     }
 
     /// Makes the in-process gateway's accepted calls readable, if there is one.
-    pub(crate) async fn flush_recorder(&self) {
+    pub async fn flush_recorder(&self) {
         if let Some(recorder) = &self.recorder {
             let _ = recorder.flush(std::time::Duration::from_secs(5)).await;
         }

@@ -75,9 +75,7 @@ pub(super) async fn run(
                     let rule = if rank.is_finite() {
                         format!("auto rule (gain {rank:+.3} ≥ {min_gain}, cost ratio {ratio:.2} ≤ {max_cost_ratio})")
                     } else {
-                        format!(
-                            "auto rule (users decide its gain online; cost ratio {ratio:.2} ≤ {max_cost_ratio})"
-                        )
+                        format!("auto rule (users decide its gain online; cost ratio {ratio:.2} ≤ {max_cost_ratio})")
                     };
                     let change = deploy::start_canary(
                         &learner.config,

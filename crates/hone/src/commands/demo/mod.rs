@@ -342,6 +342,14 @@ impl Pooled {
     }
 }
 
+/// When the first promotion came.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct FirstPromotion {
+    round: usize,
+    learning_s: f64,
+    user_episodes: usize,
+}
+
 /// A canary that became the champion, and what kind of learning made it.
 #[derive(Debug, Clone, Serialize)]
 struct Promotion {
@@ -366,6 +374,84 @@ impl Promotion {
     fn label(&self) -> String {
         format!("promoted ({})", self.optimiser)
     }
+}
+
+/// A version users met while it was a canary, and how it did for them
+/// (the demo's own view: the hidden score of the answers they were
+/// served, against the champion's answers to the users of the same
+/// rounds).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Exposure {
+    version: String,
+    /// `promoted`, `rolled back` or `undecided`.
+    outcome: &'static str,
+    users: usize,
+    /// From its first canary user's reaction to its last's.
+    seconds: f64,
+    success: f64,
+    champion_users: usize,
+    champion_success: f64,
+    /// It solved less for its users than the champion did for theirs.
+    worse: bool,
+}
+
+/// Every user episode as the demo saw it: the round, whether the version
+/// that served it was the round's champion, and what it scored.
+struct Seen {
+    round: usize,
+    version: String,
+    champion: String,
+    at: f64,
+    solved: bool,
+}
+
+/// The canaries users met, from every user episode's serving version.
+fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
+    let mut versions: Vec<&str> = Vec::new();
+    for s in seen.iter().filter(|s| s.version != s.champion) {
+        if !versions.contains(&s.version.as_str()) {
+            versions.push(&s.version);
+        }
+    }
+    versions
+        .into_iter()
+        .map(|version| {
+            let mine: Vec<&Seen> = seen
+                .iter()
+                .filter(|s| s.version == version && s.champion != version)
+                .collect();
+            let rounds: Vec<usize> = mine.iter().map(|s| s.round).collect();
+            let theirs: Vec<&Seen> = seen
+                .iter()
+                .filter(|s| rounds.contains(&s.round) && s.version == s.champion)
+                .collect();
+            let rate = |v: &[&Seen]| v.iter().filter(|s| s.solved).count() as f64 / v.len().max(1) as f64;
+            let (first, last) = mine.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), s| {
+                (a.min(s.at), b.max(s.at))
+            });
+            let outcome = if promoted.iter().any(|p| p.version == version) {
+                "promoted"
+            } else if seen
+                .last()
+                .is_some_and(|s| s.version == version && s.champion != version)
+            {
+                "undecided"
+            } else {
+                "rolled back"
+            };
+            let (success, champion_success) = (rate(&mine), rate(&theirs));
+            Exposure {
+                version: version.to_owned(),
+                outcome,
+                users: mine.len(),
+                seconds: (last - first).max(0.0),
+                success,
+                champion_users: theirs.len(),
+                champion_success,
+                worse: success < champion_success,
+            }
+        })
+        .collect()
 }
 
 /// The timescale an optimiser learns on (docs/ARCHITECTURE.md, "Concepts"): weights, episodic
@@ -404,6 +490,14 @@ pub(crate) struct Summary {
     /// of the last, when they differ: less noisy than one of each.
     pooled: Option<Pooled>,
     promotions: Vec<Promotion>,
+    /// Learning seconds and user episodes before the first promotion (the
+    /// measurement after the round that promoted it).
+    first_promotion: Option<FirstPromotion>,
+    /// Every canary users met, and how it did for them.
+    exposures: Vec<Exposure>,
+    /// Users served by a canary that solved less for them than the
+    /// champion did for the users of the same rounds.
+    users_on_worse_canaries: usize,
     /// Promotions whose version is significantly worse on the held-out
     /// tasks than the champion it replaced.
     regressions_shipped: usize,
@@ -686,6 +780,7 @@ async fn rounds(
     let (mut promotions, mut rollbacks) = (Vec::new(), Vec::new());
     let mut next_task = 0u64;
     let mut round = 0usize;
+    let mut seen: Vec<Seen> = Vec::new();
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     let (mut judging, mut canaries) = (0usize, 0usize);
     // With `--until-promoted`, a promotion ends the learning.
@@ -727,6 +822,7 @@ async fn rounds(
         // more users start and the round ends when those playing finish.
         // `hone learn` watches on its own clock the same way.
         let canary_out = hone_learn::deploy::current(store, &agent)?.0.canary.is_some();
+        let round_champion = champion()?;
         // The last cycle's canary, if any, gets its share from the first user.
         stage.follow_deployments()?;
         let watch_every = (args.episodes_per_round / 8).max(1) as usize;
@@ -757,6 +853,20 @@ async fn rounds(
             }
         }
         next_task += finished as u64;
+        learner.flush_recorder().await;
+        for s in &served {
+            let version = store
+                .agent_episode(AGENT, &s.episode)?
+                .and_then(|e| e.calls.first().map(|c| c.version_id.to_string()))
+                .unwrap_or_default();
+            seen.push(Seen {
+                round,
+                version,
+                champion: round_champion.clone(),
+                at: s.at,
+                solved: s.score >= 0.5,
+            });
+        }
         // No canary can appear while users play (only a cycle starts one).
         let verdict = match looked {
             _ if !canary_out => Verdict::NoCanary,
@@ -861,7 +971,19 @@ async fn rounds(
     }
     let wins = diffs.iter().filter(|d| **d > 0.0).count() as u64;
     let losses = diffs.iter().filter(|d| **d < 0.0).count() as u64;
+    let exposures = exposures(&seen, &promotions);
+    let first_promotion = promotions.first().and_then(|p| {
+        let m = measured.iter().find(|m| m.round == p.round)?;
+        Some(FirstPromotion {
+            round: p.round,
+            learning_s: m.learning_s,
+            user_episodes: m.user_episodes,
+        })
+    });
     let summary = Summary {
+        first_promotion,
+        users_on_worse_canaries: exposures.iter().filter(|e| e.worse).map(|e| e.users).sum(),
+        exposures,
         mode: args.mode(),
         reward: format!("{:?}", args.reward).to_lowercase(),
         minutes: started.elapsed().as_secs_f64() / 60.0,
@@ -1133,6 +1255,29 @@ fn print_summary(s: &Summary, path: &Path) {
     for r in &s.rollbacks {
         note(format_args!("  rolled back: {r}"));
     }
+    if let Some(f) = &s.first_promotion {
+        note(format_args!(
+            "  first promotion after {:.0} s of learning and {} user episodes (round {})",
+            f.learning_s, f.user_episodes, f.round
+        ));
+    }
+    for e in &s.exposures {
+        note(format_args!(
+            "  canary {} ({}): {} users over {:.0} s, solved {:.0}% for them vs the champion's {:.0}% for {} users of the same rounds{}",
+            short(&e.version),
+            e.outcome,
+            e.users,
+            e.seconds,
+            e.success * 100.0,
+            e.champion_success * 100.0,
+            e.champion_users,
+            if e.worse { ": worse for its users" } else { "" }
+        ));
+    }
+    note(format_args!(
+        "  users served by a canary that did worse for them: {} of {}",
+        s.users_on_worse_canaries, s.user_episodes
+    ));
     if let Some(c) = &s.canary_left {
         note(format_args!(
             "  canary {} was still undecided after {MAX_JUDGING_ROUNDS} rounds past the budget; it stays deployed",

@@ -26,6 +26,10 @@ struct SeedRun {
     pooled: Option<Pooled>,
     promotions: usize,
     regressions_shipped: usize,
+    /// Learning seconds and user episodes before the first promotion.
+    first_promotion: Option<super::FirstPromotion>,
+    /// Users served by a canary that did worse for them than the champion.
+    users_on_worse_canaries: usize,
 }
 
 impl SeedRun {
@@ -39,6 +43,8 @@ impl SeedRun {
             pooled: s.pooled.clone(),
             promotions: s.promotions.len(),
             regressions_shipped: s.regressions_shipped,
+            first_promotion: s.first_promotion,
+            users_on_worse_canaries: s.users_on_worse_canaries,
         }
     }
 
@@ -53,6 +59,10 @@ impl SeedRun {
 /// them.
 #[derive(Debug, Serialize)]
 struct Seeds {
+    /// The command, commit, date and machine that produced it.
+    produced_by: hone_bench::Provenance,
+    /// `honest` or `sandbox` (`--sandbox-users`).
+    mode: &'static str,
     runs: Vec<SeedRun>,
     gain: Spread,
     plots: Vec<PathBuf>,
@@ -126,7 +136,10 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
     std::fs::create_dir_all(&dir)?;
     let plots = plots::seeds(&dir, &curves)?;
     let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
+    let command: Vec<String> = std::env::args().collect();
     let seeds = Seeds {
+        produced_by: hone_bench::Provenance::now(&command),
+        mode: args.mode(),
         gain: Spread::of(&gains),
         runs,
         plots,
@@ -140,8 +153,9 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
 
 fn report(s: &Seeds, path: &Path) {
     note(format_args!(
-        "over {} seeds (the same base policy and held-out tasks):",
-        s.runs.len()
+        "over {} seeds ({}; the same base policy and held-out tasks):",
+        s.runs.len(),
+        s.mode
     ));
     for r in &s.runs {
         let held_out = match &r.pooled {
@@ -149,13 +163,18 @@ fn report(s: &Seeds, path: &Path) {
             None => "nothing promoted, the base throughout".to_owned(),
         };
         note(format_args!(
-            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {}, {} shipped a regression",
+            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {}, {} shipped a regression; first promotion {}; {} users on a canary worse for them",
             r.seed,
             r.rounds,
             r.user_episodes,
             r.minutes,
             promotions(r.promotions),
-            r.regressions_shipped
+            r.regressions_shipped,
+            r.first_promotion.map_or("never".to_owned(), |f| format!(
+                "after {:.0} s and {} user episodes",
+                f.learning_s, f.user_episodes
+            )),
+            r.users_on_worse_canaries
         ));
     }
     let promotions_total: usize = s.runs.iter().map(|r| r.promotions).sum();

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// One user's episode, as the demo saw it.
 #[derive(Debug, Clone)]
 pub struct Served {
+    /// The user's episode (the store knows which version served it).
+    pub episode: EpisodeId,
     /// Seconds since the demo started, when the user reacted.
     pub at: f64,
     /// The hidden score (for the demo's own report only).
@@ -89,6 +91,7 @@ pub fn users<'a>(
                 runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
             }
             Ok::<_, hone_envs::RunError>(Served {
+                episode: outcome.episode.clone(),
                 at: started.elapsed().as_secs_f64(),
                 score: outcome.played.score,
                 accepted: reaction.iter().any(|s| s.is_positive()),
