@@ -398,9 +398,11 @@ pub async fn rollback(
 mod tests {
     use super::*;
 
-    /// 0/1 rewards, `k` of `n` passing, one a millisecond.
+    /// 0/1 rewards, `k` of `n` passing, spread evenly, one a millisecond.
     fn passes(k: usize, n: usize) -> Vec<(i64, f64)> {
-        (0..n).map(|i| (i as i64, if i < k { 1.0 } else { 0.0 })).collect()
+        (0..n)
+            .map(|i| (i as i64, if (i + 1) * k / n > i * k / n { 1.0 } else { 0.0 }))
+            .collect()
     }
 
     #[test]
@@ -451,7 +453,7 @@ mod tests {
             .sequential
             .as_deref()
             .is_some_and(|t| t.contains("always-valid p")));
-        assert_eq!(view(&deployment, &passes(9, 10)).call, "collecting episodes");
+        assert_eq!(view(&deployment, &passes(8, 9)).call, "collecting episodes");
         assert_eq!(
             view(&deployment, &passes(20, 20)).call,
             "promotes at the watcher's next look"
