@@ -42,7 +42,8 @@ pub use providers::{LocalDType, LocalOptions, Price, ProviderConfig, ProviderKin
 pub use recorder::RecorderConfig;
 pub use reflect::{Budget, PlaybookSpec, PromptSpec, ToolsSpec, REFLECTOR_AGENT};
 pub use reward::{
-    Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardSpec, SignalWeight, JUDGE_AGENT,
+    Aggregate, CriticKind, CriticSpec, JudgeMode, JudgeSpec, Penalties, RewardModelSpec, RewardSpec, SignalWeight,
+    JUDGE_AGENT,
 };
 pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
 

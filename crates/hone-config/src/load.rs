@@ -214,6 +214,50 @@ model = "m"
     }
 
     #[test]
+    fn a_reward_model_learns_from_the_signals_the_spec_weighs_and_leaves_its_version_alone() {
+        use crate::RewardModelSpec;
+        let reward = |table: &str| {
+            load(&format!(
+                "{BASE}[agents.a.reward]\nsignals = {{ liked = 1.0 }}\n{table}"
+            ))
+            .map(|c| c.agents["a"].reward.clone())
+        };
+        let plain = reward("").unwrap();
+        assert_eq!(plain.model, None);
+        let with = reward("[agents.a.reward.model]\n").unwrap();
+        assert_eq!(with.model, Some(RewardModelSpec::default()));
+        // Rewards stored under the spec stay valid: the model changes none.
+        assert_eq!(with.version(), plain.version());
+        let tuned =
+            reward("[agents.a.reward.model]\nmin_episodes = 100\nmin_auc = 0.8\nheld_out = 0.3\nwindow = 500\n")
+                .unwrap()
+                .model
+                .unwrap();
+        assert_eq!(
+            (tuned.min_episodes, tuned.min_auc, tuned.held_out, tuned.window),
+            (100, 0.8, 0.3, 500)
+        );
+        for (bad, field, says) in [
+            ("min_auc = 0.4", "min_auc", "between 0.5 (chance) and 1"),
+            ("held_out = 1.0", "held_out", "between 0 and 1"),
+            ("min_episodes = 3", "min_episodes", "at least 8"),
+            ("min_episodes = 50\nwindow = 20", "window", "at least min_episodes (50)"),
+            ("epochs = 3", "epochs", "unknown field"),
+        ] {
+            let e = reward(&format!("[agents.a.reward.model]\n{bad}\n")).unwrap_err();
+            assert!(
+                e.to_string().contains(field) && e.to_string().contains(says),
+                "{bad}: {e}"
+            );
+        }
+        let e = load(&format!("{BASE}[agents.a.reward.model]\n")).unwrap_err();
+        assert!(
+            e.to_string().contains("agents.a.reward.model") && e.message.contains("weighs none"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_clear_gain_at_the_gate_starts_its_canary_on_a_larger_share() {
         use crate::CanaryShare;
         let deployment = |extra: &str| {

@@ -17,6 +17,9 @@
 //! provider = "openai"
 //! model = "gpt-4o"
 //! rubric = "Did the agent resolve the customer's problem?"
+//! [agents.support.reward.model]          # a reward model learned from users' signals
+//! min_episodes = 40                      # episodes users reacted to before it is trained
+//! min_auc = 0.75                         # its held-out quality below which it is not used
 //! ```
 
 use crate::error::ConfigError;
@@ -36,6 +39,17 @@ pub struct RawReward {
     #[serde(default)]
     pub critics: BTreeMap<String, RawCritic>,
     pub judge: Option<RawJudge>,
+    pub model: Option<RawRewardModel>,
+}
+
+/// `[agents.NAME.reward.model]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRewardModel {
+    pub min_episodes: Option<usize>,
+    pub min_auc: Option<f64>,
+    pub held_out: Option<f64>,
+    pub window: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,6 +195,78 @@ pub struct RewardSpec {
     pub penalties: Penalties,
     pub critics: Vec<CriticSpec>,
     pub judge: Option<JudgeSpec>,
+    /// A reward model learned from the users' signals this spec weighs. It
+    /// changes no stored reward, so it is not part of the spec's version.
+    #[serde(skip)]
+    pub model: Option<RewardModelSpec>,
+}
+
+/// `[agents.NAME.reward.model]`: a reward model trained every cycle on the
+/// agent's production episodes that users reacted to, predicting whether
+/// the spec would pass an answer, its quality measured on episodes it was
+/// not trained on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RewardModelSpec {
+    /// Episodes users reacted to (within `window`) before it is trained.
+    pub min_episodes: usize,
+    /// Held-out AUC below which nothing uses it.
+    pub min_auc: f64,
+    /// Share of those episodes held out to measure it (by a hash of the
+    /// episode id, so an episode is never on both sides).
+    pub held_out: f64,
+    /// The most recent episodes users reacted to that it learns from.
+    pub window: usize,
+}
+
+impl Default for RewardModelSpec {
+    fn default() -> Self {
+        Self {
+            min_episodes: 40,
+            min_auc: 0.75,
+            held_out: 0.25,
+            window: 400,
+        }
+    }
+}
+
+impl RewardModelSpec {
+    fn from_raw(field: &str, raw: RawRewardModel) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let min_auc = raw.min_auc.unwrap_or(d.min_auc);
+        if !(0.5..=1.0).contains(&min_auc) {
+            return Err(ConfigError::at(
+                format!("{field}.min_auc"),
+                format!("must be between 0.5 (chance) and 1, got {min_auc}"),
+            ));
+        }
+        let held_out = raw.held_out.unwrap_or(d.held_out);
+        if !(held_out > 0.0 && held_out < 1.0) {
+            return Err(ConfigError::at(
+                format!("{field}.held_out"),
+                format!("must be a share between 0 and 1 (exclusive), got {held_out}"),
+            ));
+        }
+        let min_episodes = raw.min_episodes.unwrap_or(d.min_episodes);
+        if min_episodes < 8 {
+            return Err(ConfigError::at(
+                format!("{field}.min_episodes"),
+                format!("must be at least 8 (some to learn from, some to measure on), got {min_episodes}"),
+            ));
+        }
+        let window = raw.window.unwrap_or(d.window);
+        if window < min_episodes {
+            return Err(ConfigError::at(
+                format!("{field}.window"),
+                format!("must be at least min_episodes ({min_episodes}), got {window}"),
+            ));
+        }
+        Ok(Self {
+            min_episodes,
+            min_auc,
+            held_out,
+            window,
+        })
+    }
 }
 
 impl Default for RewardSpec {
@@ -201,6 +287,7 @@ impl Default for RewardSpec {
             },
             critics: Vec::new(),
             judge: None,
+            model: None,
         }
     }
 }
@@ -249,6 +336,16 @@ impl RewardSpec {
             .judge
             .map(|j| judge(&format!("{field}.judge"), j, providers))
             .transpose()?;
+        let model = raw
+            .model
+            .map(|m| RewardModelSpec::from_raw(&format!("{field}.model"), m))
+            .transpose()?;
+        if model.is_some() && signals.is_empty() {
+            return Err(ConfigError::at(
+                format!("{field}.model"),
+                "learns from the users' signals the spec weighs, and it weighs none: add `signals`",
+            ));
+        }
         Ok(Self {
             aggregate,
             pass_threshold,
@@ -257,6 +354,7 @@ impl RewardSpec {
             penalties,
             critics,
             judge,
+            model,
         })
     }
 

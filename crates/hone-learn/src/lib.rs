@@ -1,7 +1,9 @@
 //! hone's learning: turning recorded episodes into signal and proof.
 //!
 //! - [`reward`]: the agent's reward spec applied to an episode (signals,
-//!   [`critics`], a [`judge`], penalties that are never skipped).
+//!   [`critics`], a [`judge`], penalties that are never skipped);
+//!   [`reward_model`]: what the spec would say of an answer no user saw,
+//!   learned from the answers users did see.
 //! - [`dataset`]: snapshots built from traffic, exported for the trainer.
 //! - [`eval`]: a version run over a dataset through the gateway (replay or
 //!   the agent's endpoint), scored per instance; [`compare`]: two versions paired.
@@ -38,6 +40,7 @@ pub mod monitor;
 pub mod optimiser;
 pub mod reflect;
 pub mod reward;
+pub mod reward_model;
 pub mod stats;
 pub use cycle::{schedule, watch};
 pub use error::LearnError;

@@ -10,6 +10,9 @@
 //! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
 //! - `reflect`: the prompt, playbook and tools optimisers and their budgets.
 //! - `stats`: the monitors' and gate's tests against scipy on fixed samples.
+//! - `reward_model`: the reward model's head and quality measures against an
+//!   independent implementation, and the model trained in a cycle on the
+//!   embedded engine's recorded tokens.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -22,6 +25,7 @@ mod datasets;
 mod eval;
 mod judge;
 mod reflect;
+mod reward_model;
 mod rewards;
 mod rl;
 mod stats;

@@ -149,6 +149,31 @@ pub struct CycleDetail {
     /// propose: what each optimiser that calls models spent, by name.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub spend: std::collections::BTreeMap<String, Spend>,
+    /// reward: the reward model learned from users' signals this cycle,
+    /// measured on episodes it was not trained on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_model: Option<RewardModelQuality>,
+}
+
+/// A reward model's quality, measured on production episodes users
+/// reacted to that it was not trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RewardModelQuality {
+    /// Recent episodes users reacted to.
+    pub reacted: usize,
+    /// Of those with token ids: trained on, and held out to measure it.
+    pub trained_on: usize,
+    pub held_out: usize,
+    /// How well its pass probability ranks passed above failed episodes.
+    pub auc: Option<f64>,
+    /// Spearman's rank correlation of its expected reward with the spec's.
+    pub rank_correlation: Option<f64>,
+    /// Expected calibration error of its pass probability (10 bins).
+    pub calibration_error: Option<f64>,
+    /// The spec's least AUC for it to be used.
+    pub min_auc: f64,
+    /// Its AUC reached `min_auc`.
+    pub usable: bool,
 }
 
 /// What calling models cost an optimiser: calls, tokens and dollars
@@ -375,7 +400,7 @@ pub struct HistoryEvent {
     pub agent: String,
     pub at: i64,
     /// `version`, `candidate`, `evaluation`, `gate`, `front`, `approve`,
-    /// `canary`, `promote`, `rollback`, `alert`, `cycle`.
+    /// `canary`, `promote`, `rollback`, `alert`, `cycle`, `reward_model`.
     pub kind: String,
     pub version_id: Option<VersionId>,
     pub cycle_id: Option<String>,

@@ -23,7 +23,7 @@ pub mod version;
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
-    PairedGain, Spend, TrainingSummary,
+    PairedGain, RewardModelQuality, Spend, TrainingSummary,
 };
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary, RewardRange};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};

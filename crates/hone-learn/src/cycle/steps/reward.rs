@@ -1,12 +1,14 @@
 //! reward: score every episode of the window that has no reward under the
-//! current spec yet.
+//! current spec yet; then, with `[agents.NAME.reward.model]`, train the
+//! reward model on the episodes users reacted to and measure it on those
+//! held out (`reward_model`), stored in the cycle and its history.
 
 use super::{Learner, Stepped};
 use crate::error::Result;
 use crate::reward::reward_pending;
 use hone_config::AgentConfig;
 use hone_types::time::now_ms;
-use hone_types::{CycleDetail, CycleInfo};
+use hone_types::{CycleDetail, CycleInfo, HistoryEvent};
 
 pub(super) async fn run(
     learner: &Learner,
@@ -26,5 +28,56 @@ pub(super) async fn run(
         ),
     );
     detail.rewarded = Some(scored);
-    Ok(Stepped::next(cycle, detail))
+    let mut events = Vec::new();
+    if let Some(spec) = &agent.reward.model {
+        let line = match champion_checkpoint(learner, &detail).await? {
+            Err(why) => format!("reward model: {why}; not trained"),
+            Ok(checkpoint) => {
+                let trained =
+                    crate::reward_model::train(learner.store.as_ref(), name, &rewarder.spec_version, spec, checkpoint)
+                        .await?;
+                detail.reward_model = Some(trained.quality);
+                events.push(
+                    HistoryEvent::new(name, now_ms(), "reward_model", &trained.line)
+                        .cycle(&cycle.id)
+                        .evidence(serde_json::json!(trained.quality)),
+                );
+                trained.line
+            }
+        };
+        learner.say(name, &line);
+    }
+    Ok(Stepped::next(cycle, detail).with_events(events))
+}
+
+/// The checkpoint of the champion's first route, when the embedded engine
+/// serves it (the reward model reads the token ids it recorded); else why not.
+async fn champion_checkpoint(
+    learner: &Learner,
+    detail: &CycleDetail,
+) -> Result<std::result::Result<std::path::PathBuf, String>> {
+    let champion = super::champion(detail)?;
+    let Some(record) = learner.store.version(champion)? else {
+        return Ok(Err(format!("the champion {champion} is not stored")));
+    };
+    let Some(route) = record.spec.routes.first() else {
+        return Ok(Err("the champion has no route".to_owned()));
+    };
+    let local = learner
+        .config
+        .providers
+        .get(&route.provider)
+        .is_some_and(|p| p.kind == hone_config::ProviderKind::Local);
+    if !local {
+        return Ok(Err(format!(
+            "it reads the token ids the embedded engine records, and provider `{}` is not the embedded engine (for a hosted agent, a judge scores what no user saw)",
+            route.provider
+        )));
+    }
+    let artefacts = hone_artefacts::Artefacts::new(&learner.config.artefacts)
+        .map_err(|e| crate::error::LearnError::config(e.to_string()))?;
+    Ok(Ok(artefacts
+        .checkpoint(&route.model)
+        .await
+        .map_err(|e| crate::error::LearnError::training(e.to_string()))?))
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 /// Learns for `--minutes` from the base, then measures the adapters kept.
 pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64) -> Result<Vec<Point>> {
     progress(format!(
-        "hone bench learn: [2/4] hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
+        "hone bench learn: hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
         args.minutes
     ));
     let budget = Budget {
@@ -46,7 +46,7 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
     };
     let learned = learn(served, args, lr, noise, &budget).await?;
     progress(format!(
-        "hone bench learn: [2/4] measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
+        "hone bench learn: measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
         learned.kept.len(),
         learned.reports.len(),
         learned.failed

@@ -3,10 +3,16 @@
 //! machine, and how long each took to reach a held-out success threshold.
 //!
 //! - hone's loop: `hone demo` as it ships (simulated users' implicit
-//!   feedback, the whole loop: cycles, gate, canary, promotion), in
-//!   `<data-dir>/hone`; `--optimisers`, `--optimisers-per-cycle`,
-//!   `--grpo-groups`, `--canary-share` and `--gate-confidence` choose its
-//!   loop as they do the demo's.
+//!   feedback on the answers they were served, the whole loop: cycles,
+//!   gate, canary decided by users, promotion), in `<data-dir>/hone`;
+//!   `--optimisers`, `--optimisers-per-cycle`, `--grpo-groups`,
+//!   `--canary-share` and `--gate-confidence` choose its loop as they do
+//!   the demo's.
+//! - hone's loop in the sandbox: the same with `--sandbox-users` (a
+//!   simulated user also rewards every offline run on demand), in
+//!   `<data-dir>/hone-sandbox`: both modes, side by side. The two sides
+//!   below are sandboxes by nature — they sample their own episodes and
+//!   need a reward for each on demand — and are labelled so.
 //! - hone's GRPO alone ([`alone`]): hone's trainer on its own engine's
 //!   samples in TRL's steps, same reward and lr, no gate and no canary —
 //!   hone's learner against TRL's on equal terms.
@@ -294,31 +300,20 @@ fn prepare(args: &LearnArgs) -> Result<(PathBuf, PathBuf)> {
 /// after the other, then `bench-learn.json`, the table and the plots.
 fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
     let threshold = args.threshold();
-    let (mut demo_args, settings) = hone_side(args)?;
+    let (demo_args, settings) = hone_side(args)?;
     let base = base.to_path_buf();
-    progress(format!(
-        "hone bench learn: [1/4] hone — `hone demo` for {} minutes from {}",
-        args.minutes,
-        base.display()
-    ));
-    let hone_dir = data_dir.join("hone");
     let noise = demo_args.noise;
-    demo_args.data_dir = hone_dir.clone();
-    demo_args.base = Some(base.clone());
-    demo::run(demo_args)?;
-    let measured = demo::measurements(&hone_dir)?;
-    let runs = learner_runs(&hone_dir)?;
-    let hone_points: Vec<Point> = measured
-        .iter()
-        .map(|m| Point {
-            learning_s: m.learning_s,
-            episodes: m.user_episodes,
-            learner_episodes: Some(played_by(&runs, m.at_ms)),
-            rate: m.rate,
-            ci95: m.ci95,
-            version: m.champion.clone(),
-        })
-        .collect();
+    let hone_dir = data_dir.join("hone");
+    let hone_points = loop_side(demo_args.clone(), &hone_dir, &base, args.minutes)?;
+    let sandbox_points = loop_side(
+        DemoArgs {
+            sandbox_users: true,
+            ..demo_args
+        },
+        &data_dir.join("hone-sandbox"),
+        &base,
+        args.minutes,
+    )?;
     let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
 
     let (alone_points, trl_points, lr) = crate::context::runtime()?.block_on(async {
@@ -355,7 +350,7 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         sides: vec![
             Side::new(
                 &format!(
-                    "hone loop (demo{}: users' implicit feedback, gate, canary)",
+                    "hone loop (demo{}: users' implicit feedback on the answers they were served, gate, canary users decide)",
                     settings.iter().map(|s| format!(" {s}")).collect::<String>()
                 ),
                 "user episodes",
@@ -363,13 +358,22 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
                 threshold,
             ),
             Side::new(
-                &format!("hone GRPO alone (its trainer on its engine's samples, users' implicit signals and penalties as reward, lr {lr}; no gate, no canary)"),
+                &format!(
+                    "hone loop, sandbox users (demo --sandbox-users{}: a simulated user also rewards every offline run on demand)",
+                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
+                ),
+                "user episodes",
+                sandbox_points,
+                threshold,
+            ),
+            Side::new(
+                &format!("hone GRPO alone (sandbox: its trainer on its engine's samples, rewarded on demand by a simulated user's implicit signals and penalties, lr {lr}; no gate, no canary)"),
                 "sampled episodes",
                 from_base(alone_points),
                 threshold,
             ),
             Side::new(
-                &format!("TRL GRPOTrainer ({}, lr {lr})", args.trl_reward.describe()),
+                &format!("TRL GRPOTrainer (sandbox: {}, on demand, lr {lr})", args.trl_reward.describe()),
                 "sampled episodes",
                 from_base(trl_points),
                 threshold,
@@ -399,6 +403,37 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
         .collect();
     let plots = demo::plots::learning_race(data_dir, &curves, report.threshold)?;
     print_report(report, &path, &plots)
+}
+
+/// One of hone's loops: `hone demo` as `demo_args` say, for `minutes`, in
+/// `dir` from `base`, and its curve (every round's held-out measurement,
+/// with the episodes its learner played itself by then).
+fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> Result<Vec<Point>> {
+    progress(format!(
+        "hone bench learn: hone — `hone demo{}` for {minutes} minutes from {}",
+        if demo_args.sandbox_users {
+            " --sandbox-users"
+        } else {
+            ""
+        },
+        base.display()
+    ));
+    demo_args.data_dir = dir.to_path_buf();
+    demo_args.base = Some(base.to_path_buf());
+    demo::run(demo_args)?;
+    let measured = demo::measurements(dir)?;
+    let runs = learner_runs(dir)?;
+    Ok(measured
+        .iter()
+        .map(|m| Point {
+            learning_s: m.learning_s,
+            episodes: m.user_episodes,
+            learner_episodes: Some(played_by(&runs, m.at_ms)),
+            rate: m.rate,
+            ci95: m.ci95,
+            version: m.champion.clone(),
+        })
+        .collect())
 }
 
 /// hone's side: `hone demo` with the bench's budget, seed and tasks and
@@ -648,7 +683,7 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
     write_tasks(&tasks_path, served, lr, args)?;
 
     progress(format!(
-        "hone bench learn: [3/4] TRL — GRPOTrainer for {} minutes (progress below)",
+        "hone bench learn: TRL — GRPOTrainer for {} minutes (progress below)",
         args.minutes
     ));
     let script = trl_dir.join("learn_trl.py");
@@ -684,7 +719,7 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
         bail!("the TRL side failed ({status}); its output is above");
     }
 
-    progress("hone bench learn: [4/4] measuring TRL's checkpoints on the held-out tasks".to_owned());
+    progress("hone bench learn: measuring TRL's checkpoints on the held-out tasks".to_owned());
     let adapters = served.adapters();
     let mut kept = Vec::new();
     for (name, meta) in trl_checkpoints(&checkpoints)? {

@@ -1,0 +1,183 @@
+//! The reward model's numerical parts against `reference/reward_model.py`
+//! (Python's standard library, other methods than hone's): the logistic
+//! head's fit, its held-out AUC, rank correlation and calibration error;
+//! and the split that keeps an episode on one side only.
+
+use hone_learn::reward_model::{auc, calibration_error, held_out, spearman, Head, CALIBRATION_BINS};
+use serde_json::Value;
+
+fn reference() -> Value {
+    serde_json::from_str(include_str!("reference/reward_model.json")).unwrap()
+}
+
+fn rows(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect()
+}
+
+fn bools(v: &Value) -> Vec<bool> {
+    v.as_array().unwrap().iter().map(|x| x.as_bool().unwrap()).collect()
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn near(ours: f64, theirs: f64, tolerance: f64) -> bool {
+    (ours - theirs).abs() <= tolerance * theirs.abs().max(1.0)
+}
+
+#[test]
+fn the_head_and_its_quality_match_an_independent_implementation() {
+    let r = reference();
+    let (train, test) = (&r["train"], &r["test"]);
+    let head = Head::fit(
+        &rows(&train["x"]),
+        &bools(&train["passed"]),
+        &numbers(&train["rewards"]),
+        r["l2"].as_f64().unwrap(),
+    )
+    .expect("two classes");
+    // Newton here, gradient descent there: the same optimum.
+    assert!(near(head.bias, r["bias"].as_f64().unwrap(), 1e-7), "{head:?}");
+    for (ours, theirs) in head.weights.iter().zip(numbers(&r["weights"])) {
+        assert!(near(*ours, theirs, 1e-7), "{head:?} vs {}", r["weights"]);
+    }
+    let x = rows(&test["x"]);
+    let probabilities: Vec<f64> = x.iter().map(|x| head.probability(x)).collect();
+    for (ours, theirs) in probabilities.iter().zip(numbers(&r["probabilities"])) {
+        assert!(near(*ours, theirs, 1e-7), "{ours} vs {theirs}");
+    }
+    let passed = bools(&test["passed"]);
+    let predicted: Vec<f64> = x.iter().map(|x| head.reward(x)).collect();
+    assert!(near(
+        auc(&probabilities, &passed).unwrap(),
+        r["auc"].as_f64().unwrap(),
+        1e-12
+    ));
+    assert!(near(
+        spearman(&predicted, &numbers(&test["rewards"])).unwrap(),
+        r["spearman"].as_f64().unwrap(),
+        1e-12
+    ));
+    assert!(near(
+        calibration_error(&probabilities, &passed, CALIBRATION_BINS).unwrap(),
+        r["calibration_error"].as_f64().unwrap(),
+        1e-9
+    ));
+    // Ties count half in the AUC, and take their average rank.
+    let tied = &r["tied"];
+    let scores = numbers(&tied["scores"]);
+    assert!(near(
+        auc(&scores, &bools(&tied["labels"])).unwrap(),
+        tied["auc"].as_f64().unwrap(),
+        1e-12
+    ));
+    let order: Vec<f64> = (0..scores.len()).map(|i| i as f64).collect();
+    assert!(near(
+        spearman(&scores, &order).unwrap(),
+        tied["spearman_with_ranks"].as_f64().unwrap(),
+        1e-12
+    ));
+}
+
+#[test]
+fn nothing_is_fitted_or_measured_without_two_classes_and_an_episode_is_held_out_by_its_id_alone() {
+    let x = vec![vec![1.0, 2.0], vec![2.0, 1.0], vec![3.0, 0.0]];
+    assert!(Head::fit(&x, &[true, true, true], &[1.0, 1.0, 1.0], 1.0).is_none());
+    assert!(Head::fit(&x[..1], &[true], &[1.0], 1.0).is_none());
+    assert_eq!(auc(&[0.2, 0.9], &[true, true]), None);
+    assert_eq!(spearman(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
+    assert_eq!(calibration_error(&[], &[], 10), None);
+    // The same id is on the same side every time; about the share asked for is held out.
+    let ids: Vec<hone_types::EpisodeId> = (0..2000).map(|_| hone_types::EpisodeId::new_v7()).collect();
+    let out: Vec<bool> = ids.iter().map(|id| held_out(id, 0.25)).collect();
+    assert_eq!(out, ids.iter().map(|id| held_out(id, 0.25)).collect::<Vec<_>>());
+    let share = out.iter().filter(|o| **o).count() as f64 / ids.len() as f64;
+    assert!((0.2..0.3).contains(&share), "{share}");
+}
+
+/// The reward model in a real cycle on the embedded engine (a random tiny
+/// Qwen2): users liked the answers to one kind of request and not the
+/// other's, and the model, reading the recorded tokens through the base
+/// model's hidden states, learns to tell them apart on episodes it was not
+/// trained on. Its quality is stored in the cycle and its history; with
+/// too few episodes users reacted to, it is not trained, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_it_held_out() {
+    use hone_store::CycleStore;
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let config = format!(
+        "[providers.local]\ntype = \"local\"\n\
+         [agents.rm.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\ntemperature = 1.0\nmax_tokens = 6\n\
+         [agents.rm.deployment]\nchampion = \"v1\"\n\
+         [agents.rm.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
+         [agents.rm.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
+         [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n[agents.rm.learn.sft]\nmin_examples = 1000\n",
+        model.path().display().to_string()
+    );
+    let w = crate::support::World::start_with(&config).await;
+    let (learner, lines) = crate::support::learner(&w);
+
+    // Too few episodes users reacted to: not trained, and said.
+    for i in 0..6 {
+        let id = format!("few-{i}");
+        w.ask("rm", &id, "Please write the weather report").await;
+        w.feedback(&id, "liked", serde_json::json!(true)).await;
+    }
+    let cycle = learner.run_cycle("rm", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let quality = cycle.detail.reward_model.expect("measured");
+    assert!(!quality.usable && quality.auc.is_none(), "{quality:?}");
+    assert!(
+        log.contains("reward model: 6 episodes users reacted to with token ids, 24 needed; not trained"),
+        "{log}"
+    );
+
+    // Users like the answers to weather requests and not to recipes.
+    for i in 0..72 {
+        let (id, weather) = (format!("e-{i}"), i % 2 == 0);
+        let text = if weather {
+            format!("Please write the weather report for town {i}")
+        } else {
+            format!("Give me a cake recipe with {i} eggs")
+        };
+        w.ask("rm", &id, &text).await;
+        w.feedback(&id, "liked", serde_json::json!(weather)).await;
+    }
+    let cycle = learner.run_cycle("rm", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let quality = cycle.detail.reward_model.expect("measured");
+    assert_eq!(quality.reacted, 78, "{quality:?}");
+    assert_eq!(quality.trained_on + quality.held_out, 78, "{quality:?}");
+    assert!(quality.held_out >= 8 && quality.trained_on >= 40, "{quality:?}");
+    let auc = quality.auc.expect("both classes held out");
+    assert!(auc >= 0.9, "{quality:?}\n{log}");
+    assert!(quality.usable, "{quality:?}");
+    assert!(quality.rank_correlation.is_some_and(|r| r > 0.5), "{quality:?}");
+    assert!(
+        quality.calibration_error.is_some_and(|e| (0.0..=1.0).contains(&e)),
+        "{quality:?}"
+    );
+    // In the cycle's history, with its figures.
+    let events = w.store.history("rm", 100).unwrap();
+    let event = events
+        .iter()
+        .find(|e| e.kind == "reward_model" && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
+        .expect("a reward_model event");
+    assert!(
+        event.summary.contains("usable") && event.summary.contains("AUC"),
+        "{}",
+        event.summary
+    );
+}
