@@ -40,6 +40,9 @@ pub struct GateDecision {
 pub enum Sight {
     /// Every source the reward spec weighs reached the offline runs.
     Whole,
+    /// No user's signal reached an offline run, and a usable reward model
+    /// learned from users' signals predicted them instead.
+    UsersPredicted,
     /// The spec weighs users' signals and none reached an offline run.
     /// `online_test`: the deployment decides canaries by a sequential test
     /// on users' signals (`promotion = "sequential"`).
@@ -233,7 +236,12 @@ pub fn decide(input: &GateInput<'_>) -> GateDecision {
         }
     }
     let evidence = format!(
-        "{}reward {:.3} vs {:.3} on the target set, {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        "{}{}reward {:.3} vs {:.3} on the target set, {gain:+.3} {over} ({pct}% CI [{lo:.3}, {hi:.3}]), cost ${:.6} vs ${:.6}, {} confirmed regressions{}",
+        if input.sight == Sight::UsersPredicted {
+            "users' signals predicted by the reward model offline; "
+        } else {
+            ""
+        },
         if users_decide {
             "users decide online (no offline run carries their signals); offline, without them: "
         } else {

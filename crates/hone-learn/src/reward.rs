@@ -22,13 +22,17 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// A reward spec made ready to score: critics built, judge attached.
+/// A reward spec made ready to score: critics built, judge attached, and
+/// a reward model standing in for users where one is usable.
 pub struct Rewarder {
     pub agent: String,
     pub spec: RewardSpec,
     pub spec_version: String,
     critics: Vec<(f64, Box<dyn Critic>)>,
     judge: Option<Judge>,
+    /// Predicts the users' part of the reward for an answer no user saw
+    /// (an evaluation run, a rollout, a shadow sample).
+    pub stand_in: Option<Arc<crate::reward_model::StandIn>>,
 }
 
 /// What the judge said about one episode (computed before scoring, since it is async).
@@ -84,7 +88,14 @@ impl Rewarder {
             spec: spec.clone(),
             critics,
             judge,
+            stand_in: None,
         })
+    }
+
+    /// With `stand_in` predicting the users' signals for answers no user saw.
+    pub fn with_stand_in(mut self, stand_in: Option<crate::reward_model::StandIn>) -> Self {
+        self.stand_in = stand_in.map(Arc::new);
+        self
     }
 
     pub fn has_judge(&self) -> bool {
@@ -133,13 +144,27 @@ impl Rewarder {
     }
 
     /// Scores one episode. `reference` overrides the spec's reference signal
-    /// (a dataset label during evaluation).
+    /// (a dataset label during evaluation). An evaluation episode (no user
+    /// saw it) gets the reward model's prediction of the users' signals,
+    /// when one stands in.
     pub fn score(
         &self,
         episode: &EpisodeDetail,
         reference: Option<&Value>,
         verdict: Option<&Result<JudgeScore, String>>,
         now: i64,
+    ) -> RewardRecord {
+        self.score_seen(episode, reference, verdict, now, !episode.summary.id.is_evaluation())
+    }
+
+    /// [`Rewarder::score`], saying whether a user saw the answer.
+    fn score_seen(
+        &self,
+        episode: &EpisodeDetail,
+        reference: Option<&Value>,
+        verdict: Option<&Result<JudgeScore, String>>,
+        now: i64,
+        seen: bool,
     ) -> RewardRecord {
         let spec = &self.spec;
         let own_reference = reference_from_signals(episode, spec.reference_signal.as_deref());
@@ -175,6 +200,26 @@ impl Rewarder {
                 defaulted,
                 reason: None,
             });
+        }
+
+        // No user saw this answer and none reacted: the reward model, where
+        // one stands in, predicts what the users' signals would have made.
+        let unheard = components.iter().all(|c| c.defaulted);
+        if let (false, true, Some(stand_in)) = (seen, unheard && !components.is_empty(), &self.stand_in) {
+            if let Some(predicted) = stand_in.predict(episode) {
+                components.clear();
+                components.push(RewardComponent {
+                    name: "reward_model".to_owned(),
+                    kind: ComponentKind::Model,
+                    value: predicted,
+                    weight: 1.0,
+                    defaulted: false,
+                    reason: Some(format!(
+                        "the users' signals predicted by the reward model (held-out AUC {})",
+                        stand_in.quality.auc.map_or("-".to_owned(), |a| format!("{a:.3}"))
+                    )),
+                });
+            }
         }
 
         for (weight, critic) in &self.critics {
@@ -320,9 +365,14 @@ impl Rewarder {
                 .filter_map(|(i, choice)| shadow_variant(episode, k, choice, i))
                 .collect();
             let verdicts = self.judge(&variants).await;
+            // No user saw a shadow sample (the served answer is scored
+            // alike, so the group compares like with like).
             let values = variants
                 .iter()
-                .map(|v| self.score(v, reference, verdicts.get(&v.summary.id), now).value)
+                .map(|v| {
+                    self.score_seen(v, reference, verdicts.get(&v.summary.id), now, false)
+                        .value
+                })
                 .collect();
             out.push(ShadowScores {
                 call_id: call.id,

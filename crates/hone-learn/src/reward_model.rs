@@ -17,6 +17,12 @@
 //!   the expected calibration error ([`auc`], [`spearman`],
 //!   [`calibration_error`]). Below the spec's `min_auc` nothing uses it.
 //!
+//! - **Standing in for users** ([`StandIn`]): a usable model, saved beside
+//!   the data (`reward-models/AGENT.json`), predicts the users' part of the
+//!   reward (the spec's signal terms) for an answer no user saw — a gate
+//!   re-run, a rollout, a shadow sample — where the spec's own sources are
+//!   silent; critics, the judge and penalties score it as always.
+//!
 //! Checked against an independent implementation in
 //! `tests/reference/reward_model.py`.
 
@@ -34,14 +40,15 @@ pub const L2: f64 = 1.0;
 pub const CALIBRATION_BINS: usize = 10;
 
 /// A logistic head on standardised features, and what its pass
-/// probability is worth in the spec's reward.
+/// probability is worth in the users' part of the spec's reward.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Head {
     pub mean: Vec<f64>,
     pub scale: Vec<f64>,
     pub weights: Vec<f64>,
     pub bias: f64,
-    /// Mean spec reward of the passed and of the failed training episodes.
+    /// Mean users' part of the reward (the spec's signal terms) of the
+    /// passed and of the failed training episodes.
     pub reward_if_passed: f64,
     pub reward_if_failed: f64,
 }
@@ -114,7 +121,7 @@ impl Head {
         sigmoid(logit)
     }
 
-    /// The spec's expected reward for an answer with these features.
+    /// The expected users' part of the reward for an answer with these features.
     pub fn reward(&self, x: &[f64]) -> f64 {
         let p = self.probability(x);
         p * self.reward_if_passed + (1.0 - p) * self.reward_if_failed
@@ -321,6 +328,16 @@ pub fn features(
     Ok(Some(out))
 }
 
+/// The users' part of a reward: its signal terms, weighted.
+pub fn users_part(reward: &hone_types::RewardRecord) -> f64 {
+    reward
+        .components
+        .iter()
+        .filter(|c| c.kind == hone_types::ComponentKind::Signal)
+        .map(|c| c.weight * c.value)
+        .sum()
+}
+
 /// One episode users reacted to, read for the reward model.
 struct Example {
     id: EpisodeId,
@@ -331,10 +348,89 @@ struct Example {
 
 /// What training found, beside the quality it stores.
 pub struct Trained {
-    pub head: Option<Head>,
+    /// The model to save, when one was fitted.
+    pub saved: Option<Saved>,
     pub quality: RewardModelQuality,
     /// What happened, for the cycle's log.
     pub line: String,
+}
+
+/// A trained model as saved: what it reads with, its head, how good it
+/// was, and under which reward spec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Saved {
+    pub spec_version: String,
+    pub checkpoint: std::path::PathBuf,
+    pub head: Head,
+    pub quality: RewardModelQuality,
+}
+
+/// Where an agent's latest reward model is saved under the data directory.
+pub fn saved_path(data_dir: &std::path::Path, agent: &str) -> std::path::PathBuf {
+    data_dir.join("reward-models").join(format!("{agent}.json"))
+}
+
+impl Saved {
+    /// Writes it (to a temporary file renamed into place: a reader never
+    /// sees half of it).
+    pub fn save(&self, path: &std::path::Path) -> Result<(), LearnError> {
+        let failed = |e: &dyn std::fmt::Display| LearnError::training(format!("cannot save the reward model: {e}"));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| failed(&e))?;
+        }
+        let text = serde_json::to_vec_pretty(self).map_err(|e| failed(&e))?;
+        let partial = path.with_extension("json.partial");
+        std::fs::write(&partial, text).map_err(|e| failed(&e))?;
+        std::fs::rename(&partial, path).map_err(|e| failed(&e))
+    }
+}
+
+/// A usable reward model, loaded: it predicts the users' part of the
+/// reward for an answer no user saw.
+pub struct StandIn {
+    pub head: Head,
+    pub quality: RewardModelQuality,
+    model: hone_engine::Model,
+}
+
+impl std::fmt::Debug for StandIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StandIn")
+            .field("quality", &self.quality)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StandIn {
+    /// The agent's saved model when it is usable and was trained under
+    /// `spec_version`; `None` otherwise (no model yet, below `min_auc`, or
+    /// another spec's), or when it cannot be read.
+    pub fn load(path: &std::path::Path, spec_version: &str) -> Option<StandIn> {
+        let saved: Saved = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        if !saved.quality.usable || saved.spec_version != spec_version {
+            return None;
+        }
+        let model = hone_engine::Model::load(&saved.checkpoint, candle_core::DType::F32, &candle_core::Device::Cpu)
+            .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "the reward model's base model cannot be loaded"))
+            .ok()?;
+        Some(StandIn {
+            head: saved.head,
+            quality: saved.quality,
+            model,
+        })
+    }
+
+    /// The expected users' part of the reward for `episode`'s answer;
+    /// `None` when its last call carries no token ids the model can read.
+    pub fn predict(&self, episode: &EpisodeDetail) -> Option<f64> {
+        match features(&self.model, episode) {
+            Ok(x) => x.map(|x| self.head.reward(&x)),
+            Err(e) => {
+                tracing::warn!(episode = %episode.summary.id, error = %e, "the reward model cannot read an episode");
+                None
+            }
+        }
+    }
 }
 
 /// Trains the reward model on the agent's most recent production
@@ -361,14 +457,15 @@ pub async fn train(
             continue;
         };
         if reward.signals_seen > 0 {
-            episodes.push((episode, reward.passed, reward.value));
+            episodes.push((episode, reward.passed, users_part(&reward)));
         }
     }
     let reacted = episodes.len();
     let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
+    let reads = checkpoint.clone();
     let examples = tokio::task::spawn_blocking(move || -> Result<Vec<Example>, LearnError> {
         let device = candle_core::Device::Cpu;
-        let model = hone_engine::Model::load(&checkpoint, candle_core::DType::F32, &device).map_err(|e| failed(&e))?;
+        let model = hone_engine::Model::load(&reads, candle_core::DType::F32, &device).map_err(|e| failed(&e))?;
         let mut out = Vec::new();
         for (episode, passed, reward) in episodes {
             if let Some(x) = features(&model, &episode).map_err(|e| failed(&e))? {
@@ -402,7 +499,7 @@ pub async fn train(
             spec.min_episodes
         );
         return Ok(Trained {
-            head: None,
+            saved: None,
             quality,
             line,
         });
@@ -422,7 +519,7 @@ pub async fn train(
             if passed.iter().all(|p| *p) { "passed" } else { "failed" }
         );
         return Ok(Trained {
-            head: None,
+            saved: None,
             quality,
             line,
         });
@@ -449,7 +546,12 @@ pub async fn train(
         }
     );
     Ok(Trained {
-        head: Some(head),
+        saved: Some(Saved {
+            spec_version: spec_version.to_owned(),
+            checkpoint,
+            head,
+            quality,
+        }),
         quality,
         line,
     })

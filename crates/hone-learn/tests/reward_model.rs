@@ -105,7 +105,9 @@ fn nothing_is_fitted_or_measured_without_two_classes_and_an_episode_is_held_out_
 /// other's, and the model, reading the recorded tokens through the base
 /// model's hidden states, learns to tell them apart on episodes it was not
 /// trained on. Its quality is stored in the cycle and its history; with
-/// too few episodes users reacted to, it is not trained, and says so.
+/// too few episodes users reacted to, it is not trained, and says so —
+/// and the gate, seeing no user's signal on its re-runs, prunes. Once it
+/// is usable it stands in for the users on the gate's re-runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_it_held_out() {
     use hone_store::CycleStore;
@@ -123,7 +125,8 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
          [agents.rm.deployment]\nchampion = \"v1\"\n\
          [agents.rm.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
          [agents.rm.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
-         [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n[agents.rm.learn.sft]\nmin_examples = 1000\n",
+         [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n\
+         [agents.rm.learn.sft]\nmin_examples = 2\nsteps = 2\nrank = 4\n",
         model.path().display().to_string()
     );
     let w = crate::support::World::start_with(&config).await;
@@ -168,6 +171,26 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
     assert!(
         quality.calibration_error.is_some_and(|e| (0.0..=1.0).contains(&e)),
         "{quality:?}"
+    );
+    // Saved, and standing in for users on the gate's re-runs.
+    assert!(w.config.gateway.data_dir.join("reward-models/rm.json").exists());
+    assert!(
+        log.contains("the reward model learned from users' signals predicts them"),
+        "{log}"
+    );
+    let gate = w
+        .store
+        .history("rm", 200)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "gate" && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
+        .expect("a gate event");
+    assert!(
+        gate.evidence
+            .to_string()
+            .contains("users' signals predicted by the reward model"),
+        "{}",
+        gate.evidence
     );
     // In the cycle's history, with its figures.
     let events = w.store.history("rm", 100).unwrap();

@@ -176,6 +176,27 @@ pub struct RewardModelQuality {
     pub usable: bool,
 }
 
+impl RewardModelQuality {
+    /// E.g. "AUC 0.912, rank correlation 0.640, calibration error 0.081 on
+    /// 20 held-out episodes (trained on 58): usable (min AUC 0.75)".
+    pub fn summary(&self) -> String {
+        let shown = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        if self.auc.is_none() && self.trained_on + self.held_out == 0 {
+            return format!("not trained: {} episodes users reacted to", self.reacted);
+        }
+        format!(
+            "AUC {}, rank correlation {}, calibration error {} on {} held-out episodes (trained on {}): {} (min AUC {})",
+            shown(self.auc),
+            shown(self.rank_correlation),
+            shown(self.calibration_error),
+            self.held_out,
+            self.trained_on,
+            if self.usable { "usable" } else { "not used" },
+            self.min_auc
+        )
+    }
+}
+
 /// What calling models cost an optimiser: calls, tokens and dollars
 /// (priced by the provider's `prices`; 0 where it names none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -15,6 +15,9 @@ pub enum ComponentKind {
     Critic,
     Judge,
     Penalty,
+    /// The reward model's prediction of the users' signals, for an answer
+    /// no user saw.
+    Model,
 }
 
 /// One weighted term of a reward.

@@ -70,11 +70,21 @@ impl Learner {
         Ok(Arc::new(Rewarder::new(&agent.name, &agent.reward, Some(client))?))
     }
 
+    /// What runs and scores offline runs: with `[agents.NAME.reward.model]`,
+    /// its rewarder has the agent's latest usable reward model standing in
+    /// for users.
     pub fn evaluator(&self, agent: &AgentConfig) -> Result<Evaluator> {
+        let client: Arc<dyn ChatClient> = Arc::new(self.gateway.clone());
+        let mut rewarder = Rewarder::new(&agent.name, &agent.reward, Some(client))?;
+        if agent.reward.model.is_some() {
+            let path = crate::reward_model::saved_path(&self.config.gateway.data_dir, &agent.name);
+            let spec_version = rewarder.spec_version.clone();
+            rewarder = rewarder.with_stand_in(crate::reward_model::StandIn::load(&path, &spec_version));
+        }
         Ok(Evaluator {
             store: self.store.clone(),
             gateway: self.gateway.clone(),
-            rewarder: self.rewarder(agent)?,
+            rewarder: Arc::new(rewarder),
             recorder: self.recorder.clone(),
         })
     }

@@ -5,8 +5,9 @@
 //! and the reward spec scores each episode, per call as well.
 //!
 //! When nothing the reward spec reads reached a rollout (a spec of user
-//! signals only, and no user reacting to rollouts), every reward would be
-//! the default: [`scored`] says so instead of returning rollouts.
+//! signals only, no user reacting to rollouts, and no usable reward model
+//! predicting them), every reward would be the default: [`scored`] says so
+//! instead of returning rollouts.
 
 use super::ProposeContext;
 use crate::error::LearnError;
@@ -65,12 +66,14 @@ pub async fn scored(
         ));
     }
     let spec = &ctx.agent.reward;
-    let reads_rollouts =
-        !spec.critics.is_empty() || spec.judge.is_some() || episodes.values().flatten().any(|e| !e.signals.is_empty());
+    let reads_rollouts = !spec.critics.is_empty()
+        || spec.judge.is_some()
+        || ctx.evaluator.rewarder.stand_in.is_some()
+        || episodes.values().flatten().any(|e| !e.signals.is_empty());
     if !reads_rollouts {
         return Ok(Err(format!(
             "{optimiser}: no reward source for rollouts (the reward spec reads only user signals and no rollout got one; \
-             give the agent an endpoint whose users react, a critic or a judge); nothing proposed"
+             give the agent a critic, a judge or a reward model learned from users' signals, [agents.NAME.reward.model]); nothing proposed"
         )));
     }
     let rewarder = &ctx.evaluator.rewarder;

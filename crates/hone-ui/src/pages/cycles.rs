@@ -128,11 +128,15 @@ fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
             reason: c.reason,
             diff: c.diff,
             reward: c.scores.as_ref().and_then(|s| s.target_mean),
-            gain: c
-                .scores
-                .as_ref()
-                .and_then(|s| s.gate_gain)
-                .map(|g| format!("{g} ({:.0}%, {} instances)", g.confidence * 100.0, g.instances)),
+            gain: c.scores.as_ref().and_then(|s| {
+                let g = s.gate_gain?;
+                let users = if s.users_decide { "; users decide online" } else { "" };
+                Some(format!(
+                    "{g} ({:.0}%, {} instances{users})",
+                    g.confidence * 100.0,
+                    g.instances
+                ))
+            }),
             regression_pass: c.scores.as_ref().and_then(|s| s.regression_pass_rate),
             cost_usd: c.scores.as_ref().map(|s| s.mean_cost_usd),
             spend: c.spend.map(|s| s.to_string()),
@@ -149,6 +153,7 @@ fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
             target => cycle.detail.target.clone(),
             train => cycle.detail.train.clone(),
             regression => cycle.detail.regression.clone(),
+            reward_model => cycle.detail.reward_model.map(|q| q.summary()),
             steps => minijinja::Value::from(minijinja::value::Serde(&steps)),
             candidates => minijinja::Value::from(minijinja::value::Serde(&candidates)),
         },

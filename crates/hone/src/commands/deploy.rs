@@ -123,6 +123,17 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
         ],
         &rows,
     )?;
+    // What stands in for users offline: the last measured reward model.
+    if let Some(quality) = store
+        .cycles(Some(&agent.name), 20)?
+        .iter()
+        .find_map(|c| c.detail.reward_model)
+    {
+        print_line(&format!(
+            "reward model learned from users' signals: {}",
+            quality.summary()
+        ))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

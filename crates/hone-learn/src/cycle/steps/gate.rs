@@ -25,7 +25,13 @@ pub(super) async fn run(
     let (evaluator, via, target, champion) = (&bench.evaluator, &bench.via, &bench.target, &bench.champion);
     let spec = &agent.learn.gate;
     let (champ_summary, champ_results) = evaluate_on(learner, &bench, target, champion, "champion").await?;
-    let sight = sight(learner, agent, &champ_results)?;
+    let sight = sight(learner, agent, &bench, &champ_results)?;
+    if sight == gate::Sight::UsersPredicted {
+        learner.say(
+            name,
+            "no offline run carries a user's signal: the reward model learned from users' signals predicts them",
+        );
+    }
     if let gate::Sight::WithoutUsers { online_test } = sight {
         learner.say(
             name,
@@ -132,8 +138,9 @@ pub(super) async fn run(
 }
 
 /// What the offline runs show of the reward: all of it, unless the spec
-/// weighs users' signals and none of the champion's runs got one.
-fn sight(learner: &Learner, agent: &AgentConfig, runs: &[InstanceResult]) -> Result<gate::Sight> {
+/// weighs users' signals and none of the champion's runs got one — then
+/// the reward model's predictions where one stands in, else what remains.
+fn sight(learner: &Learner, agent: &AgentConfig, bench: &super::Bench, runs: &[InstanceResult]) -> Result<gate::Sight> {
     if agent.reward.signals.is_empty() {
         return Ok(gate::Sight::Whole);
     }
@@ -145,6 +152,9 @@ fn sight(learner: &Learner, agent: &AgentConfig, runs: &[InstanceResult]) -> Res
         {
             return Ok(gate::Sight::Whole);
         }
+    }
+    if bench.evaluator.rewarder.stand_in.is_some() {
+        return Ok(gate::Sight::UsersPredicted);
     }
     Ok(gate::Sight::WithoutUsers {
         online_test: matches!(agent.deployment.promotion, PromotionRule::Sequential { .. }),

@@ -36,6 +36,15 @@ pub(super) async fn run(
                 let trained =
                     crate::reward_model::train(learner.store.as_ref(), name, &rewarder.spec_version, spec, checkpoint)
                         .await?;
+                // The latest model replaces the one before, usable or not:
+                // a model that fell below min_auc stops standing in.
+                let path = crate::reward_model::saved_path(&learner.config.gateway.data_dir, name);
+                match &trained.saved {
+                    Some(saved) => saved.save(&path)?,
+                    None => {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
                 detail.reward_model = Some(trained.quality);
                 events.push(
                     HistoryEvent::new(name, now_ms(), "reward_model", &trained.line)
