@@ -9,7 +9,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct Provenance {
     pub command: String,
-    /// The commit of this checkout, when it is a git checkout.
+    /// The commit the running program was built from (`+changes` when the
+    /// checkout had uncommitted changes), when it was built from a git
+    /// checkout.
     pub commit: Option<String>,
     /// RFC 3339, UTC.
     pub date: String,
@@ -29,22 +31,11 @@ impl Provenance {
     pub fn now(command: &[String]) -> Self {
         Self {
             command: command.join(" "),
-            commit: git_commit(),
+            commit: option_env!("HONE_COMMIT").map(str::to_owned),
             date: hone_types::time::format_rfc3339(hone_types::time::now_ms()),
             machine: Machine::this(),
         }
     }
-}
-
-/// The commit this checkout is at, if it is a git checkout.
-fn git_commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 impl Machine {

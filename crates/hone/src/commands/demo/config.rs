@@ -126,6 +126,8 @@ pub struct Choices {
     /// `--sandbox-users`: offline runs get an on-demand user's reaction;
     /// without it users decide every canary by a sequential test.
     pub sandbox_users: bool,
+    /// `--reward-model`: a reward model learned from users' signals.
+    pub reward_model: bool,
 }
 
 impl Choices {
@@ -143,6 +145,7 @@ impl Choices {
             promote_margin: args.promote_margin,
             gate_confidence: args.gate_confidence,
             sandbox_users: args.sandbox_users,
+            reward_model: args.reward_model,
         }
     }
 }
@@ -169,6 +172,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
         promote_margin,
         gate_confidence,
         sandbox_users,
+        reward_model,
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
@@ -194,6 +198,17 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
         RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
+    };
+    let model = if *reward_model {
+        "\n\n[agents.calc.reward.model]\n\
+         # --reward-model: every cycle, a reward model learns from the episodes users\n\
+         # reacted to what the spec above made of them, and is measured on those it\n\
+         # was not trained on; at a held-out AUC of min_auc or more it predicts the\n\
+         # users' signals for answers no user saw (the gate's re-runs, rollouts).\n\
+         min_episodes = 40\n\
+         min_auc = 0.75"
+    } else {
+        ""
     };
     let dropped = match reward {
         RewardMode::Implicit => "",
@@ -250,7 +265,7 @@ canary_episodes = 24
 # What the simulated users do is all hone hears about an answer.
 signals = {{ accepted = 1.0, dissatisfied_followup = -0.5, retry = -0.5, abandon = -0.5 }}
 pass_threshold = 0.5
-{penalties}
+{penalties}{model}
 
 [agents.{AGENT}.learn]
 every = {{ episodes = 64 }}

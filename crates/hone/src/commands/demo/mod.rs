@@ -97,6 +97,13 @@ pub struct DemoArgs {
     /// says it was one.
     #[arg(long)]
     pub sandbox_users: bool,
+    /// Train a reward model on what users did every cycle
+    /// (`[agents.calc.reward.model]`): its quality on held-out episodes is
+    /// in every cycle's history, and where it is usable it predicts the
+    /// users' signals for answers no user saw (the gate's re-runs,
+    /// rollouts).
+    #[arg(long)]
+    pub reward_model: bool,
     /// Remake the base policy even when one with the same recipe is cached.
     #[arg(long)]
     pub rebuild_base: bool,
@@ -393,6 +400,9 @@ pub(crate) struct Exposure {
     champion_success: f64,
     /// It solved less for its users than the champion did for theirs.
     worse: bool,
+    /// One-sided Fisher exact p-value that the champion solved more for
+    /// its users than the canary for its (small: shown worse for them).
+    p_worse: f64,
 }
 
 /// Every user episode as the demo saw it: the round, whether the version
@@ -440,6 +450,13 @@ fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
                 "rolled back"
             };
             let (success, champion_success) = (rate(&mine), rate(&theirs));
+            let solved = |v: &[&Seen]| v.iter().filter(|s| s.solved).count() as u64;
+            let p_worse = hone_learn::stats::fisher_greater_p(
+                solved(&theirs),
+                theirs.len() as u64,
+                solved(&mine),
+                mine.len() as u64,
+            );
             Exposure {
                 version: version.to_owned(),
                 outcome,
@@ -449,6 +466,7 @@ fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
                 champion_users: theirs.len(),
                 champion_success,
                 worse: success < champion_success,
+                p_worse,
             }
         })
         .collect()
@@ -498,6 +516,8 @@ pub(crate) struct Summary {
     /// Users served by a canary that solved less for them than the
     /// champion did for the users of the same rounds.
     users_on_worse_canaries: usize,
+    /// Of those, users on canaries shown worse for them (`p_worse` < 0.05).
+    users_on_shown_worse_canaries: usize,
     /// Promotions whose version is significantly worse on the held-out
     /// tasks than the champion it replaced.
     regressions_shipped: usize,
@@ -983,6 +1003,11 @@ async fn rounds(
     let summary = Summary {
         first_promotion,
         users_on_worse_canaries: exposures.iter().filter(|e| e.worse).map(|e| e.users).sum(),
+        users_on_shown_worse_canaries: exposures
+            .iter()
+            .filter(|e| e.worse && e.p_worse < 0.05)
+            .map(|e| e.users)
+            .sum(),
         exposures,
         mode: args.mode(),
         reward: format!("{:?}", args.reward).to_lowercase(),
@@ -1271,12 +1296,16 @@ fn print_summary(s: &Summary, path: &Path) {
             e.success * 100.0,
             e.champion_success * 100.0,
             e.champion_users,
-            if e.worse { ": worse for its users" } else { "" }
+            match (e.worse, e.p_worse < 0.05) {
+                (true, true) => format!(": shown worse for its users (p = {:.4})", e.p_worse),
+                (true, false) => format!(": worse for its users, within chance (p = {:.2})", e.p_worse),
+                _ => String::new(),
+            }
         ));
     }
     note(format_args!(
-        "  users served by a canary that did worse for them: {} of {}",
-        s.users_on_worse_canaries, s.user_episodes
+        "  users served by a canary that did worse for them: {} of {} ({} on one shown worse, p < 0.05)",
+        s.users_on_worse_canaries, s.user_episodes, s.users_on_shown_worse_canaries
     ));
     if let Some(c) = &s.canary_left {
         note(format_args!(

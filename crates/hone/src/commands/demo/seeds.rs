@@ -30,6 +30,8 @@ struct SeedRun {
     first_promotion: Option<super::FirstPromotion>,
     /// Users served by a canary that did worse for them than the champion.
     users_on_worse_canaries: usize,
+    /// Of those, users on canaries shown worse for them (p < 0.05).
+    users_on_shown_worse_canaries: usize,
 }
 
 impl SeedRun {
@@ -45,6 +47,7 @@ impl SeedRun {
             regressions_shipped: s.regressions_shipped,
             first_promotion: s.first_promotion,
             users_on_worse_canaries: s.users_on_worse_canaries,
+            users_on_shown_worse_canaries: s.users_on_shown_worse_canaries,
         }
     }
 
