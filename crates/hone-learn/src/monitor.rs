@@ -5,6 +5,12 @@
 //! fires only when it is both beyond its bound — a minimum effect size,
 //! relative and/or absolute (`hone_config::Bound`) — and significant
 //! (one-sided Fisher exact test for rates, Welch's t-test for means).
+//!
+//! [`overoptimisation`] watches the reward model itself: when it rates the
+//! canary above the champion while the canary's users give it
+//! significantly less than it predicted — less than the champion's users
+//! fall short of its predictions — the canary has learned what the model
+//! rewards, not what users want (Goodhart).
 
 use crate::stats::{fisher_greater_p, mean, mean_greater_p};
 use hone_config::{MonitorSpec, RATE_METRICS};
@@ -182,6 +188,47 @@ pub fn readings(
         });
     }
     out
+}
+
+/// How far, in reward, the canary's users must fall short of the reward
+/// model's predictions beyond the champion's users before the
+/// overoptimisation monitor may fire.
+pub const OVEROPTIMISATION_GAP: f64 = 0.1;
+
+/// The overoptimisation monitor on the canary's and the champion's
+/// episodes users reacted to, each `(episode, the reward model's
+/// predicted users' part, the users' part they gave)`: its reading, where
+/// `canary` and `champion` are the mean of users' less predicted, and it
+/// fires when the model rates the canary higher, the canary's shortfall
+/// exceeds the champion's by [`OVEROPTIMISATION_GAP`], and Welch's test
+/// shows it at the monitors' confidence over at least `min_episodes`.
+/// `None` with no episode on either side.
+pub fn overoptimisation(
+    spec: &MonitorSpec,
+    canary: &[(String, f64, f64)],
+    champion: &[(String, f64, f64)],
+) -> Option<Reading> {
+    let predicted = |side: &[(String, f64, f64)]| mean(&side.iter().map(|e| e.1).collect::<Vec<_>>());
+    let residuals = |side: &[(String, f64, f64)]| side.iter().map(|e| e.2 - e.1).collect::<Vec<_>>();
+    let (pc, ph) = (predicted(canary)?, predicted(champion)?);
+    let (rc, rh) = (residuals(canary), residuals(champion));
+    let (mc, mh) = (mean(&rc)?, mean(&rh)?);
+    let p = mean_greater_p(&rc, &rh);
+    let bound = hone_config::Bound::absolute(OVEROPTIMISATION_GAP);
+    Some(Reading {
+        metric: "overoptimisation".to_owned(),
+        canary: mc,
+        champion: mh,
+        canary_episodes: canary.len() as u64,
+        champion_episodes: champion.len() as u64,
+        bound,
+        p_value: p,
+        fires: canary.len() >= spec.min_episodes
+            && pc > ph
+            && bound.exceeded_by(mh, mh - mc)
+            && p < 1.0 - spec.confidence,
+        episodes: canary.iter().take(10).map(|e| e.0.clone()).collect(),
+    })
 }
 
 /// What evaluation predicted of `canary` against the champion it was

@@ -93,8 +93,8 @@ impl Rewarder {
     }
 
     /// With `stand_in` predicting the users' signals for answers no user saw.
-    pub fn with_stand_in(mut self, stand_in: Option<crate::reward_model::StandIn>) -> Self {
-        self.stand_in = stand_in.map(Arc::new);
+    pub fn with_stand_in(mut self, stand_in: Option<Arc<crate::reward_model::StandIn>>) -> Self {
+        self.stand_in = stand_in;
         self
     }
 

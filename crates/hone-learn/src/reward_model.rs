@@ -391,6 +391,8 @@ pub struct StandIn {
     pub head: Head,
     pub quality: RewardModelQuality,
     model: hone_engine::Model,
+    /// Predictions made, by episode: a recorded episode's tokens never change.
+    predicted: std::sync::Mutex<std::collections::HashMap<EpisodeId, Option<f64>>>,
 }
 
 impl std::fmt::Debug for StandIn {
@@ -417,19 +419,27 @@ impl StandIn {
             head: saved.head,
             quality: saved.quality,
             model,
+            predicted: Default::default(),
         })
     }
 
     /// The expected users' part of the reward for `episode`'s answer;
     /// `None` when its last call carries no token ids the model can read.
     pub fn predict(&self, episode: &EpisodeDetail) -> Option<f64> {
-        match features(&self.model, episode) {
+        let id = &episode.summary.id;
+        let cache = || self.predicted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = cache().get(id) {
+            return *known;
+        }
+        let predicted = match features(&self.model, episode) {
             Ok(x) => x.map(|x| self.head.reward(&x)),
             Err(e) => {
-                tracing::warn!(episode = %episode.summary.id, error = %e, "the reward model cannot read an episode");
+                tracing::warn!(episode = %id, error = %e, "the reward model cannot read an episode");
                 None
             }
-        }
+        };
+        cache().insert(id.clone(), predicted);
+        predicted
     }
 }
 

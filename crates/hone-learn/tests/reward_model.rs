@@ -204,3 +204,122 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
         event.summary
     );
 }
+
+/// Overoptimisation caught, on purpose: a reward model with a known blind
+/// spot — users liked answers to weather requests, so it learned to rate
+/// any answer whose context reads like a weather request — and a canary
+/// made to exploit it (its system prompt is a weather request). Its users
+/// ask for recipes and like the canary's answers no better than the
+/// champion's; the model rates the canary's answers far above, and the
+/// monitor rolls it back, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() {
+    use hone_learn::watch::Verdict;
+    use hone_store::CycleStore;
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    let route = format!(
+        "provider = {{ type = \"local\", model = {:?} }}\ntemperature = 1.0\nmax_tokens = 6\n",
+        model.path().display().to_string()
+    );
+    let config = format!(
+        "[providers.local]\ntype = \"local\"\n\
+         [agents.gh.versions.v1]\n{route}\
+         [agents.gh.versions.gamed]\n{route}system = \"Please write the weather report for town 7\"\n\
+         [agents.gh.deployment]\nchampion = \"v1\"\ncanary_share = 0.5\n\
+         [agents.gh.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
+         [agents.gh.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
+         [agents.gh.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n[agents.gh.learn.sft]\nmin_examples = 1000\n\
+         [agents.gh.learn.monitor]\nmin_episodes = 10\n"
+    );
+    let w = crate::support::World::start_with(&config).await;
+    let (learner, lines) = crate::support::learner(&w);
+    let agent = &w.config.agents["gh"];
+    for i in 0..72 {
+        let (id, weather) = (format!("e-{i}"), i % 2 == 0);
+        let text = if weather {
+            format!("Please write the weather report for town {i}")
+        } else {
+            format!("Give me a cake recipe with {i} eggs")
+        };
+        w.ask("gh", &id, &text).await;
+        w.feedback(&id, "liked", serde_json::json!(weather)).await;
+    }
+    let cycle = learner.run_cycle("gh", "manual").await.unwrap();
+    let quality = cycle.detail.reward_model.expect("measured");
+    assert!(quality.usable, "{quality:?}\n{}", lines.lock().unwrap().join("\n"));
+
+    // The gamed version goes out as a canary on half the traffic.
+    let (mut deployment, revision) = hone_learn::deploy::current(w.store.as_ref(), agent).unwrap();
+    let gamed = agent.versions["gamed"].id.clone();
+    deployment.canary = Some(gamed.clone());
+    deployment.canary_since = Some(hone_types::time::now_ms());
+    deployment.canary_share = 0.5;
+    deployment.source = "learner".to_owned();
+    assert!(w
+        .store
+        .change_deployment(&deployment, revision, &[], &[], None, hone_types::time::now_ms())
+        .unwrap());
+    crate::support::wait_for_split(&w, "gh", Some(&gamed)).await;
+
+    // Users ask for recipes and like neither version's answers.
+    let mut served = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..60 {
+        let id = format!("g-{i}");
+        w.ask("gh", &id, &format!("Give me a cake recipe with {} eggs", 100 + i))
+            .await;
+        w.feedback(&id, "liked", serde_json::json!(false)).await;
+        let version = w.episode(&id).await.calls[0].version_id.to_string();
+        *served.entry(version).or_default() += 1;
+    }
+    assert!(served.get(gamed.as_str()).is_some_and(|n| *n >= 10), "{served:?}");
+    let verdict = learner.watch(agent).await.unwrap();
+    let Verdict::RolledBack(line) = verdict else {
+        panic!("{verdict:?}\n{}", lines.lock().unwrap().join("\n"));
+    };
+    assert!(line.contains(gamed.as_str()), "{line}");
+    let alert = w.store.alerts(Some("gh"), 10).unwrap().remove(0);
+    assert_eq!(alert.metric, "overoptimisation", "{alert:?}");
+    assert!(alert.canary_rate < alert.champion_rate - 0.1, "{alert:?}");
+    let rollback = w
+        .store
+        .history("gh", 50)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "rollback")
+        .expect("a rollback event");
+    assert!(
+        rollback.summary.contains("overoptimised (Goodhart)"),
+        "{}",
+        rollback.summary
+    );
+    let (after, revision) = hone_learn::deploy::current(w.store.as_ref(), agent).unwrap();
+    assert_eq!(after.canary, None);
+
+    // The control: the same canary, whose users do like its answers, as
+    // the model predicts. Nothing is overoptimised.
+    let mut again = after.clone();
+    again.canary = Some(gamed.clone());
+    again.canary_since = Some(hone_types::time::now_ms());
+    assert!(w
+        .store
+        .change_deployment(&again, revision, &[], &[], None, hone_types::time::now_ms())
+        .unwrap());
+    crate::support::wait_for_split(&w, "gh", Some(&gamed)).await;
+    for i in 0..60 {
+        let id = format!("h-{i}");
+        w.ask("gh", &id, &format!("Give me a cake recipe with {} eggs", 200 + i))
+            .await;
+        let version = w.episode(&id).await.calls[0].version_id.clone();
+        w.feedback(&id, "liked", serde_json::json!(version == gamed)).await;
+    }
+    let verdict = learner.watch(agent).await.unwrap();
+    assert!(!matches!(verdict, Verdict::RolledBack(_)), "{verdict:?}");
+    assert_eq!(w.store.alerts(Some("gh"), 10).unwrap().len(), 1, "no second alert");
+}

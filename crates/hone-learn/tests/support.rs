@@ -518,6 +518,7 @@ pub fn learner(w: &World) -> (hone_learn::cycle::Learner, Arc<std::sync::Mutex<V
         progress: Arc::new(move |agent: &str, line: &str| sink.lock().unwrap().push(format!("{agent}: {line}"))),
         pause_at: None,
         leads: Default::default(),
+        stand_ins: Default::default(),
     };
     (learner, lines)
 }

@@ -45,7 +45,19 @@ pub struct Learner {
     pub pause_at: Option<CycleState>,
     /// The agents this learner leads.
     pub leads: Leads,
+    /// Each agent's reward model as last loaded.
+    pub stand_ins: StandIns,
 }
+
+/// Each agent's usable reward model, loaded once per saved model (by the
+/// file's modification time) rather than on every look.
+#[derive(Default)]
+#[allow(clippy::type_complexity)]
+pub struct StandIns(
+    std::sync::Mutex<
+        std::collections::HashMap<String, (std::time::SystemTime, Option<Arc<crate::reward_model::StandIn>>)>,
+    >,
+);
 
 /// The agents a learner leads: each lead is taken from the store on first
 /// use and kept until the process ends, so of several `hone learn`
@@ -75,18 +87,34 @@ impl Learner {
     /// for users.
     pub fn evaluator(&self, agent: &AgentConfig) -> Result<Evaluator> {
         let client: Arc<dyn ChatClient> = Arc::new(self.gateway.clone());
-        let mut rewarder = Rewarder::new(&agent.name, &agent.reward, Some(client))?;
-        if agent.reward.model.is_some() {
-            let path = crate::reward_model::saved_path(&self.config.gateway.data_dir, &agent.name);
-            let spec_version = rewarder.spec_version.clone();
-            rewarder = rewarder.with_stand_in(crate::reward_model::StandIn::load(&path, &spec_version));
-        }
+        let rewarder = Rewarder::new(&agent.name, &agent.reward, Some(client))?.with_stand_in(self.stand_in(agent));
         Ok(Evaluator {
             store: self.store.clone(),
             gateway: self.gateway.clone(),
             rewarder: Arc::new(rewarder),
             recorder: self.recorder.clone(),
         })
+    }
+
+    /// The agent's reward model when it has one (`[agents.NAME.reward.model]`)
+    /// and the latest is usable under the current spec.
+    pub fn stand_in(&self, agent: &AgentConfig) -> Option<Arc<crate::reward_model::StandIn>> {
+        agent.reward.model.as_ref()?;
+        let path = crate::reward_model::saved_path(&self.config.gateway.data_dir, &agent.name);
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+        let mut loaded = self
+            .stand_ins
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, stand_in)) = loaded.get(&agent.name) {
+            if *at == modified {
+                return stand_in.clone();
+            }
+        }
+        let stand_in = crate::reward_model::StandIn::load(&path, &agent.reward.version()).map(Arc::new);
+        loaded.insert(agent.name.clone(), (modified, stand_in.clone()));
+        stand_in
     }
 
     /// Tells the operator (the progress callback) and the debug log.

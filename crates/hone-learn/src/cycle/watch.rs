@@ -63,7 +63,34 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
     };
     let (c, h) = (window(&canary)?, window(&deployment.champion)?);
     let predicted = crate::monitor::expected(learner.store.as_ref(), name, &canary)?;
-    let firings = check(spec, &c, &h, predicted);
+    let mut firings = check(spec, &c, &h, predicted);
+    // Where a reward model stands in for users offline, the canary is also
+    // checked for having learned the model rather than the users.
+    if let Some(stand_in) = learner.stand_in(agent) {
+        let read = |w: &[hone_store::WindowEpisode]| -> Result<Vec<(String, f64, f64)>> {
+            let mut out = Vec::new();
+            for e in w {
+                let (Some(episode), Some(reward)) = (
+                    learner.store.episode(&e.id)?,
+                    learner.store.reward(&e.id, &rewarder.spec_version)?,
+                ) else {
+                    continue;
+                };
+                if reward.signals_seen == 0 {
+                    continue;
+                }
+                if let Some(p) = stand_in.predict(&episode) {
+                    out.push((e.id.to_string(), p, crate::reward_model::users_part(&reward)));
+                }
+            }
+            Ok(out)
+        };
+        if let Some(reading) = crate::monitor::overoptimisation(spec, &read(&c)?, &read(&h)?) {
+            if reading.fires {
+                firings.insert(0, reading.into());
+            }
+        }
+    }
     if let Some(first) = firings.first() {
         let action = if spec.rollback { "rolled_back" } else { "alerted" };
         let alert = alert_of(&deployment, first, action).ok_or_else(|| LearnError::state("no canary"))?;
@@ -84,7 +111,13 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
             notify(learner, url, &alert).await;
         }
         if spec.rollback {
-            let why = format!("monitor `{}` fired", first.metric);
+            let why = match first.metric.as_str() {
+                "overoptimisation" => format!(
+                    "overoptimised (Goodhart): the reward model rates the canary above the champion, but its users' reward less the model's prediction is {:+.3} against {:+.3} for the champion's users (p = {:.4})",
+                    first.canary_rate, first.champion_rate, first.p_value
+                ),
+                metric => format!("monitor `{metric}` fired"),
+            };
             let change = deploy::rollback(learner.store.as_ref(), agent, &why, Some(&alert))?;
             return Ok(match change {
                 Change::Applied(s) => Verdict::RolledBack(s),

@@ -76,6 +76,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
             progress: Arc::new(|agent: &str, line: &str| note(format_args!("{agent}: {line}"))),
             pause_at,
             leads: Default::default(),
+            stand_ins: Default::default(),
         });
         let mut failed = false;
         if args.once {

@@ -730,6 +730,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
         }),
         pause_at: None,
         leads: Default::default(),
+        stand_ins: Default::default(),
     };
     spinner.finish_and_clear();
 
