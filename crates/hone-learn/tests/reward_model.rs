@@ -100,6 +100,21 @@ fn nothing_is_fitted_or_measured_without_two_classes_and_an_episode_is_held_out_
     assert!((0.2..0.3).contains(&share), "{share}");
 }
 
+/// 72 episodes of `agent`: users like the answers to weather requests
+/// (every other one) and not those to recipe requests.
+async fn users_like_weather(w: &crate::support::World, agent: &str) {
+    for i in 0..72 {
+        let (id, weather) = (format!("e-{i}"), i % 2 == 0);
+        let text = if weather {
+            format!("Please write the weather report for town {i}")
+        } else {
+            format!("Give me a cake recipe with {i} eggs")
+        };
+        w.ask(agent, &id, &text).await;
+        w.feedback(&id, "liked", serde_json::json!(weather)).await;
+    }
+}
+
 /// The reward model in a real cycle on the embedded engine (a random tiny
 /// Qwen2): users liked the answers to one kind of request and not the
 /// other's, and the model, reading the recorded tokens through the base
@@ -111,14 +126,7 @@ fn nothing_is_fitted_or_measured_without_two_classes_and_an_episode_is_held_out_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_it_held_out() {
     use hone_store::CycleStore;
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
+    let model = crate::support::tiny_checkpoint();
     let config = format!(
         "[providers.local]\ntype = \"local\"\n\
          [agents.rm.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\ntemperature = 1.0\nmax_tokens = 6\n\
@@ -148,16 +156,7 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
     );
 
     // Users like the answers to weather requests and not to recipes.
-    for i in 0..72 {
-        let (id, weather) = (format!("e-{i}"), i % 2 == 0);
-        let text = if weather {
-            format!("Please write the weather report for town {i}")
-        } else {
-            format!("Give me a cake recipe with {i} eggs")
-        };
-        w.ask("rm", &id, &text).await;
-        w.feedback(&id, "liked", serde_json::json!(weather)).await;
-    }
+    users_like_weather(&w, "rm").await;
     let cycle = learner.run_cycle("rm", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     let quality = cycle.detail.reward_model.expect("measured");
@@ -216,14 +215,7 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
 async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() {
     use hone_learn::watch::Verdict;
     use hone_store::CycleStore;
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
+    let model = crate::support::tiny_checkpoint();
     let route = format!(
         "provider = {{ type = \"local\", model = {:?} }}\ntemperature = 1.0\nmax_tokens = 6\n",
         model.path().display().to_string()
@@ -241,16 +233,7 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
     let w = crate::support::World::start_with(&config).await;
     let (learner, lines) = crate::support::learner(&w);
     let agent = &w.config.agents["gh"];
-    for i in 0..72 {
-        let (id, weather) = (format!("e-{i}"), i % 2 == 0);
-        let text = if weather {
-            format!("Please write the weather report for town {i}")
-        } else {
-            format!("Give me a cake recipe with {i} eggs")
-        };
-        w.ask("gh", &id, &text).await;
-        w.feedback(&id, "liked", serde_json::json!(weather)).await;
-    }
+    users_like_weather(&w, "gh").await;
     let cycle = learner.run_cycle("gh", "manual").await.unwrap();
     let quality = cycle.detail.reward_model.expect("measured");
     assert!(quality.usable, "{quality:?}\n{}", lines.lock().unwrap().join("\n"));

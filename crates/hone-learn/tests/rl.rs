@@ -9,24 +9,11 @@
 //! trains on the gateway's shadow samples, scored alike with the served answer. And weight candidates
 //! build on the champion's adapter, so gains accumulate across cycles.
 
-use crate::support::{learner, World};
+use crate::support::{learner, tiny_checkpoint, World};
 use hone_learn::optimiser::training::{adapter_name, Method};
 use hone_store::{CycleStore, LearnStore, Store};
 use hone_types::CycleState;
 use serde_json::Value;
-
-/// A random tiny Qwen2 checkpoint in a temporary directory.
-fn tiny_checkpoint() -> tempfile::TempDir {
-    let model = tempfile::tempdir().unwrap();
-    hone_engine::init::write_checkpoint(
-        hone_engine::Arch::Qwen2,
-        hone_engine::init::Preset::Tiny,
-        3,
-        model.path(),
-    )
-    .unwrap();
-    model
-}
 
 /// The tables of an agent `agent` whose champion `v1` runs on the checkpoint
 /// in `model` through the embedded engine (temperature 1, six tokens).

@@ -547,3 +547,17 @@ pub async fn wait_for_split(w: &World, agent: &str, canary: Option<&hone_types::
     }
     panic!("the gateway never routed to canary {canary:?}");
 }
+
+/// A random tiny Qwen2 checkpoint in a temporary directory, for agents the
+/// embedded engine serves.
+pub fn tiny_checkpoint() -> tempfile::TempDir {
+    let model = tempfile::tempdir().unwrap();
+    hone_engine::init::write_checkpoint(
+        hone_engine::Arch::Qwen2,
+        hone_engine::init::Preset::Tiny,
+        3,
+        model.path(),
+    )
+    .unwrap();
+    model
+}

@@ -28,6 +28,30 @@ fn tiny_base(dir: &Path) -> PathBuf {
     base
 }
 
+/// `hone demo` for one round and its cycle, of 10 users, with `grpo` alone,
+/// on `base`, in `data`, with `extra` arguments.
+fn one_round(base: &Path, data: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args([
+            "demo",
+            "--cycles",
+            "1",
+            "--episodes-per-round",
+            "10",
+            "--concurrency",
+            "4",
+            "--optimisers",
+            "grpo",
+        ])
+        .args(extra)
+        .arg("--base")
+        .arg(base)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap()
+}
+
 /// Every candidate row of the cycle tables in `stdout` whose "VS CHAMPION"
 /// cell holds a gain: (short id, [gain, low, high]).
 fn table_gains(stdout: &str) -> Vec<(String, [f64; 3])> {
@@ -73,30 +97,9 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     let dir = tempfile::tempdir().unwrap();
     let base = tiny_base(dir.path());
     let data = dir.path().join("demo");
-    let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        .args([
-            "demo",
-            "--cycles",
-            "1",
-            "--held-out",
-            "6",
-            "--episodes-per-round",
-            "10",
-            "--concurrency",
-            "4",
-            // One weight optimiser is enough to check the plumbing; each
-            // trains in the unoptimised test build.
-            "--optimisers",
-            "grpo",
-            "--gate-confidence",
-            "0.9",
-        ])
-        .arg("--base")
-        .arg(&base)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap();
+    // One weight optimiser is enough to check the plumbing; each trains in
+    // the unoptimised test build.
+    let out = one_round(&base, &data, &["--held-out", "6", "--gate-confidence", "0.9"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stderr}\n{stdout}");
@@ -252,27 +255,7 @@ fn sandbox_users_react_to_offline_runs_and_the_run_says_it_was_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let base = tiny_base(dir.path());
     let data = dir.path().join("demo");
-    let out = Command::new(env!("CARGO_BIN_EXE_hone"))
-        .args([
-            "demo",
-            "--sandbox-users",
-            "--cycles",
-            "1",
-            "--held-out",
-            "4",
-            "--episodes-per-round",
-            "10",
-            "--concurrency",
-            "4",
-            "--optimisers",
-            "grpo",
-        ])
-        .arg("--base")
-        .arg(&base)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap();
+    let out = one_round(&base, &data, &["--sandbox-users", "--held-out", "4"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
