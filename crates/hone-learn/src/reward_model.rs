@@ -148,21 +148,17 @@ fn newton(z: &[Vec<f64>], y: &[f64], l2: f64) -> Option<Vec<f64>> {
         for (row, target) in z.iter().zip(y) {
             let p = sigmoid(row.iter().zip(&theta).map(|(a, b)| a * b).sum());
             let w = p * (1.0 - p);
-            for i in 0..k {
-                gradient[i] += (p - target) * row[i] / n;
-                for j in 0..=i {
-                    hessian[i][j] += w * row[i] * row[j] / n;
+            for ((g, h), a) in gradient.iter_mut().zip(hessian.iter_mut()).zip(row) {
+                *g += (p - target) * a / n;
+                for (cell, b) in h.iter_mut().zip(row) {
+                    *cell += w * a * b / n;
                 }
             }
         }
-        for i in 1..k {
-            gradient[i] += l2 / n * theta[i];
-            hessian[i][i] += l2 / n;
-        }
-        for i in 0..k {
-            for j in 0..i {
-                hessian[j][i] = hessian[i][j];
-            }
+        // The penalty, on every weight but the bias.
+        for (i, (g, h)) in gradient.iter_mut().zip(hessian.iter_mut()).enumerate().skip(1) {
+            *g += l2 / n * theta[i];
+            h[i] += l2 / n;
         }
         let step = cholesky_solve(&hessian, &gradient)?;
         let mut largest: f64 = 0.0;

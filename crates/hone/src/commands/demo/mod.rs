@@ -518,6 +518,10 @@ pub(crate) struct Summary {
     users_on_worse_canaries: usize,
     /// Of those, users on canaries shown worse for them (`p_worse` < 0.05).
     users_on_shown_worse_canaries: usize,
+    /// How long canaries that did worse for their users, and those shown
+    /// worse, were out (seconds, summed).
+    seconds_of_worse_canaries: f64,
+    seconds_of_shown_worse_canaries: f64,
     /// Promotions whose version is significantly worse on the held-out
     /// tasks than the champion it replaced.
     regressions_shipped: usize,
@@ -1009,6 +1013,12 @@ async fn rounds(
             .filter(|e| e.worse && e.p_worse < 0.05)
             .map(|e| e.users)
             .sum(),
+        seconds_of_worse_canaries: exposures.iter().filter(|e| e.worse).map(|e| e.seconds).sum(),
+        seconds_of_shown_worse_canaries: exposures
+            .iter()
+            .filter(|e| e.worse && e.p_worse < 0.05)
+            .map(|e| e.seconds)
+            .sum(),
         exposures,
         mode: args.mode(),
         reward: format!("{:?}", args.reward).to_lowercase(),
@@ -1305,8 +1315,12 @@ fn print_summary(s: &Summary, path: &Path) {
         ));
     }
     note(format_args!(
-        "  users served by a canary that did worse for them: {} of {} ({} on one shown worse, p < 0.05)",
-        s.users_on_worse_canaries, s.user_episodes, s.users_on_shown_worse_canaries
+        "  users served by a canary that did worse for them: {} of {}, over {:.0} s ({} on one shown worse, p < 0.05, over {:.0} s)",
+        s.users_on_worse_canaries,
+        s.user_episodes,
+        s.seconds_of_worse_canaries,
+        s.users_on_shown_worse_canaries,
+        s.seconds_of_shown_worse_canaries
     ));
     if let Some(c) = &s.canary_left {
         note(format_args!(

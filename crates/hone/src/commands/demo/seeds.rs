@@ -32,6 +32,9 @@ struct SeedRun {
     users_on_worse_canaries: usize,
     /// Of those, users on canaries shown worse for them (p < 0.05).
     users_on_shown_worse_canaries: usize,
+    /// How long those canaries were out (seconds, summed).
+    seconds_of_worse_canaries: f64,
+    seconds_of_shown_worse_canaries: f64,
 }
 
 impl SeedRun {
@@ -48,6 +51,8 @@ impl SeedRun {
             first_promotion: s.first_promotion,
             users_on_worse_canaries: s.users_on_worse_canaries,
             users_on_shown_worse_canaries: s.users_on_shown_worse_canaries,
+            seconds_of_worse_canaries: s.seconds_of_worse_canaries,
+            seconds_of_shown_worse_canaries: s.seconds_of_shown_worse_canaries,
         }
     }
 
