@@ -250,6 +250,26 @@ model = "m"
                 "{bad}: {e}"
             );
         }
+        let e = reward("[agents.a.reward.model]\nrubrics = [\"Is it right?\"]\n").unwrap_err();
+        assert!(
+            e.to_string().contains("rubrics") && e.message.contains("has none"),
+            "{e}"
+        );
+        let judged = reward(
+            "[agents.a.reward.judge]\nmode = \"absolute\"\nprovider = \"up\"\nmodel = \"j\"\n\
+             [agents.a.reward.model]\nrubrics = [\"Is it right?\", \"Is it brief?\"]\njudge_calls = 50\n",
+        )
+        .unwrap()
+        .model
+        .unwrap();
+        assert_eq!((judged.rubrics.len(), judged.judge_calls), (2, 50));
+        for (bad, field) in [("rubrics = [\" \"]", "rubrics"), ("judge_calls = 0", "judge_calls")] {
+            let e = reward(&format!(
+                "[agents.a.reward.judge]\nmode = \"absolute\"\nprovider = \"up\"\nmodel = \"j\"\n[agents.a.reward.model]\n{bad}\n"
+            ))
+            .unwrap_err();
+            assert!(e.to_string().contains(field), "{bad}: {e}");
+        }
         let e = load(&format!("{BASE}[agents.a.reward.model]\n")).unwrap_err();
         assert!(
             e.to_string().contains("agents.a.reward.model") && e.message.contains("weighs none"),

@@ -50,6 +50,8 @@ pub struct RawRewardModel {
     pub min_auc: Option<f64>,
     pub held_out: Option<f64>,
     pub window: Option<usize>,
+    pub rubrics: Option<Vec<String>>,
+    pub judge_calls: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,6 +218,11 @@ pub struct RewardModelSpec {
     pub held_out: f64,
     /// The most recent episodes users reacted to that it learns from.
     pub window: usize,
+    /// For an agent on a hosted model, where the judge is the reward
+    /// model: the rubrics it chooses from (empty: the judge's own).
+    pub rubrics: Vec<String>,
+    /// The most judge calls one cycle makes to score episodes for it.
+    pub judge_calls: usize,
 }
 
 impl Default for RewardModelSpec {
@@ -225,6 +232,8 @@ impl Default for RewardModelSpec {
             min_auc: 0.75,
             held_out: 0.25,
             window: 400,
+            rubrics: Vec::new(),
+            judge_calls: 200,
         }
     }
 }
@@ -260,11 +269,27 @@ impl RewardModelSpec {
                 format!("must be at least min_episodes ({min_episodes}), got {window}"),
             ));
         }
+        let rubrics = raw.rubrics.unwrap_or_default();
+        if rubrics.iter().any(|r| r.trim().is_empty()) {
+            return Err(ConfigError::at(
+                format!("{field}.rubrics"),
+                "a rubric must say something",
+            ));
+        }
+        let judge_calls = raw.judge_calls.unwrap_or(d.judge_calls);
+        if judge_calls == 0 {
+            return Err(ConfigError::at(
+                format!("{field}.judge_calls"),
+                "must be at least 1 (leave `rubrics` out of a model the judge does not read)",
+            ));
+        }
         Ok(Self {
             min_episodes,
             min_auc,
             held_out,
             window,
+            rubrics,
+            judge_calls,
         })
     }
 }
@@ -340,6 +365,12 @@ impl RewardSpec {
             .model
             .map(|m| RewardModelSpec::from_raw(&format!("{field}.model"), m))
             .transpose()?;
+        if model.as_ref().is_some_and(|m| !m.rubrics.is_empty()) && judge.is_none() {
+            return Err(ConfigError::at(
+                format!("{field}.model.rubrics"),
+                "are read by the reward's judge, and it has none: add [agents.NAME.reward.judge]",
+            ));
+        }
         if model.is_some() && signals.is_empty() {
             return Err(ConfigError::at(
                 format!("{field}.model"),

@@ -105,7 +105,45 @@ impl Rewarder {
     /// Runs the judge over episodes: absolute mode one by one; relative mode
     /// over groups of episodes with the same task (a group of one has no
     /// one to be compared with and gets no judge score).
+    ///
+    /// Where a reward model read by the judge stands in for users, the
+    /// episodes it will be asked about (no user saw them, none of the
+    /// spec's signals came) are judged for it too.
     pub async fn judge(&self, episodes: &[EpisodeDetail]) -> JudgeVerdicts {
+        let verdicts = self.spec_judge(episodes).await;
+        if let Some(stand_in) = &self.stand_in {
+            let unheard: Vec<&EpisodeDetail> = episodes
+                .iter()
+                .filter(|e| !self.heard(e) && (e.summary.id.is_evaluation() || is_shadow_variant(e)))
+                .collect();
+            // The spec's judge already asked the same question where it is
+            // absolute and reads the same rubric.
+            let same = self.judge.as_ref().is_some_and(|j| {
+                j.spec.mode == JudgeMode::Absolute && stand_in.rubric() == Some(j.spec.rubric.as_str())
+            });
+            let known = |id: &EpisodeId| {
+                same.then(|| verdicts.get(id).and_then(|v| v.as_ref().ok()).map(|v| v.score))
+                    .flatten()
+            };
+            stand_in.prepare(&unheard, &known).await;
+        }
+        verdicts
+    }
+
+    /// The spec's LLM judge, when it has one.
+    pub fn llm_judge(&self) -> Option<&Judge> {
+        self.judge.as_ref()
+    }
+
+    /// Whether any signal the spec weighs came for `episode`.
+    fn heard(&self, episode: &EpisodeDetail) -> bool {
+        self.spec
+            .signals
+            .iter()
+            .any(|s| episode.signals.iter().any(|x| x.name == s.name))
+    }
+
+    async fn spec_judge(&self, episodes: &[EpisodeDetail]) -> JudgeVerdicts {
         let mut verdicts = JudgeVerdicts::new();
         let Some(judge) = &self.judge else {
             return verdicts;
@@ -383,13 +421,21 @@ impl Rewarder {
     }
 }
 
+/// What a shadow variant's id carries after its episode's id.
+const SHADOW_MARK: &str = ".shadow-";
+
+/// Whether `episode` is a shadow variant (see [`shadow_variant`]).
+fn is_shadow_variant(episode: &EpisodeDetail) -> bool {
+    episode.summary.id.as_str().contains(SHADOW_MARK)
+}
+
 /// The episode as it would be had call `k` answered `choice` (alternative
 /// `i`) and ended there, with no user signal.
 fn shadow_variant(episode: &EpisodeDetail, k: usize, choice: &Choice, i: usize) -> Option<EpisodeDetail> {
     let mut v = episode.clone();
     v.calls.truncate(k + 1);
     v.signals.clear();
-    v.summary.id = EpisodeId::parse_stored(&format!("{}.shadow-{k}-{i}", episode.summary.id)).ok()?;
+    v.summary.id = EpisodeId::parse_stored(&format!("{}{SHADOW_MARK}{k}-{i}", episode.summary.id)).ok()?;
     v.summary.call_count = v.calls.len() as u64;
     let call = v.calls.last_mut()?;
     call.shadow.clear();

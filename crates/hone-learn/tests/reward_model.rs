@@ -306,3 +306,103 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
     assert!(!matches!(verdict, Verdict::RolledBack(_)), "{verdict:?}");
     assert_eq!(w.store.alerts(Some("gh"), 10).unwrap().len(), 1, "no second alert");
 }
+
+/// The judge as the reward model of an agent on a hosted model (no token
+/// ids to read). Users liked the answers to requests for a forecast and
+/// not to recipes; of two rubrics — one the fake judge scores alike for every
+/// answer, one that reads the request — the second is chosen on the
+/// training side, calibrated to the users' signals, and measured on
+/// episodes it was not trained on; it then scores the gate's re-runs. A
+/// second cycle pays only for the episodes that are new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_agents_judge_is_chosen_and_calibrated_against_users_signals() {
+    let config = r#"
+[agents.hosted.versions.v1]
+provider = "up"
+model = "good"
+[agents.hosted.deployment]
+champion = "v1"
+[agents.hosted.reward]
+pass_threshold = 0.5
+signals = { liked = 1.0 }
+[agents.hosted.reward.judge]
+mode = "absolute"
+provider = "up"
+model = "judge"
+weight = 0.0
+retries = 0
+[agents.hosted.reward.model]
+min_episodes = 24
+min_auc = 0.7
+rubrics = ["Score how good the answer is.", "Prefer forecasts: score 1 for a forecast, 0 otherwise."]
+[agents.hosted.learn]
+optimisers = ["model"]
+dataset_size = 16
+[agents.hosted.learn.model]
+temperatures = [0.2]
+"#;
+    use hone_store::CycleStore;
+    let w = crate::support::World::start_with(config).await;
+    let (learner, lines) = crate::support::learner(&w);
+    for i in 0..72 {
+        let (id, forecast) = (format!("e-{i}"), i % 2 == 0);
+        let text = if forecast {
+            format!("Please write the forecast for town {i}")
+        } else {
+            format!("Give me a cake recipe with {i} eggs")
+        };
+        w.ask("hosted", &id, &text).await;
+        w.feedback(&id, "liked", serde_json::json!(forecast)).await;
+    }
+    let cycle = learner.run_cycle("hosted", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    let quality = cycle.detail.reward_model.expect("measured");
+    assert_eq!(
+        quality.reads,
+        hone_types::RewardModelReads::Judge { rubric: 2, of: 2 },
+        "{quality:?}\n{log}"
+    );
+    assert_eq!(quality.reacted, 72, "{quality:?}");
+    assert!(
+        quality.auc.is_some_and(|a| a >= 0.9) && quality.usable,
+        "{quality:?}\n{log}"
+    );
+    assert!(
+        log.contains("the judge scored 144 episodes this cycle (0 failed); rubric 2 of 2 chosen"),
+        "{log}"
+    );
+    // It stands in for users on the gate's re-runs, judging them with the
+    // chosen rubric.
+    let gate = w
+        .store
+        .history("hosted", 200)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "gate" && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
+        .expect("a gate event");
+    assert!(
+        gate.evidence
+            .to_string()
+            .contains("users' signals predicted by the reward model"),
+        "{}",
+        gate.evidence
+    );
+    assert!(
+        quality.summary().starts_with("the judge, rubric 2 of 2:"),
+        "{}",
+        quality.summary()
+    );
+
+    // Four more episodes: only they are judged, under each rubric.
+    for i in 0..4 {
+        let id = format!("more-{i}");
+        w.ask("hosted", &id, "Please write the forecast for the coast").await;
+        w.feedback(&id, "liked", serde_json::json!(true)).await;
+    }
+    learner.run_cycle("hosted", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(
+        log.contains("the judge scored 8 episodes this cycle (0 failed)"),
+        "{log}"
+    );
+}

@@ -230,6 +230,12 @@ fn tooly(body: &Value, last_user: &str) -> Option<Value> {
 }
 
 fn default_judge(prompt: &str) -> String {
+    // A rubric that reads the request: forecasts score 1, the rest 0.
+    if prompt.starts_with("Rubric:\nPrefer forecasts") {
+        let conversation = prompt.split("The conversation:").nth(1).unwrap_or("");
+        let score = u8::from(conversation.contains("forecast"));
+        return format!(r#"{{"explanation": "reads the request", "score": {score}}}"#);
+    }
     let n = prompt.matches("<trajectory id=").count();
     if n == 0 {
         return r#"{"explanation": "fine", "score": 0.8}"#.to_owned();

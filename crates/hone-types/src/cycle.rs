@@ -174,6 +174,20 @@ pub struct RewardModelQuality {
     pub min_auc: f64,
     /// Its AUC reached `min_auc`.
     pub usable: bool,
+    /// What read the episodes for it.
+    #[serde(default)]
+    pub reads: RewardModelReads,
+}
+
+/// What reads episodes for a reward model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RewardModelReads {
+    /// The agent's base model, through the token ids the embedded engine recorded.
+    #[default]
+    HiddenStates,
+    /// The spec's LLM judge, under the chosen of `of` rubrics (from 1).
+    Judge { rubric: usize, of: usize },
 }
 
 impl RewardModelQuality {
@@ -181,11 +195,15 @@ impl RewardModelQuality {
     /// 20 held-out episodes (trained on 58): usable (min AUC 0.75)".
     pub fn summary(&self) -> String {
         let shown = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let reader = match self.reads {
+            RewardModelReads::HiddenStates => String::new(),
+            RewardModelReads::Judge { rubric, of } => format!("the judge, rubric {rubric} of {of}: "),
+        };
         if self.auc.is_none() && self.trained_on + self.held_out == 0 {
-            return format!("not trained: {} episodes users reacted to", self.reacted);
+            return format!("{reader}not trained: {} episodes users reacted to", self.reacted);
         }
         format!(
-            "AUC {}, rank correlation {}, calibration error {} on {} held-out episodes (trained on {}): {} (min AUC {})",
+            "{reader}AUC {}, rank correlation {}, calibration error {} on {} held-out episodes (trained on {}): {} (min AUC {})",
             shown(self.auc),
             shown(self.rank_correlation),
             shown(self.calibration_error),

@@ -23,7 +23,7 @@ pub mod version;
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
     Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
-    PairedGain, RewardModelQuality, Spend, TrainingSummary,
+    PairedGain, RewardModelQuality, RewardModelReads, Spend, TrainingSummary,
 };
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary, RewardRange};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};

@@ -112,7 +112,13 @@ impl Learner {
                 return stand_in.clone();
             }
         }
-        let stand_in = crate::reward_model::StandIn::load(&path, &agent.reward.version()).map(Arc::new);
+        let client: Arc<dyn ChatClient> = Arc::new(self.gateway.clone());
+        let judge = agent.reward.judge.clone().map(|spec| crate::judge::Judge {
+            spec,
+            agent: agent.name.clone(),
+            client,
+        });
+        let stand_in = crate::reward_model::StandIn::load(&path, &agent.reward.version(), judge.as_ref()).map(Arc::new);
         loaded.insert(agent.name.clone(), (modified, stand_in.clone()));
         stand_in
     }

@@ -11,7 +11,7 @@ use crate::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
-use hone_types::{Alert, Deployment, HistoryEvent};
+use hone_types::{Alert, Deployment, EpisodeDetail, HistoryEvent};
 use serde_json::json;
 
 /// What a look at the canary decided.
@@ -67,7 +67,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
     // Where a reward model stands in for users offline, the canary is also
     // checked for having learned the model rather than the users.
     if let Some(stand_in) = learner.stand_in(agent) {
-        let read = |w: &[hone_store::WindowEpisode]| -> Result<Vec<(String, f64, f64)>> {
+        let read = |w: &[hone_store::WindowEpisode]| -> Result<Vec<(EpisodeDetail, f64)>> {
             let mut out = Vec::new();
             for e in w {
                 let (Some(episode), Some(reward)) = (
@@ -76,16 +76,21 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
                 ) else {
                     continue;
                 };
-                if reward.signals_seen == 0 {
-                    continue;
-                }
-                if let Some(p) = stand_in.predict(&episode) {
-                    out.push((e.id.to_string(), p, crate::reward_model::users_part(&reward)));
+                if reward.signals_seen > 0 {
+                    out.push((episode, crate::reward_model::users_part(&reward)));
                 }
             }
             Ok(out)
         };
-        if let Some(reading) = crate::monitor::overoptimisation(spec, &read(&c)?, &read(&h)?) {
+        let (c, h) = (read(&c)?, read(&h)?);
+        let all: Vec<&EpisodeDetail> = c.iter().chain(&h).map(|(e, _)| e).collect();
+        stand_in.prepare(&all, &|_| None).await;
+        let predicted = |side: &[(EpisodeDetail, f64)]| -> Vec<(String, f64, f64)> {
+            side.iter()
+                .filter_map(|(e, users)| Some((e.summary.id.to_string(), stand_in.predict(e)?, *users)))
+                .collect()
+        };
+        if let Some(reading) = crate::monitor::overoptimisation(spec, &predicted(&c), &predicted(&h)) {
             if reading.fires {
                 firings.insert(0, reading.into());
             }

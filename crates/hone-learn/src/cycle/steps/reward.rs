@@ -30,21 +30,28 @@ pub(super) async fn run(
     detail.rewarded = Some(scored);
     let mut events = Vec::new();
     if let Some(spec) = &agent.reward.model {
-        let line = match champion_checkpoint(learner, &detail).await? {
+        use crate::reward_model::{saved_path, train, Saved, Source};
+        let path = saved_path(&learner.config.gateway.data_dir, name);
+        let source = match champion_checkpoint(learner, &detail).await? {
+            Ok(checkpoint) => Ok(Source::HiddenStates(checkpoint)),
+            // A hosted agent: its judge, calibrated against its users.
+            Err(why) => rewarder.llm_judge().map(Source::Judge).ok_or(why),
+        };
+        let line = match source {
             Err(why) => format!("reward model: {why}; not trained"),
-            Ok(checkpoint) => {
-                let trained =
-                    crate::reward_model::train(learner.store.as_ref(), name, &rewarder.spec_version, spec, checkpoint)
-                        .await?;
+            Ok(source) => {
+                let trained = train(
+                    learner.store.as_ref(),
+                    name,
+                    &rewarder.spec_version,
+                    spec,
+                    source,
+                    Saved::read(&path),
+                )
+                .await?;
                 // The latest model replaces the one before, usable or not:
                 // a model that fell below min_auc stops standing in.
-                let path = crate::reward_model::saved_path(&learner.config.gateway.data_dir, name);
-                match &trained.saved {
-                    Some(saved) => saved.save(&path)?,
-                    None => {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                }
+                trained.saved.save(&path)?;
                 detail.reward_model = Some(trained.quality);
                 events.push(
                     HistoryEvent::new(name, now_ms(), "reward_model", &trained.line)
@@ -79,7 +86,7 @@ async fn champion_checkpoint(
         .is_some_and(|p| p.kind == hone_config::ProviderKind::Local);
     if !local {
         return Ok(Err(format!(
-            "it reads the token ids the embedded engine records, and provider `{}` is not the embedded engine (for a hosted agent, a judge scores what no user saw)",
+            "provider `{}` is not the embedded engine, whose token ids the base model reads, and the reward has no judge to calibrate against users instead",
             route.provider
         )));
     }
