@@ -6,8 +6,7 @@
 //! ~8% of its time there, and greedy decoding of the demo model ~40% (the
 //! matmuls of a small model are short). [`fix_thread_count`] asks candle once
 //! and writes the answer to `RAYON_NUM_THREADS`, which candle reads first; the
-//! count is the same, so results are too (measured in docs/ARCHITECTURE.md,
-//! "Performance"). rayon's global pool reads the same variable, so it too
+//! count is the same, so results are too. rayon's global pool reads the same variable, so it too
 //! gets candle's count (physical cores) instead of the logical ones.
 
 /// The variable candle (and rayon) read for their thread count.

@@ -78,8 +78,7 @@ pub struct Recipe {
     /// final answer has been drilled least so far (0 or 1: the next task),
     /// so that rare results are copied as often as common ones: a sum of
     /// two small numbers is rarely above 30, and a model drilled on the
-    /// tasks as they come copied such results with probability ~0.1
-    /// (measured in docs/ARCHITECTURE.md).
+    /// tasks as they come copied such results with probability ~0.1.
     #[serde(default)]
     pub answer_drill_candidates: usize,
     pub steps: usize,
@@ -149,8 +148,8 @@ impl Recipe {
     /// The demo's default: copy drills, then a short run on the
     /// demonstrations that leaves the policy under-trained, half of them
     /// answering at once without the tool — a habit that is wrong on most
-    /// tasks and that learning from users can unlearn (measured in
-    /// docs/ARCHITECTURE.md). Its demonstrations, like the copy check,
+    /// tasks and that learning from users can unlearn. Its
+    /// demonstrations, like the copy check,
     /// are tasks up to `max_difficulty`: the levels the demo plays.
     ///
     /// On easy tasks alone the model can learn both copies reliably, so

@@ -10,8 +10,7 @@
 //! the norms', the embedding's and the LM head's gradients to the input
 //! gradients the LoRA backward already computes. candle's autograd did this
 //! before, 2.9× slower on the demo's base: about a third of its time went to
-//! zeroing and accumulating a gradient buffer per graph node
-//! (docs/ARCHITECTURE.md, "Performance"). A checkpoint
+//! zeroing and accumulating a gradient buffer per graph node. A checkpoint
 //! written here loads in the engine, in `transformers` and in vLLM like any
 //! Hugging Face checkpoint.
 //!

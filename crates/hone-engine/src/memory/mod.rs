@@ -14,9 +14,9 @@
 //!
 //! Search is exact (every key scanned, norms precomputed) up to
 //! [`EXACT_LIMIT`] keys; a larger datastore gets an HNSW index
-//! ([`index`]) when the server loading it calls [`Datastore::indexed`], since scanning
-//! 100k keys per decoded token cost 41% of a batch-8 step on a
-//! Qwen2.5-0.5B-shaped model (docs/benchmarks.md). The datastore is a safetensors file (`keys`
+//! ([`index`]) when the server loading it calls [`Datastore::indexed`], since a
+//! scan's cost per decoded token grows with the datastore and an index's
+//! barely does (`hone bench engine --memory-keys` measures both). The datastore is a safetensors file (`keys`
 //! `[n, dim]` f32, `values` `[n]` u32) named by its content hash.
 
 mod index;
@@ -32,10 +32,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Up to this many keys a datastore is searched exactly; beyond, through an
-/// HNSW index. Measured on a Qwen2.5-0.5B-shaped model (docs/benchmarks.md):
-/// a scan of 10k keys costs 10% of a batch-8 decode step, of 100k keys 41%,
-/// the index over 100k keys 13%; the limit sits between, where an index's
-/// build time (seconds at this size) is still small.
+/// HNSW index: where a scan is still a small part of a decode step and an
+/// index's build time (seconds at this size) is still small
+/// (`hone bench engine --memory-keys` measures both sides).
 pub const EXACT_LIMIT: usize = 16_384;
 
 /// Keys and the tokens that followed them.

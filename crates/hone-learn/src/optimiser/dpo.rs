@@ -17,8 +17,7 @@
 //! Without it the demo's first `dpo` candidates, trained when no earlier
 //! success was there to replay, pushed the rejected answers down so far
 //! that 21–38% of their episodes made invalid tool calls; with earlier
-//! successes replayed, the same optimiser's later candidates did not
-//! (docs/ARCHITECTURE.md, "`hone bench learn`").
+//! successes replayed, the same optimiser's later candidates did not.
 
 use super::rollouts::{self, Rollout};
 use super::training::{local_base, propose_adapter, push_row, rendered_rows, Examples, Method};
