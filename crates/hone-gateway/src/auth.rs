@@ -59,6 +59,9 @@ pub struct Auth {
     /// SHA-256 hex → (key name, agents).
     keys: HashMap<String, (String, Option<Vec<String>>)>,
     admin_token_hash: Option<String>,
+    /// The variable `gateway.admin_token_env` names when it is not set:
+    /// the operator meant `/admin/*` to need a token, so it stays shut.
+    admin_token_missing: Option<String>,
 }
 
 pub fn sha256_hex(text: &str) -> String {
@@ -85,14 +88,21 @@ impl Auth {
             .iter()
             .map(|k| (k.sha256.clone(), (k.name.clone(), k.agents.clone())))
             .collect();
-        let admin_token_hash = config.gateway.admin_token_env.as_ref().and_then(|name| match std::env::var(name) {
-            Ok(token) if !token.is_empty() => Some(sha256_hex(&token)),
-            _ => {
-                tracing::warn!(variable = %name, "gateway.admin_token_env names a variable that is not set; admin endpoints are refused");
-                None
-            }
-        });
-        Self { keys, admin_token_hash }
+        let token = config
+            .gateway
+            .admin_token_env
+            .as_ref()
+            .map(|name| (name, std::env::var(name).ok().filter(|t| !t.is_empty())));
+        let admin_token_hash = token.as_ref().and_then(|(_, t)| t.as_deref().map(sha256_hex));
+        let admin_token_missing = token.and_then(|(name, t)| t.is_none().then(|| name.clone()));
+        if let Some(name) = &admin_token_missing {
+            tracing::warn!(variable = %name, "gateway.admin_token_env names a variable that is not set; admin endpoints and the dashboard are refused until it is");
+        }
+        Self {
+            keys,
+            admin_token_hash,
+            admin_token_missing,
+        }
     }
 
     pub fn is_open(&self) -> bool {
@@ -104,7 +114,7 @@ impl Auth {
     /// [`Auth::check_exposure`] keeps on loopback unless told otherwise) has
     /// an open dashboard.
     pub fn needs_credential(&self) -> bool {
-        !self.is_open() || self.admin_token_hash.is_some()
+        !self.is_open() || self.admin_token_hash.is_some() || self.admin_token_missing.is_some()
     }
 
     /// Who `token` is — the admin, or the agents of a data-plane key — or
@@ -158,7 +168,8 @@ impl Auth {
     }
 
     /// Control endpoints: the admin token; or, on an open gateway with no
-    /// admin token configured, anyone (a laptop set-up).
+    /// admin token configured, anyone (a laptop set-up). An admin token
+    /// configured but missing from the environment shuts them.
     pub fn admin(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         match (&self.admin_token_hash, bearer(headers)) {
             (Some(expected), Some(token)) if sha256_hex(token) == *expected => Ok(Principal::Admin),
@@ -171,6 +182,14 @@ impl Auth {
                 },
                 "admin endpoints need the admin token: send `Authorization: Bearer <token>`",
             )),
+            (None, _) if self.admin_token_missing.is_some() => Err(ApiError::new(
+                ErrorKind::Forbidden,
+                "admin_disabled",
+                format!(
+                    "admin endpoints are refused: gateway.admin_token_env names `{}`, which is not set in the gateway's environment",
+                    self.admin_token_missing.as_deref().unwrap_or_default()
+                ),
+            )),
             (None, _) if self.is_open() => Ok(Principal::Open),
             (None, _) => Err(ApiError::new(
                 ErrorKind::Forbidden,
@@ -178,5 +197,39 @@ impl Auth {
                 "admin endpoints are disabled: set gateway.admin_token_env and that variable",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(gateway: &str) -> Auth {
+        let text = format!(
+            "[gateway]\n{gateway}\n[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             [agents.a.versions.v1]\nprovider = \"up\"\nmodel = \"m\"\n"
+        );
+        Auth::from_config(&hone_config::load_str(&text, std::path::Path::new("."), &|_| None).unwrap())
+    }
+
+    #[test]
+    fn an_admin_token_configured_but_not_set_shuts_admin_rather_than_opening_it() {
+        let headers = HeaderMap::new();
+        // A laptop set-up: no keys, no admin token: open.
+        let open = auth("");
+        assert!(matches!(open.admin(&headers), Ok(Principal::Open)));
+        assert!(!open.needs_credential());
+        // The operator asked for a token and the variable is missing.
+        let missing = auth("admin_token_env = \"HONE_TEST_ADMIN_TOKEN_THAT_IS_NEVER_SET\"");
+        let refused = missing.admin(&headers).unwrap_err();
+        assert_eq!(refused.code, "admin_disabled", "{refused:?}");
+        assert!(
+            refused.message.contains("HONE_TEST_ADMIN_TOKEN_THAT_IS_NEVER_SET"),
+            "{}",
+            refused.message
+        );
+        assert!(missing.needs_credential(), "the dashboard asks for a credential");
+        // The data plane stays as configured (no keys: open on loopback).
+        assert!(matches!(missing.data_plane(&headers), Ok(Principal::Open)));
     }
 }
