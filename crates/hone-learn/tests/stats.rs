@@ -233,7 +233,7 @@ fn the_promotion_rule_calls_what_scipy_and_the_reference_rule_call() {
         };
         let timed =
             |v: &Value| -> Vec<(i64, f64)> { numbers(v).into_iter().enumerate().map(|(i, x)| (i as i64, x)).collect() };
-        let online = Online::of(&deployment, 0.95, &timed(&c["canary"]), &timed(&c["champion"]));
+        let online = Online::of(&deployment, 0.95, 1, &timed(&c["canary"]), &timed(&c["champion"]));
         let name = &c["name"];
         let expected = c["p_champion_better"].as_f64().unwrap();
         assert!(
@@ -327,7 +327,7 @@ fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
             .collect()
     };
     let champion = side(120, 2, 0);
-    let call = |canary: &[(i64, f64)]| Online::of(&deployment, 0.95, canary, &champion);
+    let call = |canary: &[(i64, f64)]| Online::of(&deployment, 0.95, 1, canary, &champion);
     assert_eq!(call(&side(9, 10, 5)).call, Call::Wait, "too few to look");
     let better = call(&side(30, 10, 5));
     assert_eq!(better.call, Call::Promote, "{}", better.summary());
@@ -338,4 +338,41 @@ fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
     assert_eq!(level.call, Call::Wait, "{}", level.summary());
     let capped = call(&side(60, 2, 5));
     assert_eq!(capped.call, Call::RollBack, "{}", capped.summary());
+    // The fifth canary since the last promotion needs stronger evidence
+    // (α / 30) to be promoted; being shown worse still rolls it back.
+    let fifth = |canary: &[(i64, f64)]| Online::of(&deployment, 0.95, 5, canary, &champion);
+    assert_eq!(
+        fifth(&side(30, 10, 5)).call,
+        Call::Wait,
+        "{}",
+        fifth(&side(30, 10, 5)).summary()
+    );
+    assert_eq!(
+        fifth(&side(60, 10, 5)).call,
+        Call::Promote,
+        "{}",
+        fifth(&side(60, 10, 5)).summary()
+    );
+    assert!(fifth(&side(60, 10, 5)).summary().contains("promoted at p ≤ 0.0017"));
+    assert_eq!(fifth(&side(30, 1, 5)).call, Call::RollBack);
+}
+
+/// The levels canaries are promoted at spend α over every canary until the
+/// next promotion, and a canary's place is counted from the history.
+#[test]
+fn promotion_levels_sum_to_alpha_and_count_from_the_last_promotion() {
+    use hone_learn::watch::{canary_number, promotion_alpha};
+    let total: f64 = (1..100_000).map(|k| promotion_alpha(0.05, k)).sum();
+    assert!((total - 0.05).abs() < 1e-6, "{total}");
+    assert!((promotion_alpha(0.05, 1) - 0.025).abs() < 1e-12);
+    let event = |kind: &str| hone_types::HistoryEvent::new("a", 0, kind, "");
+    let history: Vec<_> = [
+        "canary", "rollback", "canary", "promote", "canary", "rollback", "canary", "rollback", "canary",
+    ]
+    .iter()
+    .map(|k| event(k))
+    .collect();
+    assert_eq!(canary_number(&history), 3, "three canaries since the promotion");
+    assert_eq!(canary_number(&history[..4]), 1, "none since: the next is the first");
+    assert_eq!(canary_number(&[]), 1);
 }

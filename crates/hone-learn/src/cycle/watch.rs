@@ -143,7 +143,8 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
         }
         return Ok(Verdict::Alerted(line));
     }
-    let online = Online::of_windows(&agent.deployment, spec.confidence, &c, &h);
+    let number = canary_number(&learner.store.history(name, 5_000)?);
+    let online = Online::of_windows(&agent.deployment, spec.confidence, number, &c, &h);
     let n = online.canary_episodes as u64;
     let change = match online.call {
         Call::Wait => return Ok(Verdict::Waiting(n)),
@@ -192,7 +193,30 @@ pub struct Online {
     /// Under `promotion = "sequential"`: the always-valid test of the
     /// canary's reward less the champion's, over every look so far.
     pub sequential: Option<AlwaysValid>,
+    /// Under `promotion = "sequential"`: the level this canary's promotion
+    /// is tested at (its interval is at that level).
+    pub promotion_level: Option<f64>,
     pub call: Call,
+}
+
+/// The level the k-th canary since the last promotion (k from 1) is
+/// promoted at: α / (k (k + 1)), which sums to α over every k.
+pub fn promotion_alpha(alpha: f64, canary_number: usize) -> f64 {
+    let k = canary_number.max(1) as f64;
+    alpha / (k * (k + 1.0))
+}
+
+/// The current canary's place among the agent's canaries since its last
+/// promotion (from 1), read from its history (oldest first, as the store
+/// returns it).
+pub fn canary_number(history: &[HistoryEvent]) -> usize {
+    history
+        .iter()
+        .rev()
+        .take_while(|e| e.kind != "promote")
+        .filter(|e| e.kind == "canary")
+        .count()
+        .max(1)
 }
 
 /// Rewarded episodes each side needs before the sequential test looks:
@@ -211,7 +235,20 @@ impl Online {
     /// canary shown better, rolls back one shown worse, and rolls back one
     /// not shown better by `canary_max_episodes`. Rewards are
     /// `(started_at, reward)`.
-    pub fn of(deployment: &DeploymentConfig, confidence: f64, canary: &[(i64, f64)], champion: &[(i64, f64)]) -> Self {
+    ///
+    /// `canary_number` is the canary's place among the agent's canaries
+    /// since its last promotion (from 1, [`canary_number`]): the sequential
+    /// rule promotes the k-th at level α / (k (k + 1)), so that over every
+    /// canary until the next promotion the chance of promoting one users
+    /// cannot tell from the champion stays within α ([`promotion_alpha`]).
+    /// Rolling back keeps α: it is the safe direction.
+    pub fn of(
+        deployment: &DeploymentConfig,
+        confidence: f64,
+        canary_number: usize,
+        canary: &[(i64, f64)],
+        champion: &[(i64, f64)],
+    ) -> Self {
         let alpha = 1.0 - confidence;
         let values = |side: &[(i64, f64)]| side.iter().map(|(_, r)| *r).collect::<Vec<f64>>();
         let (canary_values, champion_values) = (values(canary), values(champion));
@@ -225,22 +262,26 @@ impl Online {
             mean_greater_p(&lowered, &canary_values)
         });
         let n = canary.len();
+        let mut promotion_level = None;
         let (enough, shown_worse, sequential, call) = match deployment.promotion {
             PromotionRule::Sequential {
                 max_episodes,
                 expected_gain,
             } => {
                 let test = mixture_sprt(champion, canary, expected_gain, alpha, SEQUENTIAL_MIN_EACH);
+                let level = promotion_alpha(alpha, canary_number);
+                let promotion = mixture_sprt(champion, canary, expected_gain, level, SEQUENTIAL_MIN_EACH);
                 let call = if test.shown_less() {
                     Call::RollBack
-                } else if test.shown_greater() {
+                } else if promotion.shown_greater() {
                     Call::Promote
                 } else if n >= max_episodes {
                     Call::RollBack
                 } else {
                     Call::Wait
                 };
-                (test.looks > 0, test.shown_less(), Some(test), call)
+                promotion_level = Some(level);
+                (test.looks > 0, test.shown_less(), Some(promotion), call)
             }
             _ => {
                 let enough = n >= deployment.canary_episodes;
@@ -271,6 +312,7 @@ impl Online {
             enough,
             shown_worse,
             sequential,
+            promotion_level,
             call,
         }
     }
@@ -280,13 +322,20 @@ impl Online {
     pub fn of_windows(
         deployment: &DeploymentConfig,
         confidence: f64,
+        canary_number: usize,
         canary: &[hone_store::WindowEpisode],
         champion: &[hone_store::WindowEpisode],
     ) -> Self {
         let rewarded = |w: &[hone_store::WindowEpisode]| -> Vec<(i64, f64)> {
             w.iter().filter_map(|e| Some((e.started_at, e.reward?))).collect()
         };
-        Self::of(deployment, confidence, &rewarded(canary), &rewarded(champion))
+        Self::of(
+            deployment,
+            confidence,
+            canary_number,
+            &rewarded(canary),
+            &rewarded(champion),
+        )
     }
 
     fn evidence(&self) -> serde_json::Value {
@@ -312,8 +361,11 @@ impl Online {
             line.push_str(&format!("; within {margin} of the champion: p = {p:.3}"));
         }
         if let Some(test) = &self.sequential {
+            let level = self
+                .promotion_level
+                .map_or(String::new(), |l| format!(" (promoted at p ≤ {l:.4})"));
             line = format!(
-                "online reward {} over {} episodes vs champion {} over {}; sequential test after {} looks: difference {}, always-valid p = {:.4}, interval {}",
+                "online reward {} over {} episodes vs champion {} over {}; sequential test after {} looks: difference {}, always-valid p = {:.4}{level}, interval {}",
                 shown(self.canary_mean),
                 self.canary_episodes,
                 shown(self.champion_mean),

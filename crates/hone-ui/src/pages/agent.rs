@@ -281,7 +281,8 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
                 let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
                 let (c, h) = (window(canary)?, window(&deployment.champion)?);
                 let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
-                let online = Online::of_windows(&agent.deployment, monitor.confidence, &c, &h);
+                let number = hone_learn::watch::canary_number(&store.history(&agent.name, 5_000)?);
+                let online = Online::of_windows(&agent.deployment, monitor.confidence, number, &c, &h);
                 let rows = hone_learn::monitor::readings(monitor, &c, &h, expected)
                     .into_iter()
                     .map(|r| MonitorRow {
@@ -410,7 +411,7 @@ mod tests {
         let mut deployment = hone_config::DeploymentConfig::new("v1".into());
         deployment.canary_episodes = 24;
         let view = |d: &hone_config::DeploymentConfig, canary: &[(i64, f64)]| {
-            PromotionView::new(d, &Online::of(d, 0.95, canary, &passes(30, 60)))
+            PromotionView::new(d, &Online::of(d, 0.95, 1, canary, &passes(30, 60)))
         };
         // Default rule: too few, then promoted while not shown worse, and
         // rolled back when it is.
