@@ -100,6 +100,26 @@ fn nothing_is_fitted_or_measured_without_two_classes_and_an_episode_is_held_out_
     assert!((0.2..0.3).contains(&share), "{share}");
 }
 
+/// The gate of `agent`'s cycle `cycle` scored its re-runs with the reward
+/// model standing in for users.
+fn gate_scored_by_the_reward_model(w: &crate::support::World, agent: &str, cycle: &str) {
+    use hone_store::CycleStore;
+    let gate = w
+        .store
+        .history(agent, 200)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "gate" && e.cycle_id.as_deref() == Some(cycle))
+        .expect("a gate event");
+    assert!(
+        gate.evidence
+            .to_string()
+            .contains("users' signals predicted by the reward model"),
+        "{}",
+        gate.evidence
+    );
+}
+
 /// 72 episodes of `agent`: users like the answers to weather requests
 /// (every other one) and not those to recipe requests.
 async fn users_like_weather(w: &crate::support::World, agent: &str) {
@@ -177,20 +197,7 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
         log.contains("the reward model learned from users' signals predicts them"),
         "{log}"
     );
-    let gate = w
-        .store
-        .history("rm", 200)
-        .unwrap()
-        .into_iter()
-        .find(|e| e.kind == "gate" && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
-        .expect("a gate event");
-    assert!(
-        gate.evidence
-            .to_string()
-            .contains("users' signals predicted by the reward model"),
-        "{}",
-        gate.evidence
-    );
+    gate_scored_by_the_reward_model(&w, "rm", &cycle.id);
     // In the cycle's history, with its figures.
     let events = w.store.history("rm", 100).unwrap();
     let event = events
@@ -341,7 +348,6 @@ dataset_size = 16
 [agents.hosted.learn.model]
 temperatures = [0.2]
 "#;
-    use hone_store::CycleStore;
     let w = crate::support::World::start_with(config).await;
     let (learner, lines) = crate::support::learner(&w);
     for i in 0..72 {
@@ -373,20 +379,7 @@ temperatures = [0.2]
     );
     // It stands in for users on the gate's re-runs, judging them with the
     // chosen rubric.
-    let gate = w
-        .store
-        .history("hosted", 200)
-        .unwrap()
-        .into_iter()
-        .find(|e| e.kind == "gate" && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
-        .expect("a gate event");
-    assert!(
-        gate.evidence
-            .to_string()
-            .contains("users' signals predicted by the reward model"),
-        "{}",
-        gate.evidence
-    );
+    gate_scored_by_the_reward_model(&w, "hosted", &cycle.id);
     assert!(
         quality.summary().starts_with("the judge, rubric 2 of 2:"),
         "{}",
