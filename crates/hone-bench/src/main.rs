@@ -131,7 +131,7 @@ fn gateway(args: &[String]) -> Result<()> {
             .chain(args.iter().cloned())
             .collect::<Vec<_>>();
         // The command, commit, date and machine, then what was measured.
-        let mut report = serde_json::to_value(hone_bench::Provenance::now(&command))?;
+        let mut report = serde_json::to_value(hone_console::Provenance::now(&command))?;
         report["method"] = serde_json::json!("open loop at a fixed rate, 64 keep-alive connections, latency from the moment each request was due (latency correction); direct = the same load straight to the upstream, measured in the same run; overhead = through-hone percentile minus direct percentile; CPU = hone's user+system CPU time per answered request");
         report["rows"] = serde_json::json!(rows);
         std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")

@@ -20,7 +20,7 @@ pub enum Preset {
     /// A few hundred thousand parameters: fast enough for every test.
     Tiny,
     /// 4 layers of width 128 (~0.8M parameters): the shape of the base
-    /// policies hone trains itself (`hone-envs`), small enough to train in
+    /// policies hone trains itself (`hone-demo`), small enough to train in
     /// minutes on two cores, large enough to learn a tool-use format.
     Mini,
     /// 4 layers of width 512 (~12M parameters): big enough that training

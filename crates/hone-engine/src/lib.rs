@@ -10,7 +10,6 @@
 //!   stop strings, resident adapters loaded and unloaded at run time;
 //! - [`prefix_cache`]: prompt keys and values kept for later prompts that
 //!   start the same way;
-//! - [`tools`]: Hermes/Qwen `<tool_call>` blocks → OpenAI tool calls;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
 //!   and the next-token distribution interpolated with it;
@@ -20,7 +19,6 @@
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout;
 //! - [`threads`]: the CPU thread count, fixed once per process.
 
-pub mod bench;
 pub mod config;
 pub mod device;
 pub mod engine;
@@ -33,7 +31,6 @@ pub mod names;
 pub mod prefix_cache;
 pub mod threads;
 pub mod tokenizer;
-pub mod tools;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig, RopeScaling};

@@ -246,7 +246,7 @@ async fn step(State(served): State<Arc<Served>>, body: Bytes) -> Result<Response
     })?;
     let environment = served.runner.environment().as_ref();
     let task = task_of(environment, &request.input)?;
-    let parsed = hone_engine::tools::parse(&request.turn);
+    let parsed = hone_types::tool_calls::parse(&request.turn);
     let reply = if parsed.tool_calls.is_empty() || request.last {
         StepResponse::Score(environment.score(&task, &parsed.content))
     } else {

@@ -40,7 +40,6 @@
 //! than `rand`'s, so a seed names the same tasks on every platform and across
 //! `rand` upgrades: held-out sets stay held out.
 
-pub mod base_policy;
 pub mod calc;
 pub mod endpoint;
 pub mod episode;

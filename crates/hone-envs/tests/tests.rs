@@ -10,12 +10,10 @@
 //! - `lookup`: the customer table and its `search` / `read` tools.
 //! - `users`: simulated users' reactions, noise rate, feedback bodies.
 //! - `runner`: the agent loop and `POST /run` against the fake model.
-//! - `base_policy`: a recipe builds a loadable checkpoint once, with its hash.
 //! - `support`: the fake model server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod base_policy;
 mod calc;
 mod environments;
 mod lookup;

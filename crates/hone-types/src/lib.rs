@@ -2,7 +2,8 @@
 //!
 //! This crate owns the domain's names (episode, call, signal, version; see
 //! docs/ARCHITECTURE.md, "Concepts") and
-//! the OpenAI chat-completions wire format that the gateway speaks, and the
+//! the OpenAI chat-completions wire format that the gateway speaks (and the
+//! `<tool_call>` text blocks open-weight models write it with), and the
 //! domain rules every crate applies to them (behaviour flags, what counts as
 //! an evaluation episode, the task of a request). No IO and no async; the one
 //! clock every crate reads is [`time::now_ms`].
@@ -18,6 +19,7 @@ pub mod playbook;
 pub mod signal;
 pub mod stream;
 pub mod time;
+pub mod tool_calls;
 pub mod version;
 
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};

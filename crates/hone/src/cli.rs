@@ -3,16 +3,20 @@
 //! Subcommands: `demo`, `serve`, `config check|default`, `key new`, `model init`,
 //! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
 //! `eval` (and `eval compare`), `learn` (and `learn status`), `front`,
-//! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset`.
+//! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset|ui|learn`
+//! (the demo and the benchmarks run from their own crates, `hone-demo` and
+//! `hone-bench`).
 //! Arguments that one command family alone takes are defined beside it in
 //! `commands/` (and `Common` in `context.rs`), so that imports point from
 //! here to the commands and never back. No command logic goes here.
 
 use crate::commands::{
-    artefacts, bench, config, dataset, demo, deploy, eval, keys, learn, memory, model, rewards, serve, store, train,
+    artefacts, config, dataset, deploy, eval, keys, learn, memory, model, rewards, serve, store, train,
 };
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
+use hone_bench as bench;
+use hone_demo as demo;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -130,7 +134,7 @@ pub enum BenchCommand {
     /// The same base, environment and budget learned by hone (`hone demo`)
     /// and by TRL's GRPOTrainer: learning time and episodes each took to
     /// reach a held-out success threshold, in one run.
-    Learn(crate::commands::bench::learn::LearnArgs),
+    Learn(bench::learn::LearnArgs),
     /// Build a `traffic` dataset from a large store of recorded calls and
     /// export it as JSONL: time and peak memory.
     Dataset {
@@ -250,7 +254,7 @@ pub enum ModelCommand {
         seed: u64,
         /// For `demo` and `demo-quick`: the hardest calc level (1 easy, 2 medium, 3 hard) its
         /// demonstrations cover, as `hone demo --max-difficulty` plays.
-        #[arg(long, default_value_t = crate::commands::demo::DEFAULT_MAX_DIFFICULTY, value_parser = crate::commands::demo::parse_max_difficulty)]
+        #[arg(long, default_value_t = demo::DEFAULT_MAX_DIFFICULTY, value_parser = demo::parse_max_difficulty)]
         max_difficulty: u8,
     },
 }

@@ -1,8 +1,8 @@
 //! What the commands share: the `Common` arguments (config file, data
-//! directory, gateway), loading the config, opening the store, the tokio
-//! runtime, the in-process gateway (`GatewayHandle`), and finding agents,
+//! directory, gateway), loading the config, opening the store, the
+//! in-process gateway (`GatewayHandle`), and finding agents,
 //! versions and datasets by the names an operator types. No command's own
-//! logic goes here, and nothing here prints (that is `output.rs`).
+//! logic goes here, and nothing here prints (that is `hone-console`).
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -53,15 +53,6 @@ pub fn load_config(common: &Common) -> Result<Config> {
 
 pub fn open_store(config: &Config) -> Result<Arc<dyn CycleStore>> {
     Ok(hone_store::open(&config.store, hone_store::Wait::Patient)?)
-}
-
-/// The runtime of the commands that talk to a gateway (`hone serve` builds
-/// its own, sized by `gateway.threads`).
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }
 
 /// A gateway to call models through: the given one, or one started here.

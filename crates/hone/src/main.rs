@@ -2,12 +2,13 @@
 //! command and turns its result into the exit code. The only place that
 //! decides how the process ends; commands return an `ExitCode` or an error.
 //!
-//! Imports point one way: `main` → `cli` → `commands/*` → `context`/`output`.
+//! Imports point one way: `main` → `cli` → `commands/*` → `context`; the
+//! demo and the benchmarks are crates of their own (`hone-demo`,
+//! `hone-bench`), and what commands print goes through `hone-console`.
 
 mod cli;
 mod commands;
 mod context;
-mod output;
 mod telemetry;
 
 use clap::Parser;

@@ -11,6 +11,7 @@
 //! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals; `hone demo --quick` learns significantly
 //! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
 //! - `replicas`: two gateways on one PostgreSQL — deployments, sticky splits, feedback, no loss through kill -9 and a 30 s outage; `hone store migrate`
+//! - `layering`: every crate depends only on lower layers; the demo and the benchmarks sit on top; environments need no trainer or candle
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -25,6 +26,7 @@ mod demo;
 mod doors;
 mod e2e;
 mod hardening;
+mod layering;
 mod learn_crash;
 mod local;
 mod otel;

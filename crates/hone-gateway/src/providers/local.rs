@@ -442,7 +442,7 @@ fn token_extra(generation: &Generation) -> Extra {
 /// turns another sampler wrote (TRL's in `hone bench learn`).
 pub fn text_choice(index: u32, text: String, tools: bool, finish: &str) -> Choice {
     let (content, calls, malformed) = if tools {
-        let parsed = hone_engine::tools::parse(&text);
+        let parsed = hone_types::tool_calls::parse(&text);
         (parsed.content, tool_calls(&parsed.tool_calls), parsed.malformed)
     } else {
         (text, Vec::new(), Vec::new())
@@ -460,7 +460,7 @@ pub fn text_choice(index: u32, text: String, tools: bool, finish: &str) -> Choic
     }
 }
 
-fn tool_calls(parsed: &[hone_engine::tools::ParsedToolCall]) -> Vec<ToolCall> {
+fn tool_calls(parsed: &[hone_types::tool_calls::ParsedToolCall]) -> Vec<ToolCall> {
     parsed
         .iter()
         .map(|call| ToolCall {

@@ -3,12 +3,13 @@
 //! elsewhere, and pull an adapter or checkpoint onto a machine that serves
 //! it without a gateway (a vLLM host with its own adapter directory).
 
-use crate::context::{load_config, runtime, Common};
-use crate::output::{note, print_line, print_table};
+use crate::context::{load_config, Common};
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use hone_artefacts::{human_bytes, Artefacts};
 use hone_config::is_artefact_url;
+use hone_console::runtime;
+use hone_console::{note, print_line, print_table};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]

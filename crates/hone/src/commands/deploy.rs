@@ -5,10 +5,11 @@
 //! written to the store, so these work beside a running `hone serve` (whose
 //! gateways follow the deployments within half a second).
 
-use crate::context::{agent_config, load_config, open_store, runtime, Common, GatewayHandle};
-use crate::output::{note, print_line, print_table, short_time};
+use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
 use anyhow::{bail, Result};
 use clap::Args;
+use hone_console::runtime;
+use hone_console::{note, print_line, print_table, short_time};
 use hone_learn::deploy::{self, Change};
 use hone_store::CycleStore;
 use hone_types::{Candidate, CandidateStatus};

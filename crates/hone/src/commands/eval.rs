@@ -5,11 +5,10 @@
 //! through a gateway (`--gateway`, or one started in-process), so every call
 //! is recorded. `compare` exits 3 on a confirmed regression.
 
-use crate::context::{
-    agent_config, find_dataset, load_config, open_store, resolve_version, runtime, Common, GatewayHandle,
-};
+use crate::context::{agent_config, find_dataset, load_config, open_store, resolve_version, Common, GatewayHandle};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use hone_console::runtime;
 use hone_learn::client::ChatClient;
 use hone_learn::compare::compare;
 use hone_learn::eval::{summarise, EvalOptions, EvalSummary, Evaluator, Progress, Target};
@@ -83,7 +82,7 @@ pub struct RunArgs {
 fn progress_line(label: &str, p: Progress) {
     let line = format!(
         "[{label}] {} {}/{} ({} failed)",
-        crate::output::progress_bar(p.done, p.total, 24),
+        hone_console::progress_bar(p.done, p.total, 24),
         p.done,
         p.total,
         p.failed

@@ -4,10 +4,11 @@
 //! written to the store, so this works beside a running `hone serve`; model
 //! calls go through a gateway (`--gateway`, or one started in-process).
 
-use crate::context::{agent_config, load_config, open_store, runtime, Common, GatewayHandle};
-use crate::output::{note, print_table, short_time};
+use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use hone_console::runtime;
+use hone_console::{note, print_table, short_time};
 use hone_learn::cycle::Learner;
 use hone_learn::deploy;
 use hone_learn::watch::Verdict;

@@ -3,12 +3,13 @@
 //! on the embedded engine) and prints its content hash — what a version's
 //! `memory = { type = "knn-lm", datastore = "HASH", … }` names.
 
-use crate::context::{agent_config, load_config, open_store, resolve_version, runtime, Common};
-use crate::output::{note, print_line};
+use crate::context::{agent_config, load_config, open_store, resolve_version, Common};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use hone_artefacts::Artefacts;
 use hone_config::ProviderKind;
+use hone_console::runtime;
+use hone_console::{note, print_line};
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {

@@ -1,12 +1,12 @@
 //! One module per command family. Each exposes the functions `cli.rs` calls
 //! (and the clap arguments of its own sub-commands); what several families
-//! need lives in `context.rs` or `output.rs`, never in a sibling here.
+//! need lives in `context.rs` or `hone-console`, never in a sibling here.
+//! `hone demo` and `hone bench` run from their own crates (`hone-demo`,
+//! `hone-bench`).
 
 pub mod artefacts;
-pub mod bench;
 pub mod config;
 pub mod dataset;
-pub mod demo;
 pub mod deploy;
 pub mod eval;
 pub mod keys;

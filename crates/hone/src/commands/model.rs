@@ -2,11 +2,11 @@
 //! Face layout: randomly initialised, or for `demo` the base policy
 //! `hone demo` trains (so tests and users get the same model it starts from).
 
-use crate::output::note;
 use anyhow::{bail, Context, Result};
+use hone_console::note;
+use hone_demo::base_policy::{self, Recipe};
 use hone_engine::init::{write_checkpoint, Preset};
 use hone_engine::Arch;
-use hone_envs::base_policy::{self, Recipe};
 use hone_envs::Builtin;
 use std::io::Write;
 use std::path::Path;

@@ -3,10 +3,11 @@
 //! through a gateway (`--gateway`, or one started in-process), so those calls
 //! are recorded too.
 
-use crate::context::{agent_config, load_config, open_store, runtime, Common, GatewayHandle};
-use crate::output::note;
+use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
 use anyhow::Result;
 use clap::Subcommand;
+use hone_console::note;
+use hone_console::runtime;
 use hone_learn::client::ChatClient;
 use hone_learn::reward::{recompute, Rewarder};
 use std::io::Write;

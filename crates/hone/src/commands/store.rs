@@ -6,9 +6,9 @@
 //! URLs: `sqlite://PATH` (`sqlite:///abs/path` or `sqlite://relative`) and
 //! `postgres://user:password@host:port/database`.
 
-use crate::output::{note, print_table};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
+use hone_console::{note, print_table};
 use hone_store::copy::{copy, Tables};
 use hone_store::{PostgresStore, SqliteStore, POSTGRES_POOL};
 use std::process::ExitCode;

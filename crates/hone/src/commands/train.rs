@@ -266,7 +266,7 @@ fn status(message: std::fmt::Arguments) -> std::io::Result<()> {
 /// `[  3/20] ███░░░░░░░░░░░░░░░░░  15% loss 0.4121 reward 0.50 kl 0.0012 |g| 0.84 lr 1.0e-4 812 tok/s eta 12s`
 fn progress(r: &StepReport, started: Instant, first: usize) -> std::io::Result<()> {
     const WIDTH: usize = 20;
-    let bar = crate::output::progress_bar(r.step, r.total_steps, WIDTH);
+    let bar = hone_console::progress_bar(r.step, r.total_steps, WIDTH);
     let elapsed = started.elapsed().as_secs_f64();
     let taken = (r.step - first).max(1) as f64;
     let eta = elapsed / taken * (r.total_steps - r.step) as f64;

@@ -1,0 +1,234 @@
+//! `hone bench engine`: the embedded engine's prefill and decode throughput
+//! at batch 1 and 8, on the tiny preset and on a random model with the exact
+//! Qwen2.5-0.5B shape, next to Hugging Face transformers on the same device
+//! (the CPU, or a GPU with `--device cuda`), the same weights, dtype and
+//! settings (`python/engine_hf.py`, run with `--python`). Then the prefix cache: requests that share the prompt,
+//! served through the whole engine with it off and on in the same run; and
+//! the same requests with each decode step in one part and in one part per
+//! core (`EngineOptions::decode_parts`).
+//! Prints tables with the ratios; not a test.
+
+mod measure;
+
+use crate::support::{progress, random_checkpoint, run_json};
+use anyhow::Result;
+use candle_core::DType;
+use hone_engine::Model;
+use measure::{measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, Figures, Served};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::str::FromStr;
+
+/// Requests in the prefix-cache measurement, and each one's own prompt tokens.
+const PREFIX_REQUESTS: usize = 16;
+const PREFIX_OWN_TOKENS: usize = 24;
+
+const HF_SCRIPT: &str = include_str!("../../python/engine_hf.py");
+
+pub struct Options {
+    pub presets: Vec<String>,
+    pub prompt: usize,
+    pub new_tokens: usize,
+    pub reps: usize,
+    /// A Python with torch and transformers; `None` skips the comparison.
+    pub python: Option<String>,
+    /// Datastore sizes to decode with (kNN-LM memory), each next to decoding without.
+    pub memory_keys: Vec<usize>,
+    /// `cpu` or `cuda` (see `hone_engine::device`).
+    pub device: String,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: String,
+}
+
+pub fn run(options: Options) -> Result<ExitCode> {
+    let settings = BenchSettings {
+        prompt: options.prompt,
+        new_tokens: options.new_tokens,
+        reps: options.reps,
+    };
+    let device = hone_engine::device::by_name(&options.device)?;
+    let dtype = DType::from_str(&options.dtype).map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "hone bench engine — {}, {} ({} CPU threads), prompt {} tokens, {} decode steps, median of {} runs",
+        options.dtype,
+        hone_engine::device::label(&device),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        settings.prompt,
+        settings.new_tokens,
+        settings.reps
+    )?;
+    let mut rows = Vec::new();
+    let mut memory_rows = Vec::new();
+    let mut prefix_rows = Vec::new();
+    let mut parts_rows = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for name in &options.presets {
+        let dir = random_checkpoint(name)?;
+        progress(format!("[{name}] measuring hone-engine (candle) …"));
+        let model = Model::load(dir.path(), dtype, &device)?;
+        let ours = measure(&model, settings)?;
+        for keys in &options.memory_keys {
+            progress(format!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
+            for figures in measure_memory(&model, settings, *keys)? {
+                memory_rows.push((name.clone(), figures));
+            }
+        }
+        drop(model);
+        progress(format!(
+            "[{name}] {PREFIX_REQUESTS} requests sharing their prompt, prefix cache off and on …"
+        ));
+        let served = Served {
+            dir: dir.path(),
+            settings,
+            requests: PREFIX_REQUESTS,
+            own: PREFIX_OWN_TOKENS,
+            dtype,
+            device: &device,
+        };
+        prefix_rows.push((name.clone(), measure_prefix_cache(&served)?));
+        if cores > 1 {
+            progress(format!("[{name}] the same requests decoded in 1 part and in {cores} …"));
+            parts_rows.push((name.clone(), measure_decode_parts(&served, cores)?));
+        }
+        let theirs = match &options.python {
+            Some(python) => {
+                progress(format!("[{name}] measuring transformers ({python}) …"));
+                match transformers(python, dir.path(), settings, &options) {
+                    Ok(figures) => Some(figures),
+                    Err(e) => {
+                        progress(format!("[{name}] transformers skipped: {e:#}"));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        rows.push((name.clone(), ours, theirs));
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| model | metric | hone-engine tok/s | transformers tok/s | hone / transformers |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for (name, ours, theirs) in &rows {
+        let metrics = [
+            ("prefill b1", ours.prefill_b1, theirs.map(|t| t.prefill_b1)),
+            ("prefill b8", ours.prefill_b8, theirs.map(|t| t.prefill_b8)),
+            ("decode b1", ours.decode_b1, theirs.map(|t| t.decode_b1)),
+            ("decode b8", ours.decode_b8, theirs.map(|t| t.decode_b8)),
+        ];
+        for (metric, us, them) in metrics {
+            let (them_text, ratio) = match them {
+                Some(t) => (format!("{t:.1}"), format!("{:.2}×", us / t)),
+                None => ("–".into(), "–".into()),
+            };
+            writeln!(out, "| {name} | {metric} | {us:.1} | {them_text} | {ratio} |")?;
+        }
+        writeln!(
+            out,
+            "| {name} | batch-8 / batch-1 decode | {:.2}× | {} | |",
+            ours.decode_b8 / ours.decode_b1,
+            theirs.map_or("–".into(), |t| format!("{:.2}×", t.decode_b8 / t.decode_b1))
+        )?;
+    }
+    if !memory_rows.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "kNN-LM memory (k = 16, λ = 0.25; clustered synthetic keys), decode tok/s through the engine's sampling path, same run:"
+        )?;
+        writeln!(
+            out,
+            "| model | keys | search | b1 without | b1 with | with / without | b8 without | b8 with | with / without | index build | recall@16 |"
+        )?;
+        writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+        for (name, m) in &memory_rows {
+            writeln!(
+                out,
+                "| {name} | {} | {} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.1} | {:.2}× | {} | {} |",
+                m.keys,
+                m.search,
+                m.decode_b1,
+                m.decode_b1_memory,
+                m.decode_b1_memory / m.decode_b1,
+                m.decode_b8,
+                m.decode_b8_memory,
+                m.decode_b8_memory / m.decode_b8,
+                m.index_seconds.map_or("–".into(), |s| format!("{s:.1} s")),
+                m.recall.map_or("–".into(), |r| format!("{r:.3}")),
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Prefix cache: {PREFIX_REQUESTS} requests submitted together, each the same {} tokens and {PREFIX_OWN_TOKENS} of its own, {} greedy tokens each, through the engine (median seconds):",
+        settings.prompt, settings.new_tokens
+    )?;
+    writeln!(
+        out,
+        "| model | cache off | cache on | off / on | prompt tokens reused |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for (name, p) in &prefix_rows {
+        writeln!(
+            out,
+            "| {name} | {:.3} s | {:.3} s | {:.2}× | {:.0}% |",
+            p.cold_seconds,
+            p.cached_seconds,
+            p.cold_seconds / p.cached_seconds,
+            100.0 * p.reused
+        )?;
+    }
+    if !parts_rows.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Decode parts: the same requests, prefix cache on, each decode step's batch in one part and cut into parts decoded on threads of their own; {} thread(s) per op ({} to change it) (median seconds):",
+            std::env::var(hone_engine::threads::VARIABLE).unwrap_or_else(|_| "candle's default".into()),
+            hone_engine::threads::VARIABLE
+        )?;
+        writeln!(out, "| model | 1 part | parts | N parts | 1 / N |")?;
+        writeln!(out, "|---|---|---|---|---|")?;
+        for (name, p) in &parts_rows {
+            writeln!(
+                out,
+                "| {name} | {:.3} s | {} | {:.3} s | {:.2}× |",
+                p.one_part_seconds,
+                p.parts,
+                p.parts_seconds,
+                p.one_part_seconds / p.parts_seconds
+            )?;
+        }
+    }
+    if options.python.is_none() {
+        writeln!(
+            out,
+            "\n(transformers column skipped: pass --python PATH to a Python with torch and transformers)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `python/engine_hf.py` on the same checkpoint.
+fn transformers(python: &str, model: &Path, settings: BenchSettings, options: &Options) -> Result<Figures> {
+    let args: Vec<std::ffi::OsString> = vec![
+        "--model".into(),
+        model.into(),
+        "--prompt".into(),
+        settings.prompt.to_string().into(),
+        "--new".into(),
+        settings.new_tokens.to_string().into(),
+        "--reps".into(),
+        settings.reps.to_string().into(),
+        "--device".into(),
+        options.device.clone().into(),
+        "--dtype".into(),
+        options.dtype.clone().into(),
+    ];
+    run_json(python, HF_SCRIPT, &args)
+}

@@ -1,0 +1,286 @@
+//! `hone bench train`: one GRPO training step (forward, loss, LoRA-only
+//! backward, clipping, AdamW) of hone-train next to TRL's `GRPOTrainer`
+//! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
+//! random checkpoint, the same pre-generated group and the same settings;
+//! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
+//! library. Prints a table with the ratios; not a test.
+
+use crate::support::{progress, random_checkpoint, run_json};
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use hone_engine::ModelConfig;
+use hone_train::data::{GrpoGroup, GrpoSample};
+use hone_train::loss::grpo::{group_advantages, GrpoOptions};
+use hone_train::optim::{OptimConfig, Schedule};
+use hone_train::{Data, LoraSpec, Sequence, TrainConfig, Trainer};
+use rand::{Rng, SeedableRng};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const TRL_SCRIPT: &str = include_str!("../python/train_trl.py");
+
+pub struct Options {
+    pub presets: Vec<String>,
+    pub group: usize,
+    pub prompt: usize,
+    pub completion: usize,
+    pub rank: usize,
+    pub reps: usize,
+    pub device: String,
+    pub python: Option<String>,
+}
+
+struct Row {
+    preset: String,
+    hone_seconds: f64,
+    trl: Option<Trl>,
+    flops: f64,
+    tokens: usize,
+}
+
+#[derive(serde::Deserialize)]
+struct Trl {
+    step_seconds: f64,
+    matmul_gflops: f64,
+    threads: usize,
+    trl: String,
+    torch: String,
+}
+
+pub fn run(options: Options) -> Result<ExitCode> {
+    let device = hone_engine::device::by_name(&options.device)?;
+    let mut out = std::io::stdout();
+    let peak = matmul_gflops(&device)?;
+    writeln!(
+        out,
+        "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
+         LoRA r={} on q,k,v,o,gate,up,down, median of {} steps",
+        hone_engine::device::label(&device),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        options.group,
+        options.prompt,
+        options.completion,
+        options.rank,
+        options.reps
+    )?;
+    let mut rows = Vec::new();
+    for name in &options.presets {
+        let dir = random_checkpoint(name)?;
+        let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
+        let batch = Batch::random(&options, config.vocab_size as u32);
+        progress(format!("[{name}] measuring hone-train (candle) …"));
+        let hone_seconds = hone_step(dir.path(), &device, &options, &batch)?;
+        let trl = match (&options.python, device.is_cpu()) {
+            (Some(python), true) => {
+                progress(format!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
+                match trl_step(python, dir.path(), &options, &batch) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        progress(format!("[{name}] TRL skipped: {e:#}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        rows.push(Row {
+            preset: name.clone(),
+            hone_seconds,
+            trl,
+            flops: step_flops(&config, &options),
+            tokens: options.group * (options.prompt + options.completion),
+        });
+    }
+    writeln!(out, "\nmatmul peak (2048³ f32): candle {peak:.1} GFLOP/s")?;
+    for (preset, t) in rows.iter().filter_map(|r| r.trl.as_ref().map(|t| (&r.preset, t))) {
+        writeln!(
+            out,
+            "                        torch {:.1} GFLOP/s (measured with the {preset} run; torch {}, trl {}, {} threads)",
+            t.matmul_gflops, t.torch, t.trl, t.threads
+        )?;
+    }
+    writeln!(
+        out,
+        "\n| model | hone step ms | TRL step ms | hone speed / TRL | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for r in &rows {
+        let gflops = r.flops / r.hone_seconds / 1e9;
+        let (trl_ms, ratio, trl_tps, trl_gflops) = match &r.trl {
+            Some(t) => (
+                format!("{:.1}", t.step_seconds * 1e3),
+                format!("{:.2}×", t.step_seconds / r.hone_seconds),
+                format!("{:.0}", r.tokens as f64 / t.step_seconds),
+                format!(
+                    "{:.1} ({:.0}%)",
+                    r.flops / t.step_seconds / 1e9,
+                    100.0 * r.flops / t.step_seconds / 1e9 / t.matmul_gflops
+                ),
+            ),
+            None => ("—".into(), "—".into(), "—".into(), "—".into()),
+        };
+        writeln!(
+            out,
+            "| {} | {:.1} | {trl_ms} | {ratio} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+            r.preset,
+            r.hone_seconds * 1e3,
+            r.tokens as f64 / r.hone_seconds,
+            100.0 * gflops / peak
+        )?;
+    }
+    if options.python.is_none() {
+        writeln!(
+            out,
+            "\n(TRL column skipped: pass --python PATH to a Python with torch, transformers, peft, trl and datasets)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One pre-generated group: random prompt and completion tokens, rewards.
+struct Batch {
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    rewards: Vec<f64>,
+}
+
+impl Batch {
+    fn random(options: &Options, vocab: u32) -> Self {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        let prompt: Vec<u32> = (0..options.prompt).map(|_| rng.random_range(0..vocab)).collect();
+        Self {
+            prompts: vec![prompt; options.group],
+            completions: (0..options.group)
+                .map(|_| (0..options.completion).map(|_| rng.random_range(0..vocab)).collect())
+                .collect(),
+            rewards: (0..options.group).map(|i| (i % 3) as f64 / 2.0).collect(),
+        }
+    }
+}
+
+fn grpo_options() -> GrpoOptions {
+    GrpoOptions {
+        kl_beta: 0.0,
+        ..GrpoOptions::default()
+    }
+}
+
+fn hone_step(model: &Path, device: &Device, options: &Options, batch: &Batch) -> Result<f64> {
+    let samples = batch
+        .prompts
+        .iter()
+        .zip(&batch.completions)
+        .zip(&batch.rewards)
+        .map(|((p, c), r)| GrpoSample {
+            sequence: Sequence::prompt_completion(p, c),
+            reward: *r,
+            behaviour: None,
+            episode: None,
+            off_policy: false,
+        })
+        .collect();
+    let data = Data::Grpo(vec![GrpoGroup {
+        line: 1,
+        agent: "bench".into(),
+        samples,
+    }]);
+    let config = TrainConfig {
+        lora: LoraSpec {
+            rank: options.rank,
+            alpha: 2.0 * options.rank as f64,
+            dropout: 0.0,
+            ..LoraSpec::default()
+        },
+        optim: OptimConfig {
+            lr: 1e-4,
+            schedule: Schedule::Constant,
+            ..OptimConfig::default()
+        },
+        batch_size: 1,
+        steps: Some(options.reps + 1),
+        grpo: grpo_options(),
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(model, device, config, data, vec![], None)?;
+    // Warm-up (also caches the LoRA-off logprobs the KL report uses).
+    trainer.train_step()?;
+    let mut times = Vec::with_capacity(options.reps);
+    for _ in 0..options.reps {
+        let started = Instant::now();
+        trainer.train_step()?;
+        times.push(started.elapsed().as_secs_f64());
+    }
+    Ok(median(times))
+}
+
+fn trl_step(python: &str, model: &Path, options: &Options, batch: &Batch) -> Result<Trl> {
+    let input = tempfile::Builder::new().suffix(".json").tempfile()?;
+    let grpo = grpo_options();
+    let advantages = group_advantages(&batch.rewards, &grpo).context("the bench group has no reward variance")?;
+    let json = serde_json::json!({
+        "prompts": batch.prompts,
+        "completions": batch.completions,
+        "advantages": advantages,
+        "rank": options.rank,
+        "alpha": 2 * options.rank,
+        "lr": 1e-4,
+        "epsilon_low": grpo.epsilon_low,
+        "epsilon_high": grpo.epsilon_high,
+    });
+    std::fs::write(input.path(), json.to_string())?;
+    let args: Vec<std::ffi::OsString> = vec![
+        "--model".into(),
+        model.into(),
+        "--batch".into(),
+        input.path().into(),
+        "--reps".into(),
+        options.reps.to_string().into(),
+    ];
+    run_json(python, TRL_SCRIPT, &args)
+}
+
+/// Floating-point operations of one step, counted the same for both: the
+/// projections forward and their input gradients (no frozen-weight
+/// gradients), the LoRA terms forward and backward, attention scores and
+/// values forward (2 matmuls) and backward (4), and the LM head on the
+/// completion positions forward and backward.
+fn step_flops(c: &ModelConfig, o: &Options) -> f64 {
+    let (h, i) = (c.hidden_size as f64, c.intermediate_size as f64);
+    let q = (c.num_attention_heads * c.head_dim) as f64;
+    let kv = (c.num_key_value_heads * c.head_dim) as f64;
+    let layers = c.num_hidden_layers as f64;
+    let t = (o.prompt + o.completion) as f64;
+    let n = o.group as f64 * t;
+    let r = o.rank as f64;
+    let shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)];
+    let base: f64 = shapes.iter().map(|(a, b)| a * b).sum();
+    let lora: f64 = shapes.iter().map(|(a, b)| r * (a + b)).sum();
+    let linear = layers * n * (4.0 * base + 6.0 * lora);
+    let attention = layers * o.group as f64 * 12.0 * t * t * q;
+    let head = 4.0 * o.group as f64 * o.completion as f64 * c.vocab_size as f64 * h;
+    linear + attention + head
+}
+
+/// candle's f32 matmul throughput on a 2048³ product (median of 5).
+fn matmul_gflops(device: &Device) -> Result<f64> {
+    let n = 2048;
+    let a = Tensor::randn(0f32, 1.0, (n, n), device)?;
+    let b = Tensor::randn(0f32, 1.0, (n, n), device)?;
+    for _ in 0..2 {
+        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
+        times.push(started.elapsed().as_secs_f64());
+    }
+    Ok(2.0 * (n as f64).powi(3) / median(times) / 1e9)
+}
+
+/// The median of timings taken (at least one).
+fn median(v: Vec<f64>) -> f64 {
+    hone_learn::stats::median(&v).unwrap_or(f64::NAN)
+}

@@ -1,0 +1,60 @@
+//! What every measured result is stamped with ([`Provenance`]): the
+//! command that produced it, the commit, the date and the machine, so a
+//! result file says where it came from. Written by `hone demo --seeds`,
+//! `hone bench …` and `hone-bench gateway`.
+
+use serde::Serialize;
+
+/// Where a result came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provenance {
+    pub command: String,
+    /// The commit the running program was built from (`+changes` when the
+    /// checkout had uncommitted changes), when it was built from a git
+    /// checkout.
+    pub commit: Option<String>,
+    /// RFC 3339, UTC.
+    pub date: String,
+    pub machine: Machine,
+}
+
+/// The CPU model, cores and memory of this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cpu: Option<String>,
+    pub cores: Option<usize>,
+    pub memory_gib: Option<f64>,
+}
+
+impl Provenance {
+    /// `command` (its words, program first) run now on this machine.
+    pub fn now(command: &[String]) -> Self {
+        Self {
+            command: command.join(" "),
+            commit: option_env!("HONE_COMMIT").map(str::to_owned),
+            date: hone_types::time::format_rfc3339(hone_types::time::now_ms()),
+            machine: Machine::this(),
+        }
+    }
+}
+
+impl Machine {
+    /// Read from `/proc` (nothing where it is missing).
+    pub fn this() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_kb: Option<u64> = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok());
+        Self {
+            cpu,
+            cores: std::thread::available_parallelism().map(|n| n.get()).ok(),
+            memory_gib: memory_kb.map(|kb| (kb as f64 / 1_048_576.0 * 10.0).round() / 10.0),
+        }
+    }
+}

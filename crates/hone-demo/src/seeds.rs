@@ -1,0 +1,228 @@
+//! `hone demo --seeds 1,2,3`: the whole demo once per seed, one after the
+//! other on the same base policy and the same held-out tasks, then their
+//! learning curves in one picture (`plots/seeds.{svg,png}`) and the spread
+//! of what they gained (`seeds.json`). A learning result is one seed's
+//! luck until it is shown over several.
+
+use super::plots::{self, Curve};
+use super::{once, promotions, DemoArgs, Pooled, Summary};
+use anyhow::{bail, Context, Result};
+use hone_console::note;
+use hone_learn::stats;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// One seed's run, as `seeds.json` lists it.
+#[derive(Debug, Serialize)]
+struct SeedRun {
+    seed: u64,
+    data_dir: PathBuf,
+    rounds: usize,
+    user_episodes: usize,
+    minutes: f64,
+    /// Every measurement of the base against every one of the last
+    /// champion (`None` when nothing was promoted: the same model).
+    pooled: Option<Pooled>,
+    promotions: usize,
+    regressions_shipped: usize,
+    /// Learning seconds and user episodes before the first promotion.
+    first_promotion: Option<super::FirstPromotion>,
+    /// Users served by a canary that did worse for them than the champion.
+    users_on_worse_canaries: usize,
+    /// Of those, users on canaries shown worse for them (p < 0.05).
+    users_on_shown_worse_canaries: usize,
+    /// How long those canaries were out (seconds, summed).
+    seconds_of_worse_canaries: f64,
+    seconds_of_shown_worse_canaries: f64,
+}
+
+impl SeedRun {
+    fn of(seed: u64, data_dir: PathBuf, s: &Summary) -> Self {
+        Self {
+            seed,
+            data_dir,
+            rounds: s.rounds,
+            user_episodes: s.user_episodes,
+            minutes: s.minutes,
+            pooled: s.pooled.clone(),
+            promotions: s.promotions.len(),
+            regressions_shipped: s.regressions_shipped,
+            first_promotion: s.first_promotion,
+            users_on_worse_canaries: s.users_on_worse_canaries,
+            users_on_shown_worse_canaries: s.users_on_shown_worse_canaries,
+            seconds_of_worse_canaries: s.seconds_of_worse_canaries,
+            seconds_of_shown_worse_canaries: s.seconds_of_shown_worse_canaries,
+        }
+    }
+
+    /// The pooled paired gain; 0 for a run that promoted nothing (its last
+    /// champion is its base).
+    fn gain(&self) -> f64 {
+        self.pooled.as_ref().map_or(0.0, |p| p.gain)
+    }
+}
+
+/// What `seeds.json` holds: every run, and the pooled gain's spread over
+/// them.
+#[derive(Debug, Serialize)]
+struct Seeds {
+    /// The command, commit, date and machine that produced it.
+    produced_by: hone_console::Provenance,
+    /// `honest` or `sandbox` (`--sandbox-users`).
+    mode: &'static str,
+    runs: Vec<SeedRun>,
+    gain: Spread,
+    plots: Vec<PathBuf>,
+}
+
+/// Mean, sample standard deviation (0 for one value), least and most of
+/// some values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct Spread {
+    mean: f64,
+    sd: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Self {
+        Self {
+            mean: stats::mean(values).unwrap_or(0.0),
+            sd: stats::sample_variance(values).map_or(0.0, f64::sqrt),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// Refuses a seed given twice (its run would overwrite the first).
+pub fn check(seeds: &[u64]) -> Result<()> {
+    for (i, seed) in seeds.iter().enumerate() {
+        if seeds[..i].contains(seed) {
+            bail!("--seeds: seed {seed} is given twice");
+        }
+    }
+    Ok(())
+}
+
+/// The directory of one seed's run among several (`<data_dir>/seed-N`).
+pub fn seed_dir(data_dir: &Path, seed: u64) -> PathBuf {
+    data_dir.join(format!("seed-{seed}"))
+}
+
+/// Makes the `i`-th of `of` seeds' directory and says it starts there.
+pub fn start_seed(data_dir: &Path, seed: u64, (i, of): (usize, usize)) -> Result<PathBuf> {
+    let dir = seed_dir(data_dir, seed);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    note(format_args!("seed {seed} ({} of {of}) in {}", i + 1, dir.display()));
+    Ok(dir)
+}
+
+pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<ExitCode> {
+    let (mut runs, mut curves): (Vec<SeedRun>, Vec<Curve>) = (Vec::new(), Vec::new());
+    for (i, &seed) in args.seeds.iter().enumerate() {
+        let dir = start_seed(data_dir, seed, (i, args.seeds.len()))?;
+        let one = DemoArgs {
+            seed,
+            seeds: Vec::new(),
+            data_dir: dir.clone(),
+            ..args.clone()
+        };
+        let summary = once(one, dir.clone(), base_dir.to_path_buf())?;
+        let points = summary
+            .measurements
+            .iter()
+            .map(|m| (m.learning_s / 60.0, m.rate, m.ci95.0, m.ci95.1))
+            .collect();
+        curves.push((format!("seed {seed}"), points));
+        runs.push(SeedRun::of(seed, dir, &summary));
+    }
+
+    let dir = data_dir.join("plots");
+    std::fs::create_dir_all(&dir)?;
+    let plots = plots::seeds(&dir, &curves)?;
+    let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
+    let command: Vec<String> = std::env::args().collect();
+    let seeds = Seeds {
+        produced_by: hone_console::Provenance::now(&command),
+        mode: args.mode(),
+        gain: Spread::of(&gains),
+        runs,
+        plots,
+    };
+    let path = data_dir.join("seeds.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&seeds)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    report(&seeds, &path);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(s: &Seeds, path: &Path) {
+    note(format_args!(
+        "over {} seeds ({}; the same base policy and held-out tasks):",
+        s.runs.len(),
+        s.mode
+    ));
+    for r in &s.runs {
+        let held_out = match &r.pooled {
+            Some(p) => format!("base → last champion {}", p.line()),
+            None => "nothing promoted, the base throughout".to_owned(),
+        };
+        note(format_args!(
+            "  seed {}: {} rounds, {} user episodes, {:.1} min; {held_out}; {}, {} shipped a regression; first promotion {}; {} users on a canary worse for them",
+            r.seed,
+            r.rounds,
+            r.user_episodes,
+            r.minutes,
+            promotions(r.promotions),
+            r.regressions_shipped,
+            r.first_promotion.map_or("never".to_owned(), |f| format!(
+                "after {:.0} s and {} user episodes",
+                f.learning_s, f.user_episodes
+            )),
+            r.users_on_worse_canaries
+        ));
+    }
+    let promotions_total: usize = s.runs.iter().map(|r| r.promotions).sum();
+    let regressions: usize = s.runs.iter().map(|r| r.regressions_shipped).sum();
+    note(format_args!(
+        "  paired held-out gain over the seeds: mean {:+.1} points, sd {:.1}, from {:+.1} to {:+.1}; regressions shipped: {regressions} of {}",
+        s.gain.mean * 100.0,
+        s.gain.sd * 100.0,
+        s.gain.min * 100.0,
+        s.gain.max * 100.0,
+        promotions(promotions_total),
+    ));
+    for p in &s.plots {
+        note(format_args!("  plot: {}", p.display()));
+    }
+    note(format_args!("  summary: {}", path.display()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn the_spread_matches_pythons_statistics_module() {
+        // The pooled gains of three ten-minute seeds of the demo; expected
+        // values from `python3 -c "import statistics as st; g = [7/90, 0.0,
+        // 13/120]; print(st.mean(g), st.stdev(g))"`.
+        let s = Spread::of(&[7.0 / 90.0, 0.0, 13.0 / 120.0]);
+        assert!((s.mean - 0.062_037_037_037_037_036).abs() < 1e-15, "{s:?}");
+        assert!((s.sd - 0.055_855_670_858_724_72).abs() < 1e-15, "{s:?}");
+        assert_eq!((s.min, s.max), (0.0, 13.0 / 120.0));
+        let one = Spread::of(&[0.25]);
+        assert_eq!(
+            one,
+            Spread {
+                mean: 0.25,
+                sd: 0.0,
+                min: 0.25,
+                max: 0.25
+            }
+        );
+    }
+}
