@@ -9,6 +9,7 @@
 //! - `otel`: OpenTelemetry GenAI traces become episodes; hone's own spans go out over OTLP
 //! - `cli`: `hone config check` on good and bad configs, `hone key new`
 //! - `demo`: a short `hone demo` writes its config, summary and plots; hone hears only implicit signals; `hone demo --quick` learns significantly
+//! - `readme`: every command, Python and TOML snippet of the README, run in order against the binary
 //! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
 //! - `replicas`: two gateways on one PostgreSQL — deployments, sticky splits, feedback, no loss through kill -9 and a 30 s outage; `hone store migrate`
 //! - `layering`: every crate depends only on lower layers; the demo and the benchmarks sit on top; environments need no trainer or candle
@@ -31,6 +32,7 @@ mod learn_crash;
 mod local;
 mod otel;
 mod python_sdk;
+mod readme;
 mod replicas;
 mod support;
 mod ui;
