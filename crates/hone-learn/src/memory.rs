@@ -15,6 +15,9 @@ use hone_types::{EpisodeId, Route};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// What a failed build says it was doing (the cause follows).
+const BUILDING: &str = "building the kNN-LM datastore";
+
 /// What a build used and wrote.
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -63,10 +66,17 @@ pub async fn build(
     episodes: &[EpisodeId],
     extend: Option<&str>,
 ) -> Result<Built, LearnError> {
-    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
-    let checkpoint = artefacts.checkpoint(&route.model).await.map_err(|e| failed(&e))?;
+    let checkpoint = artefacts
+        .checkpoint(&route.model)
+        .await
+        .map_err(LearnError::training(BUILDING))?;
     let adapter_dir = match &route.adapter {
-        Some(a) => Some(artefacts.adapter(a, adapters_dir).await.map_err(|e| failed(&e))?),
+        Some(a) => Some(
+            artefacts
+                .adapter(a, adapters_dir)
+                .await
+                .map_err(LearnError::training(BUILDING))?,
+        ),
         None => None,
     };
     let mut held = Held {
@@ -76,7 +86,10 @@ pub async fn build(
     };
     let mut start = None;
     if let Some(hash) = extend {
-        let path = artefacts.datastore(hash).await.map_err(|e| failed(&e))?;
+        let path = artefacts
+            .datastore(hash)
+            .await
+            .map_err(LearnError::training(BUILDING))?;
         let before: Option<Held> = std::fs::read(path.with_file_name(HELD))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
@@ -108,14 +121,15 @@ pub async fn build(
     let extended = start.is_some();
     let job = tokio::task::spawn_blocking(move || -> Result<(Datastore, usize, usize), LearnError> {
         let device = candle_core::Device::Cpu;
-        let model = Model::load(&checkpoint, candle_core::DType::F32, &device).map_err(|e| failed(&e))?;
+        let model =
+            Model::load(&checkpoint, candle_core::DType::F32, &device).map_err(LearnError::training(BUILDING))?;
         let adapter = adapter_dir
             .map(|dir| Adapter::load(&dir, candle_core::DType::F32, &device))
             .transpose()
-            .map_err(|e| failed(&e))?;
+            .map_err(LearnError::training(BUILDING))?;
         let vocab = model.config.vocab_size as u32;
         let mut datastore = match start {
-            Some(path) => Datastore::load(&path).map_err(|e| failed(&e))?,
+            Some(path) => Datastore::load(&path).map_err(LearnError::training(BUILDING))?,
             None => Datastore::new(model.config.hidden_size),
         };
         let (mut calls, mut foreign) = (0, 0);
@@ -126,7 +140,7 @@ pub async fn build(
             }
             if datastore
                 .add_sequence(&model, &s.prompt, &s.completion, adapter.as_ref())
-                .map_err(|e| failed(&e))?
+                .map_err(LearnError::training(BUILDING))?
                 > 0
             {
                 calls += 1;
@@ -134,12 +148,12 @@ pub async fn build(
         }
         Ok((datastore, calls, foreign))
     });
-    let (datastore, calls, foreign) = job.await.map_err(|e| failed(&e))??;
+    let (datastore, calls, foreign) = job.await??;
     let hash = datastore.content_hash();
     let path = artefacts.datastore_path(&hash);
-    datastore.save(&path).map_err(|e| failed(&e))?;
-    let sidecar = serde_json::to_vec_pretty(&held).map_err(|e| failed(&e))?;
-    std::fs::write(path.with_file_name(HELD), sidecar).map_err(|e| failed(&e))?;
+    datastore.save(&path).map_err(LearnError::training(BUILDING))?;
+    let sidecar = serde_json::to_vec_pretty(&held).map_err(LearnError::training(BUILDING))?;
+    std::fs::write(path.with_file_name(HELD), sidecar).map_err(LearnError::training(BUILDING))?;
     Ok(Built {
         hash,
         path,

@@ -70,10 +70,10 @@ fn persist(learner: &Learner, cycle: &CycleInfo, from: CycleState, result: Resul
             learner.store.advance_cycle(&cycle.id, &step, &events, now)?
         }
         Err(error) => {
-            let line = format!("cycle {} failed at {}: {error}", cycle.id, from.as_str());
+            let line = format!("cycle {} failed at {}: {}", cycle.id, from.as_str(), error.report());
             learner.say(agent, &line);
             let event = HistoryEvent::new(agent, now, "cycle", line).cycle(&cycle.id);
-            let error = error.to_string();
+            let error = error.report();
             let step = Step {
                 from,
                 to: CycleState::Failed,

@@ -85,20 +85,20 @@ pub async fn run_forever(learner: Arc<Learner>, agents: Vec<String>, stop: impl 
                     continue;
                 }
                 Err(e) => {
-                    learner.say(name, &format!("cannot take the lead: {e}"));
+                    learner.say(name, &format!("cannot take the lead: {}", e.report()));
                     continue;
                 }
             }
             if !running.lock().unwrap_or_else(PoisonError::into_inner).contains(name) {
                 if let Err(e) = learner.watch(agent).await {
-                    learner.say(name, &format!("watching the canary failed: {e}"));
+                    learner.say(name, &format!("watching the canary failed: {}", e.report()));
                 }
             }
             let trigger = match due(&learner, agent, now_ms()) {
                 Ok(Some(t)) => t,
                 Ok(None) => continue,
                 Err(e) => {
-                    learner.say(name, &format!("cannot check triggers: {e}"));
+                    learner.say(name, &format!("cannot check triggers: {}", e.report()));
                     continue;
                 }
             };
@@ -117,7 +117,7 @@ pub async fn run_forever(learner: Arc<Learner>, agents: Vec<String>, stop: impl 
             let (learner, running, name) = (learner.clone(), running.clone(), name.clone());
             cycles.spawn(async move {
                 if let Err(e) = learner.run_cycle(&name, trigger).await {
-                    learner.say(&name, &format!("cycle failed: {e}"));
+                    learner.say(&name, &format!("cycle failed: {}", e.report()));
                 }
                 running.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
                 drop(permit);

@@ -65,7 +65,7 @@ impl Optimiser for Memory {
             ctx.artefacts
                 .publish_datastore(&built.hash)
                 .await
-                .map_err(|e| LearnError::training(e.to_string()))?;
+                .map_err(LearnError::training(format!("publishing datastore {}", built.hash)))?;
             (ctx.progress)(&format!(
                 "memory: datastore {} of {} keys{}: {} calls of {} train episodes added",
                 &built.hash[..12],

@@ -69,8 +69,7 @@ pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(String, Option<String>), 
 /// format needs are skipped). Recorded token ids are preferred where a
 /// path has them; these are demonstrations and calls without any.
 pub fn rendered_rows(instances: &[Instance], method: Method) -> Result<(Vec<u8>, u64), LearnError> {
-    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
-    let values = export_rows(instances, method.format()).map_err(|e| failed(&e))?;
+    let values = export_rows(instances, method.format()).map_err(LearnError::training("exporting training rows"))?;
     let mut rows = Vec::new();
     for mut v in values.iter().cloned() {
         v["source"] = serde_json::json!("rendered");
@@ -92,7 +91,7 @@ pub fn token_completion(tokens: &SampledTokens, reward: f64) -> serde_json::Valu
 
 /// Appends one JSONL row.
 pub fn push_row(rows: &mut Vec<u8>, row: &serde_json::Value) -> Result<(), LearnError> {
-    serde_json::to_writer(&mut *rows, row).map_err(|e| LearnError::training(e.to_string()))?;
+    serde_json::to_writer(&mut *rows, row).map_err(LearnError::training("writing a training row"))?;
     rows.push(b'\n');
     Ok(())
 }
@@ -132,7 +131,6 @@ pub async fn propose_adapter(
             return Ok(Vec::new());
         }
     };
-    let fetch_failed = |e: hone_artefacts::ArtefactError| LearnError::training(e.to_string());
     let name = adapter_name(ctx.cycle, method);
     let done = ctx.adapters_dir.join(&name);
     if !done.join("adapter_config.json").exists()
@@ -140,7 +138,7 @@ pub async fn propose_adapter(
             .artefacts
             .published_adapter(&name)
             .await
-            .map_err(fetch_failed)?
+            .map_err(LearnError::training(format!("looking for a published adapter {name}")))?
             .is_some()
     {
         (ctx.progress)(&format!(
@@ -150,7 +148,7 @@ pub async fn propose_adapter(
         ctx.artefacts
             .adapter(&name, &ctx.adapters_dir)
             .await
-            .map_err(fetch_failed)?;
+            .map_err(LearnError::training(format!("fetching adapter {name}")))?;
     }
     let resumed = done.join("adapter_config.json").exists();
     if resumed {
@@ -174,13 +172,17 @@ pub async fn propose_adapter(
             },
             spec.steps
         ));
-        let base = ctx.artefacts.checkpoint(&model).await.map_err(fetch_failed)?;
+        let base = ctx
+            .artefacts
+            .checkpoint(&model)
+            .await
+            .map_err(LearnError::training(format!("fetching the checkpoint {model}")))?;
         let parent = match &parent_adapter {
             Some(adapter) => Some(
                 ctx.artefacts
                     .adapter(adapter, &ctx.adapters_dir)
                     .await
-                    .map_err(fetch_failed)?,
+                    .map_err(LearnError::training(format!("fetching the parent adapter {adapter}")))?,
             ),
             None => None,
         };
@@ -199,7 +201,7 @@ pub async fn propose_adapter(
         .artefacts
         .publish_adapter(&name, &done)
         .await
-        .map_err(fetch_failed)?
+        .map_err(LearnError::training(format!("publishing adapter {name}")))?
     {
         (ctx.progress)(&format!(
             "{}: adapter {name} published to {} (sha256 {}, {})",
@@ -304,14 +306,15 @@ fn replayed_per_batch(share: f64, available: usize) -> usize {
 /// The training of the adapter in `dir`, from its `metrics.jsonl`.
 fn summary(dir: &Path, examples: u64, replayed: u64) -> Result<TrainingSummary, LearnError> {
     let path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path).map_err(|e| LearnError::training(format!("{}: {e}", path.display())))?;
+    let reading = || format!("reading {}", path.display());
+    let text = std::fs::read_to_string(&path).map_err(LearnError::training(reading()))?;
     let last: StepReport = text
         .lines()
         .rfind(|l| !l.trim().is_empty())
         .map(serde_json::from_str)
         .transpose()
-        .map_err(|e| LearnError::training(format!("{}: {e}", path.display())))?
-        .ok_or_else(|| LearnError::training(format!("{}: no step", path.display())))?;
+        .map_err(LearnError::training(reading()))?
+        .ok_or_else(|| LearnError::training(reading())("no step was recorded"))?;
     Ok(TrainingSummary {
         steps: last.step as u64,
         final_loss: last.loss,
@@ -357,20 +360,21 @@ pub fn train_config(method: Method, spec: &TrainingSpec) -> TrainConfig {
 }
 
 fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
-    let failed = |e: &dyn std::fmt::Display| LearnError::training(e.to_string());
     let partial = job.adapters_dir.join(format!("{}.partial", job.name));
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial).map_err(|e| failed(&format!("{}: {e}", partial.display())))?;
+    std::fs::create_dir_all(&partial).map_err(LearnError::training(format!("creating {}", partial.display())))?;
     let data_path = partial.join("data.jsonl");
-    std::fs::write(&data_path, &examples.rows).map_err(|e| failed(&format!("{}: {e}", data_path.display())))?;
-    let tokenizer = hone_engine::Tokenizer::load(&job.base).map_err(|e| failed(&e))?;
+    std::fs::write(&data_path, &examples.rows)
+        .map_err(LearnError::training(format!("writing {}", data_path.display())))?;
+    let tokenizer = hone_engine::Tokenizer::load(&job.base).map_err(LearnError::training("loading the tokenizer"))?;
+    let reading = || format!("reading the {} data", job.method.name());
     let renderer = Renderer {
         tokenizer: Some(&tokenizer),
     };
     let data = match job.method {
-        Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(|e| failed(&e))?),
-        Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(|e| failed(&e))?),
-        Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(|e| failed(&e))?),
+        Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(LearnError::training(reading()))?),
+        Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(LearnError::training(reading()))?),
+        Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(LearnError::training(reading()))?),
     };
     let config = TrainConfig {
         baselines: examples.baselines.clone(),
@@ -386,14 +390,17 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
         job.replay.examples.clone(),
         job.parent.as_deref(),
     )
-    .map_err(|e| failed(&format!("cannot start training: {e}")))?;
+    .map_err(LearnError::training("cannot start training"))?;
     trainer
         .run(&partial, &mut |_| {})
-        .map_err(|e| failed(&format!("training failed: {e}")))?;
+        .map_err(LearnError::training("training failed"))?;
     let _ = std::fs::remove_file(&data_path);
     let _ = std::fs::remove_dir_all(partial.join("checkpoints"));
     let done = job.adapters_dir.join(&job.name);
-    std::fs::rename(&partial, &done).map_err(|e| failed(&format!("{}: {e}", done.display())))?;
+    std::fs::rename(&partial, &done).map_err(LearnError::training(format!(
+        "moving the adapter to {}",
+        done.display()
+    )))?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! embedded engine): its final hidden states over the last call's recorded
 //! completion tokens, averaged, beside the state at the last token.
 
+use crate::error::LearnError;
 use hone_types::EpisodeDetail;
 
 /// The model's reading of an episode: mean final hidden state over its
@@ -53,17 +54,16 @@ pub fn load(checkpoint: &std::path::Path) -> Result<hone_engine::Model, hone_eng
 pub async fn read_all(
     checkpoint: std::path::PathBuf,
     episodes: Vec<EpisodeDetail>,
-) -> Result<Vec<(EpisodeDetail, Option<Vec<f64>>)>, String> {
+) -> Result<Vec<(EpisodeDetail, Option<Vec<f64>>)>, LearnError> {
     tokio::task::spawn_blocking(move || {
-        let model = load(&checkpoint).map_err(|e| e.to_string())?;
+        let model = load(&checkpoint).map_err(LearnError::training("loading the reward model's base"))?;
         episodes
             .into_iter()
             .map(|e| {
-                let x = features(&model, &e).map_err(|e| e.to_string())?;
+                let x = features(&model, &e).map_err(LearnError::training("reading an episode's hidden states"))?;
                 Ok((e, x))
             })
             .collect()
     })
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
 }

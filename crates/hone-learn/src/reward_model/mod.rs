@@ -107,14 +107,14 @@ impl Saved {
     /// Writes it (to a temporary file renamed into place: a reader never
     /// sees half of it).
     pub fn save(&self, path: &Path) -> Result<(), LearnError> {
-        let failed = |e: &dyn std::fmt::Display| LearnError::training(format!("cannot save the reward model: {e}"));
+        let saving = format!("cannot save the reward model to {}", path.display());
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| failed(&e))?;
+            std::fs::create_dir_all(dir).map_err(LearnError::training(saving.clone()))?;
         }
-        let text = serde_json::to_vec_pretty(self).map_err(|e| failed(&e))?;
+        let text = serde_json::to_vec_pretty(self).map_err(LearnError::training(saving.clone()))?;
         let partial = path.with_extension("json.partial");
-        std::fs::write(&partial, text).map_err(|e| failed(&e))?;
-        std::fs::rename(&partial, path).map_err(|e| failed(&e))
+        std::fs::write(&partial, text).map_err(LearnError::training(saving.clone()))?;
+        std::fs::rename(&partial, path).map_err(LearnError::training(saving.clone()))
     }
 }
 
@@ -281,9 +281,7 @@ pub async fn train(
     match source {
         Source::HiddenStates(checkpoint) => {
             let outcomes: Vec<(bool, f64)> = reacted.iter().map(|(_, p, r)| (*p, *r)).collect();
-            let read = hidden::read_all(checkpoint.clone(), reacted.into_iter().map(|(e, _, _)| e).collect())
-                .await
-                .map_err(LearnError::training)?;
+            let read = hidden::read_all(checkpoint.clone(), reacted.into_iter().map(|(e, _, _)| e).collect()).await?;
             let examples = read
                 .into_iter()
                 .zip(outcomes)

@@ -92,8 +92,7 @@ async fn champion_checkpoint(
     }
     let artefacts = hone_artefacts::Artefacts::new(&learner.config.artefacts)
         .map_err(|e| crate::error::LearnError::config(e.to_string()))?;
-    Ok(Ok(artefacts
-        .checkpoint(&route.model)
-        .await
-        .map_err(|e| crate::error::LearnError::training(e.to_string()))?))
+    Ok(Ok(artefacts.checkpoint(&route.model).await.map_err(
+        crate::error::LearnError::training(format!("fetching the checkpoint {}", route.model)),
+    )?))
 }
