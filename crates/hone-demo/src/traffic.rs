@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One user's episode, as the demo saw it.
 #[derive(Debug, Clone)]
-pub struct Served {
+pub struct UserEpisode {
     /// The user's episode (the store knows which version served it).
     pub episode: EpisodeId,
     /// Seconds since the demo started, when the user reacted.
@@ -67,7 +67,7 @@ pub fn users<'a>(
     concurrency: usize,
     started: std::time::Instant,
     stop: &'a AtomicBool,
-) -> impl futures::Stream<Item = Result<Served, hone_envs::RunError>> + 'a {
+) -> impl futures::Stream<Item = Result<UserEpisode, hone_envs::RunError>> + 'a {
     let Tasks {
         first,
         count,
@@ -90,7 +90,7 @@ pub fn users<'a>(
             for signal in &reaction {
                 runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
             }
-            Ok::<_, hone_envs::RunError>(Served {
+            Ok::<_, hone_envs::RunError>(UserEpisode {
                 episode: outcome.episode.clone(),
                 at: started.elapsed().as_secs_f64(),
                 score: outcome.played.score,

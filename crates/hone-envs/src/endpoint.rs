@@ -85,26 +85,26 @@ pub enum StepResponse {
 
 /// What the routes share: the runner and the optional simulated user with
 /// its random stream.
-struct Served {
+struct EndpointState {
     runner: Arc<Runner>,
     user: Option<(SimulatedUser, std::sync::Mutex<rand::rngs::StdRng>)>,
 }
 
 /// The endpoint's routes, serving `runner`'s environment.
 pub fn router(runner: Arc<Runner>) -> Router {
-    routes(Served { runner, user: None })
+    routes(EndpointState { runner, user: None })
 }
 
 /// The routes with `user` reacting to every run (see the module docs).
 pub fn router_with_user(runner: Arc<Runner>, user: SimulatedUser) -> Router {
     let rng = std::sync::Mutex::new(user.rng());
-    routes(Served {
+    routes(EndpointState {
         runner,
         user: Some((user, rng)),
     })
 }
 
-fn routes(served: Served) -> Router {
+fn routes(served: EndpointState) -> Router {
     Router::new()
         .route("/run", post(run))
         .route("/step", post(step))
@@ -180,7 +180,11 @@ fn header(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, End
         .transpose()
 }
 
-async fn run(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes) -> Result<Response, EndpointError> {
+async fn run(
+    State(served): State<Arc<EndpointState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, EndpointError> {
     let runner = &served.runner;
     let episode = header(&headers, "x-hone-episode")?
         .map(|raw| {
@@ -236,7 +240,7 @@ fn task_of(environment: &dyn crate::Environment, input: &str) -> Result<crate::T
     })
 }
 
-async fn step(State(served): State<Arc<Served>>, body: Bytes) -> Result<Response, EndpointError> {
+async fn step(State(served): State<Arc<EndpointState>>, body: Bytes) -> Result<Response, EndpointError> {
     let request: StepRequest = serde_json::from_slice(&body).map_err(|e| EndpointError::Invalid {
         code: "invalid_body",
         message: format!(

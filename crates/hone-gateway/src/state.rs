@@ -46,7 +46,7 @@ pub struct AppState {
     /// Adapters and checkpoints fetched by name or URL (`hone-artefacts`).
     pub artefacts: Arc<hone_artefacts::Artefacts>,
     /// Successful episodes retrieved as few-shot examples.
-    pub memory: crate::memory::EpisodicMemory,
+    pub examples: crate::examples::ExampleIndex,
     /// Versions registered for calls seen in OpenTelemetry traces.
     pub observed_versions: std::sync::Mutex<std::collections::HashSet<VersionId>>,
 }
@@ -194,7 +194,7 @@ impl AppState {
             source,
         })?;
 
-        let memory = crate::memory::EpisodicMemory::new(&config);
+        let examples = crate::examples::ExampleIndex::new(&config);
         let state = Self {
             auth: Arc::new(Auth::from_config(&config)),
             config: Arc::new(config),
@@ -207,7 +207,7 @@ impl AppState {
             started_at: now / 1000,
             cycles,
             artefacts,
-            memory,
+            examples,
             observed_versions: Default::default(),
         };
         state.refresh_deployments()?;

@@ -237,7 +237,7 @@ pub struct PrefixFigures {
 /// request and per run), `settings.new_tokens` greedy tokens each, all
 /// submitted at once as an agent's concurrent episodes are.
 #[derive(Debug, Clone, Copy)]
-pub struct Served<'a> {
+pub struct EngineLoad<'a> {
     pub dir: &'a std::path::Path,
     pub settings: BenchSettings,
     pub requests: usize,
@@ -246,7 +246,7 @@ pub struct Served<'a> {
     pub device: &'a candle_core::Device,
 }
 
-impl Served<'_> {
+impl EngineLoad<'_> {
     /// The engine's defaults on this device and dtype.
     fn options(&self) -> hone_engine::engine::EngineOptions {
         hone_engine::engine::EngineOptions {
@@ -258,7 +258,7 @@ impl Served<'_> {
 }
 
 /// `served` with the prefix cache off, then on.
-pub fn measure_prefix_cache(served: &Served) -> Result<PrefixFigures> {
+pub fn measure_prefix_cache(served: &EngineLoad) -> Result<PrefixFigures> {
     use hone_engine::engine::{EngineOptions, DEFAULT_PREFIX_CACHE_BYTES};
     let options = |prefix_cache_bytes| EngineOptions {
         prefix_cache_bytes,
@@ -289,7 +289,7 @@ pub struct PartsFigures {
 
 /// `served` (prefix cache on) by an engine that decodes each step in one
 /// part, then in `parts` ([`hone_engine::engine::EngineOptions::decode_parts`]).
-pub fn measure_decode_parts(served: &Served, parts: usize) -> Result<PartsFigures> {
+pub fn measure_decode_parts(served: &EngineLoad, parts: usize) -> Result<PartsFigures> {
     let options = |decode_parts| hone_engine::engine::EngineOptions {
         decode_parts,
         ..served.options()
@@ -307,10 +307,10 @@ pub fn measure_decode_parts(served: &Served, parts: usize) -> Result<PartsFigure
 /// Serves `served` on an engine loaded with `options`: the median seconds
 /// of `settings.reps` runs after a warm-up, and the share of prompt tokens
 /// the prefix cache supplied over all of them.
-fn serve_together(served: &Served, options: hone_engine::engine::EngineOptions) -> Result<(f64, f64)> {
+fn serve_together(served: &EngineLoad, options: hone_engine::engine::EngineOptions) -> Result<(f64, f64)> {
     use hone_engine::engine::{Engine, Event, Request};
     use hone_engine::generate::Sampling;
-    let Served {
+    let EngineLoad {
         dir,
         settings,
         requests,

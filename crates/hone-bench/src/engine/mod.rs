@@ -14,7 +14,9 @@ use crate::support::{progress, random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::DType;
 use hone_engine::Model;
-use measure::{measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, Figures, Served};
+use measure::{
+    measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, EngineLoad, Figures,
+};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -80,7 +82,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         progress(format!(
             "[{name}] {PREFIX_REQUESTS} requests sharing their prompt, prefix cache off and on …"
         ));
-        let served = Served {
+        let served = EngineLoad {
             dir: dir.path(),
             settings,
             requests: PREFIX_REQUESTS,

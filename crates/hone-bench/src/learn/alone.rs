@@ -19,7 +19,7 @@
 //! differs from it by more than its safety path (its first cycle is `sft`
 //! on users' episodes, not GRPO on its own samples).
 
-use super::{Checkpoint, LearnArgs, Point, Served};
+use super::{Checkpoint, LearnArgs, Point, Testbed};
 use crate::support::progress;
 use anyhow::Result;
 use futures::StreamExt;
@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Learns for `--minutes` from the base, then measures the adapters kept.
-pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64) -> Result<Vec<Point>> {
+pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64) -> Result<Vec<Point>> {
     progress(format!(
         "hone bench learn: hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
         args.minutes
@@ -44,14 +44,14 @@ pub(super) async fn side(served: &Served, args: &LearnArgs, lr: f64, noise: f64)
         seconds: args.minutes * 60.0,
         steps: None,
     };
-    let learned = learn(served, args, lr, noise, &budget).await?;
+    let learned = learn(testbed, args, lr, noise, &budget).await?;
     progress(format!(
         "hone bench learn: measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
         learned.kept.len(),
         learned.reports.len(),
         learned.failed
     ));
-    served
+    testbed
         .measure("hone GRPO alone", "hone-grpo", &learned.kept, args)
         .await
 }
@@ -70,12 +70,12 @@ struct Learned {
     failed: usize,
 }
 
-async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &Budget) -> Result<Learned> {
+async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget: &Budget) -> Result<Learned> {
     // A user of its own, seeded apart from the demo's and TRL's.
-    let same = served.same_reward(noise, args.seed.wrapping_add(3_000_017))?;
-    let runner = &served.stage.runner;
-    let group = served.grpo.group_size.max(1);
-    let mut config = train_config(Method::Grpo, &served.grpo);
+    let same = testbed.same_reward(noise, args.seed.wrapping_add(3_000_017))?;
+    let runner = &testbed.stage.runner;
+    let group = testbed.grpo.group_size.max(1);
+    let mut config = train_config(Method::Grpo, &testbed.grpo);
     // TRL's side: the same lr, constant, for as long as the budget lasts.
     config.optim.lr = lr;
     config.optim.schedule = Schedule::Constant;
@@ -86,7 +86,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
     let run = format!("{:x}", hone_types::time::now_ms());
 
     let started = Instant::now();
-    let (mut version, mut trainer) = (served.base_id.clone(), None::<Trainer>);
+    let (mut version, mut trainer) = (testbed.base_id.clone(), None::<Trainer>);
     let (mut episodes, mut failed, mut saved_at) = (0usize, 0usize, 0.0);
     let (mut rewards, mut reports, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     // The adapter that sampled the step under way, to drop once it has
@@ -111,7 +111,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
             .await;
         // Users react in a fixed order, whatever order the runs ended in.
         played.sort_by_key(|(k, attempt, _)| (*k, *attempt));
-        served
+        testbed
             .stage
             .recorder
             .flush(Duration::from_secs(30))
@@ -129,7 +129,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
                     continue;
                 }
             };
-            let Some(mut episode) = served.store.agent_episode(&served.spec.agent, &outcome.episode)? else {
+            let Some(mut episode) = testbed.store.agent_episode(&testbed.spec.agent, &outcome.episode)? else {
                 failed += 1;
                 continue;
             };
@@ -154,7 +154,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
             None
         } else {
             let adapter = format!("bench-alone-{run}-step-{step:04}");
-            let (adapter_dir, base) = (served.adapters().join(&adapter), served.base.clone());
+            let (adapter_dir, base) = (testbed.adapters().join(&adapter), testbed.base.clone());
             let (config, previous) = (config.clone(), trainer.take());
             let (stepped, report) = tokio::task::spawn_blocking(move || {
                 let data = Data::Grpo(groups);
@@ -171,10 +171,10 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
             })
             .await??;
             trainer = Some(stepped);
-            version = served.register(&adapter, "hone-grpo")?;
+            version = testbed.register(&adapter, "hone-grpo")?;
             // The adapter that sampled this step serves no longer.
             if let Some((old, false)) = sampler.take() {
-                let _ = std::fs::remove_dir_all(served.adapters().join(&old));
+                let _ = std::fs::remove_dir_all(testbed.adapters().join(&old));
             }
             Some((adapter, report))
         };
@@ -227,7 +227,7 @@ async fn learn(served: &Served, args: &LearnArgs, lr: f64, noise: f64, budget: &
 
 #[cfg(test)]
 mod tests {
-    use super::super::{LearnArgs, Served};
+    use super::super::{LearnArgs, Testbed};
     use super::Budget;
     use clap::Parser;
     use hone_demo::config;
@@ -257,7 +257,7 @@ mod tests {
         let choices = config::Choices::of(&args);
         let text = config::text(&hone_dir, &base, "http://127.0.0.1:9/run", &choices);
         std::fs::write(hone_dir.join("hone.toml"), text).unwrap();
-        let served = Served::start(&hone_dir, &base).await.unwrap();
+        let testbed = Testbed::start(&hone_dir, &base).await.unwrap();
         let data_dir = dir.path().to_str().unwrap();
         let args = Command::parse_from(["learn", "--data-dir", data_dir, "--checkpoint-seconds", "1000"]).learn;
 
@@ -268,7 +268,7 @@ mod tests {
         // Users who react at random half the time, so that a group's
         // rewards differ (a group whose rewards are all equal teaches
         // nothing and reports no ratio).
-        let learned = super::learn(&served, &args, 2e-3, 0.5, &budget).await.unwrap();
+        let learned = super::learn(&testbed, &args, 2e-3, 0.5, &budget).await.unwrap();
         assert_eq!(learned.reports.len(), 3);
         assert_eq!(learned.failed, 0);
         let ratios: Vec<f64> = learned
@@ -284,7 +284,7 @@ mod tests {
         for ratio in ratios {
             assert!((ratio - 1.0).abs() < 0.01, "off-policy: {:?}", learned.reports);
         }
-        let versions = served.store.versions(Some(hone_demo::AGENT)).unwrap();
+        let versions = testbed.store.versions(Some(hone_demo::AGENT)).unwrap();
         let adapter_of = |id: &VersionId| {
             let version = versions.iter().find(|v| &v.id == id).unwrap();
             version.spec.routes[0].adapter.clone()
@@ -299,13 +299,13 @@ mod tests {
             .nth(2)
             .unwrap()
             .to_owned();
-        let group = served.grpo.group_size;
+        let group = testbed.grpo.group_size;
         for step in 1..=3usize {
             let expected = (step > 1).then(|| format!("bench-alone-{run}-step-{:04}", step - 1));
             for (k, attempt) in (0..BATCH).flat_map(|k| (0..group).map(move |a| (k, a))) {
                 let label = format!("bench-alone-{run}-{step}");
                 let id = EpisodeId::evaluation(&label, k, &attempt.to_string()).unwrap();
-                let episode = served.store.agent_episode(&served.spec.agent, &id).unwrap().unwrap();
+                let episode = testbed.store.agent_episode(&testbed.spec.agent, &id).unwrap().unwrap();
                 assert!(!episode.calls.is_empty());
                 for call in &episode.calls {
                     assert_eq!(adapter_of(&call.version_id), expected, "step {step}");
@@ -318,9 +318,9 @@ mod tests {
         let kept: Vec<&str> = learned.kept.iter().map(|c| c.adapter.as_str()).collect();
         let name = |step: usize| format!("bench-alone-{run}-step-{step:04}");
         assert_eq!(kept, [name(3)]);
-        assert!(served.adapters().join(name(3)).join("adapter_config.json").is_file());
-        assert!(!served.adapters().join(name(1)).exists());
-        assert!(!served.adapters().join(name(2)).exists());
-        served.stage.stop().await;
+        assert!(testbed.adapters().join(name(3)).join("adapter_config.json").is_file());
+        assert!(!testbed.adapters().join(name(1)).exists());
+        assert!(!testbed.adapters().join(name(2)).exists());
+        testbed.stage.stop().await;
     }
 }

@@ -317,15 +317,15 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
     let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
 
     let (alone_points, trl_points, lr) = hone_console::runtime()?.block_on(async {
-        let served = Served::start(&hone_dir, &base).await?;
-        let lr = args.trl_lr.unwrap_or(served.grpo.lr);
+        let testbed = Testbed::start(&hone_dir, &base).await?;
+        let lr = args.trl_lr.unwrap_or(testbed.grpo.lr);
         let sides = async {
-            let alone = alone::side(&served, args, lr, noise).await?;
-            let trl = trl_side(&served, args, data_dir, lr, noise).await?;
+            let alone = alone::side(&testbed, args, lr, noise).await?;
+            let trl = trl_side(&testbed, args, data_dir, lr, noise).await?;
             anyhow::Ok((alone, trl, lr))
         }
         .await;
-        served.stage.stop().await;
+        testbed.stage.stop().await;
         sides
     })?;
     // Both start from the base as hone's side measured it.
@@ -350,7 +350,7 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         sides: vec![
             Side::new(
                 &format!(
-                    "hone loop (demo{}: users' implicit feedback on the answers they were served, gate, canary users decide)",
+                    "hone loop (demo{}: users' implicit feedback on the answers they were testbed, gate, canary users decide)",
                     settings.iter().map(|s| format!(" {s}")).collect::<String>()
                 ),
                 "user episodes",
@@ -516,7 +516,7 @@ fn check_python(python: &str) -> Result<()> {
 /// The demo's config served again for the sides that learn outside its
 /// loop (same agent, same sampling): the gateway and the environment's
 /// endpoint, the store, and what those sides learn with.
-pub(super) struct Served {
+pub(super) struct Testbed {
     pub config: hone_config::Config,
     pub stage: Stage,
     pub endpoint_url: String,
@@ -528,7 +528,7 @@ pub(super) struct Served {
     pub grpo: hone_config::TrainingSpec,
 }
 
-impl Served {
+impl Testbed {
     async fn start(hone_dir: &Path, base: &Path) -> Result<Self> {
         let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ports = Ports::bind().await?;
@@ -586,7 +586,7 @@ impl Served {
         self.config.adapters_dir(provider)
     }
 
-    /// The base with `adapter` (in [`Served::adapters`]) as a version of the
+    /// The base with `adapter` (in [`Testbed::adapters`]) as a version of the
     /// demo's agent, recorded; its id.
     fn register(&self, adapter: &str, created_by: &str) -> Result<VersionId> {
         let mut trained = self.spec.clone();
@@ -663,7 +663,7 @@ pub(super) struct Checkpoint {
 /// Trains with TRL against the environment endpoint (rewarded as
 /// `--trl-reward` says; `noise` is the demo's users'), then measures every
 /// checkpoint through the demo's own gateway; the points, in order.
-async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, noise: f64) -> Result<Vec<Point>> {
+async fn trl_side(testbed: &Testbed, args: &LearnArgs, data_dir: &Path, lr: f64, noise: f64) -> Result<Vec<Point>> {
     let trl_dir = data_dir.join("trl");
     let checkpoints = trl_dir.join("checkpoints");
     if checkpoints.exists() {
@@ -674,13 +674,13 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
         TrlReward::Hidden => None,
         // A user of its own, seeded apart from the demo's two.
         TrlReward::Users => Some(
-            Arc::new(served.same_reward(noise, args.seed.wrapping_add(2_000_003))?)
+            Arc::new(testbed.same_reward(noise, args.seed.wrapping_add(2_000_003))?)
                 .serve()
                 .await?,
         ),
     };
     let tasks_path = trl_dir.join("tasks.json");
-    write_tasks(&tasks_path, served, lr, args)?;
+    write_tasks(&tasks_path, testbed, lr, args)?;
 
     progress(format!(
         "hone bench learn: TRL — GRPOTrainer for {} minutes (progress below)",
@@ -692,11 +692,11 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
     command
         .arg(&script)
         .arg("--model")
-        .arg(&served.base)
+        .arg(&testbed.base)
         .arg("--tasks")
         .arg(&tasks_path)
         .arg("--endpoint")
-        .arg(&served.endpoint_url)
+        .arg(&testbed.endpoint_url)
         .arg("--minutes")
         .arg(args.minutes.to_string())
         .arg("--out")
@@ -720,7 +720,7 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
     }
 
     progress("hone bench learn: measuring TRL's checkpoints on the held-out tasks".to_owned());
-    let adapters = served.adapters();
+    let adapters = testbed.adapters();
     let mut kept = Vec::new();
     for (name, meta) in trl_checkpoints(&checkpoints)? {
         let adapter = format!("trl-{name}");
@@ -731,15 +731,15 @@ async fn trl_side(served: &Served, args: &LearnArgs, data_dir: &Path, lr: f64, n
             episodes: meta.episodes,
         });
     }
-    served.measure("TRL", "trl", &kept, args).await
+    testbed.measure("TRL", "trl", &kept, args).await
 }
 
 /// The tasks TRL learns on, each with the prompt token ids hone's engine
 /// renders for it (the prompt the base was trained on), and the settings
 /// both sides share.
-fn write_tasks(path: &Path, served: &Served, lr: f64, args: &LearnArgs) -> Result<()> {
-    let (runner, spec, grpo) = (&served.stage.runner, &served.spec, &served.grpo);
-    let tokenizer = hone_engine::Tokenizer::load(&served.base)?;
+fn write_tasks(path: &Path, testbed: &Testbed, lr: f64, args: &LearnArgs) -> Result<()> {
+    let (runner, spec, grpo) = (&testbed.stage.runner, &testbed.spec, &testbed.grpo);
+    let tokenizer = hone_engine::Tokenizer::load(&testbed.base)?;
     let environment = runner.environment();
     let tools = serde_json::to_value(environment.tools())?;
     let mut tasks = Vec::new();

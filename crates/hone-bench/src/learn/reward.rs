@@ -7,7 +7,7 @@
 //! turn a call with the runner's request and its behaviour flags. A
 //! simulated user with the demo's noise reacts to the hidden score, and the
 //! demo's reward spec scores the episode with hone's own `Rewarder` (the
-//! users' signals and the penalties). Served to `learn_trl.py` as
+//! users' signals and the penalties). Testbed to `learn_trl.py` as
 //! `POST /reward`; nothing is stored. hone's learner alone ([`super::alone`])
 //! has its real, recorded episodes scored the same way ([`SameReward::react`]).
 

@@ -797,7 +797,7 @@ fn lookup(
 }
 
 /// The version's few-shot examples; a failed retrieval is logged and the
-/// call goes on without them (memory must never fail a user's call).
+/// call goes on without them (retrieval must never fail a user's call).
 async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
     let Some(policy) = &context.version.examples else {
         return Vec::new();
@@ -807,7 +807,7 @@ async fn recall(state: &AppState, context: &CallContext) -> Vec<Message> {
         return Vec::new();
     }
     match state
-        .memory
+        .examples
         .examples(
             &state.cycles,
             &state.providers,

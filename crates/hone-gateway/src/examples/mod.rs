@@ -1,4 +1,4 @@
-//! Episodic memory: the agent's successful episodes, retrieved by
+//! Few-shot examples: the agent's successful episodes, retrieved by
 //! similarity to a new request and shown to the model as few-shot examples
 //! (a version's `examples` policy, proposed by the `examples` optimiser).
 //!
@@ -73,7 +73,7 @@ struct Source {
     policy: ExamplePolicy,
 }
 
-pub struct EpisodicMemory {
+pub struct ExampleIndex {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// Each agent's reward spec version, hashed once at start.
     spec_versions: HashMap<String, String>,
@@ -83,13 +83,13 @@ pub struct EpisodicMemory {
     builds: Arc<AtomicU64>,
 }
 
-impl std::fmt::Debug for EpisodicMemory {
+impl std::fmt::Debug for ExampleIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EpisodicMemory").finish_non_exhaustive()
+        f.debug_struct("ExampleIndex").finish_non_exhaustive()
     }
 }
 
-impl EpisodicMemory {
+impl ExampleIndex {
     pub fn new(config: &Config) -> Self {
         Self {
             slots: Mutex::default(),
@@ -194,7 +194,7 @@ impl EpisodicMemory {
                     Ok(fresh) => {
                         slot.replace(fresh);
                     }
-                    Err(e) => tracing::warn!(agent = %source.agent, error = %e, "episodic memory not rebuilt"),
+                    Err(e) => tracing::warn!(agent = %source.agent, error = %e, "example index not rebuilt"),
                 }
                 slot.rebuilding.store(false, Ordering::Release);
             });
@@ -231,7 +231,7 @@ async fn build(source: &Source) -> Result<Index, String> {
             Similarity::Embeddings(vectors)
         }
     };
-    tracing::debug!(agent = %agent, examples = examples.len(), "episodic memory index built");
+    tracing::debug!(agent = %agent, examples = examples.len(), "example index built");
     Ok(Index {
         built: Instant::now(),
         examples,
@@ -244,21 +244,21 @@ mod tests {
     use super::*;
     use hone_store::SqliteStore;
 
-    fn memory_and_store() -> (EpisodicMemory, Arc<dyn CycleStore>, tempfile::TempDir) {
+    fn index_and_store() -> (ExampleIndex, Arc<dyn CycleStore>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn CycleStore> = Arc::new(SqliteStore::open(&dir.path().join("hone.db"), false).unwrap());
         let config = hone_config::load_str(hone_config::DEFAULT_CONFIG, dir.path(), &|_| None).unwrap();
-        (EpisodicMemory::new(&config), store, dir)
+        (ExampleIndex::new(&config), store, dir)
     }
 
-    async fn ask_many(memory: &EpisodicMemory, store: &Arc<dyn CycleStore>, tasks: &TaskTracker, n: usize) {
+    async fn ask_many(index: &ExampleIndex, store: &Arc<dyn CycleStore>, tasks: &TaskTracker, n: usize) {
         let policy = ExamplePolicy {
             k: 2,
             min_reward: None,
             embeddings: None,
         };
         let providers = Providers::new();
-        let asks = (0..n).map(|_| memory.examples(store, &providers, tasks, "assistant", &policy, "what is 2+2?"));
+        let asks = (0..n).map(|_| index.examples(store, &providers, tasks, "assistant", &policy, "what is 2+2?"));
         for examples in futures::future::join_all(asks).await {
             assert_eq!(examples.unwrap(), Vec::<Message>::new());
         }
@@ -267,17 +267,17 @@ mod tests {
     // One thread: spawned rebuilds run only when the test yields to them.
     #[tokio::test(flavor = "current_thread")]
     async fn concurrent_requests_build_an_index_once_and_stale_ones_rebuild_it_once_in_the_background() {
-        let (mut memory, store, _dir) = memory_and_store();
+        let (mut index, store, _dir) = index_and_store();
         let tasks = TaskTracker::new();
-        ask_many(&memory, &store, &tasks, 16).await;
-        assert_eq!(memory.builds(), 1, "the first requests share one build");
+        ask_many(&index, &store, &tasks, 16).await;
+        assert_eq!(index.builds(), 1, "the first requests share one build");
 
-        memory.refresh = Duration::ZERO;
-        ask_many(&memory, &store, &tasks, 16).await;
+        index.refresh = Duration::ZERO;
+        ask_many(&index, &store, &tasks, 16).await;
         // All 16 were answered from the stale index: none ran a build.
-        assert_eq!(memory.builds(), 1, "a stale index is rebuilt outside the requests");
+        assert_eq!(index.builds(), 1, "a stale index is rebuilt outside the requests");
         tasks.close();
         tasks.wait().await;
-        assert_eq!(memory.builds(), 2, "one rebuild for the whole stale burst");
+        assert_eq!(index.builds(), 2, "one rebuild for the whole stale burst");
     }
 }
