@@ -21,13 +21,11 @@
 //! a taken name is refused.
 
 mod error;
-mod local_s3;
 mod manifest;
 mod place;
 mod transfer;
 
 pub use error::{ArtefactError, Result};
-pub use local_s3::LocalS3;
 pub use manifest::{human_bytes, FileEntry, Manifest, MANIFEST};
 pub use place::Place;
 pub use transfer::Unpublished;

@@ -2,8 +2,9 @@
 //! S3-compatible server (moto's, started per test; skipped with a message
 //! where moto is not installed, failed instead under `HONE_REQUIRE_S3=1`).
 
-use hone_artefacts::{local_adapter_name, ArtefactError, Artefacts, LocalS3, Place, MANIFEST};
+use hone_artefacts::{local_adapter_name, ArtefactError, Artefacts, Place, MANIFEST};
 use hone_config::ArtefactsConfig;
+use hone_test_support::LocalS3;
 use object_store::ObjectStoreExt;
 use std::path::{Path, PathBuf};
 

@@ -25,9 +25,7 @@ pub use cycle_store::{CandidateUpdate, CycleStore, Lead, Step, Success, WindowEp
 pub use error::StoreError;
 pub use learn_store::{EpisodeFacts, EpisodeFilter, LearnStore};
 pub use open::{open, open_beside, Wait};
-pub use postgres::local::{
-    execute_at, server_binaries, test_database, LocalPostgres, LocalPostgresError, TestDatabase,
-};
+pub use postgres::local::{execute_at, server_binaries, LocalPostgres, LocalPostgresError};
 pub use postgres::{PostgresStore, DEFAULT_POOL as POSTGRES_POOL};
 pub use recorder::{JournalState, Recorder, RecorderError, RecorderOptions, RecorderStats};
 pub use rows::content_hash;

@@ -3,7 +3,8 @@
 //! started here). `backend_tests!` writes one test per story and backend, so
 //! both run the same assertions, as atuin does for its databases.
 
-use hone_store::{CycleStore, SqliteStore, TestDatabase};
+use hone_store::{CycleStore, SqliteStore};
+use hone_test_support::TestDatabase;
 use std::sync::Arc;
 
 pub struct Backend {
@@ -37,7 +38,7 @@ impl Backend {
     /// `HONE_REQUIRE_POSTGRES` is not set.
     pub fn postgres() -> Option<Backend> {
         let dir = tempfile::tempdir().unwrap();
-        let Some(database) = hone_store::test_database(&dir.path().join("pg")).unwrap() else {
+        let Some(database) = hone_test_support::test_database(&dir.path().join("pg")).unwrap() else {
             eprintln!("SKIPPED: PostgreSQL is not installed here (Debian's `postgresql`); the PostgreSQL half of this test did not run");
             return None;
         };

@@ -2,8 +2,8 @@
 //! (`cargo metadata --no-deps`): every hone crate has a rank and depends
 //! (normally, not as a dev-dependency) only on crates of lower rank, so the
 //! demo and the benchmarks sit above everything they use and no product
-//! crate can reach them; and a team implementing `Environment` compiles
-//! neither the trainer nor candle.
+//! crate can reach them; test support is only ever a dev-dependency; and a
+//! team implementing `Environment` compiles neither the trainer nor candle.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +20,7 @@ const RANKS: &[(&str, u8)] = &[
     ("hone-console", 1),
     ("hone-store", 2),
     ("hone-artefacts", 2),
+    ("hone-test-support", 3),
     ("hone-gateway", 3),
     ("hone-learn", 3),
     ("hone-ui", 4),
@@ -87,6 +88,8 @@ fn every_crate_depends_only_on_lower_layers_and_the_lab_crates_sit_on_top() {
     };
     assert_eq!(users("hone-demo"), BTreeSet::from(["hone", "hone-bench"]));
     assert_eq!(users("hone-bench"), BTreeSet::from(["hone"]));
+    // Test support is a dev-dependency only: no product's API carries it.
+    assert_eq!(users("hone-test-support"), BTreeSet::new());
     // The learner never links the server.
     assert!(!crates["hone-learn"].contains("hone-gateway"));
 }

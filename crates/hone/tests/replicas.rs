@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 /// A fresh database on the test run's server (or a private one); `None`
 /// where PostgreSQL is not installed and not required.
-fn database(dir: &std::path::Path) -> Option<hone_store::TestDatabase> {
-    let db = hone_store::test_database(dir).unwrap();
+fn database(dir: &std::path::Path) -> Option<hone_test_support::TestDatabase> {
+    let db = hone_test_support::test_database(dir).unwrap();
     if db.is_none() {
         eprintln!("SKIPPED: PostgreSQL is not installed here (Debian's `postgresql`)");
     }
@@ -357,8 +357,8 @@ async fn hone_store_migrate_moves_a_served_sqlite_store_to_postgres() {
 
 /// The S3-compatible server of a test; `None` where moto is not installed
 /// and `HONE_REQUIRE_S3` is not set.
-fn object_storage() -> Option<hone_artefacts::LocalS3> {
-    if !hone_artefacts::LocalS3::available() {
+fn object_storage() -> Option<hone_test_support::LocalS3> {
+    if !hone_test_support::LocalS3::available() {
         assert!(
             std::env::var("HONE_REQUIRE_S3").is_err(),
             "HONE_REQUIRE_S3 is set but moto's S3 server is not installed (pip install 'moto[server]')"
@@ -366,7 +366,7 @@ fn object_storage() -> Option<hone_artefacts::LocalS3> {
         eprintln!("SKIPPED: moto's S3 server is not installed (pip install 'moto[server]')");
         return None;
     }
-    Some(hone_artefacts::LocalS3::start().unwrap())
+    Some(hone_test_support::LocalS3::start().unwrap())
 }
 
 /// The first token's logprob of a seeded answer of `replica`, and the
