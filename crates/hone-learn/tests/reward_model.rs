@@ -153,10 +153,15 @@ async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_i
          [agents.rm.deployment]\nchampion = \"v1\"\n\
          [agents.rm.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
          [agents.rm.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
-         [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n\
-         [agents.rm.learn.sft]\nmin_examples = 2\nsteps = 2\nrank = 4\n",
+         [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 32\n\
+         [agents.rm.learn.sft]\nmin_examples = 1\nsteps = 2\nrank = 4\n",
         model.path().display().to_string()
     );
+    // The random model samples at temperature 1: some answers come out
+    // empty and are penalised, so how many of the train half passed varies
+    // from run to run. `sft` must propose whatever that count is (one
+    // example is enough), since the gate's use of the reward model is what
+    // this test is about.
     let w = crate::support::World::start_with(&config).await;
     let (learner, lines) = crate::support::learner(&w);
 
