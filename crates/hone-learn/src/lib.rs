@@ -38,7 +38,6 @@ pub mod judge;
 pub mod memory;
 pub mod monitor;
 pub mod optimiser;
-pub mod reflect;
 pub mod reward;
 pub mod reward_model;
 pub mod stats;

@@ -13,6 +13,7 @@
 //! - `reward_model`: the reward model's head and quality measures against an
 //!   independent implementation, and the model trained in a cycle on the
 //!   embedded engine's recorded tokens.
+//! - `modules`: the crate's top-level modules import one another without a cycle.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -24,6 +25,7 @@ mod cycle;
 mod datasets;
 mod eval;
 mod judge;
+mod modules;
 mod reflect;
 mod reward_model;
 mod rewards;

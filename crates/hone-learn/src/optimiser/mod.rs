@@ -15,6 +15,7 @@ mod memory;
 mod model;
 mod playbook;
 mod prompt;
+pub mod reflect;
 pub mod replay;
 mod rollouts;
 pub use rollouts::Rollout;
@@ -78,10 +79,10 @@ pub struct ProposeContext<'a> {
     pub replay: &'a replay::Replay,
     /// What this optimiser may still spend calling models (its budget and
     /// the cycle's); optimisers that call none never touch it.
-    pub meter: &'a crate::reflect::Meter,
+    pub meter: &'a crate::ask::Meter,
     /// The train set as reflectors read it, gathered on first use
     /// (`reflect::evidence::of`) and shared by the optimisers of the step.
-    pub evidence: &'a std::sync::OnceLock<Vec<crate::reflect::evidence::Evidence>>,
+    pub evidence: &'a std::sync::OnceLock<Vec<crate::optimiser::reflect::evidence::Evidence>>,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 
@@ -165,7 +166,7 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
             parent.system.as_deref().map_or(0, str::len),
             child.system.as_deref().map_or(0, str::len)
         ));
-        blocks.push(crate::reflect::unified(
+        blocks.push(unified(
             parent.system.as_deref().unwrap_or(""),
             child.system.as_deref().unwrap_or(""),
         ));
@@ -187,7 +188,7 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
     if parent.tools != child.tools {
         let pretty = |s: &VersionSpec| serde_json::to_string_pretty(&s.tools).unwrap_or_default();
         lines.push(format!("tools: {} → {} owned", parent.tools.len(), child.tools.len()));
-        blocks.push(crate::reflect::unified(&pretty(parent), &pretty(child)));
+        blocks.push(unified(&pretty(parent), &pretty(child)));
     }
     for (name, a, b) in [
         ("temperature", show(&parent.temperature), show(&child.temperature)),
@@ -237,6 +238,25 @@ pub fn describe_diff(parent: &VersionSpec, child: &VersionSpec) -> String {
         text.push_str(&block);
     }
     text
+}
+
+/// A unified diff of two texts, as `diff -u` prints it (`--- champion`,
+/// `+++ candidate`).
+pub fn unified(old: &str, new: &str) -> String {
+    let with_newline = |s: &str| {
+        if s.ends_with('\n') {
+            s.to_owned()
+        } else {
+            format!("{s}\n")
+        }
+    };
+    let (old, new) = (with_newline(old), with_newline(new));
+    let patch = diffy::create_patch(&old, &new).to_string();
+    patch
+        .replacen("--- original", "--- champion", 1)
+        .replacen("+++ modified", "+++ candidate", 1)
+        .trim_end()
+        .to_owned()
 }
 
 #[cfg(test)]

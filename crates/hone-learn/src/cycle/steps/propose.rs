@@ -8,10 +8,10 @@
 //! runs. What each spent is stored with the cycle and its candidates.
 
 use super::{Learner, Stepped};
+use crate::ask::{Meter, Tally};
 use crate::error::{LearnError, Result};
 use crate::optimiser::replay::{self, Replay};
 use crate::optimiser::{self, ProposeContext};
-use crate::reflect::{Meter, Tally};
 use hone_config::{AgentConfig, OptimiserSpec};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionRecord};

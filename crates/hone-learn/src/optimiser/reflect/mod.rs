@@ -1,5 +1,5 @@
 //! Learning without weights: what the reflective optimisers (`prompt`,
-//! `playbook`, `tools` in [`crate::optimiser`]) share. A [`Reflector`] asks
+//! `playbook`, `tools`, beside it in [`crate::optimiser`]) share. A [`Reflector`] asks
 //! the configured reflection model through the gateway (recorded as the
 //! `hone-reflector` agent's episodes, metered against the budgets);
 //! [`evidence`] is what it is shown; [`pareto`] keeps GEPA's pool of
@@ -7,12 +7,9 @@
 
 pub mod curator;
 pub mod evidence;
-pub mod meter;
 pub mod pareto;
 
-pub use meter::{Meter, Tally};
-
-use crate::ask::{AskFailure, Asked};
+use crate::ask::{AskFailure, Asked, Meter};
 use crate::client::ChatClient;
 use hone_config::REFLECTOR_AGENT;
 
@@ -55,30 +52,11 @@ impl<'a> Reflector<'a> {
     }
 }
 
-/// A unified diff of two texts, as `diff -u` prints it (`--- champion`,
-/// `+++ candidate`).
-pub fn unified(old: &str, new: &str) -> String {
-    let with_newline = |s: &str| {
-        if s.ends_with('\n') {
-            s.to_owned()
-        } else {
-            format!("{s}\n")
-        }
-    };
-    let (old, new) = (with_newline(old), with_newline(new));
-    let patch = diffy::create_patch(&old, &new).to_string();
-    patch
-        .replacen("--- original", "--- champion", 1)
-        .replacen("+++ modified", "+++ candidate", 1)
-        .trim_end()
-        .to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn a_unified_diff_shows_the_changed_lines_with_context() {
-        let diff = super::unified(
+        let diff = crate::optimiser::unified(
             "You are a calculator.\nAnswer briefly.",
             "You are a calculator.\nA-B means subtract B from A.\nAnswer briefly.",
         );

@@ -1,11 +1,14 @@
 //! Asking a model of hone's own (a judge, a reflector) for a JSON answer
 //! through the gateway: the answer is parsed by the caller's rule, and one
 //! that does not parse is sent back with the problem and asked again, up to
-//! the retries allowed. A [`Meter`](crate::reflect::Meter), when given, is
+//! the retries allowed. A [`Meter`] (what model calls of hone's own may spend), when given, is
 //! asked before every call and charged after it.
 
+pub mod meter;
+
+pub use meter::{Meter, Tally};
+
 use crate::client::ChatClient;
-use crate::reflect::Meter;
 use hone_types::openai::ChatCompletionResponse;
 use serde_json::json;
 
