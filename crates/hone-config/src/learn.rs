@@ -477,6 +477,33 @@ fn bounds(field: &str, raw: BTreeMap<String, RawBound>) -> Result<Bounds, Config
     Ok(out)
 }
 
+/// Metrics the gate weighs otherwise than by a bound: reward by its
+/// confidence that the candidate beats the champion, cost by the approval
+/// policy's `max_cost_ratio`, latency not at all (offline runs share the
+/// machine with everything else). Their bounds are the monitors'.
+const NOT_GATE_BOUNDS: [&str; 3] = ["reward", "cost", "latency"];
+
+/// The gate's bounds: the rates and `mean_length`. A bound it would not
+/// apply is refused, rather than accepted and ignored.
+fn gate_bounds(field: &str, raw: BTreeMap<String, RawBound>) -> Result<Bounds, ConfigError> {
+    if let Some(name) = raw.keys().find(|n| NOT_GATE_BOUNDS.contains(&n.as_str())) {
+        return Err(ConfigError::at(
+            format!("{field}.{name}"),
+            format!(
+                "the gate does not bound `{name}` (it weighs reward by its confidence, cost by the approval \
+                 policy's max_cost_ratio, and not latency); bound it on the canary in `monitor.bounds`"
+            ),
+        ));
+    }
+    Ok(gate_only(bounds(field, raw)?))
+}
+
+/// `bounds` without those the gate does not apply.
+fn gate_only(mut bounds: Bounds) -> Bounds {
+    bounds.retain(|name, _| !NOT_GATE_BOUNDS.contains(&name.as_str()));
+    bounds
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateSpec {
     /// Confidence that the candidate beats the champion (bootstrap of paired differences).
@@ -831,7 +858,7 @@ impl Default for LearnSpec {
                 tolerance: 0,
                 reruns: 2,
                 samples: 1,
-                bounds: default_bounds(),
+                bounds: gate_only(default_bounds()),
             },
             monitor: MonitorSpec {
                 window: 200,
@@ -1252,7 +1279,7 @@ impl GateSpec {
                 Some(0) => return Err(ConfigError::at(format!("{field}.gate.samples"), "must be at least 1")),
                 other => other.unwrap_or(d.samples),
             },
-            bounds: bounds(&format!("{field}.gate.bounds"), g.bounds)?,
+            bounds: gate_bounds(&format!("{field}.gate.bounds"), g.bounds)?,
         })
     }
 }

@@ -562,6 +562,26 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
     }
 
     #[test]
+    fn the_gate_refuses_a_bound_it_would_not_apply_and_the_monitor_takes_it() {
+        for metric in ["reward", "cost", "latency"] {
+            let e = load(&format!("{BASE}[agents.a.learn.gate]\nbounds = {{ {metric} = 0.2 }}\n")).unwrap_err();
+            assert!(e.message.contains("monitor.bounds"), "{e}");
+            assert!(e.to_string().contains(&format!("gate.bounds.{metric}")), "{e}");
+            let c = load(&format!(
+                "{BASE}[agents.a.learn.monitor]\nbounds = {{ {metric} = 0.2 }}\n"
+            ))
+            .unwrap();
+            assert!(c.agents["a"].learn.monitor.bounds.contains_key(metric));
+        }
+        let c = load(&format!("{BASE}[agents.a.learn.gate]\nbounds = {{ tool_use = 0.2 }}\n")).unwrap();
+        let gate = &c.agents["a"].learn.gate.bounds;
+        assert!(gate.contains_key("tool_use") && gate.contains_key("invalid_tool_call"));
+        assert!(!gate.contains_key("latency") && !gate.contains_key("cost") && !gate.contains_key("reward"));
+        let monitor = &c.agents["a"].learn.monitor.bounds;
+        assert!(monitor.contains_key("latency") && monitor.contains_key("reward"));
+    }
+
+    #[test]
     fn the_live_learning_tables_parse_and_refuse_bad_values() {
         let c = load(&format!(
             "{BASE}[agents.a.learn]\noptimisers = [\"grpo\"]\n[agents.a.learn.grpo]\ngroups = [\"production\", \"shadow\"]\n\
