@@ -1295,9 +1295,16 @@ impl MonitorSpec {
                 ));
             }
         }
+        // Zero would decide on no episodes at all: refused, like every
+        // other count that must be at least one.
+        for (key, value) in [("window", m.window), ("min_episodes", m.min_episodes)] {
+            if value == Some(0) {
+                return Err(ConfigError::at(format!("{field}.monitor.{key}"), "must be at least 1"));
+            }
+        }
         Ok(MonitorSpec {
-            window: m.window.unwrap_or(d.window).max(1),
-            min_episodes: m.min_episodes.unwrap_or(d.min_episodes).max(1),
+            window: m.window.unwrap_or(d.window),
+            min_episodes: m.min_episodes.unwrap_or(d.min_episodes),
             confidence: confidence(&format!("{field}.monitor.confidence"), m.confidence, d.confidence)?,
             rollback: m.rollback.unwrap_or(true),
             webhook: m.webhook,

@@ -582,6 +582,21 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
     }
 
     #[test]
+    fn a_monitor_window_or_minimum_of_zero_is_refused_not_raised() {
+        for key in ["window", "min_episodes"] {
+            let e = load(&format!("{BASE}[agents.a.learn.monitor]\n{key} = 0\n")).unwrap_err();
+            assert!(e.to_string().contains(&format!("agents.a.learn.monitor.{key}")), "{e}");
+            assert!(e.message.contains("at least 1"), "{e}");
+        }
+        let c = load(&format!(
+            "{BASE}[agents.a.learn.monitor]\nwindow = 1\nmin_episodes = 1\n"
+        ))
+        .unwrap();
+        let monitor = &c.agents["a"].learn.monitor;
+        assert_eq!((monitor.window, monitor.min_episodes), (1, 1));
+    }
+
+    #[test]
     fn the_live_learning_tables_parse_and_refuse_bad_values() {
         let c = load(&format!(
             "{BASE}[agents.a.learn]\noptimisers = [\"grpo\"]\n[agents.a.learn.grpo]\ngroups = [\"production\", \"shadow\"]\n\
