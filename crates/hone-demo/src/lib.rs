@@ -1013,12 +1013,15 @@ async fn rounds(
             .filter(|e| e.worse && e.p_worse < 0.05)
             .map(|e| e.users)
             .sum(),
-        seconds_of_worse_canaries: exposures.iter().filter(|e| e.worse).map(|e| e.seconds).sum(),
+        // Folded from +0.0: an empty f64 `sum` is −0.0, which prints "-0 s".
+        seconds_of_worse_canaries: exposures
+            .iter()
+            .filter(|e| e.worse)
+            .fold(0.0, |total, e| total + e.seconds),
         seconds_of_shown_worse_canaries: exposures
             .iter()
             .filter(|e| e.worse && e.p_worse < 0.05)
-            .map(|e| e.seconds)
-            .sum(),
+            .fold(0.0, |total, e| total + e.seconds),
         exposures,
         mode: args.mode(),
         reward: format!("{:?}", args.reward).to_lowercase(),

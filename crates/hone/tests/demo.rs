@@ -111,6 +111,8 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     ] {
         assert!(stderr.contains(line), "`{line}` missing from:\n{stderr}");
     }
+    // Durations are summed from +0: never "-0 s".
+    assert!(!stderr.contains("-0 s"), "{stderr}");
 
     // The cycle's table shows each candidate's gain over the champion as the
     // gate judged it: the same paired mean and interval as the gate's
