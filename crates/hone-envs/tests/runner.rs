@@ -24,9 +24,8 @@ fn context(episode: &str, version: Option<&str>) -> RunContext {
 
 #[tokio::test]
 async fn a_calc_episode_calls_the_tool_then_answers() {
-    let mut tasks = JoinSet::new();
     let environment = Builtin::Calc.build(1);
-    let (up, base) = upstream(environment.clone(), Mode::Oracle, &mut tasks).await;
+    let (up, base) = upstream(environment.clone(), Mode::Oracle).await;
     let task = environment.task(Split::Train, 3, Difficulty::Hard);
     let demonstration = environment.demonstration(&task);
 
@@ -80,9 +79,8 @@ async fn a_calc_episode_calls_the_tool_then_answers() {
 
 #[tokio::test]
 async fn a_two_customer_lookup_runs_parallel_tool_calls() {
-    let mut tasks = JoinSet::new();
     let environment = Builtin::Lookup.build(1);
-    let (up, base) = upstream(environment.clone(), Mode::Oracle, &mut tasks).await;
+    let (up, base) = upstream(environment.clone(), Mode::Oracle).await;
     let task = environment.task(Split::HeldOut, 0, Difficulty::Hard);
     let outcome = runner(environment, &base)
         .run(&task, &RunContext::default())
@@ -106,9 +104,8 @@ async fn a_two_customer_lookup_runs_parallel_tool_calls() {
 
 #[tokio::test]
 async fn a_run_stops_after_max_steps_and_bad_tools_are_reported_to_the_model() {
-    let mut tasks = JoinSet::new();
     let environment = Builtin::Calc.build(1);
-    let (up, base) = upstream(environment.clone(), Mode::AlwaysBadTool, &mut tasks).await;
+    let (up, base) = upstream(environment.clone(), Mode::AlwaysBadTool).await;
     let task = environment.task(Split::Train, 0, Difficulty::Easy);
     let outcome = runner(environment, &base)
         .run(&task, &RunContext::default())
@@ -138,10 +135,9 @@ async fn a_run_stops_after_max_steps_and_bad_tools_are_reported_to_the_model() {
 
 #[tokio::test]
 async fn a_wrong_direct_answer_scores_zero_and_a_failing_gateway_is_an_error() {
-    let mut tasks = JoinSet::new();
     let environment = Builtin::Calc.build(1);
     let task = environment.task(Split::Train, 0, Difficulty::Easy);
-    let (_, base) = upstream(environment.clone(), Mode::Wrong, &mut tasks).await;
+    let (_, base) = upstream(environment.clone(), Mode::Wrong).await;
     let outcome = runner(environment.clone(), &base)
         .run(&task, &RunContext::default())
         .await
@@ -152,7 +148,7 @@ async fn a_wrong_direct_answer_scores_zero_and_a_failing_gateway_is_an_error() {
     );
     assert!(outcome.played.finished);
 
-    let (_, base) = upstream(environment.clone(), Mode::Fails, &mut tasks).await;
+    let (_, base) = upstream(environment.clone(), Mode::Fails).await;
     let error = runner(environment.clone(), &base)
         .run(&task, &RunContext::default())
         .await
@@ -183,7 +179,7 @@ async fn post_run(url: &str, body: Value, episode: &str) -> (u16, Value) {
 async fn the_run_endpoint_answers_hone_eval() {
     let mut tasks = JoinSet::new();
     let environment = Builtin::Calc.build(1);
-    let (up, model) = upstream(environment.clone(), Mode::Oracle, &mut tasks).await;
+    let (up, model) = upstream(environment.clone(), Mode::Oracle).await;
     let endpoint = serve(router(Arc::new(runner(environment.clone(), &model))), &mut tasks).await;
     let url = format!("{endpoint}/run");
     let task = environment.task(Split::HeldOut, 1, Difficulty::Medium);
@@ -203,7 +199,7 @@ async fn the_run_endpoint_answers_hone_eval() {
 async fn the_run_endpoint_refuses_what_it_cannot_run() {
     let mut tasks = JoinSet::new();
     let environment = Builtin::Lookup.build(1);
-    let (_, model) = upstream(environment.clone(), Mode::Fails, &mut tasks).await;
+    let (_, model) = upstream(environment.clone(), Mode::Fails).await;
     let endpoint = serve(router(Arc::new(runner(environment.clone(), &model))), &mut tasks).await;
     let url = format!("{endpoint}/run");
     let task = environment.task(Split::Train, 0, Difficulty::Easy);
@@ -247,7 +243,7 @@ async fn the_run_endpoint_refuses_what_it_cannot_run() {
 async fn the_step_endpoint_runs_tools_and_scores_answers_by_the_environment_s_rules() {
     let mut tasks = JoinSet::new();
     let environment = Builtin::Calc.build(1);
-    let (_, model) = upstream(environment.clone(), Mode::Oracle, &mut tasks).await;
+    let (_, model) = upstream(environment.clone(), Mode::Oracle).await;
     let endpoint = serve(router(Arc::new(runner(environment.clone(), &model))), &mut tasks).await;
     let step = |body: Value| {
         let url = format!("{endpoint}/step");

@@ -1,17 +1,15 @@
-//! A fake OpenAI-compatible model on loopback (the one fake: a hosted model
-//! cannot run here). It parses requests as `ChatCompletionRequest` and
-//! answers `ChatCompletionResponse`s, i.e. the real wire format, and records
-//! what it saw. As an oracle it replays the environment's demonstration one
-//! assistant message per call.
+//! The fake model for the environment tests: the shared fake upstream with
+//! a brain that parses each request as `ChatCompletionRequest` (exactly as
+//! the gateway does, validation included), records what it saw and, as an
+//! oracle, replays the environment's demonstration one assistant message
+//! per call.
 
-use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use hone_envs::{assistant_tool_calls, Environment};
-use hone_types::openai::{task_of, ChatCompletionRequest, ChatCompletionResponse, Choice, Extra, Message, Role, Usage};
-use serde_json::json;
+use hone_test_support::{FakeUpstream, Reply};
+use hone_types::openai::{task_of, ChatCompletionRequest, Message, Role};
+use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinSet;
 
@@ -47,50 +45,20 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).map(|v| v.to_str().unwrap().to_owned())
 }
 
-fn completion(model: &str, message: Message) -> ChatCompletionResponse {
-    let finish = if message.tool_calls().is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    };
-    ChatCompletionResponse {
-        id: "chatcmpl-fake".to_owned(),
-        object: "chat.completion".to_owned(),
-        created: 1_700_000_000,
-        model: model.to_owned(),
-        choices: vec![Choice {
-            index: 0,
-            message,
-            finish_reason: Some(finish.to_owned()),
-            logprobs: None,
-            extra: Extra::new(),
-        }],
-        usage: Some(Usage {
-            prompt_tokens: 10,
-            completion_tokens: 5,
-            total_tokens: 15,
-            extra: Extra::new(),
-        }),
-        extra: Extra::new(),
-    }
-}
-
-async fn chat(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    // Parsed exactly as the gateway parses requests, validation included.
-    let request = ChatCompletionRequest::from_json(&body).unwrap();
+fn answer(up: &Upstream, body: &Value, headers: &HeaderMap) -> Reply {
+    let request = ChatCompletionRequest::from_json(&serde_json::to_vec(body).unwrap()).unwrap();
     up.seen.lock().unwrap().push(Seen {
-        episode: header(&headers, "x-hone-episode"),
-        version: header(&headers, "x-hone-version"),
-        authorization: header(&headers, "authorization"),
+        episode: header(headers, "x-hone-episode"),
+        version: header(headers, "x-hone-version"),
+        authorization: header(headers, "authorization"),
         request: request.clone(),
     });
     let message = match up.mode {
         Mode::Fails => {
-            return (
+            return Reply::Error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                Json(json!({"error": {"message": "model crashed", "type": "server_error", "code": null}})),
+                json!({"error": {"message": "model crashed", "type": "server_error", "code": null}}),
             )
-                .into_response()
         }
         Mode::Wrong => Message::new(Role::Assistant, "The answer is 123456789."),
         Mode::AlwaysBadTool => {
@@ -110,7 +78,7 @@ async fn chat(State(up): State<Arc<Upstream>>, headers: HeaderMap, body: axum::b
                 .unwrap()
         }
     };
-    Json(completion(&request.model, message)).into_response()
+    Reply::Message(serde_json::to_value(message).unwrap())
 }
 
 /// Serves `app` on a loopback port; the server lives as long as `tasks`.
@@ -124,19 +92,13 @@ pub async fn serve(app: Router, tasks: &mut JoinSet<()>) -> String {
 }
 
 /// A fake model for `environment`, served; returns its base URL.
-pub async fn upstream(
-    environment: Arc<dyn Environment>,
-    mode: Mode,
-    tasks: &mut JoinSet<()>,
-) -> (Arc<Upstream>, String) {
+pub async fn upstream(environment: Arc<dyn Environment>, mode: Mode) -> (Arc<Upstream>, String) {
     let up = Arc::new(Upstream {
         environment,
         mode,
         seen: Mutex::new(Vec::new()),
     });
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(up.clone());
-    let base = serve(app, tasks).await;
-    (up, base)
+    let model = up.clone();
+    let fake = FakeUpstream::with_brain(move |body, headers| Some(answer(&model, body, headers))).await;
+    (up, fake.root())
 }

@@ -538,7 +538,7 @@ async fn an_examples_version_shows_the_most_similar_successful_episodes() {
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    let sent = w.upstream.requests.lock().unwrap().last().unwrap().clone();
+    let sent = w.fake.chats().last().unwrap().clone();
     let texts: Vec<&str> = sent["messages"]
         .as_array()
         .unwrap()
@@ -584,7 +584,7 @@ async fn a_deploy_to_vllm_fetches_the_published_adapter_into_the_directory_it_re
     spec.routes[0].adapter = Some("story-9-grpo".into());
     let done = deploy::prepare_adapters(&w.config, &w.client(), &spec).await.unwrap();
     assert_eq!(done, ["adapter story-9-grpo loaded by `up`"]);
-    let loads = w.upstream.lora_loads.lock().unwrap().clone();
+    let loads = w.fake.bodies("/v1/load_lora_adapter");
     let path = std::path::PathBuf::from(loads[0]["lora_path"].as_str().unwrap());
     assert_eq!(path, std::path::absolute(vllm_dir.join("story-9-grpo")).unwrap());
     for file in ["adapter_config.json", "adapter_model.safetensors"] {
@@ -614,7 +614,7 @@ async fn a_deploy_to_vllm_fetches_the_published_adapter_into_the_directory_it_re
         "{e}"
     );
     assert_eq!(
-        w.upstream.lora_loads.lock().unwrap().len(),
+        w.fake.bodies("/v1/load_lora_adapter").len(),
         2,
         "vLLM was asked for a missing adapter"
     );
@@ -628,7 +628,7 @@ async fn a_deploy_asks_vllm_to_load_the_adapter_and_is_refused_when_it_cannot() 
     ok.routes[0].adapter = Some("story-7-sft".into());
     let done = deploy::prepare_adapters(&w.config, &w.client(), &ok).await.unwrap();
     assert_eq!(done, ["adapter story-7-sft loaded by `up`"]);
-    let loads = w.upstream.lora_loads.lock().unwrap().clone();
+    let loads = w.fake.bodies("/v1/load_lora_adapter");
     assert_eq!(loads[0]["lora_name"], "story-7-sft");
     assert!(loads[0]["lora_path"]
         .as_str()

@@ -147,16 +147,16 @@ async fn users_like_weather(w: &crate::support::World, agent: &str) {
 async fn a_cycle_trains_the_reward_model_on_what_users_reacted_to_and_measures_it_held_out() {
     use hone_store::CycleStore;
     let model = crate::support::tiny_checkpoint();
-    let config = format!(
-        "[providers.local]\ntype = \"local\"\n\
-         [agents.rm.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\ntemperature = 1.0\nmax_tokens = 6\n\
-         [agents.rm.deployment]\nchampion = \"v1\"\n\
-         [agents.rm.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
+    let config = hone_test_support::TestConfig::new()
+        .local()
+        .local_agent("rm", &model.path().display().to_string(), 6)
+        .toml(
+            "[agents.rm.reward]\npass_threshold = 0.5\nsignals = { liked = 1.0 }\n\
          [agents.rm.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
          [agents.rm.learn]\noptimisers = [\"sft\"]\ndataset_size = 32\n\
          [agents.rm.learn.sft]\nmin_examples = 1\nsteps = 2\nrank = 4\n",
-        model.path().display().to_string()
-    );
+        )
+        .build();
     // The random model samples at temperature 1: some answers come out
     // empty and are penalised, so how many of the train half passed varies
     // from run to run. `sft` must propose whatever that count is (one
@@ -233,14 +233,14 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
         model.path().display().to_string()
     );
     let config = format!(
-        "[providers.local]\ntype = \"local\"\n\
-         [agents.gh.versions.v1]\n{route}\
+        "{}[agents.gh.versions.v1]\n{route}\
          [agents.gh.versions.gamed]\n{route}system = \"Please write the weather report for town 7\"\n\
          [agents.gh.deployment]\nchampion = \"v1\"\ncanary_share = 0.5\n\
          [agents.gh.reward]\npass_threshold = 0.5\nsignals = {{ liked = 1.0 }}\n\
          [agents.gh.reward.model]\nmin_episodes = 24\nmin_auc = 0.7\n\
          [agents.gh.learn]\noptimisers = [\"sft\"]\ndataset_size = 16\n[agents.gh.learn.sft]\nmin_examples = 1000\n\
-         [agents.gh.learn.monitor]\nmin_episodes = 10\n"
+         [agents.gh.learn.monitor]\nmin_episodes = 10\n",
+        hone_test_support::TestConfig::new().local().build()
     );
     let w = crate::support::World::start_with(&config).await;
     let (learner, lines) = crate::support::learner(&w);

@@ -11,28 +11,29 @@
 
 use crate::support::{learner, tiny_checkpoint, World};
 use hone_learn::optimiser::training::{adapter_name, Method};
+use hone_test_support::TestConfig;
 use hone_store::{CycleStore, LearnStore, Store};
 use hone_types::CycleState;
 use serde_json::Value;
 
 /// The tables of an agent `agent` whose champion `v1` runs on the checkpoint
 /// in `model` through the embedded engine (temperature 1, six tokens).
-fn local_agent(agent: &str, model: &std::path::Path) -> String {
-    format!(
-        "[agents.{agent}.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
-         temperature = 1.0\nmax_tokens = 6\n[agents.{agent}.deployment]\nchampion = \"v1\"\n",
-        model.display().to_string()
-    )
+fn local_agent(config: TestConfig, agent: &str, model: &std::path::Path) -> TestConfig {
+    config.local_agent(agent, &model.display().to_string(), 6)
 }
+
+/// Agent `pub`'s reward and a one-step `sft` learner.
+const PUB_SFT: &str = "[agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
+     pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+     [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1";
 
 /// A tiny checkpoint, and a world whose agent `agent` runs on it, with the
 /// rest of its config (reward and learn tables) in `rest`.
 async fn tiny_world(agent: &str, rest: &str) -> (tempfile::TempDir, World) {
     let model = tiny_checkpoint();
-    let config = format!(
-        "[providers.local]\ntype = \"local\"\n{}{rest}",
-        local_agent(agent, model.path())
-    );
+    let config = local_agent(TestConfig::new().local(), agent, model.path())
+        .toml(rest)
+        .build();
     let w = World::start_with(&config).await;
     (model, w)
 }
@@ -370,16 +371,10 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
 async fn a_fresh_store_sharing_the_artefacts_trains_its_own_adapters() {
     let model = tiny_checkpoint();
     let shared = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[providers.local]\ntype = \"local\"\n[agents.pub.versions.v1]\nprovider = {{ type = \"local\", model = {:?} }}\n\
-         temperature = 1.0\nmax_tokens = 6\n[agents.pub.deployment]\nchampion = \"v1\"\n\
-         [agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
-         pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
-         [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1\n\
-         [artefacts]\nurl = {:?}\n",
-        model.path().display().to_string(),
-        format!("file://{}", shared.path().display()),
-    );
+    let config = local_agent(TestConfig::new().local(), "pub", model.path())
+        .toml(PUB_SFT)
+        .toml(&format!("[artefacts]\nurl = {:?}", format!("file://{}", shared.path().display())))
+        .build();
     let first = World::start_with(&config).await;
     let (cycle1, _) = one_cycle(&first, "pub", "sft", 8).await;
     // The second deployment starts its cycle 1 a moment later.
@@ -407,14 +402,12 @@ async fn a_fresh_store_sharing_the_artefacts_trains_its_own_adapters() {
 async fn a_trained_adapter_is_published_before_a_candidate_names_it() {
     let model = tiny_checkpoint();
     let url = format!("file://{}", model.path().display());
-    let config = format!(
-        "[providers.local]\ntype = \"local\"\n[agents.pub.versions.v1]\nprovider = {{ type = \"local\", model = {url:?} }}\n\
-         temperature = 1.0\nmax_tokens = 6\n[agents.pub.deployment]\nchampion = \"v1\"\n\
-         [agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
-         pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
-         [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1\n\
-         [artefacts]\nurl = \"file://DATA/shared\"\n"
-    );
+    let config = TestConfig::new()
+        .local()
+        .local_agent("pub", &url, 6)
+        .toml(PUB_SFT)
+        .toml("[artefacts]\nurl = \"file://DATA/shared\"")
+        .build();
     let w = World::start_with(&config).await;
     let cached: Vec<_> = std::fs::read_dir(&w.config.artefacts.cache_dir).unwrap().collect();
     assert_eq!(cached.len(), 1, "the gateway fetched the base checkpoint once");
@@ -604,13 +597,11 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
     // Both agents on the same tiny model; no flipped cases mined in, so
     // the second cycle trains on its own window's episodes alone.
     let model = tiny_checkpoint();
-    let config = format!(
-        "[providers.local]\ntype = \"local\"\n{}{}{}{}",
-        local_agent("prod", model.path()),
-        table("prod", 2),
-        local_agent("strict", model.path()),
-        table("strict", 0)
-    );
+    let config = TestConfig::new().local();
+    let config = local_agent(config, "prod", model.path()).toml(&table("prod", 2));
+    let config = local_agent(config, "strict", model.path())
+        .toml(&table("strict", 0))
+        .build();
     let w = World::start_with(&config).await;
     let (learner, lines) = learner(&w);
     let traffic = |agent: &'static str, prefix: &'static str| {

@@ -1,39 +1,23 @@
-//! A gateway on loopback over a temporary data directory, in front of a
-//! scripted OpenAI-compatible upstream.
+//! A gateway on loopback over a temporary data directory, in front of the
+//! fake upstream with this suite's models: arithmetic models of different
+//! skill, a judge, reflectors, a tool-caller.
 
-use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
 use hone_store::{LearnStore, SqliteStore, Store};
+use hone_test_support::{FakeUpstream, Reply, TestConfig};
 use hone_types::{EpisodeDetail, EpisodeId};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-/// Answers queued for the `judge` model, served before the default answer.
+/// What this suite's models remember: answers queued for the `judge`
+/// model (served before its default answer) and the prompts the judge and
+/// the reflectors were shown.
 #[derive(Default)]
 pub struct Upstream {
     pub judge_answers: Mutex<VecDeque<String>>,
     pub judge_prompts: Mutex<Vec<String>>,
     /// What the reflection models were shown, in order.
     pub reflector_prompts: Mutex<Vec<String>>,
-    /// Every chat request body, in order.
-    pub requests: Mutex<Vec<Value>>,
-    /// `POST /v1/load_lora_adapter` bodies; adapters named `broken…` are refused.
-    pub lora_loads: Mutex<Vec<Value>>,
-}
-
-async fn load_lora(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    up.lora_loads.lock().unwrap().push(body.clone());
-    if body["lora_name"].as_str().unwrap_or("").starts_with("broken") {
-        return (
-            axum::http::StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": "adapter not found", "type": "invalid_request_error"}})),
-        )
-            .into_response();
-    }
-    "Success: LoRA adapter loaded".into_response()
 }
 
 fn text_of(m: &Value) -> String {
@@ -246,8 +230,8 @@ fn default_judge(prompt: &str) -> String {
     json!({ "scores": scores }).to_string()
 }
 
-async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<Value> {
-    up.requests.lock().unwrap().push(body.clone());
+/// The message `model` answers `body` with.
+fn answer(up: &Upstream, body: &Value) -> Value {
     let model = body["model"].as_str().unwrap_or("").to_owned();
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last_user = messages
@@ -275,7 +259,7 @@ async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<
     } else if let Some(answer) = (model == "ruled").then(|| ruled(&system, &last_user)).flatten() {
         message["content"] = json!(answer);
     } else if let Some(call) = (model == "tooly" && !has_tool_result)
-        .then(|| tooly(&body, &last_user))
+        .then(|| tooly(body, &last_user))
         .flatten()
     {
         message = call;
@@ -304,53 +288,30 @@ async fn chat(State(up): State<Arc<Upstream>>, Json(body): Json<Value>) -> Json<
     } else if last_user.contains("ask") {
         message["content"] = json!("Which city do you mean?");
     }
-    let finish = if message.get("tool_calls").is_some() {
-        "tool_calls"
-    } else {
-        "stop"
-    };
-    Json(json!({
-        "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    }))
+    message
 }
 
-pub const CONFIG: &str = r#"
-[gateway]
-data_dir = "DATA"
-
-[providers.up]
-type = "openai"
-base_url = "UPSTREAM/v1"
-max_retries = 0
-timeout_ms = 5000
-[providers.up.prices."good"]
-input_per_mtok = 1.0
-output_per_mtok = 2.0
-[providers.up.prices."bad"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-
-[providers.up.prices."weak"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-[providers.up.prices."mixed"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-[providers.up.prices."pricey"]
-input_per_mtok = 5.0
-output_per_mtok = 10.0
-[providers.up.prices."sloppy"]
-input_per_mtok = 0.1
-output_per_mtok = 0.2
-[providers.up.prices."reflector"]
-input_per_mtok = 3.0
-output_per_mtok = 15.0
-
-[agents.calc.versions.v1]
-provider = "up"
-model = "good"
+/// The suite's config: provider `up` (the fake) with its models' prices,
+/// and agents `calc` (sums, with gold answers), `helper` (penalised for
+/// clarifying questions), `ranked` and `graded` (judged).
+fn config(data_dir: &std::path::Path, upstream: &FakeUpstream) -> TestConfig {
+    let mut config = TestConfig::new().data_dir(data_dir).openai("up", &upstream.base_url());
+    for (model, input, output) in [
+        ("good", 1.0, 2.0),
+        ("bad", 0.5, 1.0),
+        ("weak", 0.5, 1.0),
+        ("mixed", 0.5, 1.0),
+        ("pricey", 5.0, 10.0),
+        ("sloppy", 0.1, 0.2),
+        ("reflector", 3.0, 15.0),
+    ] {
+        config = config.price("up", model, input, output);
+    }
+    for agent in ["calc", "helper", "ranked", "graded"] {
+        config = config.agent(agent, "up", "good");
+    }
+    config.toml(
+        r#"
 [agents.calc.versions.v2]
 provider = "up"
 model = "bad"
@@ -361,35 +322,30 @@ reference_signal = "gold"
 [agents.calc.reward.critics.answer]
 type = "numeric"
 
-[agents.helper.versions.v1]
-provider = "up"
-model = "good"
 [agents.helper.reward]
 penalties = { clarifying_question = -0.5 }
 signals = { resolved = { weight = 1.0, default = 0.5 } }
 
-[agents.ranked.versions.v1]
-provider = "up"
-model = "good"
 [agents.ranked.reward.judge]
 mode = "relative"
 provider = "up"
 model = "judge"
 retries = 2
 
-[agents.graded.versions.v1]
-provider = "up"
-model = "good"
 [agents.graded.reward.judge]
 mode = "absolute"
 provider = "up"
 model = "judge"
 retries = 1
-"#;
+"#,
+    )
+}
 
 pub struct World {
     pub dir: tempfile::TempDir,
     pub url: String,
+    /// The fake model server, with every request it received.
+    pub fake: FakeUpstream,
     pub upstream: Arc<Upstream>,
     pub config: hone_config::Config,
     pub store: Arc<SqliteStore>,
@@ -406,18 +362,12 @@ impl World {
     /// The world with `extra` TOML appended to the config (more agents).
     pub async fn start_with(extra: &str) -> Self {
         let upstream = Arc::new(Upstream::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let up_url = format!("http://{}", listener.local_addr().unwrap());
-        let app = Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .route("/v1/load_lora_adapter", post(load_lora))
-            .with_state(upstream.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-
+        let models = upstream.clone();
+        let fake = FakeUpstream::with_brain(move |body, _| Some(Reply::Message(answer(&models, body)))).await;
         let dir = tempfile::tempdir().unwrap();
-        let text = format!("{CONFIG}\n{extra}")
-            .replace("DATA", &dir.path().display().to_string())
-            .replace("UPSTREAM", &up_url);
+        let text = config(dir.path(), &fake)
+            .toml(&extra.replace("DATA", &dir.path().display().to_string()))
+            .build();
         let config = hone_config::load_str(&text, dir.path(), &|_| None).unwrap();
         let gateway = hone_gateway::Gateway::start(config.clone()).unwrap();
         let recorder = gateway.state().recorder.clone();
@@ -431,6 +381,7 @@ impl World {
         Self {
             dir,
             url,
+            fake,
             upstream,
             config,
             store,

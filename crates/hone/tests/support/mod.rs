@@ -1,14 +1,13 @@
 //! Test support: the fake upstream and a handle on a real `hone serve`
 //! process listening on a loopback port.
 
-pub mod fake_upstream;
 pub mod story;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use fake_upstream::FakeUpstream;
+pub use hone_test_support::FakeUpstream;
 
 /// A running `hone serve`, killed when dropped.
 pub struct Hone {

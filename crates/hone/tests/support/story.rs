@@ -3,14 +3,13 @@
 //! `pricey` never do) and a config whose `model` optimiser can find the
 //! better model, proven against gold answers given as feedback.
 
-use axum::routing::post;
-use axum::{Json, Router};
+use hone_test_support::{FakeUpstream, Reply, TestConfig};
 use serde_json::{json, Value};
 
 /// `What is A+B?`: `weak` gets even sums wrong, the others are right.
 /// `Use the tool: A+B` first calls `add`, then answers from its result.
-pub async fn chat(Json(body): Json<Value>) -> Json<Value> {
-    let model = body["model"].as_str().unwrap_or("").to_owned();
+fn answer(body: &Value) -> Reply {
+    let model = body["model"].as_str().unwrap_or("");
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let text = messages
@@ -25,58 +24,33 @@ pub async fn chat(Json(body): Json<Value>) -> Json<Value> {
         .filter_map(|n| n.parse().ok())
         .collect();
     let sum: i64 = numbers.iter().sum();
-    let message = if text.starts_with("Use the tool") && last["role"] == "user" {
-        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
-            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]})
-    } else {
-        let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
-        json!({"role": "assistant", "content": format!("The answer is {answer}.")})
-    };
-    let finish = if message["tool_calls"].is_null() {
-        "stop"
-    } else {
-        "tool_calls"
-    };
-    Json(json!({
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    }))
+    if text.starts_with("Use the tool") && last["role"] == "user" {
+        return Reply::Message(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
+            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]}));
+    }
+    let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
+    Reply::text(format!("The answer is {answer}."))
 }
 
-/// Starts the upstream on loopback; returns its base URL.
-pub async fn upstream() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(chat))).await });
-    url
+/// The story's upstream on loopback.
+pub async fn upstream() -> FakeUpstream {
+    FakeUpstream::with_brain(|body, _| Some(answer(body))).await
 }
 
 /// The config: `gateway` goes first (a `[gateway]` table or nothing) and
 /// `deployment` into `[agents.story.deployment]` (a policy, or nothing for
 /// manual approval).
-pub fn config(upstream: &str, gateway: &str, deployment: &str) -> String {
-    format!(
-        r#"{gateway}
-[providers.up]
-type = "openai"
-base_url = "{upstream}/v1"
-max_retries = 0
-[providers.up.prices."weak"]
-input_per_mtok = 0.5
-output_per_mtok = 1.0
-[providers.up.prices."good"]
-input_per_mtok = 1.0
-output_per_mtok = 2.0
-[providers.up.prices."pricey"]
-input_per_mtok = 5.0
-output_per_mtok = 10.0
-
-[agents.story]
+pub fn config(upstream: &FakeUpstream, gateway: &str, deployment: &str) -> String {
+    TestConfig::new()
+        .toml(gateway)
+        .openai("up", &upstream.base_url())
+        .price("up", "weak", 0.5, 1.0)
+        .price("up", "good", 1.0, 2.0)
+        .price("up", "pricey", 5.0, 10.0)
+        .agent("story", "up", "weak")
+        .toml(&format!(
+            r#"[agents.story]
 description = "Adds two numbers."
-[agents.story.versions.v1]
-provider = "up"
-model = "weak"
 [agents.story.deployment]
 champion = "v1"
 {deployment}
@@ -90,7 +64,8 @@ dataset_size = 48
 [agents.story.learn.model]
 models = [{{ provider = "up", model = "good" }}, {{ provider = "up", model = "pricey" }}]
 "#
-    )
+        ))
+        .build()
 }
 
 /// Records `n` episodes `s-0` … through `hone` (`What is A+B?`), each with

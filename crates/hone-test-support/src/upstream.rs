@@ -1,6 +1,14 @@
-//! A fake OpenAI-compatible and Anthropic upstream on loopback, speaking the
-//! real wire formats (JSON and SSE). Its behaviour is chosen by the last user
-//! message, so each test scripts its own scenario:
+//! The one fake model server of hone's tests: OpenAI-compatible chat
+//! completions (JSON and SSE, with logprobs and `n`), Anthropic messages
+//! (JSON and SSE) and token counting, embeddings, and vLLM's dynamic LoRA
+//! loading — each in its provider's real wire format, on loopback (a hosted
+//! model cannot run here). Every request it receives is kept for assertions.
+//!
+//! What it answers is decided in two places. A test suite may give it a
+//! [`Brain`]: a function of the request that returns the assistant message
+//! (or an error) its scenario needs — an arithmetic model, an environment's
+//! oracle, a judge. Where there is no brain, or it passes, the last user
+//! message scripts the answer:
 //!
 //! - `TOOL`: answers with a `get_weather` tool call (`BADTOOL`: an unknown tool)
 //! - `FAIL503ONCE:<key>` / `RATELIMITONCE:<key>`: fails the first try for that key
@@ -25,7 +33,8 @@
 //! `/v1/embeddings` answers one 3-dimensional vector per input, counting a
 //! token per word (and fails as scripted above when an input says so).
 //!
-//! Every request body it receives is kept for assertions.
+//! `/v1/load_lora_adapter` (vLLM) loads any adapter except those whose name
+//! starts with `broken`, which it refuses with HTTP 400.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -39,45 +48,105 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What the fake has received, and the failures it has scripted.
 #[derive(Default)]
 pub struct Seen {
+    /// Every request: its path, JSON body and headers, oldest first.
     pub requests: Vec<(String, Value, HeaderMap)>,
     failures: HashMap<String, u32>,
 }
 
+/// What a [`Brain`] answers a request with.
+pub enum Reply {
+    /// An OpenAI assistant message (`{"role": "assistant", "content": …,
+    /// "tool_calls": […]}`), sent in the wire format that was asked for.
+    Message(Value),
+    /// An error status and its JSON body, sent as they are.
+    Error(StatusCode, Value),
+}
+
+impl Reply {
+    /// An assistant message saying `text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        Reply::Message(json!({"role": "assistant", "content": text.into()}))
+    }
+}
+
+/// A test suite's model: the request body and headers in, a reply out, or
+/// `None` to let the scripts above answer.
+pub type Brain = Arc<dyn Fn(&Value, &HeaderMap) -> Option<Reply> + Send + Sync>;
+
+struct Shared {
+    seen: Mutex<Seen>,
+    brain: Option<Brain>,
+}
+
+impl Shared {
+    fn record(&self, path: &str, body: &Value, headers: &HeaderMap) {
+        self.seen
+            .lock()
+            .unwrap()
+            .requests
+            .push((path.to_owned(), body.clone(), headers.clone()));
+    }
+
+    fn think(&self, body: &Value, headers: &HeaderMap) -> Option<Reply> {
+        self.brain.as_ref().and_then(|brain| brain(body, headers))
+    }
+}
+
 pub struct FakeUpstream {
     pub addr: SocketAddr,
-    pub seen: Arc<Mutex<Seen>>,
+    shared: Arc<Shared>,
 }
 
 impl FakeUpstream {
+    /// The fake with the scripted answers only.
     pub async fn start() -> Self {
-        let seen = Arc::new(Mutex::new(Seen::default()));
+        Self::serve(None).await
+    }
+
+    /// The fake answering with `brain` first.
+    pub async fn with_brain(brain: impl Fn(&Value, &HeaderMap) -> Option<Reply> + Send + Sync + 'static) -> Self {
+        Self::serve(Some(Arc::new(brain))).await
+    }
+
+    async fn serve(brain: Option<Brain>) -> Self {
+        let shared = Arc::new(Shared {
+            seen: Mutex::new(Seen::default()),
+            brain,
+        });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
             .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/v1/embeddings", post(embeddings))
-            .with_state(seen.clone());
+            .route("/v1/load_lora_adapter", post(load_lora))
+            .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { addr, seen }
+        Self { addr, shared }
     }
 
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    pub fn anthropic_url(&self) -> String {
+    /// `http://127.0.0.1:port`.
+    pub fn root(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The OpenAI-style base URL (`http://127.0.0.1:port/v1`).
+    pub fn base_url(&self) -> String {
+        format!("{}/v1", self.root())
+    }
+
+    /// The Anthropic-style base URL (no `/v1`).
+    pub fn anthropic_url(&self) -> String {
+        self.root()
     }
 
     /// Request bodies received on a path, oldest first.
     pub fn bodies(&self, path: &str) -> Vec<Value> {
-        self.seen
-            .lock()
-            .unwrap()
+        self.seen()
             .requests
             .iter()
             .filter(|(p, _, _)| p == path)
@@ -85,14 +154,19 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// Chat completion request bodies, oldest first.
+    pub fn chats(&self) -> Vec<Value> {
+        self.bodies("/v1/chat/completions")
+    }
+
+    /// Every request's headers, oldest first.
     pub fn headers(&self) -> Vec<HeaderMap> {
-        self.seen
-            .lock()
-            .unwrap()
-            .requests
-            .iter()
-            .map(|(_, _, h)| h.clone())
-            .collect()
+        self.seen().requests.iter().map(|(_, _, h)| h.clone()).collect()
+    }
+
+    /// Everything received so far.
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.shared.seen.lock().unwrap()
     }
 }
 
@@ -123,6 +197,23 @@ enum Script {
     Text(String),
     Tool(&'static str),
     Fail(StatusCode, Option<&'static str>),
+    /// A brain's message.
+    Message(Value),
+}
+
+/// Why the finish: a message with tool calls ends in them.
+fn finish_of(message: &Value) -> &'static str {
+    if message["tool_calls"].as_array().is_some_and(|calls| !calls.is_empty()) {
+        "tool_calls"
+    } else {
+        "stop"
+    }
+}
+
+/// `text` cut into pieces of at most `width` characters, as a stream sends it.
+fn pieces(text: &str, width: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(width.max(1)).map(|c| c.iter().collect()).collect()
 }
 
 fn script(seen: &Mutex<Seen>, text: &str) -> Script {
@@ -252,11 +343,13 @@ fn logprobs_for(text: &str) -> Value {
     json!({"content": text.split_inclusive(' ').enumerate().map(|(i, t)| json!({"token": t, "logprob": -0.1 * (i as f64 + 1.0), "bytes": t.as_bytes(), "top_logprobs": []})).collect::<Vec<_>>()})
 }
 
-async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    seen.lock()
-        .unwrap()
-        .requests
-        .push(("/v1/chat/completions".into(), body.clone(), headers));
+async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    shared.record("/v1/chat/completions", &body, &headers);
+    let thought = match shared.think(&body, &headers) {
+        Some(Reply::Error(status, error)) => return (status, Json(error)).into_response(),
+        Some(Reply::Message(message)) => Some(Script::Message(message)),
+        None => None,
+    };
     let text = last_user_text(&body);
     let model = body["model"].as_str().unwrap_or("fake").to_owned();
     let delay = Duration::from_millis(slow_ms(&text));
@@ -270,7 +363,7 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
         return huge_stream(number_after(&text, "HUGESTREAM:"));
     }
     let first_token = Duration::from_millis(number_after(&text, "FIRSTTOKEN:"));
-    let script = script(&seen, &text);
+    let script = thought.unwrap_or_else(|| script(&shared.seen, &text));
     if let Script::Fail(status, retry_after) = script {
         return fail(status, retry_after);
     }
@@ -301,6 +394,19 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
         (Script::Tool(name), false) => Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\": \"Paris\"}"}}]}, "logprobs": null, "finish_reason": "tool_calls"}],
             "usage": usage})).into_response(),
+        (Script::Message(message), false) => {
+            let finish = finish_of(&message);
+            let choices: Vec<Value> = (0..n)
+                .map(|i| {
+                    let mut c = json!({"index": i, "message": message, "finish_reason": finish});
+                    if let Some(content) = message["content"].as_str().filter(|_| want_logprobs) {
+                        c["logprobs"] = logprobs_for(content);
+                    }
+                    c
+                })
+                .collect();
+            Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage})).into_response()
+        }
         (script, true) => {
             let chunk = |delta: Value, finish: Value| {
                 format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
@@ -324,6 +430,21 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
                     }
                     "tool_calls"
                 }
+                Script::Message(message) => {
+                    if let Some(content) = message["content"].as_str() {
+                        for piece in content.split_inclusive(' ') {
+                            frames.push(chunk(json!({"content": piece}), Value::Null));
+                        }
+                    }
+                    for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+                        let function = &call["function"];
+                        frames.push(chunk(json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": function["name"], "arguments": ""}}]}), Value::Null));
+                        for piece in pieces(function["arguments"].as_str().unwrap_or(""), 6) {
+                            frames.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}), Value::Null));
+                        }
+                    }
+                    finish_of(message)
+                }
                 Script::Fail(..) => unreachable!(),
             };
             let cut = text.contains("CUT");
@@ -341,14 +462,15 @@ async fn openai(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(b
     }
 }
 
-async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    seen.lock()
-        .unwrap()
-        .requests
-        .push(("/v1/messages".into(), body.clone(), headers));
+async fn anthropic(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    shared.record("/v1/messages", &body, &headers);
     let text = last_user_text(&body);
     let model = body["model"].as_str().unwrap_or("claude-fake").to_owned();
-    let script = script(&seen, &text);
+    let script = match shared.think(&body, &headers) {
+        Some(Reply::Error(status, error)) => return (status, Json(error)).into_response(),
+        Some(Reply::Message(message)) => Script::Message(message),
+        None => script(&shared.seen, &text),
+    };
     if let Script::Fail(status, retry_after) = script {
         let mut response = (status, Json(json!({"type": "error", "error": {"type": "api_error", "message": format!("fake anthropic says {}", status.as_u16())}}))).into_response();
         if let Some(after) = retry_after {
@@ -362,6 +484,7 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
             json!([{"type": "text", "text": "Let me check."}, {"type": "tool_use", "id": "toolu_1", "name": name, "input": {"city": "Paris"}}]),
             "tool_use",
         ),
+        Script::Message(message) => anthropic_content(message),
         Script::Fail(..) => unreachable!(),
     };
     let (stop_reason, stop_sequence) = if text.contains("STOPSEQ") {
@@ -393,7 +516,7 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
             }
         } else {
             frames.push(event("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})));
-            for piece in ["{\"city\"", ": \"Paris\"}"] {
+            for piece in pieces(&block["input"].to_string(), 10) {
                 frames.push(event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}})));
             }
         }
@@ -410,11 +533,8 @@ async fn anthropic(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Jso
 
 /// Anthropic's token counting: a token per word of the system prompt and
 /// the messages' text.
-async fn count_tokens(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    seen.lock()
-        .unwrap()
-        .requests
-        .push(("/v1/messages/count_tokens".into(), body.clone(), headers));
+async fn count_tokens(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    shared.record("/v1/messages/count_tokens", &body, &headers);
     let words = |v: &Value| -> usize {
         match v {
             Value::String(s) => s.split_whitespace().count(),
@@ -433,18 +553,15 @@ async fn count_tokens(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, 
     Json(json!({"input_tokens": tokens})).into_response()
 }
 
-async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    seen.lock()
-        .unwrap()
-        .requests
-        .push(("/v1/embeddings".into(), body.clone(), headers));
+async fn embeddings(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    shared.record("/v1/embeddings", &body, &headers);
     let inputs: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
         Value::Array(items) => items.iter().map(|i| i.as_str().unwrap_or("x").to_owned()).collect(),
         _ => return fail(StatusCode::BAD_REQUEST, None),
     };
     // `FAIL503ONCE:<key>` in an input fails its first try.
-    if let Script::Fail(status, retry_after) = script(&seen, &inputs.join(" ")) {
+    if let Script::Fail(status, retry_after) = script(&shared.seen, &inputs.join(" ")) {
         return fail(status, retry_after);
     }
     let tokens: usize = inputs.iter().map(|i| i.split_whitespace().count()).sum();
@@ -454,4 +571,31 @@ async fn embeddings(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Js
         .map(|(i, text)| json!({"object": "embedding", "index": i, "embedding": [text.len() as f64, 1.0, 0.5]}))
         .collect();
     Json(json!({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})).into_response()
+}
+
+/// An OpenAI assistant message as Anthropic content blocks, and why it ends.
+fn anthropic_content(message: &Value) -> (Value, &'static str) {
+    let mut blocks = Vec::new();
+    if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        let input: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("{}")).unwrap_or(json!({}));
+        blocks.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
+    }
+    let stop = if finish_of(message) == "tool_calls" { "tool_use" } else { "end_turn" };
+    (Value::Array(blocks), stop)
+}
+
+/// vLLM's dynamic LoRA loading: adapters named `broken…` are refused.
+async fn load_lora(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    shared.record("/v1/load_lora_adapter", &body, &headers);
+    if body["lora_name"].as_str().unwrap_or("").starts_with("broken") {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": "adapter not found", "type": "invalid_request_error"}})),
+        )
+            .into_response();
+    }
+    "Success: LoRA adapter loaded".into_response()
 }
