@@ -60,11 +60,18 @@ pub fn progress_bar(done: usize, total: usize, width: usize) -> String {
     "█".repeat(filled) + &"░".repeat(width - filled)
 }
 
-/// The runtime of the commands that talk to a gateway (`hone serve` builds
-/// its own, sized by `gateway.threads`).
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The process's runtime, built on first use: commands run their async
+/// work on it, and a PostgreSQL store opened by a command drives its
+/// connections on it (`hone serve` builds its own, sized by
+/// `gateway.threads`).
+pub fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(runtime) = RUNTIME.get() {
+        return Ok(runtime);
+    }
+    let built = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
+        .build()?;
+    Ok(RUNTIME.get_or_init(|| built))
 }

@@ -11,8 +11,8 @@
 
 use crate::support::{learner, tiny_checkpoint, World};
 use hone_learn::optimiser::training::{adapter_name, Method};
-use hone_test_support::TestConfig;
 use hone_store::{CycleStore, LearnStore, Store};
+use hone_test_support::TestConfig;
 use hone_types::CycleState;
 use serde_json::Value;
 
@@ -23,7 +23,8 @@ fn local_agent(config: TestConfig, agent: &str, model: &std::path::Path) -> Test
 }
 
 /// Agent `pub`'s reward and a one-step `sft` learner.
-const PUB_SFT: &str = "[agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
+const PUB_SFT: &str =
+    "[agents.pub.reward]\npass_threshold = 0.5\n[agents.pub.reward.critics.answer]\ntype = \"regex\"\n\
      pattern = \".*\"\n[agents.pub.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
      [agents.pub.learn.sft]\nsteps = 1\nlr = 0.01\nrank = 4\nmin_examples = 1";
 
@@ -373,7 +374,10 @@ async fn a_fresh_store_sharing_the_artefacts_trains_its_own_adapters() {
     let shared = tempfile::tempdir().unwrap();
     let config = local_agent(TestConfig::new().local(), "pub", model.path())
         .toml(PUB_SFT)
-        .toml(&format!("[artefacts]\nurl = {:?}", format!("file://{}", shared.path().display())))
+        .toml(&format!(
+            "[artefacts]\nurl = {:?}",
+            format!("file://{}", shared.path().display())
+        ))
         .build();
     let first = World::start_with(&config).await;
     let (cycle1, _) = one_cycle(&first, "pub", "sft", 8).await;

@@ -19,7 +19,7 @@ pub enum Wait {
 
 /// Another handle on the store `opened` is (from `config`), waiting as `wait`
 /// says: SQLite gets a connection of its own (its lock waits are per
-/// connection); PostgreSQL shares the pool and runtime `opened` has — a
+/// connection); PostgreSQL shares the pool `opened` has — a
 /// second pool would double every replica's connections for nothing.
 pub fn open_beside(
     config: &StoreConfig,

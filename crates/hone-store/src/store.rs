@@ -1,5 +1,6 @@
 //! The storage trait. Implementations are synchronous (SQLite is); async
-//! callers use `spawn_blocking` and the recorder runs on its own thread.
+//! callers use `spawn_blocking` or a multi-threaded runtime (PostgreSQL's
+//! bridge is `PostgresStore::run`), and the recorder runs on its own thread.
 
 use crate::StoreError;
 use hone_types::{

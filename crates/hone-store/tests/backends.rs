@@ -42,7 +42,7 @@ impl Backend {
             eprintln!("SKIPPED: PostgreSQL is not installed here (Debian's `postgresql`); the PostgreSQL half of this test did not run");
             return None;
         };
-        let store = hone_store::PostgresStore::connect(&database.url, 8).unwrap();
+        let store = hone_test_support::connect(&database.url, 8).unwrap();
         Some(Backend {
             name: "postgres",
             store: Arc::new(store),
@@ -65,7 +65,7 @@ impl Backend {
     pub fn reopen(&self) -> Arc<dyn CycleStore> {
         match &self.raw {
             Raw::Sqlite(path) => Arc::new(SqliteStore::open(path, true).unwrap()),
-            Raw::Postgres(url) => Arc::new(hone_store::PostgresStore::connect(url, 4).unwrap()),
+            Raw::Postgres(url) => Arc::new(hone_test_support::connect(url, 4).unwrap()),
         }
     }
 

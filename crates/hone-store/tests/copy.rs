@@ -6,7 +6,7 @@
 
 use crate::backends::Backend;
 use hone_store::copy::{copy, summarise, Tables};
-use hone_store::{CycleStore, LearnStore, PostgresStore, SqliteStore, Store};
+use hone_store::{CycleStore, LearnStore, SqliteStore, Store};
 use hone_types::{EpisodeQuery, HistoryEvent, Signal, SignalSource, SignalValue};
 
 #[test]
@@ -49,7 +49,7 @@ fn a_store_survives_sqlite_to_postgres_to_sqlite_unchanged() {
         .unwrap();
     let Some(pg) = Backend::postgres() else { return };
     let sqlite = SqliteStore::open(&source.dir().join("hone.db"), false).unwrap();
-    let postgres = PostgresStore::connect(pg.url().unwrap(), 4).unwrap();
+    let postgres = hone_test_support::connect(pg.url().unwrap(), 4).unwrap();
 
     let mut told = Vec::new();
     let (from, to) = copy(&sqlite, &postgres, &mut |table, copied, total| {

@@ -190,12 +190,45 @@ pub(crate) fn two_agents_choosing_one_episode_id_get_an_episode_each(backend: &B
 }
 
 /// Called from inside an async task (the learner does), a store keeps
-/// answering past tokio's cooperative budget of that task.
-#[tokio::test]
+/// answering past tokio's cooperative budget of that task; on a runtime of
+/// one worker, a PostgreSQL store (whose connections that same runtime
+/// drives) hands the worker's other tasks off while it waits, so they keep
+/// running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_store_called_from_async_code_keeps_answering() {
     for backend in [Some(Backend::sqlite()), Backend::postgres()].into_iter().flatten() {
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
         for _ in 0..1000 {
             assert_eq!(backend.store.call_count().unwrap(), 0);
         }
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        ticker.abort();
+        if backend.name == "postgres" {
+            assert!(during > 0, "the runtime's other tasks ran while the store was called");
+        }
     }
+}
+
+/// A PostgreSQL store is driven by the runtime it is opened in; opened
+/// outside any, it says so rather than starting one of its own.
+#[test]
+fn a_postgres_store_opened_outside_a_runtime_says_it_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(database) = hone_test_support::test_database(&dir.path().join("pg")).unwrap() else {
+        eprintln!("SKIPPED: PostgreSQL is not installed here");
+        return;
+    };
+    let error = hone_store::PostgresStore::connect(&database.url, 2).unwrap_err();
+    assert!(error.to_string().contains("inside a tokio runtime"), "{error}");
 }

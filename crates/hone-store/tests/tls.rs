@@ -3,7 +3,7 @@
 //! `sslrootcert` when given; a server that cannot be authenticated gets no
 //! connection, and `sslmode=disable` stays plain.
 
-use hone_store::{LocalPostgres, LocalPostgresError, PostgresStore, Store};
+use hone_store::{LocalPostgres, LocalPostgresError, Store};
 
 #[test]
 fn a_store_speaks_tls_when_the_url_asks_and_only_to_a_server_it_can_verify() {
@@ -19,7 +19,7 @@ fn a_store_speaks_tls_when_the_url_asks_and_only_to_a_server_it_can_verify() {
     let url = server.create_database("tls").unwrap();
     let ca = server.ca_file().display().to_string();
 
-    let verified = PostgresStore::connect(&format!("{url}?sslmode=verify-full&sslrootcert={ca}"), 2).unwrap();
+    let verified = hone_test_support::connect(&format!("{url}?sslmode=verify-full&sslrootcert={ca}"), 2).unwrap();
     assert!(
         verified.encrypted().unwrap(),
         "sslmode=verify-full connected in the clear"
@@ -28,16 +28,16 @@ fn a_store_speaks_tls_when_the_url_asks_and_only_to_a_server_it_can_verify() {
         verified.versions(None).unwrap().is_empty(),
         "the store answers over TLS"
     );
-    let required = PostgresStore::connect(&format!("{url}?sslmode=require&sslrootcert={ca}"), 2).unwrap();
+    let required = hone_test_support::connect(&format!("{url}?sslmode=require&sslrootcert={ca}"), 2).unwrap();
     assert!(required.encrypted().unwrap());
-    let preferred = PostgresStore::connect(&format!("{url}?sslmode=prefer&sslrootcert={ca}"), 2).unwrap();
+    let preferred = hone_test_support::connect(&format!("{url}?sslmode=prefer&sslrootcert={ca}"), 2).unwrap();
     assert!(preferred.encrypted().unwrap(), "the server offers TLS: prefer takes it");
-    let plain = PostgresStore::connect(&format!("{url}?sslmode=disable"), 2).unwrap();
+    let plain = hone_test_support::connect(&format!("{url}?sslmode=disable"), 2).unwrap();
     assert!(!plain.encrypted().unwrap());
-    let default = PostgresStore::connect(&url, 2).unwrap();
+    let default = hone_test_support::connect(&url, 2).unwrap();
     assert!(!default.encrypted().unwrap(), "no sslmode: plain, as before");
 
-    let refused = |url: String| match PostgresStore::connect(&url, 2) {
+    let refused = |url: String| match hone_test_support::connect(&url, 2) {
         Ok(_) => panic!("connected to a server it cannot verify: {url}"),
         Err(e) => e.to_string(),
     };

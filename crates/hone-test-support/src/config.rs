@@ -107,7 +107,10 @@ mod tests {
         let config = hone_config::load_str(&text, &dir, &|_| None).unwrap();
         assert_eq!(config.gateway.data_dir, dir);
         let calc = &config.agents["calc"].versions["v1"].spec;
-        assert_eq!((calc.routes[0].provider.as_str(), calc.routes[0].model.as_str()), ("up", "good"));
+        assert_eq!(
+            (calc.routes[0].provider.as_str(), calc.routes[0].model.as_str()),
+            ("up", "good")
+        );
         let price = &config.providers["up"].prices["good"];
         assert_eq!((price.input_per_mtok, price.output_per_mtok), (1.0, 2.0));
         assert_eq!(config.agents["tiny"].versions["v1"].spec.max_tokens, Some(6));

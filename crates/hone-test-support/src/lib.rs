@@ -18,6 +18,6 @@ pub mod s3;
 pub mod upstream;
 
 pub use config::TestConfig;
-pub use postgres::{test_database, TestDatabase};
+pub use postgres::{connect, runtime, test_database, TestDatabase};
 pub use s3::LocalS3;
 pub use upstream::{Brain, FakeUpstream, Reply};

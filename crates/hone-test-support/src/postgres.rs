@@ -45,6 +45,29 @@ pub fn test_database(dir: &Path) -> Result<Option<TestDatabase>, LocalPostgresEr
     }
 }
 
+/// The runtime that drives the connections of the PostgreSQL stores a
+/// synchronous test opens (enter it around `PostgresStore::connect`); it
+/// lives as long as the test process.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the tests' PostgreSQL stores")
+    })
+}
+
+/// `PostgresStore::connect` for a test: its connections driven by the
+/// runtime the test runs in, or by [`runtime`] when it runs in none.
+pub fn connect(url: &str, pool: usize) -> Result<hone_store::PostgresStore, hone_store::StoreError> {
+    let _entered = tokio::runtime::Handle::try_current()
+        .is_err()
+        .then(|| runtime().enter());
+    hone_store::PostgresStore::connect(url, pool)
+}
+
 /// A name no other test picks: this process, the time, and a counter.
 fn unique_suffix() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

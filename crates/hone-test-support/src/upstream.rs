@@ -580,10 +580,15 @@ fn anthropic_content(message: &Value) -> (Value, &'static str) {
         blocks.push(json!({"type": "text", "text": text}));
     }
     for call in message["tool_calls"].as_array().into_iter().flatten() {
-        let input: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("{}")).unwrap_or(json!({}));
+        let input: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("{}")).unwrap_or(json!({}));
         blocks.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
     }
-    let stop = if finish_of(message) == "tool_calls" { "tool_use" } else { "end_turn" };
+    let stop = if finish_of(message) == "tool_calls" {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
     (Value::Array(blocks), stop)
 }
 

@@ -39,6 +39,15 @@ fn main() -> ExitCode {
         "info"
     };
     let _telemetry = init_logging(cli.log_format, level);
+    // Entered for the whole process, so what a command opens outside its
+    // async work (a PostgreSQL store's connections) is driven there.
+    let _entered = match hone_console::runtime() {
+        Ok(runtime) => runtime.enter(),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli::run(cli.command) {
         Ok(code) => code,
         Err(e) => {

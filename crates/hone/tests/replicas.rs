@@ -7,7 +7,7 @@
 //! PostgreSQL and a replica serves it from there.
 
 use crate::support::{chat, client, config, hone_cli, FakeUpstream, Hone};
-use hone_store::{CycleStore, PostgresStore, Store};
+use hone_store::{CycleStore, Store};
 use hone_types::{Deployment, VersionId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -74,7 +74,7 @@ async fn replicas_follow_deployments_route_episodes_alike_and_take_each_others_f
 
     // The learner (here: the store, as the learner writes it) puts v2 on a
     // 50% canary; both replicas pick it up.
-    let store = PostgresStore::connect(&db.url, 2).unwrap();
+    let store = hone_test_support::connect(&db.url, 2).unwrap();
     // Listening comes before the gateway has stored its versions: wait
     // until both serve.
     a.wait_caught_up();
@@ -261,7 +261,7 @@ async fn no_delivered_call_is_lost_through_a_replica_kill_a_database_restart_and
     say("count");
 
     let delivered = delivered.lock().unwrap().clone();
-    let store = PostgresStore::connect(&url, 2).unwrap();
+    let store = hone_test_support::connect(&url, 2).unwrap();
     let missing: Vec<_> = delivered
         .iter()
         .filter(|id| store.call(hone_types::CallId::parse(id).unwrap()).unwrap().is_none())
@@ -349,7 +349,7 @@ async fn hone_store_migrate_moves_a_served_sqlite_store_to_postgres() {
     let pg = Hone::start(&on_postgres(&db.url, &config(&upstream)));
     let episodes = crate::support::get_json(&pg.url("/v1/episodes?limit=10")).await;
     assert_eq!(episodes["data"].as_array().unwrap().len(), 5, "{episodes}");
-    let store = PostgresStore::connect(&db.url, 2).unwrap();
+    let store = hone_test_support::connect(&db.url, 2).unwrap();
     for call in &calls {
         assert!(store.call(hone_types::CallId::parse(call).unwrap()).unwrap().is_some());
     }
@@ -464,7 +464,7 @@ async fn every_replica_serves_the_adapter_a_deployed_version_names_from_object_s
     }
 
     // The learner deploys a version naming the published adapter.
-    let store = PostgresStore::connect(&db.url, 2).unwrap();
+    let store = hone_test_support::connect(&db.url, 2).unwrap();
     let v1 = version_labelled(&store, "v1");
     let mut spec = store.version(&v1).unwrap().unwrap().spec;
     spec.routes[0].adapter = Some("tuned".into());

@@ -1,13 +1,18 @@
 //! The PostgreSQL store: one database that gateway replicas, the learner and
 //! the CLI share (`store = { type = "postgres", url = "…" }`).
 //!
-//! The store traits are synchronous (SQLite is, and callers already run them
-//! on blocking threads); this backend keeps its own small tokio runtime that
-//! drives the connections of a `deadpool-postgres` pool, and each method
-//! blocks its caller on a future polled right there — so it behaves the
-//! same whether it is called from a plain thread, `spawn_blocking` or a
-//! test. The schema is `migrations/postgres/`, applied under an advisory
-//! lock so replicas starting together migrate once.
+//! The store traits are synchronous (SQLite is); this backend bridges them
+//! to `tokio-postgres` in one place, [`PostgresStore::run`]: the
+//! connections of its `deadpool-postgres` pool are driven by the tokio
+//! runtime the store was opened in (it has none of its own), and a method
+//! called on one of that runtime's workers first hands the worker's other
+//! tasks off (`block_in_place`), so async callers never stall the runtime
+//! while they wait. It may be called from a plain thread, `spawn_blocking`
+//! or a multi-threaded runtime's task — not from a current-thread runtime's
+//! task, which cannot be handed off (`hone serve` runs a multi-threaded
+//! runtime when its store is PostgreSQL). The schema is
+//! `migrations/postgres/`, applied under an advisory lock so replicas
+//! starting together migrate once.
 
 mod cycle;
 mod learn;
@@ -43,7 +48,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
 pub struct PostgresStore {
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The runtime the store was opened in, which drives its connections.
+    runtime: tokio::runtime::Handle,
     pool: Pool,
     config: tokio_postgres::Config,
     /// How connections negotiate TLS (`tls.rs`).
@@ -55,16 +61,6 @@ pub struct PostgresStore {
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore").field("url", &self.shown).finish()
-    }
-}
-
-impl Drop for PostgresStore {
-    fn drop(&mut self) {
-        // Dropping a runtime blocks, which tokio refuses inside async code
-        // (where the last handle to a store may well be dropped).
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
     }
 }
 
@@ -135,7 +131,9 @@ pub fn redacted(config: &tokio_postgres::Config) -> String {
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`,
     /// or the key=value form), keeping up to `pool` connections, and applies
-    /// migrations. Fails when the database cannot be reached now.
+    /// migrations. Fails when the database cannot be reached now, or when
+    /// called outside a tokio runtime (whose workers will drive the
+    /// connections for as long as the store lives).
     pub fn connect(url: &str, pool: usize) -> Result<Self, StoreError> {
         let tls::Settings { config, tls } = tls::parse(url).map_err(|message| StoreError::Open {
             path: "store.url".into(),
@@ -146,12 +144,9 @@ impl PostgresStore {
             path: shown.clone(),
             message,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("hone-postgres")
-            .enable_all()
-            .build()
-            .map_err(|e| open_err(e.to_string()))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            open_err("a PostgreSQL store is opened inside a tokio runtime, which drives its connections".into())
+        })?;
         let manager = Manager::from_config(
             config.clone(),
             tls.clone(),
@@ -168,7 +163,7 @@ impl PostgresStore {
             .build()
             .map_err(|e| open_err(e.to_string()))?;
         let store = PostgresStore {
-            runtime: Some(runtime),
+            runtime,
             pool,
             config,
             tls,
@@ -195,15 +190,12 @@ impl PostgresStore {
         })
     }
 
-    /// Runs `work` to completion on the calling thread, with this store's
-    /// runtime entered (new connections are driven there).
+    /// Runs `work` to completion for a synchronous caller, on the runtime
+    /// the store was opened in. On a worker of a multi-threaded runtime the
+    /// worker's queue is handed to another thread first; elsewhere (a plain
+    /// thread, a blocking-pool thread) this just waits.
     pub(crate) fn run<T>(&self, work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        let _entered = self.runtime.as_ref().map(tokio::runtime::Runtime::enter);
-        // Unconstrained: called from inside a tokio task (the learner calls
-        // stores from async code), tokio's cooperative budget is that task's
-        // and never refills while we block, so after ~128 operations every
-        // pool or socket poll would say "not yet" forever.
-        futures::executor::block_on(tokio::task::unconstrained(work))
+        tokio::task::block_in_place(|| self.runtime.block_on(work))
     }
 
     pub(crate) async fn client(&self) -> Result<Object, StoreError> {
@@ -212,16 +204,12 @@ impl PostgresStore {
 
     /// A connection of its own, outside the pool (held for a session-level
     /// advisory lock, or listening for notifications); its driver runs on
-    /// this store's runtime until the client is dropped.
+    /// the store's runtime until the client is dropped.
     pub(crate) async fn dedicated(&self) -> Result<tokio_postgres::Client, StoreError> {
         let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(self.tls.clone()))
             .await
             .map_err(|_| StoreError::Unavailable(format!("cannot reach {} in time", self.shown)))??;
-        let runtime = self
-            .runtime
-            .as_ref()
-            .ok_or_else(|| StoreError::Unavailable("the store is closing".into()))?;
-        drop(runtime.spawn(async move {
+        drop(self.runtime.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "dedicated PostgreSQL connection ended");
             }

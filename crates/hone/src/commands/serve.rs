@@ -28,9 +28,11 @@ pub fn run(
     }
     // One event-loop thread is the cheapest way to serve a proxy (no
     // cross-thread wake-ups per call); more threads are there for hosts
-    // where one core is not enough.
+    // where one core is not enough. A PostgreSQL store needs a
+    // multi-threaded runtime (a worker waiting on it hands its tasks off),
+    // so it gets one even with one worker.
     let runtime = match config.gateway.threads {
-        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        1 if !config.store.shared() => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()

@@ -25,8 +25,10 @@ fn answer(body: &Value) -> Reply {
         .collect();
     let sum: i64 = numbers.iter().sum();
     if text.starts_with("Use the tool") && last["role"] == "user" {
-        return Reply::Message(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
-            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]}));
+        return Reply::Message(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_add", "type": "function",
+            "function": {"name": "add", "arguments": json!({"a": numbers[0], "b": numbers[1]}).to_string()}}]}),
+        );
     }
     let answer = if model == "weak" && sum % 2 == 0 { 0 } else { sum };
     Reply::text(format!("The answer is {answer}."))
