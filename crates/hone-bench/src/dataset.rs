@@ -9,7 +9,7 @@
 
 use crate::support::progress;
 use anyhow::{Context, Result};
-use hone_learn::dataset::{self, BuildOptions, Builder, ExportFormat};
+use hone_learn::data::dataset::{self, BuildOptions, Builder, ExportFormat};
 use hone_store::{CycleStore, EpisodeFilter, LocalPostgres, PostgresStore, SqliteStore, Store};
 use hone_types::{CallRecord, EpisodeId, VersionId};
 use serde_json::json;

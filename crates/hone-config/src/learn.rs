@@ -752,7 +752,7 @@ impl ShadowSpec {
     }
 }
 
-/// When traffic counts as drifted (`hone_learn::drift`).
+/// When traffic counts as drifted (`hone_learn::data::drift`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DriftSpec {
     pub min_divergence: f64,

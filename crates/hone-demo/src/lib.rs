@@ -34,7 +34,7 @@ use futures::StreamExt;
 use hone_console::{note, print_table, runtime};
 use hone_envs::{Builtin, Runner, SimulatedUser};
 use hone_learn::cycle::Learner;
-use hone_learn::eval::{run_id, Target};
+use hone_learn::search::eval::{run_id, Target};
 use hone_learn::stats::{bootstrap_ci, sign_test, wilson_95};
 use hone_learn::watch::Verdict;
 use hone_store::CycleStore;
@@ -780,7 +780,12 @@ async fn rounds(
     let runner = &stage.runner;
     let agent = learner.agent(AGENT)?.clone();
     let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
-    let champion = || -> Result<String> { Ok(hone_learn::deploy::current(store, &agent)?.0.champion.to_string()) };
+    let champion = || -> Result<String> {
+        Ok(hone_learn::release::deploy::current(store, &agent)?
+            .0
+            .champion
+            .to_string())
+    };
     // Time spent measuring is not learning time.
     let mut measuring = Duration::ZERO;
     let timed_measure = |round: usize, champion: String, users: usize, measuring: Duration| {
@@ -818,7 +823,7 @@ async fn rounds(
             && args.cycles().is_none_or(|c| (round as u32) < c)
             && !promoted_enough(&promotions);
         if !learning {
-            let canary = hone_learn::deploy::current(store, &agent)?.0.canary;
+            let canary = hone_learn::release::deploy::current(store, &agent)?.0.canary;
             let Some(canary) = canary.filter(|_| judging < MAX_JUDGING_ROUNDS) else {
                 if judging == 0 && promoted_enough(&promotions) {
                     note(format_args!(
@@ -846,7 +851,7 @@ async fn rounds(
         // round's users: once it is decided (promoted or rolled back) no
         // more users start and the round ends when those playing finish.
         // `hone learn` watches on its own clock the same way.
-        let canary_out = hone_learn::deploy::current(store, &agent)?.0.canary.is_some();
+        let canary_out = hone_learn::release::deploy::current(store, &agent)?.0.canary.is_some();
         let round_champion = champion()?;
         // The last cycle's canary, if any, gets its share from the first user.
         stage.follow_deployments()?;
@@ -910,7 +915,7 @@ async fn rounds(
         );
         match &verdict {
             Verdict::Promoted(why) => {
-                let champion = hone_learn::deploy::current(store, &agent)?.0.champion;
+                let champion = hone_learn::release::deploy::current(store, &agent)?.0.champion;
                 let optimiser = store
                     .candidates(AGENT, None)?
                     .into_iter()
@@ -944,7 +949,7 @@ async fn rounds(
         let (m, took) = timed_measure(round, champion()?, accepted_log.len(), measuring).await?;
         measuring += took;
         measured.push(m);
-        let deployment = hone_learn::deploy::current(store, &agent)?.0;
+        let deployment = hone_learn::release::deploy::current(store, &agent)?.0;
         let cycle = if deployment.canary.is_none() && learning && !promoted_enough(&promotions) {
             let spinner = ProgressBar::new_spinner();
             spinner.enable_steady_tick(Duration::from_millis(200));
@@ -952,7 +957,7 @@ async fn rounds(
             let cycle = learner.run_cycle(AGENT, "demo").await;
             spinner.finish_and_clear();
             let cycle = cycle?;
-            if let Some(canary) = hone_learn::deploy::current(store, &agent)?.0.canary {
+            if let Some(canary) = hone_learn::release::deploy::current(store, &agent)?.0.canary {
                 canaries += 1;
                 markers.push(marker(
                     started,
@@ -1040,7 +1045,7 @@ async fn rounds(
         promotions,
         rollbacks,
         canaries,
-        canary_left: hone_learn::deploy::current(store, &agent)?
+        canary_left: hone_learn::release::deploy::current(store, &agent)?
             .0
             .canary
             .map(|c| c.to_string()),
@@ -1157,7 +1162,7 @@ fn report_round(
         ));
         return Ok(());
     }
-    let deployment = hone_learn::deploy::current(store, agent)?.0;
+    let deployment = hone_learn::release::deploy::current(store, agent)?.0;
     let via = Target::of(agent);
     // A version's first results on the cycle's target set (re-runs left out).
     let results = |version: &hone_types::VersionId| -> Result<Vec<hone_types::InstanceResult>> {

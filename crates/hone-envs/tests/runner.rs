@@ -162,7 +162,7 @@ async fn a_wrong_direct_answer_scores_zero_and_a_failing_gateway_is_an_error() {
     assert!(matches!(error, RunError::Unreachable { .. }), "{error:?}");
 }
 
-/// Posts to `/run` the way `hone eval --endpoint` does (crates/hone-learn/src/eval/mod.rs).
+/// Posts to `/run` the way `hone eval --endpoint` does (crates/hone-learn/src/search/eval/mod.rs).
 async fn post_run(url: &str, body: Value, episode: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
         .post(url)

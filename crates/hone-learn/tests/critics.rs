@@ -2,10 +2,10 @@
 
 use crate::support::{weather_tools, World};
 use hone_config::{CriticKind, CriticSpec};
-use hone_learn::critics::{from_spec, CriticInput};
+use hone_learn::scoring::critics::{from_spec, CriticInput};
 use serde_json::json;
 
-fn critic(kind: CriticKind) -> Box<dyn hone_learn::critics::Critic> {
+fn critic(kind: CriticKind) -> Box<dyn hone_learn::scoring::critics::Critic> {
     from_spec(&CriticSpec {
         name: "c".into(),
         weight: 1.0,

@@ -10,7 +10,7 @@
 use crate::support::{learner, wait_for_split, weather_tools, World};
 use axum::routing::post;
 use axum::{Json, Router};
-use hone_learn::deploy::{self, Change};
+use hone_learn::release::deploy::{self, Change};
 use hone_learn::watch::Verdict;
 use hone_store::{CycleStore, LearnStore};
 use hone_types::{CandidateStatus, CycleState, VersionId};
@@ -505,7 +505,7 @@ async fn an_examples_version_shows_the_most_similar_successful_episodes() {
     let agent = &w.config.agents["story"];
     let rewarder = learner.rewarder(agent).unwrap();
     w.recorder.flush(Duration::from_secs(5)).await.unwrap();
-    hone_learn::reward::reward_pending(w.store.as_ref(), &rewarder, None, None, 1)
+    hone_learn::scoring::reward::reward_pending(w.store.as_ref(), &rewarder, None, None, 1)
         .await
         .unwrap();
     // `weak` gets even sums wrong (10+4): only passing episodes become examples.

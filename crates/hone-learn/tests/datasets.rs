@@ -3,8 +3,8 @@
 //! trainer's formats and import back.
 
 use crate::support::World;
-use hone_learn::dataset::{build, export, read_instances, BuildOptions, Builder, ExportFormat};
-use hone_learn::reward::{recompute, Rewarder};
+use hone_learn::data::dataset::{build, export, read_instances, BuildOptions, Builder, ExportFormat};
+use hone_learn::scoring::reward::{recompute, Rewarder};
 use hone_store::{EpisodeFilter, LearnStore};
 use serde_json::{json, Value};
 

@@ -6,9 +6,9 @@ use crate::support::World;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
-use hone_learn::compare::compare;
-use hone_learn::eval::{summarise, EvalOptions, Evaluator, Target};
-use hone_learn::reward::Rewarder;
+use hone_learn::scoring::reward::Rewarder;
+use hone_learn::search::compare::compare;
+use hone_learn::search::eval::{summarise, EvalOptions, Evaluator, Target};
 use hone_store::{LearnStore, Store};
 use hone_types::Instance;
 use serde_json::{json, Value};
@@ -60,7 +60,7 @@ async fn v1_against_v2(
     data: &hone_types::DatasetInfo,
     opts: &EvalOptions,
     reruns: u32,
-) -> hone_learn::compare::Comparison {
+) -> hone_learn::search::compare::Comparison {
     let pair = (&version(w, "v1"), &version(w, "v2"));
     compare(e, data, pair, &Target::Replay, opts, (reruns, 0.95), &|_, _| {})
         .await
@@ -275,7 +275,7 @@ fn runs(instance: &str, passes: u32, runs: u32) -> Vec<hone_types::InstanceResul
 
 #[test]
 fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
-    use hone_learn::compare::judge_pairs;
+    use hone_learn::search::compare::judge_pairs;
     let w = snapshot("d@1");
     let (a, b) = versions_a_b();
     // One sample each: A's single pass against B's single failure is a flip.
@@ -316,8 +316,8 @@ fn a_lucky_pass_is_not_a_regression_when_instances_are_sampled() {
 /// regressed in both is one broken case, not two.
 #[test]
 fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
-    use hone_learn::compare::judge_pairs;
-    use hone_learn::gate::{decide, GateInput};
+    use hone_learn::search::compare::judge_pairs;
+    use hone_learn::search::gate::{decide, GateInput};
     let (a, b) = versions_a_b();
     let (ra, rb) = (runs("q1", 4, 4), runs("q1", 0, 4));
     let flips = ["q1".to_owned()].into_iter().collect();
@@ -333,9 +333,9 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
         champion: &summarise("a", &ra, 4),
         candidate: &summarise("b", &rb, 4),
         // q1 is in both sets: it counts once, with the target set's runs.
-        diffs: &hone_learn::gate::paired_diffs(&[(&ra, &rb), (&ra5, &rb5)], 4),
+        diffs: &hone_learn::search::gate::paired_diffs(&[(&ra, &rb), (&ra5, &rb5)], 4),
         comparisons: &[&target, &regression],
-        sight: hone_learn::gate::Sight::Whole,
+        sight: hone_learn::search::gate::Sight::Whole,
     });
     assert!(!decision.passed);
     // The gain it judged, typed: one instance, 0 of 4 against 4 of 4.
@@ -362,7 +362,7 @@ fn a_case_broken_in_two_sets_counts_once_at_the_gate() {
 /// 45 regression cases, 0.9 points worse on the held-out tasks.)
 #[test]
 fn the_gate_judges_the_gain_over_the_target_and_the_regression_set() {
-    use hone_learn::gate::{decide, paired_diffs, GateInput};
+    use hone_learn::search::gate::{decide, paired_diffs, GateInput};
     let spec = hone_config::GateSpec {
         samples: 3,
         ..hone_config::LearnSpec::default().gate
@@ -388,7 +388,7 @@ fn the_gate_judges_the_gain_over_the_target_and_the_regression_set() {
             candidate: &summarise("b", &cand_target, 3),
             diffs: &paired_diffs(sets, 3),
             comparisons: &[],
-            sight: hone_learn::gate::Sight::Whole,
+            sight: hone_learn::search::gate::Sight::Whole,
         })
     };
     let target_only = judge(&[(&champ_target, &cand_target)]);
@@ -411,7 +411,7 @@ fn the_gate_judges_the_gain_over_the_target_and_the_regression_set() {
 /// samples against none is noise (Fisher p = 0.12), 15 is not.
 #[test]
 fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
-    use hone_learn::gate::{decide, GateInput};
+    use hone_learn::search::gate::{decide, GateInput};
     let spec = hone_config::LearnSpec {
         gate: hone_config::GateSpec {
             samples: 3,
@@ -437,9 +437,9 @@ fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
             objective: &[],
             champion: &summarise("a", &champion, 3),
             candidate: &summarise("b", &candidate, 3),
-            diffs: &hone_learn::gate::paired_diffs(&[(&champion, &candidate)], 3),
+            diffs: &hone_learn::search::gate::paired_diffs(&[(&champion, &candidate)], 3),
             comparisons: &[],
-            sight: hone_learn::gate::Sight::Whole,
+            sight: hone_learn::search::gate::Sight::Whole,
         })
         .reasons
     };
@@ -461,7 +461,7 @@ fn a_behaviour_rate_beyond_its_bound_prunes_only_when_the_runs_show_it() {
 /// the reason says what the gate could not see.
 #[test]
 fn without_users_offline_the_gate_leaves_the_gain_to_an_online_test() {
-    use hone_learn::gate::{decide, paired_diffs, GateInput, Sight};
+    use hone_learn::search::gate::{decide, paired_diffs, GateInput, Sight};
     let spec = hone_config::GateSpec {
         samples: 3,
         ..hone_config::LearnSpec::default().gate

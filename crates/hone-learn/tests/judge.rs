@@ -3,7 +3,7 @@
 //! judge's calls are episodes of `hone-judge`.
 
 use crate::support::World;
-use hone_learn::judge::{parse_relative, Judge};
+use hone_learn::scoring::judge::{parse_relative, Judge};
 use hone_store::Store;
 use hone_types::EpisodeQuery;
 use std::sync::Arc;

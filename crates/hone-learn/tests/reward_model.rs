@@ -3,7 +3,7 @@
 //! head's fit, its held-out AUC, rank correlation and calibration error;
 //! and the split that keeps an episode on one side only.
 
-use hone_learn::reward_model::{auc, calibration_error, held_out, spearman, Head, CALIBRATION_BINS};
+use hone_learn::scoring::reward_model::{auc, calibration_error, held_out, spearman, Head, CALIBRATION_BINS};
 use serde_json::Value;
 
 fn reference() -> Value {
@@ -251,7 +251,7 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
     assert!(quality.usable, "{quality:?}\n{}", lines.lock().unwrap().join("\n"));
 
     // The gamed version goes out as a canary on half the traffic.
-    let (mut deployment, revision) = hone_learn::deploy::current(w.store.as_ref(), agent).unwrap();
+    let (mut deployment, revision) = hone_learn::release::deploy::current(w.store.as_ref(), agent).unwrap();
     let gamed = agent.versions["gamed"].id.clone();
     deployment.canary = Some(gamed.clone());
     deployment.canary_since = Some(hone_types::time::now_ms());
@@ -294,7 +294,7 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
         "{}",
         rollback.summary
     );
-    let (after, revision) = hone_learn::deploy::current(w.store.as_ref(), agent).unwrap();
+    let (after, revision) = hone_learn::release::deploy::current(w.store.as_ref(), agent).unwrap();
     assert_eq!(after.canary, None);
 
     // The control: the same canary, whose users do like its answers, as

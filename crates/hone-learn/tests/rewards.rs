@@ -3,7 +3,7 @@
 //! and judge scores (relative groups) and failures in the record.
 
 use crate::support::World;
-use hone_learn::reward::{recompute, Rewarder};
+use hone_learn::scoring::reward::{recompute, Rewarder};
 use hone_store::LearnStore;
 use hone_types::{ComponentKind, EpisodeId};
 use serde_json::json;

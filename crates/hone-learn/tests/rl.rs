@@ -10,7 +10,7 @@
 //! build on the champion's adapter, so gains accumulate across cycles.
 
 use crate::support::{learner, tiny_checkpoint, World};
-use hone_learn::optimiser::training::{adapter_name, Method};
+use hone_learn::search::optimiser::training::{adapter_name, Method};
 use hone_store::{CycleStore, LearnStore, Store};
 use hone_test_support::TestConfig;
 use hone_types::CycleState;
@@ -179,7 +179,7 @@ async fn a_candidate_trains_on_from_the_champions_adapter() {
 
     // Make the candidate the champion, as a promotion would.
     let agent = &w.config.agents["acc"];
-    let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, agent).unwrap();
+    let (mut deployment, revision) = hone_learn::release::deploy::current(&*w.store, agent).unwrap();
     deployment.previous.push(deployment.champion.clone());
     deployment.champion = c1[0].version_id.clone();
     assert!(w
@@ -525,7 +525,7 @@ async fn memory_in_a_cycle_builds_a_datastore_of_the_train_halfs_successes_only(
     // Promoted, its memory grows: the next cycle extends the champion's
     // datastore with the new train successes it does not hold yet.
     let agent = &w.config.agents["mem"];
-    let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, agent).unwrap();
+    let (mut deployment, revision) = hone_learn::release::deploy::current(&*w.store, agent).unwrap();
     deployment.previous.push(deployment.champion.clone());
     deployment.champion = candidate.version_id.clone();
     assert!(w
@@ -646,7 +646,7 @@ async fn grpo_on_production_episodes_corrects_stale_ones_and_drops_older() {
         traffic(agent, "b").await;
         w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
         let spec = &w.config.agents[agent];
-        let (mut deployment, revision) = hone_learn::deploy::current(&*w.store, spec).unwrap();
+        let (mut deployment, revision) = hone_learn::release::deploy::current(&*w.store, spec).unwrap();
         deployment.previous.push(deployment.champion.clone());
         deployment.champion = candidate;
         assert!(w
@@ -722,7 +722,7 @@ async fn shadow_samples_are_hidden_from_the_client_scored_alike_and_trained_on()
 
     let (cycle, log) = one_cycle(&w, "sh", "grpo", 15).await;
     // Scored alike: the served answer first, by the same critic.
-    let spec = hone_learn::reward::Rewarder::new("sh", &w.config.agents["sh"].reward, None)
+    let spec = hone_learn::scoring::reward::Rewarder::new("sh", &w.config.agents["sh"].reward, None)
         .unwrap()
         .spec_version
         .clone();

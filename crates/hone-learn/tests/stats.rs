@@ -69,7 +69,7 @@ fn window_episode(latency_ms: f64, invalid_tool_call: bool) -> hone_store::Windo
 /// monitor quiet, and fires on six in 24 (scipy: p = 6e-5).
 #[test]
 fn one_invalid_tool_call_in_a_canary_window_does_not_fire_and_a_real_rise_does() {
-    use hone_learn::monitor::{check, Expected};
+    use hone_learn::release::monitor::{check, Expected};
     let spec = hone_config::LearnSpec::default().monitor;
     assert!(spec.min_episodes <= 24, "the canary window has 24 episodes");
     let champion: Vec<_> = (0..87).map(|_| window_episode(40.0, false)).collect();
@@ -106,7 +106,7 @@ fn one_invalid_tool_call_in_a_canary_window_does_not_fire_and_a_real_rise_does()
 /// latency monitor quiet; a canary twice as slow and 50+ ms slower fires.
 #[test]
 fn a_significant_but_tiny_latency_rise_does_not_fire_and_a_real_one_does() {
-    use hone_learn::monitor::{check, Expected};
+    use hone_learn::release::monitor::{check, Expected};
     use hone_store::WindowEpisode;
     let r = reference();
     let case = |name: &str| {
@@ -178,7 +178,7 @@ fn drift_divergence_matches_scipy() {
             .collect()
     };
     for c in r["cases"].as_array().unwrap() {
-        let ours = hone_learn::drift::jensen_shannon(&counts(&c["p"]), &counts(&c["q"]));
+        let ours = hone_learn::data::drift::jensen_shannon(&counts(&c["p"]), &counts(&c["q"]));
         let expected = c["divergence"].as_f64().unwrap();
         assert!((ours - expected).abs() < 1e-9, "{c}: ours {ours} vs scipy {expected}");
     }
@@ -188,7 +188,7 @@ fn drift_divergence_matches_scipy() {
 /// window of new tasks is, at the smallest p-value 400 relabellings give.
 #[test]
 fn drift_permutation_test_separates_a_new_task_mix_from_the_same_one() {
-    use hone_learn::drift::{divergence_test, task_words, PERMUTATIONS};
+    use hone_learn::data::drift::{divergence_test, task_words, PERMUTATIONS};
     let sums: Vec<Vec<String>> = (0..60)
         .map(|i| task_words(&format!("What is {}+{}?", i, i % 7)))
         .collect();

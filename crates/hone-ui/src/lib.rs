@@ -5,7 +5,7 @@
 //! runs anywhere. Everything is read through the store traits
 //! (`CycleStore` and the traits under it), so the dashboard works unchanged
 //! on every store backend. The **Approve** and **Roll back** buttons call
-//! the same `hone_learn::deploy` functions as `hone approve` and
+//! the same `hone_learn::release::deploy` functions as `hone approve` and
 //! `hone rollback`.
 //!
 //! Pages: agents, an agent, episodes, an episode, cycles, datasets,

@@ -25,8 +25,8 @@ use anyhow::Result;
 use futures::StreamExt;
 use hone_demo::{self as demo, AGENT};
 use hone_envs::{RunContext, Split};
-use hone_learn::optimiser::training::{train_config, Method, BATCH};
-use hone_learn::optimiser::{group_row, Rollout};
+use hone_learn::search::optimiser::training::{train_config, Method, BATCH};
+use hone_learn::search::optimiser::{group_row, Rollout};
 use hone_train::data::{grpo_group, Renderer};
 use hone_train::optim::Schedule;
 use hone_train::{Data, StepReport, Trainer};
@@ -232,7 +232,7 @@ mod tests {
     use clap::Parser;
     use hone_demo::config;
     use hone_engine::init::{write_checkpoint, Preset};
-    use hone_learn::optimiser::training::BATCH;
+    use hone_learn::search::optimiser::training::BATCH;
     use hone_types::{EpisodeId, VersionId};
 
     #[derive(Parser)]

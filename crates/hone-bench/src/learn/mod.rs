@@ -570,7 +570,8 @@ impl Testbed {
             .agents
             .get(AGENT)
             .context("the demo's config has no agent")?;
-        let rewarder = hone_learn::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
+        let rewarder =
+            hone_learn::scoring::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
         let user = SimulatedUser::new(noise, (0, 0), seed);
         Ok(reward::SameReward::new(
             self.stage.runner.clone(),
@@ -759,7 +760,7 @@ fn write_tasks(path: &Path, testbed: &Testbed, lr: f64, args: &LearnArgs) -> Res
         "max_tokens": spec.max_tokens.unwrap_or(96),
         "max_steps": runner.config().max_steps,
         "group_size": grpo.group_size,
-        "tasks_per_step": hone_learn::optimiser::training::BATCH,
+        "tasks_per_step": hone_learn::search::optimiser::training::BATCH,
         "lr": lr,
         "rank": grpo.rank,
         "alpha": grpo.lora_alpha(),

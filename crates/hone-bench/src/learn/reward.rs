@@ -18,7 +18,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use hone_envs::episode::play;
 use hone_envs::{Runner, SimulatedUser};
-use hone_learn::reward::Rewarder;
+use hone_learn::scoring::reward::Rewarder;
 use hone_types::call::Door;
 use hone_types::openai::{ChatCompletionResponse, ErrorBody, ErrorDetail, Extra};
 use hone_types::{

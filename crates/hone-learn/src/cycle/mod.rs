@@ -21,8 +21,8 @@ pub mod watch;
 
 use crate::client::{ChatClient, GatewayClient};
 use crate::error::{LearnError, Result};
-use crate::eval::Evaluator;
-use crate::reward::Rewarder;
+use crate::scoring::reward::Rewarder;
+use crate::search::eval::Evaluator;
 use hone_config::{AgentConfig, Config};
 use hone_store::{CycleStore, Recorder};
 use hone_types::{CycleInfo, CycleState};
@@ -55,7 +55,13 @@ pub struct Learner {
 #[allow(clippy::type_complexity)]
 pub struct StandIns(
     std::sync::Mutex<
-        std::collections::HashMap<String, (std::time::SystemTime, Option<Arc<crate::reward_model::StandIn>>)>,
+        std::collections::HashMap<
+            String,
+            (
+                std::time::SystemTime,
+                Option<Arc<crate::scoring::reward_model::StandIn>>,
+            ),
+        >,
     >,
 );
 
@@ -98,9 +104,9 @@ impl Learner {
 
     /// The agent's reward model when it has one (`[agents.NAME.reward.model]`)
     /// and the latest is usable under the current spec.
-    pub fn stand_in(&self, agent: &AgentConfig) -> Option<Arc<crate::reward_model::StandIn>> {
+    pub fn stand_in(&self, agent: &AgentConfig) -> Option<Arc<crate::scoring::reward_model::StandIn>> {
         agent.reward.model.as_ref()?;
-        let path = crate::reward_model::saved_path(&self.config.gateway.data_dir, &agent.name);
+        let path = crate::scoring::reward_model::saved_path(&self.config.gateway.data_dir, &agent.name);
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
         let mut loaded = self
             .stand_ins
@@ -113,12 +119,13 @@ impl Learner {
             }
         }
         let client: Arc<dyn ChatClient> = Arc::new(self.gateway.clone());
-        let judge = agent.reward.judge.clone().map(|spec| crate::judge::Judge {
+        let judge = agent.reward.judge.clone().map(|spec| crate::scoring::judge::Judge {
             spec,
             agent: agent.name.clone(),
             client,
         });
-        let stand_in = crate::reward_model::StandIn::load(&path, &agent.reward.version(), judge.as_ref()).map(Arc::new);
+        let stand_in =
+            crate::scoring::reward_model::StandIn::load(&path, &agent.reward.version(), judge.as_ref()).map(Arc::new);
         loaded.insert(agent.name.clone(), (modified, stand_in.clone()));
         stand_in
     }

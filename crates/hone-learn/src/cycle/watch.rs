@@ -4,10 +4,10 @@
 //! The promotion rule itself is [`Online::of`].
 
 use super::Learner;
-use crate::deploy::{self, Change};
 use crate::error::{LearnError, Result};
-use crate::monitor::{check, Firing};
-use crate::reward::reward_pending;
+use crate::release::deploy::{self, Change};
+use crate::release::monitor::{check, Firing};
+use crate::scoring::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
@@ -62,7 +62,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
             .version_window(name, v, since, &rewarder.spec_version, spec.window)
     };
     let (c, h) = (window(&canary)?, window(&deployment.champion)?);
-    let predicted = crate::monitor::expected(learner.store.as_ref(), name, &canary)?;
+    let predicted = crate::release::monitor::expected(learner.store.as_ref(), name, &canary)?;
     let mut firings = check(spec, &c, &h, predicted);
     // Where a reward model stands in for users offline, the canary is also
     // checked for having learned the model rather than the users.
@@ -77,7 +77,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
                     continue;
                 };
                 if reward.signals_seen > 0 {
-                    out.push((episode, crate::reward_model::users_part(&reward)));
+                    out.push((episode, crate::scoring::reward_model::users_part(&reward)));
                 }
             }
             Ok(out)
@@ -90,7 +90,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
                 .filter_map(|(e, users)| Some((e.summary.id.to_string(), stand_in.predict(e)?, *users)))
                 .collect()
         };
-        if let Some(reading) = crate::monitor::overoptimisation(spec, &predicted(&c), &predicted(&h)) {
+        if let Some(reading) = crate::release::monitor::overoptimisation(spec, &predicted(&c), &predicted(&h)) {
             if reading.fires {
                 firings.insert(0, reading.into());
             }

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Form;
 use hone_config::PromotionRule;
-use hone_learn::deploy::{self, Change};
+use hone_learn::release::deploy::{self, Change};
 use hone_learn::watch::{Call, Online};
 use hone_types::{CandidateStatus, VersionId};
 use serde::Serialize;
@@ -280,10 +280,10 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
                 let monitor = &agent.learn.monitor;
                 let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
                 let (c, h) = (window(canary)?, window(&deployment.champion)?);
-                let expected = hone_learn::monitor::expected(store, &agent.name, canary)?;
+                let expected = hone_learn::release::monitor::expected(store, &agent.name, canary)?;
                 let number = hone_learn::watch::canary_number(&store.history(&agent.name, 5_000)?);
                 let online = Online::of_windows(&agent.deployment, monitor.confidence, number, &c, &h);
-                let rows = hone_learn::monitor::readings(monitor, &c, &h, expected)
+                let rows = hone_learn::release::monitor::readings(monitor, &c, &h, expected)
                     .into_iter()
                     .map(|r| MonitorRow {
                         metric: r.metric,

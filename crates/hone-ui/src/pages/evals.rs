@@ -1,6 +1,6 @@
 //! `/ui/evals`, `/ui/evals/{id}` and `/ui/evals/compare?a=&b=`: evaluation
 //! runs, one run's results per instance, and two runs of the same dataset
-//! paired by instance (`hone_learn::compare::paired`, the pairing
+//! paired by instance (`hone_learn::search::compare::paired`, the pairing
 //! `hone eval compare` uses): wins, losses, the mean difference, and the
 //! instances A passed that B failed — candidate regressions, which
 //! `hone eval compare` confirms by re-running them.
@@ -125,7 +125,7 @@ pub async fn compare(
             }
             let (ra, rb) = (ui.store.eval_results(&a.id)?, ui.store.eval_results(&b.id)?);
             let samples = ra.iter().chain(&rb).map(|r| r.attempt + 1).max().unwrap_or(1);
-            let pairs: Vec<PairRow> = hone_learn::compare::paired(&ra, &rb, samples)
+            let pairs: Vec<PairRow> = hone_learn::search::compare::paired(&ra, &rb, samples)
                 .into_iter()
                 .map(|p| PairRow {
                     regression: p.a_pass_rate > p.b_pass_rate,

@@ -34,7 +34,7 @@ fn rows(ui: &Ui, viewer: &Viewer) -> Result<Vec<AgentRow>, UiError> {
     let store = ui.store.as_ref();
     let mut rows = Vec::new();
     for agent in ui.config.agents.values().filter(|a| viewer.sees(&a.name)) {
-        let (deployment, _) = hone_learn::deploy::current(store, agent)?;
+        let (deployment, _) = hone_learn::release::deploy::current(store, agent)?;
         let spec = agent.reward.version();
         let (rewarded, reward) = store.reward_summary(&agent.name, &spec)?;
         let window = store.version_rewards(&agent.name, &deployment.champion, &spec, 100)?;

@@ -7,7 +7,7 @@ use crate::context::{agent_config, find_dataset, load_config, open_store, resolv
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use hone_console::note;
-use hone_learn::dataset::{self, BuildOptions, Builder, ExportFormat};
+use hone_learn::data::dataset::{self, BuildOptions, Builder, ExportFormat};
 use hone_store::EpisodeFilter;
 use hone_types::time::{format_rfc3339, parse_time};
 use std::io::Write;

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use hone_console::runtime;
 use hone_console::{note, print_line, print_table, short_time};
-use hone_learn::deploy::{self, Change};
+use hone_learn::release::deploy::{self, Change};
 use hone_store::CycleStore;
 use hone_types::{Candidate, CandidateStatus};
 use std::process::ExitCode;

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use hone_console::runtime;
 use hone_console::{note, print_table, short_time};
 use hone_learn::cycle::Learner;
-use hone_learn::deploy;
+use hone_learn::release::deploy;
 use hone_learn::watch::Verdict;
 use hone_types::{Candidate, CandidateStatus, CycleState};
 use std::process::ExitCode;

@@ -42,7 +42,7 @@ pub fn run(command: MemoryCommand) -> Result<()> {
     let config = load_config(&common)?;
     let agent_config = agent_config(&config, &agent)?;
     let store = open_store(&config)?;
-    let (deployment, _) = hone_learn::deploy::current(store.as_ref(), agent_config)?;
+    let (deployment, _) = hone_learn::release::deploy::current(store.as_ref(), agent_config)?;
     let version_id = match &version {
         Some(v) => resolve_version(&config, store.as_ref(), &agent, v)?,
         None => deployment.champion,
@@ -79,7 +79,7 @@ pub fn run(command: MemoryCommand) -> Result<()> {
         .map(|s| s.episode_id)
         .collect();
     let runtime = runtime()?;
-    let built = runtime.block_on(hone_learn::memory::build(
+    let built = runtime.block_on(hone_learn::data::memory::build(
         store.as_ref(),
         &artefacts,
         &config.adapters_dir(&route.provider),

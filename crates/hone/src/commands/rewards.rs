@@ -9,7 +9,7 @@ use clap::Subcommand;
 use hone_console::note;
 use hone_console::runtime;
 use hone_learn::client::ChatClient;
-use hone_learn::reward::{recompute, Rewarder};
+use hone_learn::scoring::reward::{recompute, Rewarder};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;

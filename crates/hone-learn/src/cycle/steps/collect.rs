@@ -2,8 +2,8 @@
 //! cycle stopped, to now) and the champion it is measured against.
 
 use super::{Learner, Stepped};
-use crate::deploy;
 use crate::error::Result;
+use crate::release::deploy;
 use hone_config::AgentConfig;
 use hone_types::time::now_ms;
 use hone_types::{CycleDetail, CycleInfo};

@@ -12,21 +12,21 @@
 //! the candidate breaks is flagged there, with the same re-runs), so
 //! running them a second time would only double the evaluation's work.
 //!
-//! First the window is checked for drift (`crate::drift`): when the task or
+//! First the window is checked for drift (`crate::data::drift`): when the task or
 //! failure mix moved, an alert is raised and this cycle's traffic sample is
 //! drawn from the window alone, so the new traffic weighs fully.
 //!
 //! Then, unless the window drifted, the recent gates are mined
-//! (`dataset::recently_flipped`): cases on which a champion and a candidate
+//! (`search::flipped`): cases on which a champion and a candidate
 //! disagreed join this cycle's train set (the champion failed them) or
 //! regression set (it passed them), and leave the target set, so train and
 //! gate stay disjoint.
 
 use super::{Learner, Stepped};
-use crate::dataset::{self, BuildOptions, Builder};
-use crate::drift;
+use crate::data::dataset::{self, BuildOptions, Builder};
+use crate::data::drift;
 use crate::error::Result;
-use crate::eval::Target;
+use crate::search::eval::Target;
 use hone_config::AgentConfig;
 use hone_store::EpisodeFilter;
 use hone_types::time::now_ms;
@@ -82,7 +82,7 @@ pub(super) async fn run(
         let sample = dataset::build(store, &traffic, now, &mut |_| {})?.0;
         let (train, target) = dataset::split(store, &sample, seed, now)?;
         let (agent, current, limits, via, samples) = mining;
-        let flipped = dataset::recently_flipped(store, &agent, &current, limits, &via, samples)?;
+        let flipped = crate::search::flipped::recently_flipped(store, &agent, &current, limits, &via, samples)?;
         let why = json!({"of": train.id, "flipped_in": flipped.cycles});
         let train = dataset::with(store, &train, &flipped.learnable, &why, now)?;
         let mined = json!({"of": target.id, "without_flipped_in": flipped.cycles});
@@ -179,7 +179,7 @@ async fn check_drift(
             action: "reweighted".to_owned(),
             at: now_ms(),
         };
-        let (deployment, revision) = crate::deploy::current(learner.store.as_ref(), agent)?;
+        let (deployment, revision) = crate::release::deploy::current(learner.store.as_ref(), agent)?;
         let event = HistoryEvent::new(&agent.name, alert.at, "alert", &line).version(champion);
         learner
             .store

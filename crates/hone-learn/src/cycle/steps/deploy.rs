@@ -7,8 +7,8 @@
 //! others wait on the front and are proposed afresh from the next champion.
 
 use super::{Learner, Stepped};
-use crate::deploy::{self, Change};
 use crate::error::Result;
+use crate::release::deploy::{self, Change};
 use hone_config::{AgentConfig, DeploymentPolicy};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent};

@@ -5,8 +5,8 @@
 
 use super::{evaluate_on, Learner, Stepped};
 use crate::error::{LearnError, Result};
-use crate::eval::EvalSummary;
-use crate::gate;
+use crate::search::eval::EvalSummary;
+use crate::search::gate;
 use hone_config::AgentConfig;
 use hone_store::CandidateUpdate;
 use hone_types::time::now_ms;

@@ -6,7 +6,7 @@
 
 use super::{Learner, Stepped};
 use crate::error::Result;
-use crate::front::{dominated_by, Point};
+use crate::search::front::{dominated_by, Point};
 use hone_config::AgentConfig;
 use hone_store::CandidateUpdate;
 use hone_types::time::now_ms;

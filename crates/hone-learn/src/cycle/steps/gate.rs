@@ -5,9 +5,9 @@
 //! offline ([`gate::Sight`]) is read off the champion's runs.
 
 use super::{evaluate_on, stored_results, Learner, Stepped};
-use crate::compare::{compare, Comparison};
 use crate::error::Result;
-use crate::gate::{self, GateInput};
+use crate::search::compare::{compare, Comparison};
+use crate::search::gate::{self, GateInput};
 use hone_config::{AgentConfig, PromotionRule};
 use hone_store::CandidateUpdate;
 use hone_types::time::now_ms;

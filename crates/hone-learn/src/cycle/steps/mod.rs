@@ -16,7 +16,7 @@ mod reward;
 
 use super::Learner;
 use crate::error::{LearnError, Result};
-use crate::eval::{run_id, summarise, EvalOptions, EvalSummary, Evaluator, Target};
+use crate::search::eval::{run_id, summarise, EvalOptions, EvalSummary, Evaluator, Target};
 use hone_config::AgentConfig;
 use hone_types::{
     CandidateScores, CycleDetail, CycleInfo, CycleState, DatasetInfo, HistoryEvent, InstanceResult, VersionId,
@@ -141,7 +141,7 @@ async fn evaluate_on(
     version: &VersionId,
     label: &str,
 ) -> Result<(EvalSummary, Vec<InstanceResult>)> {
-    let quiet = |_: crate::eval::Progress| {};
+    let quiet = |_: crate::search::eval::Progress| {};
     let (run, results) = bench
         .evaluator
         .run(dataset, version, &bench.via, &bench.options, &quiet)

@@ -10,8 +10,8 @@
 use super::{Learner, Stepped};
 use crate::ask::{Meter, Tally};
 use crate::error::{LearnError, Result};
-use crate::optimiser::replay::{self, Replay};
-use crate::optimiser::{self, ProposeContext};
+use crate::search::optimiser::replay::{self, Replay};
+use crate::search::optimiser::{self, ProposeContext};
 use hone_config::{AgentConfig, OptimiserSpec};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionRecord};
@@ -31,7 +31,7 @@ pub(super) async fn run(
     let train = super::train(learner, &detail)?;
     let evaluator = learner.evaluator(agent)?;
     let progress = |m: &str| learner.say(name, m);
-    let via = crate::eval::Target::of(agent);
+    let via = crate::search::eval::Target::of(agent);
     // A champion with no routes names no provider: "" gets `<data_dir>/adapters`.
     let adapters_dir = learner
         .config

@@ -5,7 +5,7 @@
 
 use super::{Learner, Stepped};
 use crate::error::Result;
-use crate::reward::reward_pending;
+use crate::scoring::reward::reward_pending;
 use hone_config::AgentConfig;
 use hone_types::time::now_ms;
 use hone_types::{CycleDetail, CycleInfo, HistoryEvent};
@@ -30,7 +30,7 @@ pub(super) async fn run(
     detail.rewarded = Some(scored);
     let mut events = Vec::new();
     if let Some(spec) = &agent.reward.model {
-        use crate::reward_model::{saved_path, train, Saved, Source};
+        use crate::scoring::reward_model::{saved_path, train, Saved, Source};
         let path = saved_path(&learner.config.gateway.data_dir, name);
         let source = match champion_checkpoint(learner, &detail).await? {
             Ok(checkpoint) => Ok(Source::HiddenStates(checkpoint)),

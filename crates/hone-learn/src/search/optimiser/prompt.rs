@@ -9,9 +9,9 @@
 
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
-use crate::optimiser::reflect::evidence::{self, Evidence};
-use crate::optimiser::reflect::pareto::{self, PoolEntry};
-use crate::optimiser::reflect::Reflector;
+use crate::search::optimiser::reflect::evidence::{self, Evidence};
+use crate::search::optimiser::reflect::pareto::{self, PoolEntry};
+use crate::search::optimiser::reflect::Reflector;
 use futures::future::BoxFuture;
 use hone_config::PromptSpec;
 use sha2::{Digest, Sha256};

@@ -4,7 +4,7 @@
 //! in most samples under A, fail in most under B), re-runs of those flips
 //! to tell noise from regression, and a verdict with its confidence.
 
-use crate::eval::{per_instance, EvalOptions, Evaluator, InstanceScore, Progress, Target};
+use crate::search::eval::{per_instance, EvalOptions, Evaluator, InstanceScore, Progress, Target};
 use crate::stats::{bootstrap_ci, mean, sign_test};
 use hone_store::StoreError;
 use hone_types::{DatasetInfo, InstanceResult, VersionId};

@@ -6,7 +6,6 @@
 
 mod dedup;
 mod export;
-mod flipped;
 mod import;
 mod instance;
 mod select;
@@ -14,7 +13,6 @@ mod split;
 
 pub use dedup::{fingerprint, normalise, Deduper, Fingerprint};
 pub use export::{export, rows as export_rows, ExportFormat};
-pub use flipped::{recently_flipped, Flipped};
 pub use import::read_instances;
 pub use instance::instance_from_episode;
 pub use select::{sample_key, Strata};

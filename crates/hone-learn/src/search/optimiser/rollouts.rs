@@ -11,7 +11,7 @@
 
 use super::ProposeContext;
 use crate::error::LearnError;
-use crate::eval::EvalOptions;
+use crate::search::eval::EvalOptions;
 use hone_types::time::now_ms;
 use hone_types::{EpisodeDetail, Instance, RewardRecord};
 use std::collections::BTreeMap;
@@ -43,7 +43,7 @@ pub async fn scored(
         samples: group_size as u32,
         ..EvalOptions::with_concurrency(ctx.agent.learn.concurrency)
     };
-    let quiet = |_: crate::eval::Progress| {};
+    let quiet = |_: crate::search::eval::Progress| {};
     let (_, results) = ctx
         .evaluator
         .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)

@@ -26,7 +26,7 @@ pub mod judged;
 pub use head::{auc, calibration_error, spearman, Head, CALIBRATION_BINS, L2};
 
 use crate::error::LearnError;
-use crate::judge::Judge;
+use crate::scoring::judge::Judge;
 use hone_config::RewardModelSpec;
 use hone_store::{CycleStore, EpisodeFilter};
 use hone_types::{EpisodeDetail, EpisodeId, RewardModelQuality, RewardModelReads};

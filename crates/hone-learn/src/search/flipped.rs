@@ -10,8 +10,8 @@
 //! them again. As the agent improves, easy cases stop flipping and these
 //! are what is left: the datasets get harder with it.
 
-use crate::compare::{flipped, sampled};
-use crate::eval::{run_id, Target};
+use crate::search::compare::{flipped, sampled};
+use crate::search::eval::{run_id, Target};
 use hone_store::{CycleStore, StoreError};
 use hone_types::{CycleState, Instance};
 use std::collections::HashSet;

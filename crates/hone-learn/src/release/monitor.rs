@@ -238,7 +238,7 @@ pub fn expected(
     agent: &str,
     canary: &hone_types::VersionId,
 ) -> Result<Expected, crate::LearnError> {
-    let Some(candidate) = crate::deploy::candidate_of(store, agent, canary)? else {
+    let Some(candidate) = crate::release::deploy::candidate_of(store, agent, canary)? else {
         return Ok(Expected::default());
     };
     let champion: Option<hone_types::CandidateScores> =

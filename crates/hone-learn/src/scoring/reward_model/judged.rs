@@ -11,7 +11,7 @@
 //! rubric across cycles.
 
 use super::{held_out, Example};
-use crate::judge::Judge;
+use crate::scoring::judge::Judge;
 use hone_config::{JudgeMode, JudgeSpec, RewardModelSpec};
 use hone_types::EpisodeDetail;
 use sha2::{Digest, Sha256};

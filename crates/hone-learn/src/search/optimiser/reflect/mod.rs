@@ -1,5 +1,5 @@
 //! Learning without weights: what the reflective optimisers (`prompt`,
-//! `playbook`, `tools`, beside it in [`crate::optimiser`]) share. A [`Reflector`] asks
+//! `playbook`, `tools`, beside it in [`crate::search::optimiser`]) share. A [`Reflector`] asks
 //! the configured reflection model through the gateway (recorded as the
 //! `hone-reflector` agent's episodes, metered against the budgets);
 //! [`evidence`] is what it is shown; [`pareto`] keeps GEPA's pool of
@@ -28,7 +28,7 @@ pub struct Reflector<'a> {
 
 impl<'a> Reflector<'a> {
     /// The reflection model `optimiser` asks in the cycle of `ctx`.
-    pub fn of(ctx: &'a crate::optimiser::ProposeContext<'a>, optimiser: &str) -> Self {
+    pub fn of(ctx: &'a crate::search::optimiser::ProposeContext<'a>, optimiser: &str) -> Self {
         Self {
             client: &ctx.evaluator.gateway,
             label: hone_config::reflect::reflector_label(&ctx.agent.name, optimiser),
@@ -56,7 +56,7 @@ impl<'a> Reflector<'a> {
 mod tests {
     #[test]
     fn a_unified_diff_shows_the_changed_lines_with_context() {
-        let diff = crate::optimiser::unified(
+        let diff = crate::search::optimiser::unified(
             "You are a calculator.\nAnswer briefly.",
             "You are a calculator.\nA-B means subtract B from A.\nAnswer briefly.",
         );

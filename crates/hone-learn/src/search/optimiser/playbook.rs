@@ -1,15 +1,15 @@
 //! `playbook`: a self-curated playbook of lessons (ACE). A reflection model
 //! reads the train set's episodes and the champion's lessons, tags the
 //! lessons that helped or hurt, and proposes delta operations; the
-//! [curator](crate::optimiser::reflect::curator) applies them by rule. A candidate is
+//! [curator](crate::search::optimiser::reflect::curator) applies them by rule. A candidate is
 //! the champion with the curated playbook; its diff lists each lesson
 //! added, edited, merged or retired and the episodes it came from.
 
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
-use crate::optimiser::reflect::curator::{self, Limits};
-use crate::optimiser::reflect::evidence::{self, Evidence};
-use crate::optimiser::reflect::Reflector;
+use crate::search::optimiser::reflect::curator::{self, Limits};
+use crate::search::optimiser::reflect::evidence::{self, Evidence};
+use crate::search::optimiser::reflect::Reflector;
 use futures::future::BoxFuture;
 use hone_config::PlaybookSpec;
 use hone_types::Lesson;

@@ -46,7 +46,7 @@ impl Optimiser for Memory {
             // The champion's memory grows: its datastore is extended with
             // this cycle's train successes (rebuilt when its model differs).
             let extend = route.memory.as_ref().map(|m| m.datastore.as_str());
-            let built = crate::memory::build(
+            let built = crate::data::memory::build(
                 ctx.store.as_ref(),
                 ctx.artefacts,
                 &ctx.adapters_dir,

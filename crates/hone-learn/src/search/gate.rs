@@ -14,8 +14,8 @@
 //! test, the gain must show on what the gate sees, and its reason says so
 //! ([`Sight`]).
 
-use crate::compare::Comparison;
-use crate::eval::EvalSummary;
+use crate::search::compare::Comparison;
+use crate::search::eval::EvalSummary;
 use crate::stats::{bootstrap_ci, fisher_greater_p, mean};
 use hone_config::{GateSpec, Objective};
 use hone_types::{InstanceResult, PairedGain};
@@ -50,7 +50,7 @@ pub enum Sight {
 }
 
 /// Paired reward differences (candidate − champion) per instance, each
-/// the mean over its `samples`, as [`crate::compare`] pairs them, over
+/// the mean over its `samples`, as [`crate::search::compare`] pairs them, over
 /// every set the gate ran (the target set, then the regression set): an
 /// instance in several sets counts once, with the first set's runs. The
 /// gain is judged on all of them, so a candidate that gains on the
@@ -59,7 +59,7 @@ pub enum Sight {
 pub fn paired_diffs(sets: &[(&[InstanceResult], &[InstanceResult])], samples: u32) -> Vec<f64> {
     let mut seen = std::collections::HashSet::new();
     sets.iter()
-        .flat_map(|(champion, candidate)| crate::compare::paired(champion, candidate, samples))
+        .flat_map(|(champion, candidate)| crate::search::compare::paired(champion, candidate, samples))
         .filter(|p| seen.insert(p.instance_id.clone()))
         .map(|p| p.b - p.a)
         .collect()

@@ -14,7 +14,7 @@
 //! training again.
 
 use super::{describe_diff, Proposal, ProposeContext};
-use crate::dataset::{export_rows, ExportFormat};
+use crate::data::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainingSpec};
 use hone_train::data::SftExample;

@@ -18,7 +18,7 @@ pub use report::{per_instance, summarise, EvalSummary, InstanceScore, Rates};
 use crate::client::{ChatClient, GatewayClient};
 use crate::episode::final_text;
 use crate::error::LearnError;
-use crate::reward::Rewarder;
+use crate::scoring::reward::Rewarder;
 use futures::StreamExt;
 use hone_store::{LearnStore, Recorder, StoreError};
 use hone_types::time::now_ms;

@@ -2,7 +2,7 @@
 //! replay), the reference, and the recorded conversation after the request.
 
 use crate::episode::{first_request, reference_from_signals};
-use crate::judge::conversation;
+use crate::scoring::judge::conversation;
 use hone_types::openai::task_of;
 use hone_types::{EpisodeDetail, Instance, SignalValue};
 use serde_json::Value;

@@ -6,7 +6,7 @@
 //! merges pool prompts with the champion's.
 
 use crate::error::Result;
-use crate::eval::{run_id, Target};
+use crate::search::eval::{run_id, Target};
 use hone_store::CycleStore;
 use hone_types::{CycleState, VersionId};
 use std::collections::BTreeMap;

@@ -8,8 +8,8 @@
 
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
-use crate::optimiser::reflect::evidence::{self, Evidence};
-use crate::optimiser::reflect::Reflector;
+use crate::search::optimiser::reflect::evidence::{self, Evidence};
+use crate::search::optimiser::reflect::Reflector;
 use futures::future::BoxFuture;
 use hone_config::ToolsSpec;
 use hone_types::openai::Tool;

@@ -221,7 +221,7 @@ type Weights = (String, Option<String>);
 
 impl Lineage {
     fn new(ctx: &ProposeContext<'_>) -> Result<Self, LearnError> {
-        let (deployment, _) = crate::deploy::current(ctx.store.as_ref(), ctx.agent)?;
+        let (deployment, _) = crate::release::deploy::current(ctx.store.as_ref(), ctx.agent)?;
         Ok(Self {
             champion: ctx.champion_id.clone(),
             champion_weights: ctx.champion.routes.first().map(weights_of),

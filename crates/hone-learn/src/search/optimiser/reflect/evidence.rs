@@ -4,7 +4,7 @@
 //! tool calls that went wrong — read from the store, never from the model.
 
 use crate::error::Result;
-use crate::optimiser::ProposeContext;
+use crate::search::optimiser::ProposeContext;
 use hone_store::CycleStore;
 use hone_types::behaviour::tool_call_error;
 use hone_types::openai::{ChatCompletionRequest, Tool};

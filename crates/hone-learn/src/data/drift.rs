@@ -19,7 +19,7 @@
 //! alert (`hone alerts`, the history, the webhook) and that cycle's
 //! datasets sample the new window only.
 
-use crate::dataset::normalise;
+use crate::data::dataset::normalise;
 use crate::episode::first_request;
 use hone_config::DriftSpec;
 use hone_store::{EpisodeFilter, LearnStore, StoreError};

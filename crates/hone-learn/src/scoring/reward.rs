@@ -7,10 +7,10 @@
 //! behaviour the episode showed. A critic or judge that could not score is
 //! listed in `failures` and left out, never counted as a score.
 
-use crate::critics::{self, Critic, CriticInput};
 use crate::episode::reference_from_signals;
 use crate::error::LearnError;
-use crate::judge::{Judge, JudgeScore};
+use crate::scoring::critics::{self, Critic, CriticInput};
+use crate::scoring::judge::{Judge, JudgeScore};
 use hone_config::{Aggregate, JudgeMode, RewardSpec};
 use hone_store::{LearnStore, StoreError};
 use hone_types::openai::{task_of, Choice};
@@ -32,7 +32,7 @@ pub struct Rewarder {
     judge: Option<Judge>,
     /// Predicts the users' part of the reward for an answer no user saw
     /// (an evaluation run, a rollout, a shadow sample).
-    pub stand_in: Option<Arc<crate::reward_model::StandIn>>,
+    pub stand_in: Option<Arc<crate::scoring::reward_model::StandIn>>,
 }
 
 /// What the judge said about one episode (computed before scoring, since it is async).
@@ -93,7 +93,7 @@ impl Rewarder {
     }
 
     /// With `stand_in` predicting the users' signals for answers no user saw.
-    pub fn with_stand_in(mut self, stand_in: Option<Arc<crate::reward_model::StandIn>>) -> Self {
+    pub fn with_stand_in(mut self, stand_in: Option<Arc<crate::scoring::reward_model::StandIn>>) -> Self {
         self.stand_in = stand_in;
         self
     }

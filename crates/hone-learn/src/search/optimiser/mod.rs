@@ -24,7 +24,7 @@ mod tools;
 pub mod training;
 
 use crate::error::LearnError;
-use crate::eval::Evaluator;
+use crate::search::eval::Evaluator;
 use futures::future::BoxFuture;
 use hone_config::{AgentConfig, Config, OptimiserSpec};
 use hone_store::CycleStore;
@@ -69,7 +69,7 @@ pub struct ProposeContext<'a> {
     pub store: Arc<dyn CycleStore>,
     pub evaluator: &'a Evaluator,
     /// How the champion's rollouts run: the agent endpoint, or replay.
-    pub via: &'a crate::eval::Target,
+    pub via: &'a crate::search::eval::Target,
     /// Where trained adapters go (`<adapters_dir>/<name>`).
     pub adapters_dir: PathBuf,
     /// Where they are published, and base checkpoints and parent adapters
@@ -82,7 +82,7 @@ pub struct ProposeContext<'a> {
     pub meter: &'a crate::ask::Meter,
     /// The train set as reflectors read it, gathered on first use
     /// (`reflect::evidence::of`) and shared by the optimisers of the step.
-    pub evidence: &'a std::sync::OnceLock<Vec<crate::optimiser::reflect::evidence::Evidence>>,
+    pub evidence: &'a std::sync::OnceLock<Vec<crate::search::optimiser::reflect::evidence::Evidence>>,
     pub progress: &'a (dyn Fn(&str) + Sync),
 }
 
