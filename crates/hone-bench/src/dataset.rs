@@ -24,6 +24,9 @@ pub struct Options {
     pub dir: PathBuf,
     /// `sqlite`, `postgres`.
     pub stores: Vec<String>,
+    /// Where to write the result file (the command, commit, date,
+    /// machine and every table), if anywhere.
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// Peak resident set size in MiB (Linux), after `reset_peak`.
@@ -153,12 +156,13 @@ pub fn run(o: Options) -> Result<ExitCode> {
         rows.push(measure(engine, store.as_ref(), &o)?);
     }
     drop(server);
-    let mut out = std::io::stdout();
+    let mut out = crate::report::Report::new(o.out.clone());
     writeln!(out, "| store | calls | fill calls/s | episodes scanned | instances | build s | build peak RSS | export s | export peak RSS | RSS before |")?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     for row in rows {
         writeln!(out, "{row}")?;
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -6,11 +6,13 @@
 //! task and budget); none is a test. The Python side of the comparisons is
 //! in `python/`, embedded in the binary and run with the interpreter the
 //! user names; `scripts/` holds the shell entry points (the gateway run,
-//! the GPU check). `support` holds what the benchmarks share.
+//! the GPU check). `support` holds what the benchmarks share, `report`
+//! the result file `--out FILE` writes.
 
 pub mod dataset;
 pub mod engine;
 pub mod learn;
+mod report;
 mod support;
 pub mod train;
 pub mod ui;

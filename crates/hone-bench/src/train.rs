@@ -30,6 +30,9 @@ pub struct Options {
     pub reps: usize,
     pub device: String,
     pub python: Option<String>,
+    /// Where to write the result file (the command, commit, date,
+    /// machine and every table), if anywhere.
+    pub out: Option<std::path::PathBuf>,
 }
 
 struct Row {
@@ -51,7 +54,7 @@ struct Trl {
 
 pub fn run(options: Options) -> Result<ExitCode> {
     let device = hone_engine::device::by_name(&options.device)?;
-    let mut out = std::io::stdout();
+    let mut out = crate::report::Report::new(options.out.clone());
     let peak = matmul_gflops(&device)?;
     writeln!(
         out,
@@ -136,6 +139,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
             "\n(TRL column skipped: pass --python PATH to a Python with torch, transformers, peft, trl and datasets)"
         )?;
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -22,6 +22,9 @@ pub struct Options {
     pub baseline: u64,
     pub reps: usize,
     pub dir: PathBuf,
+    /// Where to write the result file (the command, commit, date,
+    /// machine and every table), if anywhere.
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// The agent the synthetic traffic belongs to, with the versions it uses.
@@ -151,7 +154,7 @@ pub fn run(o: Options) -> Result<ExitCode> {
         })?;
         rows.push((calls, medians));
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::report::Report::new(o.out.clone());
     writeln!(
         out,
         "dashboard page time (ms, median of {} requests on loopback; the store on {})",
@@ -165,5 +168,6 @@ pub fn run(o: Options) -> Result<ExitCode> {
         writeln!(out, "| {name} | {small:.1} | {large:.1} | {:.2}× |", large / small)?;
     }
     writeln!(out, "target: < 200 ms each at 1,000,000 calls").context("stdout")?;
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

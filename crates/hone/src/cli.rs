@@ -151,6 +151,10 @@ pub enum BenchCommand {
         /// private server started under `--dir`; Debian's `postgresql`).
         #[arg(long, value_delimiter = ',', default_value = "sqlite")]
         stores: Vec<String>,
+        /// Also write the result to this JSON file: the command, commit,
+        /// date and machine, and every table printed, as data.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// The dashboard's page times on a store of `--baseline` calls and of
     /// `--calls` calls, with their ratio.
@@ -167,6 +171,10 @@ pub enum BenchCommand {
         /// Where the store lives (kept, so a second run skips the filling).
         #[arg(long)]
         dir: PathBuf,
+        /// Also write the result to this JSON file: the command, commit,
+        /// date and machine, and every table printed, as data.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// One GRPO training step of hone-train next to TRL's GRPOTrainer on the
     /// same weights and batch, with GFLOP/s against a measured matmul peak.
@@ -195,6 +203,10 @@ pub enum BenchCommand {
         /// A Python with torch, transformers, peft, trl and datasets, for the comparison column.
         #[arg(long, env = "HONE_BENCH_PYTHON")]
         python: Option<String>,
+        /// Also write the result to this JSON file: the command, commit,
+        /// date and machine, and every table printed, as data.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Prefill and decode tokens/s of the embedded engine at batch 1 and 8,
     /// next to Hugging Face transformers on the same weights; then requests
@@ -229,6 +241,10 @@ pub enum BenchCommand {
         /// Weights and activations: `f32`, `bf16` or `f16`.
         #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
         dtype: String,
+        /// Also write the result to this JSON file: the command, commit,
+        /// date and machine, and every table printed, as data.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 
@@ -373,6 +389,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     reps,
                     device,
                     python,
+                    out,
                 },
         } => bench::train::run(bench::train::Options {
             presets,
@@ -383,6 +400,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
             reps,
             device,
             python,
+            out,
         }),
         Command::Bench {
             command:
@@ -391,12 +409,14 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     size,
                     dir,
                     stores,
+                    out,
                 },
         } => bench::dataset::run(bench::dataset::Options {
             calls,
             size,
             dir,
             stores,
+            out,
         }),
         Command::Bench {
             command:
@@ -405,12 +425,14 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     baseline,
                     reps,
                     dir,
+                    out,
                 },
         } => bench::ui::run(bench::ui::Options {
             calls,
             baseline,
             reps,
             dir,
+            out,
         }),
         Command::Bench {
             command:
@@ -423,6 +445,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     memory_keys,
                     device,
                     dtype,
+                    out,
                 },
         } => bench::engine::run(bench::engine::Options {
             presets,
@@ -433,6 +456,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
             python,
             device,
             dtype,
+            out,
         }),
     }
 }

@@ -475,3 +475,48 @@ fn bench_learn_over_seeds_counts_who_was_sooner_and_by_how_much() {
     let svg = std::fs::read_to_string(data.join("bench-learn-seeds.svg")).unwrap();
     assert!(svg.contains("hone loop (median 9.0 s)"), "legend");
 }
+
+/// `hone bench … --out FILE` keeps what it printed as data: the command,
+/// commit, date and machine, and each table with its columns and numbers.
+#[test]
+fn a_benchmark_writes_its_tables_and_where_they_came_from_to_a_result_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let file = dir.path().join("ui.json");
+    let out = hone(&[
+        "bench",
+        "ui",
+        "--calls",
+        "300",
+        "--baseline",
+        "100",
+        "--reps",
+        "1",
+        "--dir",
+        store.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let result: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(
+        result["command"].as_str().unwrap().contains("bench ui --calls 300"),
+        "{result}"
+    );
+    assert!(result["date"].as_str().unwrap().ends_with('Z'), "{result}");
+    assert!(result["machine"]["cores"].as_u64().unwrap() >= 1, "{result}");
+    let table = &result["tables"][0];
+    assert_eq!(
+        table["columns"],
+        serde_json::json!(["page", "100 calls", "300 calls", "ratio"])
+    );
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{table}");
+    for row in rows {
+        let page = row[0].as_str().unwrap();
+        let ms = row[2].as_f64().unwrap();
+        assert!(ms > 0.0, "{row:?}");
+        assert!(printed.contains(&format!("| {page} |")), "{printed}");
+    }
+}

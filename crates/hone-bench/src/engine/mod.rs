@@ -41,6 +41,9 @@ pub struct Options {
     pub device: String,
     /// `f32`, `bf16` or `f16`.
     pub dtype: String,
+    /// Where to write the result file (the command, commit, date,
+    /// machine and every table), if anywhere.
+    pub out: Option<std::path::PathBuf>,
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
@@ -51,7 +54,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     };
     let device = hone_engine::device::by_name(&options.device)?;
     let dtype = DType::from_str(&options.dtype).map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
-    let mut out = std::io::stdout();
+    let mut out = crate::report::Report::new(options.out.clone());
     writeln!(
         out,
         "hone bench engine — {}, {} ({} CPU threads), prompt {} tokens, {} decode steps, median of {} runs",
@@ -213,6 +216,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
             "\n(transformers column skipped: pass --python PATH to a Python with torch and transformers)"
         )?;
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 
