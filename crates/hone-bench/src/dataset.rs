@@ -7,7 +7,6 @@
 //! PostgreSQL one on a private server under `--dir`, fsync on, commits not
 //! waited for — the durability class of SQLite's `synchronous = NORMAL`).
 
-use crate::support::progress;
 use anyhow::{Context, Result};
 use hone_learn::data::dataset::{self, BuildOptions, Builder, ExportFormat};
 use hone_store::{CycleStore, EpisodeFilter, LocalPostgres, PostgresStore, SqliteStore, Store};
@@ -69,7 +68,7 @@ fn template() -> Result<CallRecord> {
 pub(crate) fn fill(store: &dyn Store, calls: u64) -> Result<()> {
     let have = store.call_count()?;
     if have >= calls {
-        progress(format!("store already holds {have} calls"));
+        hone_console::note(format_args!("store already holds {have} calls"));
         return Ok(());
     }
     let template = template()?;
@@ -110,7 +109,7 @@ pub(crate) fn fill(store: &dyn Store, calls: u64) -> Result<()> {
             store.write_calls(&batch)?;
             batch.clear();
             if (i + 1) % 100_000 == 0 {
-                progress(format!(
+                hone_console::note(format_args!(
                     "  {} calls written ({:.0} calls/s)",
                     i + 1,
                     (i + 1 - have) as f64 / started.elapsed().as_secs_f64()
@@ -168,7 +167,7 @@ pub fn run(o: Options) -> Result<ExitCode> {
 
 /// Fills one store, builds the dataset and exports it; one table row.
 fn measure(engine: &str, store: &dyn CycleStore, o: &Options) -> Result<String> {
-    progress(format!(
+    hone_console::note(format_args!(
         "{engine}: filling {} with {} calls …",
         o.dir.display(),
         o.calls
@@ -199,7 +198,7 @@ fn measure(engine: &str, store: &dyn CycleStore, o: &Options) -> Result<String> 
         reference_signal: None,
     };
     let (info, stats) = dataset::build(store, &options, 0, &mut |n| {
-        progress(format!("  {engine}: scanned {n} episodes"))
+        hone_console::note(format_args!("  {engine}: scanned {n} episodes"))
     })?;
     let build_s = started.elapsed().as_secs_f64();
     let build_peak = peak_mib();

@@ -1,26 +1,20 @@
 //! What `hone bench engine` and `hone bench train` share: a random
 //! checkpoint of a named preset, the Python side (the script, embedded in the
 //! binary, written to a temporary file, run with the given interpreter, its
-//! last stdout line parsed as JSON), and progress lines on stderr.
+//! last stdout line parsed as JSON).
 
 use anyhow::{Context, Result};
 use hone_engine::init::{write_checkpoint, Preset};
 use hone_engine::Arch;
 use std::ffi::OsString;
-use std::io::Write;
 
 /// A random Qwen2 checkpoint of preset `name` in a temporary directory.
 pub fn random_checkpoint(name: &str) -> Result<tempfile::TempDir> {
     let preset = Preset::parse(name).with_context(|| format!("unknown preset `{name}` ({})", Preset::NAMES))?;
     let dir = tempfile::tempdir()?;
-    progress(format!("[{name}] writing a random Qwen2 checkpoint …"));
+    hone_console::note(format_args!("[{name}] writing a random Qwen2 checkpoint …"));
     write_checkpoint(Arch::Qwen2, preset, 0, dir.path())?;
     Ok(dir)
-}
-
-/// A progress line on stderr (the table goes to stdout).
-pub fn progress(line: String) {
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 pub fn run_json<T: serde::de::DeserializeOwned>(python: &str, script: &str, args: &[OsString]) -> Result<T> {

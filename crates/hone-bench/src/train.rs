@@ -5,7 +5,7 @@
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
 //! library. Prints a table with the ratios; not a test.
 
-use crate::support::{progress, random_checkpoint, run_json};
+use crate::support::{random_checkpoint, run_json};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use hone_engine::ModelConfig;
@@ -73,15 +73,15 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        progress(format!("[{name}] measuring hone-train (candle) …"));
+        hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
         let hone_seconds = hone_step(dir.path(), &device, &options, &batch)?;
         let trl = match (&options.python, device.is_cpu()) {
             (Some(python), true) => {
-                progress(format!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
+                hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
                 match trl_step(python, dir.path(), &options, &batch) {
                     Ok(t) => Some(t),
                     Err(e) => {
-                        progress(format!("[{name}] TRL skipped: {e:#}"));
+                        hone_console::note(format_args!("[{name}] TRL skipped: {e:#}"));
                         None
                     }
                 }

@@ -8,7 +8,6 @@
 //! The report prints both sizes and their ratio: a page that reads only
 //! what it shows stays near 1×.
 
-use crate::support::progress;
 use anyhow::{Context, Result};
 use hone_store::SqliteStore;
 use std::io::Write;
@@ -134,9 +133,11 @@ pub fn run(o: Options) -> Result<ExitCode> {
     for calls in [o.baseline, o.calls] {
         {
             let store = SqliteStore::open(&path, false)?;
-            progress(format!("filling {} to {calls} calls …", path.display()));
+            hone_console::note(format_args!("filling {} to {calls} calls …", path.display()));
             crate::dataset::fill(&store, calls)?;
-            progress("rewards for every episode, and the traffic's versions deployed …".to_owned());
+            hone_console::note(format_args!(
+                "rewards for every episode, and the traffic's versions deployed …"
+            ));
             make_it_the_agents(&store, &config, calls)?;
         }
         let store = SqliteStore::open_with(&path, false, SqliteStore::PATIENT)?;

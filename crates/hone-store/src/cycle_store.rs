@@ -161,8 +161,11 @@ pub trait CycleStore: LearnStore {
     /// Alerts newest first.
     fn alerts(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Alert>, StoreError>;
 
-    /// The version's most recent `limit` non-evaluation episodes started at
-    /// or after `since`, newest first, with rewards under `spec_version`.
+    /// The version's `limit` non-evaluation episodes with the latest calls
+    /// at or after `since`, each summed over its calls since then, newest
+    /// first by their first such call, with rewards under `spec_version`.
+    /// Reads the newest calls only (`rows::recent_episodes`), so it costs
+    /// the same a minute or a month after `since`.
     fn version_window(
         &self,
         agent: &str,

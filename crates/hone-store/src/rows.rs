@@ -15,6 +15,27 @@ pub(crate) fn traffic_only(column: &str) -> String {
     format!("{column} NOT LIKE '{}%'", hone_types::ids::EVALUATION_PREFIX)
 }
 
+/// Calls read per episode of a window at most (see [`recent_episodes`]).
+const WINDOW_CALLS_PER_EPISODE: usize = 64;
+
+/// SQL for the ids of a version's newest traffic episodes since a time, at
+/// most `limit` of them, given the placeholders of agent, version, since
+/// and limit: found among its newest `limit` × 64 calls through the
+/// `(version_id, started_at)` index, so a window reads what it shows and
+/// not every call since a canary started (an average of over 64 calls per
+/// episode would shorten the window). The same text serves both engines.
+pub(crate) fn recent_episodes(agent: &str, version: &str, since: &str, limit: &str) -> String {
+    format!(
+        "SELECT r.episode_id FROM (
+             SELECT episode_id, started_at FROM calls
+             WHERE version_id = {version} AND agent = {agent} AND started_at >= {since} AND {traffic}
+             ORDER BY started_at DESC LIMIT CAST({limit} AS BIGINT) * {per}
+         ) r GROUP BY r.episode_id ORDER BY MAX(r.started_at) DESC LIMIT {limit}",
+        traffic = traffic_only("episode_id"),
+        per = WINDOW_CALLS_PER_EPISODE,
+    )
+}
+
 /// The call as it is stored: in an episode of its own agent. Clients choose
 /// episode ids, so another agent may hold this one already (`holder`, the
 /// agent of the stored episode of that id); then the call goes to

@@ -236,6 +236,27 @@ pub(crate) fn cycle_story(backend: &Backend) {
         ("hi", "four")
     );
     assert_eq!(store.episodes_since("assistant", 1500).unwrap(), 1);
+
+    // A window holds the newest episodes only, each with all its calls
+    // since the window's start.
+    store.write_calls(&[answered(&a, 2200, "five")]).unwrap();
+    let newest = store.version_window("assistant", &version_id(), 0, "spec", 1).unwrap();
+    assert_eq!(
+        newest.iter().map(|w| (&w.id, w.calls)).collect::<Vec<_>>(),
+        vec![(&a, 2)]
+    );
+    let both = store.version_window("assistant", &version_id(), 0, "spec", 10).unwrap();
+    assert_eq!(
+        both.iter().map(|w| (&w.id, w.calls)).collect::<Vec<_>>(),
+        vec![(&b, 1), (&a, 2)]
+    );
+    let since = store
+        .version_window("assistant", &version_id(), 1500, "spec", 10)
+        .unwrap();
+    assert_eq!(
+        since.iter().map(|w| (&w.id, w.calls)).collect::<Vec<_>>(),
+        vec![(&a, 1), (&b, 1)]
+    );
 }
 
 fn racing_movers_apply_each_decision_once(backend: &Backend) {

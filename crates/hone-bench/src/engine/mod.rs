@@ -10,7 +10,7 @@
 
 mod measure;
 
-use crate::support::{progress, random_checkpoint, run_json};
+use crate::support::{random_checkpoint, run_json};
 use anyhow::Result;
 use candle_core::DType;
 use hone_engine::Model;
@@ -72,17 +72,17 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
-        progress(format!("[{name}] measuring hone-engine (candle) …"));
+        hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), dtype, &device)?;
         let ours = measure(&model, settings)?;
         for keys in &options.memory_keys {
-            progress(format!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
+            hone_console::note(format_args!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
             for figures in measure_memory(&model, settings, *keys)? {
                 memory_rows.push((name.clone(), figures));
             }
         }
         drop(model);
-        progress(format!(
+        hone_console::note(format_args!(
             "[{name}] {PREFIX_REQUESTS} requests sharing their prompt, prefix cache off and on …"
         ));
         let served = EngineLoad {
@@ -95,16 +95,18 @@ pub fn run(options: Options) -> Result<ExitCode> {
         };
         prefix_rows.push((name.clone(), measure_prefix_cache(&served)?));
         if cores > 1 {
-            progress(format!("[{name}] the same requests decoded in 1 part and in {cores} …"));
+            hone_console::note(format_args!(
+                "[{name}] the same requests decoded in 1 part and in {cores} …"
+            ));
             parts_rows.push((name.clone(), measure_decode_parts(&served, cores)?));
         }
         let theirs = match &options.python {
             Some(python) => {
-                progress(format!("[{name}] measuring transformers ({python}) …"));
+                hone_console::note(format_args!("[{name}] measuring transformers ({python}) …"));
                 match transformers(python, dir.path(), settings, &options) {
                     Ok(figures) => Some(figures),
                     Err(e) => {
-                        progress(format!("[{name}] transformers skipped: {e:#}"));
+                        hone_console::note(format_args!("[{name}] transformers skipped: {e:#}"));
                         None
                     }
                 }

@@ -20,7 +20,6 @@
 //! on users' episodes, not GRPO on its own samples).
 
 use super::{Checkpoint, LearnArgs, Point, Testbed};
-use crate::support::progress;
 use anyhow::Result;
 use futures::StreamExt;
 use hone_demo::{self as demo, AGENT};
@@ -36,7 +35,7 @@ use std::time::{Duration, Instant};
 
 /// Learns for `--minutes` from the base, then measures the adapters kept.
 pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64) -> Result<Vec<Point>> {
-    progress(format!(
+    hone_console::note(format_args!(
         "hone bench learn: hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
         args.minutes
     ));
@@ -45,7 +44,7 @@ pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f6
         steps: None,
     };
     let learned = learn(testbed, args, lr, noise, &budget).await?;
-    progress(format!(
+    hone_console::note(format_args!(
         "hone bench learn: measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
         learned.kept.len(),
         learned.reports.len(),
@@ -125,7 +124,9 @@ async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget:
                 Ok(outcome) => outcome,
                 Err(e) => {
                     failed += 1;
-                    progress(format!("hone-grpo: step {step}: an episode failed ({e}); left out"));
+                    hone_console::note(format_args!(
+                        "hone-grpo: step {step}: an episode failed ({e}); left out"
+                    ));
                     continue;
                 }
             };
@@ -148,7 +149,7 @@ async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget:
             .map(|(line, row)| grpo_group(line + 1, row, renderer).map_err(anyhow::Error::msg))
             .collect::<Result<Vec<_>>>()?;
         let trained = if groups.is_empty() {
-            progress(format!(
+            hone_console::note(format_args!(
                 "hone-grpo: step {step}: no episode to train on ({missing} calls without token ids); sampling again"
             ));
             None
@@ -194,7 +195,7 @@ async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget:
             }
             sampler = Some((adapter, keep));
             let mean = |last: &[f64]| last.iter().sum::<f64>() / last.len().max(1) as f64;
-            progress(format!(
+            hone_console::note(format_args!(
                 "hone-grpo: step {step}, {now:.0} s, {episodes} episodes, reward {:.3} (mean of the last {} steps {:.3}), loss {:.3}{}",
                 mean(&rewards[rewards.len().saturating_sub(BATCH * group)..]),
                 step.min(5),

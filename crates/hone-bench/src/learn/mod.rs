@@ -39,7 +39,6 @@ mod alone;
 mod reward;
 mod seeds;
 
-use crate::support::progress;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hone_demo::stage::{Ports, Stage};
@@ -409,7 +408,7 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
 /// `dir` from `base`, and its curve (every round's held-out measurement,
 /// with the episodes its learner played itself by then).
 fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> Result<Vec<Point>> {
-    progress(format!(
+    hone_console::note(format_args!(
         "hone bench learn: hone — `hone demo{}` for {minutes} minutes from {}",
         if demo_args.sandbox_users {
             " --sandbox-users"
@@ -633,7 +632,7 @@ impl Testbed {
             )
             .await?;
             let m = Measured::new(0, id.to_string(), solved);
-            progress(format!(
+            hone_console::note(format_args!(
                 "  {who} {}: {:.0} s of learning, {} episodes → held-out {:.1}%",
                 c.adapter,
                 c.learning_s,
@@ -683,7 +682,7 @@ async fn trl_side(testbed: &Testbed, args: &LearnArgs, data_dir: &Path, lr: f64,
     let tasks_path = trl_dir.join("tasks.json");
     write_tasks(&tasks_path, testbed, lr, args)?;
 
-    progress(format!(
+    hone_console::note(format_args!(
         "hone bench learn: TRL — GRPOTrainer for {} minutes (progress below)",
         args.minutes
     ));
@@ -720,7 +719,9 @@ async fn trl_side(testbed: &Testbed, args: &LearnArgs, data_dir: &Path, lr: f64,
         bail!("the TRL side failed ({status}); its output is above");
     }
 
-    progress("hone bench learn: measuring TRL's checkpoints on the held-out tasks".to_owned());
+    hone_console::note(format_args!(
+        "hone bench learn: measuring TRL's checkpoints on the held-out tasks"
+    ));
     let adapters = testbed.adapters();
     let mut kept = Vec::new();
     for (name, meta) in trl_checkpoints(&checkpoints)? {

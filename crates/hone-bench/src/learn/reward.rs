@@ -213,7 +213,7 @@ impl SameReward {
         let mut server = tokio::task::JoinSet::new();
         server.spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
-                crate::support::progress(format!("hone bench learn: the reward server stopped: {e}"));
+                hone_console::note(format_args!("hone bench learn: the reward server stopped: {e}"));
             }
         });
         Ok((url, server))

@@ -5,7 +5,7 @@
 
 use super::{insert_versions, PostgresStore};
 use crate::cycle_store::rules;
-use crate::rows::{episode_id, parse_records, traffic_only};
+use crate::rows::{episode_id, parse_records, recent_episodes, traffic_only};
 use crate::{CandidateUpdate, CycleStore, Lead, Step, StoreError, Success, WindowEpisode};
 use deadpool_postgres::Transaction;
 use hone_types::{Alert, Candidate, CycleInfo, Deployment, HistoryEvent, VersionId, VersionRecord};
@@ -367,11 +367,11 @@ impl CycleStore for PostgresStore {
                     (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = $4)
              FROM calls c
              WHERE c.agent = $1 AND c.version_id = $2 AND c.started_at >= $3
-               AND {traffic}
+               AND c.episode_id IN ({recent})
              GROUP BY c.episode_id
              ORDER BY MIN(c.started_at) DESC, c.episode_id DESC
              LIMIT $5",
-            traffic = traffic_only("c.episode_id")
+            recent = recent_episodes("$1", "$2", "$3", "$5")
         );
         self.run(async {
             let client = self.client().await?;

@@ -3,7 +3,7 @@
 
 use super::{lock, write_tx, SqliteStore};
 use crate::cycle_store::rules;
-use crate::rows::{episode_id, parse_records, traffic_only};
+use crate::rows::{episode_id, parse_records, recent_episodes, traffic_only};
 use crate::{CandidateUpdate, CycleStore, Lead, Step, StoreError, Success, WindowEpisode};
 use hone_types::{Alert, Candidate, CycleInfo, Deployment, HistoryEvent, VersionId, VersionRecord};
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -339,11 +339,11 @@ impl CycleStore for SqliteStore {
                         (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4)
                  FROM calls c
                  WHERE c.agent = ?1 AND c.version_id = ?2 AND c.started_at >= ?3
-                   AND {traffic}
+                   AND c.episode_id IN ({recent})
                  GROUP BY c.episode_id
                  ORDER BY MIN(c.started_at) DESC, c.episode_id DESC
                  LIMIT ?5",
-                traffic = traffic_only("c.episode_id")
+                recent = recent_episodes("?1", "?2", "?3", "?5")
             ))?;
             let mut rows = stmt.query(params![agent, version.as_str(), since, spec_version, limit as i64])?;
             let mut out = Vec::new();
