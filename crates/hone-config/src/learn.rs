@@ -87,6 +87,8 @@ pub struct RawLearn {
     /// the weight optimisers' training data.
     #[serde(default)]
     pub drop_from_training: Vec<String>,
+    /// What trains the weight optimisers' adapters.
+    pub trainer: Option<crate::trainer::RawTrainer>,
 }
 
 /// `[agents.NAME.learn.shadow]`: extra answers sampled for a share of live
@@ -724,6 +726,8 @@ pub struct LearnSpec {
     /// `hone demo --reward naive` sets it to show what the gate and the
     /// monitors then catch.
     pub drop_from_training: Vec<String>,
+    /// What trains the weight optimisers' adapters (`sft`, `dpo`, `grpo`).
+    pub trainer: crate::trainer::TrainerSpec,
 }
 
 /// For a `share` of live requests to a version whose routes all run on the
@@ -825,6 +829,30 @@ impl Default for ReplaySpec {
 }
 
 impl ReplaySpec {
+    /// Replay and EWC are terms of hone's own trainer's loss: TRL has none,
+    /// so with `trainer.type = "trl"` replay is off, and asking for it is
+    /// refused rather than silently dropped.
+    fn for_trainer(field: &str, raw: RawReplay, trainer: &crate::trainer::TrainerSpec) -> Result<Self, ConfigError> {
+        if !matches!(trainer, crate::trainer::TrainerSpec::Trl(_)) {
+            return Self::from_raw(field, raw);
+        }
+        for (key, value) in [("share", raw.share), ("ewc", raw.ewc)] {
+            if value.is_some_and(|v| v != 0.0) {
+                return Err(ConfigError::at(
+                    format!("{field}.replay.{key}"),
+                    "replay and EWC are hone's own trainer's; with `trainer.type = \"trl\"` leave them out",
+                ));
+            }
+        }
+        Self::from_raw(
+            field,
+            RawReplay {
+                share: Some(0.0),
+                ..raw
+            },
+        )
+    }
+
     fn from_raw(field: &str, raw: RawReplay) -> Result<Self, ConfigError> {
         let d = Self::default();
         let spec = Self {
@@ -874,6 +902,7 @@ impl Default for LearnSpec {
             flipped_cycles: 3,
             budget: crate::reflect::Budget::CYCLE,
             drop_from_training: Vec::new(),
+            trainer: crate::trainer::TrainerSpec::Hone,
         }
     }
 }
@@ -1016,7 +1045,9 @@ impl LearnSpec {
             shadow,
             flipped_cycles,
             drop_from_training,
+            trainer,
         } = raw;
+        let trainer = crate::trainer::TrainerSpec::from_raw(field, trainer)?;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
             if v == Some(0) {
@@ -1037,6 +1068,23 @@ impl LearnSpec {
             },
         };
         let optimisers = optimisers_from_raw(field, &optimisers, tables, providers)?;
+        if matches!(trainer, crate::trainer::TrainerSpec::Trl(_)) {
+            let weights = ["grpo", "dpo", "sft"];
+            if let Some(o) = optimisers
+                .iter()
+                .find(|o| weights.contains(&o.name()) && !crate::trainer::TRL_METHODS.contains(&o.name()))
+            {
+                return Err(ConfigError::at(
+                    format!("{field}.trainer.type"),
+                    format!(
+                        "TRL trains {} for hone; `{}` trains on hone's own trainer (leave `trainer` out, or take `{}` out of `optimisers`)",
+                        crate::trainer::TRL_METHODS.join(" and "),
+                        o.name(),
+                        o.name()
+                    ),
+                ));
+            }
+        }
         if optimisers_per_cycle == Some(0) {
             return Err(ConfigError::at(
                 format!("{field}.optimisers_per_cycle"),
@@ -1071,12 +1119,13 @@ impl LearnSpec {
             concurrency,
             gate: GateSpec::from_raw(field, gate.unwrap_or_default(), &d.gate)?,
             monitor: MonitorSpec::from_raw(field, monitor.unwrap_or_default(), &d.monitor)?,
-            replay: ReplaySpec::from_raw(field, replay.unwrap_or_default())?,
+            replay: ReplaySpec::for_trainer(field, replay.unwrap_or_default(), &trainer)?,
             drift: DriftSpec::from_raw(field, drift.unwrap_or_default())?,
             shadow: shadow.map(|raw| ShadowSpec::from_raw(field, raw)).transpose()?,
             flipped_cycles: flipped_cycles.unwrap_or(d.flipped_cycles),
             budget: crate::reflect::Budget::from_raw(&format!("{field}.budget"), budget, d.budget)?,
             drop_from_training: flags_from_raw(&format!("{field}.drop_from_training"), drop_from_training)?,
+            trainer,
         })
     }
 }

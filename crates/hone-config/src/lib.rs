@@ -24,6 +24,7 @@ mod recorder;
 pub mod reflect;
 pub mod reward;
 mod store;
+pub mod trainer;
 
 pub use agents::{AgentConfig, CanaryShare, ClearGain, DeclaredVersion, DeploymentConfig, PromotionRule};
 pub use artefacts::{check_url as check_artefact_url, is_artefact_url, ArtefactsConfig, ARTEFACT_SCHEMES};
@@ -46,6 +47,7 @@ pub use reward::{
     JUDGE_AGENT,
 };
 pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
+pub use trainer::{TrainerSpec, TrlSpec};
 
 /// The config file as written, every section's raw form in one place (the
 /// `[agents.NAME.reward]` and `[agents.NAME.learn]` tables' are in [`reward`]

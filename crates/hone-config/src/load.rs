@@ -582,6 +582,70 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
     }
 
     #[test]
+    fn a_trl_trainer_parses_and_refuses_what_trl_cannot_do() {
+        let c = load(&format!(
+            "{BASE}[agents.a.learn]\noptimisers = [\"sft\", \"dpo\"]\n[agents.a.learn.trainer]\ntype = \"trl\"\n\
+             python = \"/venv/bin/python\"\nnum_processes = 4\ndevice = \"cuda\"\n\
+             args = {{ gradient_checkpointing = true, bf16 = true }}\n"
+        ))
+        .unwrap();
+        let learn = &c.agents["a"].learn;
+        let crate::TrainerSpec::Trl(trl) = &learn.trainer else {
+            panic!("{:?}", learn.trainer)
+        };
+        assert_eq!(
+            (trl.python.as_str(), trl.num_processes, trl.device.as_str()),
+            ("/venv/bin/python", 4, "cuda")
+        );
+        assert_eq!(trl.args["bf16"], serde_json::json!(true));
+        assert_eq!(learn.replay.share, 0.0, "replay is hone's own trainer's");
+        let default = load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"sft\"]\n")).unwrap();
+        assert_eq!(default.agents["a"].learn.trainer, crate::TrainerSpec::Hone);
+
+        for (table, key, says) in [
+            (
+                "optimisers = [\"grpo\"]\n[agents.a.learn.trainer]\ntype = \"trl\"",
+                "trainer.type",
+                "`grpo` trains on hone's own trainer",
+            ),
+            (
+                "[agents.a.learn.trainer]\ntype = \"trl\"\n[agents.a.learn.replay]\nshare = 0.2",
+                "replay.share",
+                "leave them out",
+            ),
+            (
+                "[agents.a.learn.trainer]\ntype = \"trl\"\n[agents.a.learn.replay]\newc = 1.0",
+                "replay.ewc",
+                "leave them out",
+            ),
+            (
+                "[agents.a.learn.trainer]\ntype = \"deepspeed\"",
+                "trainer.type",
+                "not a trainer (hone, trl)",
+            ),
+            (
+                "[agents.a.learn.trainer]\npython = \"python3\"",
+                "trainer.python",
+                "`type = \"trl\"` only",
+            ),
+            (
+                "[agents.a.learn.trainer]\ntype = \"trl\"\nnum_processes = 0",
+                "trainer.num_processes",
+                "at least 1",
+            ),
+            (
+                "[agents.a.learn.trainer]\ntype = \"trl\"\ndevice = \"tpu\"",
+                "trainer.device",
+                "not `cpu` or `cuda`",
+            ),
+        ] {
+            let e = load(&format!("{BASE}[agents.a.learn]\n{table}\n")).unwrap_err();
+            assert!(e.to_string().contains(&format!("agents.a.learn.{key}")), "{table}: {e}");
+            assert!(e.message.contains(says), "{table}: {e}");
+        }
+    }
+
+    #[test]
     fn a_monitor_window_or_minimum_of_zero_is_refused_not_raised() {
         for key in ["window", "min_episodes"] {
             let e = load(&format!("{BASE}[agents.a.learn.monitor]\n{key} = 0\n")).unwrap_err();

@@ -15,10 +15,17 @@
 //!   embedded engine's recorded tokens.
 //! - `modules`: the crate's top-level modules import one another without a cycle.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
+//! - `trl`: an `sft` adapter trained by TRL from the same tokens, served by the engine.
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
 
 mod critics;
 mod cycle;
@@ -32,3 +39,4 @@ mod rewards;
 mod rl;
 mod stats;
 mod support;
+mod trl;

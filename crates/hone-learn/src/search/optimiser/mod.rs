@@ -22,6 +22,7 @@ pub use rollouts::Rollout;
 mod sft;
 mod tools;
 pub mod training;
+mod trl;
 
 use crate::error::LearnError;
 use crate::search::eval::Evaluator;

@@ -1,7 +1,8 @@
 //! What the weight optimisers (`grpo`, `dpo`, `sft`) share: write their
 //! examples in the trainer's JSONL format, train a LoRA adapter on the
-//! champion's base model with `hone-train`, and propose the champion with
-//! that adapter.
+//! champion's base model with `hone-train` (or, for `sft` and `dpo` with
+//! `trainer.type = "trl"`, with TRL: `trl.rs`), and propose the champion
+//! with that adapter.
 //!
 //! The adapter is trained into `<adapters_dir>/<name>.partial` and renamed
 //! to `<adapters_dir>/<name>` when complete, so a crash never leaves a
@@ -16,7 +17,7 @@
 use super::{describe_diff, Proposal, ProposeContext};
 use crate::data::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
-use hone_config::{ProviderKind, TrainingSpec};
+use hone_config::{ProviderKind, TrainerSpec, TrainingSpec};
 use hone_train::data::SftExample;
 use hone_train::data::{self, Renderer};
 use hone_train::policy::Sequence;
@@ -194,6 +195,7 @@ pub async fn propose_adapter(
             parent,
             adapters_dir: ctx.adapters_dir.clone(),
             name: name.clone(),
+            trainer: ctx.agent.learn.trainer.clone(),
         };
         tokio::task::spawn_blocking(move || train(&job, &examples)).await??;
     }
@@ -333,6 +335,8 @@ struct Job {
     parent: Option<PathBuf>,
     adapters_dir: PathBuf,
     name: String,
+    /// hone's own trainer, or TRL's.
+    trainer: TrainerSpec,
 }
 
 /// How `method` trains an adapter under `spec`: its LoRA, `spec.steps`
@@ -382,6 +386,17 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
         ewc_lambda: job.replay.ewc,
         ..train_config(job.method, &job.spec)
     };
+    if let TrainerSpec::Trl(spec) = &job.trainer {
+        let trl_job = super::trl::TrlJob {
+            method: job.method,
+            spec,
+            config: &config,
+            base: &job.base,
+            parent: job.parent.as_deref(),
+        };
+        super::trl::train(&trl_job, &data, &partial)?;
+        return finish(job, &partial, &data_path);
+    }
     let mut trainer = Trainer::new(
         &job.base,
         &candle_core::Device::Cpu,
@@ -394,10 +409,15 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     trainer
         .run(&partial, &mut |_| {})
         .map_err(LearnError::training("training failed"))?;
-    let _ = std::fs::remove_file(&data_path);
+    finish(job, &partial, &data_path)
+}
+
+/// Clears a trained adapter's scratch files and moves it to its name.
+fn finish(job: &Job, partial: &Path, data_path: &Path) -> Result<(), LearnError> {
+    let _ = std::fs::remove_file(data_path);
     let _ = std::fs::remove_dir_all(partial.join("checkpoints"));
     let done = job.adapters_dir.join(&job.name);
-    std::fs::rename(&partial, &done).map_err(LearnError::training(format!(
+    std::fs::rename(partial, &done).map_err(LearnError::training(format!(
         "moving the adapter to {}",
         done.display()
     )))?;

@@ -1,0 +1,227 @@
+"""hone's TRL trainer: trains the LoRA adapter of one `sft` or `dpo`
+optimiser with TRL (SFTTrainer, DPOTrainer) and PEFT, on data hone
+prepared, under `accelerate launch` so that one config runs on a CPU, a
+GPU, many GPUs (FSDP or DeepSpeed, by the user's accelerate config) or
+many nodes.
+
+hone owns the rules; this script only carries them to TRL:
+- the data are token ids hone rendered with the checkpoint's chat template
+  (recorded ids where it has them), written as TRL's own pre-tokenised
+  columns (`input_ids`/`labels` for SFT, `prompt_ids`/`chosen_ids`/
+  `rejected_ids` for DPO), so TRL tokenises nothing;
+- the hyperparameters are hone's training config for the optimiser (LoRA
+  rank, alpha, dropout and targets; AdamW's settings; the schedule; batch,
+  accumulation, steps, seed; DPO's beta), serialised by hone in job.json,
+  with the user's `args` (TRL's own options) applied over them.
+
+It writes, into --out: `adapter_config.json` and `adapter_model.safetensors`
+(PEFT's layout, which hone's engine loads), and `metrics.jsonl`, one line a
+step in hone's step-report format (the last also with the mean k3 KL to the
+base on the training data's scored tokens, measured after training with
+the adapter off). Progress lines go to stderr.
+
+Run by hone as `accelerate launch [--config_file F] [--num_processes N]
+trl_train.py --job job.json --data data.jsonl --out DIR`.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+# The projections hone's LoRA may target, named as PEFT names them (hone
+# serialises its targets with these names).
+PROJECTIONS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+
+def target_modules(targets):
+    unknown = [t for t in targets if t not in PROJECTIONS]
+    if unknown:
+        sys.exit(f"trl_train.py: unknown LoRA targets {unknown}")
+    return list(targets)
+
+
+def settings(job, output_dir):
+    """TRL/transformers training arguments from hone's training config."""
+    config = job["config"]
+    optim = config["optim"]
+    out = {
+        "output_dir": output_dir,
+        "max_steps": config["steps"],
+        "per_device_train_batch_size": config["batch_size"],
+        "gradient_accumulation_steps": config["accumulation"],
+        "learning_rate": optim["lr"],
+        "weight_decay": optim["weight_decay"],
+        "adam_beta1": optim["beta1"],
+        "adam_beta2": optim["beta2"],
+        "adam_epsilon": optim["eps"],
+        "max_grad_norm": optim["max_grad_norm"] if optim["max_grad_norm"] > 0 else 1e9,
+        "warmup_steps": optim["warmup_steps"],
+        "lr_scheduler_type": "cosine" if optim["schedule"] == "cosine" else "constant_with_warmup",
+        "seed": config["seed"],
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "disable_tqdm": True,
+        "remove_unused_columns": False,
+        "use_cpu": job["device"] == "cpu",
+    }
+    out.update(job.get("args") or {})
+    return out
+
+
+def mean_kl_to_base(model, rows, method, device):
+    """Mean k3 KL(policy ‖ base) over the scored tokens of the training
+    rows, the base being the model with its adapter off."""
+    import torch
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for row in rows[:64]:
+            if method == "sft":
+                sequences = [(row["input_ids"], [label != -100 for label in row["labels"]])]
+            else:
+                prompt = row["prompt_ids"]
+                sequences = [
+                    (prompt + row[side], [False] * len(prompt) + [True] * len(row[side]))
+                    for side in ("chosen_ids", "rejected_ids")
+                ]
+            for ids, scored in sequences:
+                x = torch.tensor([ids], device=device)
+                policy = torch.log_softmax(model(x).logits[0, :-1].float(), -1)
+                with model.disable_adapter():
+                    base = torch.log_softmax(model(x).logits[0, :-1].float(), -1)
+                target = x[0, 1:]
+                lp = policy.gather(-1, target[:, None])[:, 0]
+                lb = base.gather(-1, target[:, None])[:, 0]
+                mask = torch.tensor(scored[1:], device=device)
+                if mask.any():
+                    d = (lb - lp)[mask]
+                    total += float((torch.exp(d) - d - 1).sum())
+                    count += int(mask.sum())
+    return total / max(count, 1)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--job", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    job = json.load(open(args.job))
+    method = job["method"]
+    if method not in ("sft", "dpo"):
+        sys.exit(f"trl_train.py: the TRL trainer trains sft and dpo, not {method!r}")
+
+    import torch
+    import trl
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    major = int(trl.__version__.split(".")[0])
+    if major != 1:
+        sys.exit(f"trl_train.py: needs TRL 1.x, found {trl.__version__}")
+    from accelerate import PartialState
+
+    state = PartialState()
+    config = job["config"]
+    torch.manual_seed(config["seed"])
+    rows = [json.loads(line) for line in open(args.data) if line.strip()]
+    tokenizer = AutoTokenizer.from_pretrained(job["base"])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(job["base"], dtype=torch.float32)
+    lora = config["lora"]
+    peft_config = None
+    if job.get("parent"):
+        model = PeftModel.from_pretrained(model, job["parent"], is_trainable=True)
+    else:
+        peft_config = LoraConfig(
+            r=lora["rank"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            target_modules=target_modules(lora["targets"]),
+            use_rslora=lora.get("rslora", False),
+            task_type="CAUSAL_LM",
+        )
+
+    out = args.out
+    metrics = os.path.join(out, "metrics.jsonl")
+    started = time.time()
+
+    class Report(TrainerCallback):
+        """hone's step reports from TRL's logs (rank 0 only)."""
+
+        def on_log(self, args_, state_, control, logs=None, **kwargs):
+            if not state.is_main_process or not logs or "loss" not in logs:
+                return
+            extra = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and k not in ("loss", "learning_rate", "grad_norm", "epoch")}
+            report = {
+                "step": state_.global_step,
+                "total_steps": config["steps"],
+                "loss": float(logs["loss"]),
+                "reward": None,
+                "kl": 0.0,
+                "grad_norm": float(logs.get("grad_norm", 0.0)),
+                "lr": float(logs.get("learning_rate", 0.0)),
+                "tokens": 0,
+                "tokens_per_second": 0.0,
+                "seconds": time.time() - started,
+                "extra": extra,
+            }
+            with open(metrics, "a") as f:
+                f.write(json.dumps(report) + "\n")
+            print(f"hone-trl step {state_.global_step}/{config['steps']} loss {report['loss']:.4f}", file=sys.stderr, flush=True)
+
+    scratch = tempfile.mkdtemp(prefix="hone-trl-")
+    dataset = Dataset.from_list(rows)
+    if method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        training = SFTConfig(**settings(job, scratch), max_length=None, dataset_kwargs={"skip_prepare_dataset": True})
+        trainer = SFTTrainer(
+            model=model, args=training, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+        )
+    else:
+        from trl import DPOConfig, DPOTrainer
+
+        class PreTokenised(DPOTrainer):
+            """hone's pairs are token ids already: nothing to tokenise."""
+
+            def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+                return dataset
+
+        training = DPOConfig(**settings(job, scratch), max_length=None, beta=config["dpo_beta"])
+        trainer = PreTokenised(
+            model=model, args=training, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+        )
+    trainer.add_callback(Report())
+    trainer.train()
+    saved = os.path.join(scratch, "adapter")
+    trainer.save_model(saved)
+    if state.is_main_process:
+        policy = trainer.model
+        device = next(policy.parameters()).device
+        kl = mean_kl_to_base(policy, rows, method, device)
+        lines = open(metrics).read().splitlines()
+        last = json.loads(lines[-1])
+        last["kl"] = kl
+        lines[-1] = json.dumps(last)
+        open(metrics, "w").write("\n".join(lines) + "\n")
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy(os.path.join(saved, name), os.path.join(out, name))
+        print(f"hone-trl done: {config['steps']} steps, KL to base {kl:.5f}", file=sys.stderr, flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
