@@ -9,7 +9,7 @@
 //! trains on the gateway's shadow samples, scored alike with the served answer. And weight candidates
 //! build on the champion's adapter, so gains accumulate across cycles.
 
-use crate::support::{learner, tiny_checkpoint, World};
+use crate::support::{learner, recorded_passing_train, tiny_checkpoint, Recorded, World};
 use hone_learn::search::optimiser::training::{adapter_name, Method};
 use hone_store::{CycleStore, LearnStore, Store};
 use hone_test_support::TestConfig;
@@ -329,31 +329,20 @@ async fn sft_in_a_cycle_trains_on_the_recorded_tokens_of_chosen_episodes() {
     let (_model, w) = tiny_world("sft", rest).await;
     let (cycle, log) = one_cycle(&w, "sft", "sft", 8).await;
 
-    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
-    let chosen: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
-    assert!(
-        !chosen.is_empty() && chosen.len() <= 4,
-        "{} chosen\n{log}",
-        chosen.len()
-    );
-    let (mut logprob_sum, mut scored, mut tokens) = (0.0f64, 0usize, 0usize);
-    for item in &chosen {
-        let episode = w.store.episode(item.episode_id.as_ref().unwrap()).unwrap().unwrap();
-        for call in &episode.calls {
-            let sampled = call.sampled_tokens().expect("the engine records token ids");
-            logprob_sum += sampled.logprobs.iter().map(|l| f64::from(*l)).sum::<f64>();
-            scored += sampled.completion.len();
-            tokens += sampled.prompt.len() + sampled.completion.len();
-        }
-    }
+    let Recorded {
+        chosen,
+        logprob_sum,
+        scored,
+        tokens,
+    } = recorded_passing_train(&w, &cycle);
+    assert!(chosen > 0 && chosen <= 4, "{chosen} chosen\n{log}");
     let (steps, metrics) = trainer_steps(&w, &adapter_name(&cycle, Method::Sft));
     assert_eq!(steps.len(), 1, "{metrics}");
     // One batch of four holds every chosen call: the whole of what was sampled.
     assert_eq!(
         steps[0]["tokens"].as_u64().unwrap() as usize,
         tokens,
-        "{} chosen: {metrics}\n{log}",
-        chosen.len()
+        "{chosen} chosen: {metrics}\n{log}"
     );
     let expected = -logprob_sum / scored as f64;
     let loss = steps[0]["loss"].as_f64().unwrap();

@@ -518,3 +518,34 @@ pub fn tiny_checkpoint() -> tempfile::TempDir {
     .unwrap();
     model
 }
+
+/// What the engine recorded for the passing episodes of `cycle`'s train
+/// half (those `sft` trains on): how many, the sum of their sampled
+/// tokens' logprobs, the tokens sampled, and all tokens with prompts.
+pub struct Recorded {
+    pub chosen: usize,
+    pub logprob_sum: f64,
+    pub scored: usize,
+    pub tokens: usize,
+}
+
+pub fn recorded_passing_train(w: &World, cycle: &hone_types::CycleInfo) -> Recorded {
+    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
+    let chosen: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
+    let mut recorded = Recorded {
+        chosen: chosen.len(),
+        logprob_sum: 0.0,
+        scored: 0,
+        tokens: 0,
+    };
+    for item in &chosen {
+        let episode = w.store.episode(item.episode_id.as_ref().unwrap()).unwrap().unwrap();
+        for call in &episode.calls {
+            let sampled = call.sampled_tokens().expect("the engine records token ids");
+            recorded.logprob_sum += sampled.logprobs.iter().map(|l| f64::from(*l)).sum::<f64>();
+            recorded.scored += sampled.completion.len();
+            recorded.tokens += sampled.prompt.len() + sampled.completion.len();
+        }
+    }
+    recorded
+}

@@ -10,9 +10,9 @@
 //! `HONE_TEST_TRL_PYTHON` (the test script installs one); skipped without
 //! it unless `HONE_REQUIRE_TRL` is set.
 
-use crate::support::{learner, tiny_checkpoint, World};
+use crate::support::{learner, recorded_passing_train, tiny_checkpoint, Recorded, World};
 use hone_learn::search::optimiser::training::{adapter_name, Method};
-use hone_store::{CycleStore, LearnStore, Store};
+use hone_store::CycleStore;
 use hone_test_support::TestConfig;
 use hone_types::CycleState;
 
@@ -64,22 +64,13 @@ async fn trl_trains_an_sft_adapter_from_the_recorded_tokens_that_hones_engine_se
 
     // The recorded tokens of the chosen train episodes: one batch of four
     // holds all of them.
-    let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
-    let chosen: Vec<_> = train.iter().filter(|i| i.reward.is_some_and(|r| r >= 0.5)).collect();
-    assert!(
-        !chosen.is_empty() && chosen.len() <= 4,
-        "{} chosen\n{log}",
-        chosen.len()
-    );
-    let (mut logprob_sum, mut scored) = (0.0f64, 0usize);
-    for item in &chosen {
-        let episode = w.store.episode(item.episode_id.as_ref().unwrap()).unwrap().unwrap();
-        for call in &episode.calls {
-            let sampled = call.sampled_tokens().expect("the engine records token ids");
-            logprob_sum += sampled.logprobs.iter().map(|l| f64::from(*l)).sum::<f64>();
-            scored += sampled.completion.len();
-        }
-    }
+    let Recorded {
+        chosen,
+        logprob_sum,
+        scored,
+        ..
+    } = recorded_passing_train(&w, &cycle);
+    assert!(chosen > 0 && chosen <= 4, "{chosen} chosen\n{log}");
     let adapter = w.config.adapters_dir("local").join(adapter_name(&cycle, Method::Sft));
     let metrics = std::fs::read_to_string(adapter.join("metrics.jsonl")).unwrap();
     let steps: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
