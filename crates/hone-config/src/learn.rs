@@ -1068,23 +1068,6 @@ impl LearnSpec {
             },
         };
         let optimisers = optimisers_from_raw(field, &optimisers, tables, providers)?;
-        if matches!(trainer, crate::trainer::TrainerSpec::Trl(_)) {
-            let weights = ["grpo", "dpo", "sft"];
-            if let Some(o) = optimisers
-                .iter()
-                .find(|o| weights.contains(&o.name()) && !crate::trainer::TRL_METHODS.contains(&o.name()))
-            {
-                return Err(ConfigError::at(
-                    format!("{field}.trainer.type"),
-                    format!(
-                        "TRL trains {} for hone; `{}` trains on hone's own trainer (leave `trainer` out, or take `{}` out of `optimisers`)",
-                        crate::trainer::TRL_METHODS.join(" and "),
-                        o.name(),
-                        o.name()
-                    ),
-                ));
-            }
-        }
         if optimisers_per_cycle == Some(0) {
             return Err(ConfigError::at(
                 format!("{field}.optimisers_per_cycle"),

@@ -601,13 +601,16 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
         assert_eq!(learn.replay.share, 0.0, "replay is hone's own trainer's");
         let default = load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"sft\"]\n")).unwrap();
         assert_eq!(default.agents["a"].learn.trainer, crate::TrainerSpec::Hone);
+        let grpo =
+            "[agents.a.learn]\noptimisers = [\"grpo\", \"dpo\", \"sft\"]\n[agents.a.learn.trainer]\ntype = \"trl\"\n";
+        let all = load(&format!("{BASE}{grpo}")).unwrap();
+        assert_eq!(
+            all.agents["a"].learn.optimisers.len(),
+            3,
+            "TRL trains every weight optimiser"
+        );
 
         for (table, key, says) in [
-            (
-                "optimisers = [\"grpo\"]\n[agents.a.learn.trainer]\ntype = \"trl\"",
-                "trainer.type",
-                "`grpo` trains on hone's own trainer",
-            ),
             (
                 "[agents.a.learn.trainer]\ntype = \"trl\"\n[agents.a.learn.replay]\nshare = 0.2",
                 "replay.share",

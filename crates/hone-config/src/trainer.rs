@@ -1,7 +1,7 @@
 //! `[agents.NAME.learn.trainer]`: what trains the weight optimisers'
 //! adapters. `hone` (the default) is hone's own single-device trainer;
 //! `trl` hands the same data and hyperparameters to TRL (SFTTrainer,
-//! DPOTrainer) with PEFT LoRA, launched through `accelerate launch`, so one
+//! DPOTrainer, GRPOTrainer) with PEFT LoRA, launched through `accelerate launch`, so one
 //! config runs on a CPU, a GPU, many GPUs (FSDP or DeepSpeed, by the
 //! user's accelerate config) or many nodes.
 
@@ -49,9 +49,6 @@ pub struct TrlSpec {
     /// TRL training arguments over hone's, as JSON (the script's input).
     pub args: serde_json::Map<String, serde_json::Value>,
 }
-
-/// The weight optimisers TRL trains for hone.
-pub const TRL_METHODS: &[&str] = &["sft", "dpo"];
 
 impl TrainerSpec {
     pub const NAMES: &'static str = "hone, trl";

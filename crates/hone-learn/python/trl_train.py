@@ -1,6 +1,6 @@
-"""hone's TRL trainer: trains the LoRA adapter of one `sft` or `dpo`
-optimiser with TRL (SFTTrainer, DPOTrainer) and PEFT, on data hone
-prepared, under `accelerate launch` so that one config runs on a CPU, a
+"""hone's TRL trainer: trains the LoRA adapter of one `sft`, `dpo` or
+`grpo` optimiser with TRL (SFTTrainer, DPOTrainer, GRPOTrainer) and PEFT,
+on data hone prepared, under `accelerate launch` so that one config runs on a CPU, a
 GPU, many GPUs (FSDP or DeepSpeed, by the user's accelerate config) or
 many nodes.
 
@@ -9,6 +9,15 @@ hone owns the rules; this script only carries them to TRL:
   (recorded ids where it has them), written as TRL's own pre-tokenised
   columns (`input_ids`/`labels` for SFT, `prompt_ids`/`chosen_ids`/
   `rejected_ids` for DPO), so TRL tokenises nothing;
+- GRPO trains on hone's groups, never generating: each row is one
+  micro-batch of hone's plan (which completions, in which step, with which
+  advantage, all computed by hone), with the sampler's logprobs; TRL's own
+  GRPO loss then runs on them with hone's clip range, aggregation and KL
+  weight. An on-policy completion's importance ratio is taken against the
+  logprobs its sampler recorded; an off-policy one (served by an older
+  version) against the starting policy, scored here before the first step,
+  and its tokens weighted by TRL's truncated importance-sampling correction
+  (`token_truncate`, capped at hone's `is_cap`);
 - the hyperparameters are hone's training config for the optimiser (LoRA
   rank, alpha, dropout and targets; AdamW's settings; the schedule; batch,
   accumulation, steps, seed; DPO's beta), serialised by hone in job.json,
@@ -89,11 +98,13 @@ def mean_kl_to_base(model, rows, method, device):
             if method == "sft":
                 sequences = [(row["input_ids"], [label != -100 for label in row["labels"]])]
             else:
-                prompt = row["prompt_ids"]
-                sequences = [
-                    (prompt + row[side], [False] * len(prompt) + [True] * len(row[side]))
-                    for side in ("chosen_ids", "rejected_ids")
-                ]
+                prompt = row.get("prompt_ids")
+                pairs = (
+                    [(prompt, row[side]) for side in ("chosen_ids", "rejected_ids")]
+                    if method == "dpo"
+                    else [(c["prompt_ids"], c["completion_ids"]) for c in row["completions"]]
+                )
+                sequences = [(p + c, [False] * len(p) + [True] * len(c)) for p, c in pairs]
             for ids, scored in sequences:
                 x = torch.tensor([ids], device=device)
                 policy = torch.log_softmax(model(x).logits[0, :-1].float(), -1)
@@ -110,6 +121,149 @@ def mean_kl_to_base(model, rows, method, device):
     return total / max(count, 1)
 
 
+def grpo_trainer(job, rows, model, tokenizer, peft_config, training):
+    """TRL's GRPOTrainer fed hone's planned micro-batches (one a row, in
+    order, one row a process per micro-step) instead of generating."""
+    import torch
+    from datasets import Dataset
+    from torch.utils.data import SequentialSampler
+    from trl import GRPOConfig, GRPOTrainer
+
+    grpo = job["config"]["grpo"]
+    loss_type = {"token": "bnpo", "sequence": "grpo", "dr_grpo": "dr_grpo"}[grpo["aggregation"]]
+    training.update(
+        per_device_train_batch_size=1,
+        # TRL's own batching (unused here: hone planned the batches) wants
+        # whole groups of at least two generations per generation batch.
+        num_generations=2,
+        steps_per_generation=2,
+        loss_type=loss_type,
+        epsilon=grpo["epsilon_low"],
+        epsilon_high=grpo["epsilon_high"],
+        beta=grpo["kl_beta"],
+        max_completion_length=grpo["max_completion_tokens"] or None,
+    )
+    for key, value in (job.get("args") or {}).items():
+        training[key] = value
+    pad = tokenizer.pad_token_id
+    empty = {"prompt_ids": [pad], "completion_ids": [], "behaviour": None, "off_policy": False, "advantage": 0.0}
+
+    class HoneGroups(GRPOTrainer):
+        """GRPO on hone's rows: nothing generated, nothing rewarded here."""
+
+        proximal = {}
+
+        def get_train_dataloader(self):
+            return self._get_dataloader(
+                dataset=self.train_dataset,
+                description="Training",
+                batch_size=1,
+                sampler_fn=SequentialSampler,
+                is_training=True,
+            )
+
+        def _prepare_inputs(self, batch):
+            return self.tensors(batch[0]["row"], rows[batch[0]["row"]]["completions"] or [empty])
+
+        def tensors(self, index, completions, record=True):
+            device = self.accelerator.device
+            longest_prompt = max(len(c["prompt_ids"]) for c in completions)
+            longest = max(max(len(c["completion_ids"]) for c in completions), 1)
+
+            def padded(values, length, left, fill):
+                return [fill] * (length - len(values)) + values if left else values + [fill] * (length - len(values))
+
+            def tensor(lists, dtype):
+                return torch.tensor(lists, dtype=dtype, device=device)
+
+            prompt_ids = tensor([padded(c["prompt_ids"], longest_prompt, True, pad) for c in completions], torch.long)
+            prompt_mask = tensor([padded([1] * len(c["prompt_ids"]), longest_prompt, True, 0) for c in completions], torch.long)
+            completion_ids = tensor([padded(c["completion_ids"], longest, False, pad) for c in completions], torch.long)
+            completion_mask = tensor([padded([1] * len(c["completion_ids"]), longest, False, 0) for c in completions], torch.long)
+            inputs = {
+                "prompt_ids": prompt_ids,
+                "prompt_mask": prompt_mask,
+                "completion_ids": completion_ids,
+                "completion_mask": completion_mask,
+                "advantages": tensor([c["advantage"] for c in completions], torch.float32),
+            }
+            ids = torch.cat([prompt_ids, completion_ids], 1)
+            mask = torch.cat([prompt_mask, completion_mask], 1)
+            with torch.no_grad():
+                current, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, longest)
+                if self.beta != 0.0:
+                    with self.accelerator.unwrap_model(self.model).disable_adapter():
+                        inputs["ref_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
+                            self.model, ids, mask, longest
+                        )
+            old = current.clone()
+            weight = torch.ones_like(current)
+            for k, c in enumerate(completions):
+                n, behaviour = len(c["completion_ids"]), c["behaviour"]
+                if behaviour is None:
+                    continue
+                behaviour = tensor(behaviour, torch.float32)
+                if c["off_policy"]:
+                    old[k, :n] = self.proximal[(index, k)]
+                    weight[k, :n] = torch.clamp(torch.exp(old[k, :n] - behaviour), max=grpo["is_cap"])
+                else:
+                    old[k, :n] = behaviour
+            inputs["old_per_token_logps"] = old
+            inputs["importance_sampling_ratio"] = weight
+            # The figures hone's trainer reports: the mean importance ratio
+            # (1 on the first step when the sampler's logprobs are the
+            # policy's own) and, for off-policy tokens, the mean weight.
+            mask = completion_mask.bool()
+            if record and mask.any():
+                self._metrics["train"]["ratio"].append(float(torch.exp(current - old)[mask].mean()))
+            off = torch.tensor([c["off_policy"] and c["behaviour"] is not None for c in completions], device=device)
+            off_mask = mask & off[:, None]
+            if record and off_mask.any():
+                self._metrics["train"]["is_weight"].append(float(weight[off_mask].mean()))
+            if not grpo["max_completion_tokens"]:
+                self.max_completion_length = longest
+            return inputs
+
+        def score_proximal(self):
+            """Off-policy completions' logprobs under the starting policy."""
+            for index, row in enumerate(rows):
+                completions = row["completions"]
+                if not any(c["off_policy"] and c["behaviour"] is not None for c in completions):
+                    continue
+                inputs = self.tensors(index, [dict(c, off_policy=False) for c in completions], record=False)
+                with torch.no_grad():
+                    logps, _, _ = self._get_per_token_logps_and_entropies(
+                        self.model,
+                        torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+                        inputs["completion_ids"].size(1),
+                    )
+                for k, c in enumerate(completions):
+                    self.proximal[(index, k)] = logps[k, : len(c["completion_ids"])]
+
+    def rewarded_by_hone(**kwargs):
+        """TRL wants a reward source; hone's rewards are in the rows."""
+        raise RuntimeError("trl_train.py: hone's groups come scored; nothing is generated or rewarded here")
+
+    trainer = HoneGroups(
+        model=model,
+        reward_funcs=rewarded_by_hone,
+        args=GRPOConfig(**training),
+        train_dataset=Dataset.from_dict({"row": list(range(len(rows)))}),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    # TRL applies its truncated importance-sampling weights to the loss only
+    # where it sampled with vLLM; hone's off-policy completions take the
+    # same correction, weights computed above.
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.model.eval()
+    trainer.score_proximal()
+    trainer.model.train()
+    return trainer
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--job", required=True)
@@ -118,8 +272,8 @@ def main():
     args = p.parse_args()
     job = json.load(open(args.job))
     method = job["method"]
-    if method not in ("sft", "dpo"):
-        sys.exit(f"trl_train.py: the TRL trainer trains sft and dpo, not {method!r}")
+    if method not in ("sft", "dpo", "grpo"):
+        sys.exit(f"trl_train.py: the TRL trainer trains sft, dpo and grpo, not {method!r}")
 
     import torch
     import trl
@@ -133,6 +287,8 @@ def main():
     from accelerate import PartialState
 
     state = PartialState()
+    if state.is_main_process:
+        print(f"hone-trl {method} on {state.num_processes} process(es), {state.device}", file=sys.stderr, flush=True)
     config = job["config"]
     torch.manual_seed(config["seed"])
     rows = [json.loads(line) for line in open(args.data) if line.strip()]
@@ -169,7 +325,7 @@ def main():
                 "step": state_.global_step,
                 "total_steps": config["steps"],
                 "loss": float(logs["loss"]),
-                "reward": None,
+                "reward": step_rewards.get(state_.global_step),
                 "kl": 0.0,
                 "grad_norm": float(logs.get("grad_norm", 0.0)),
                 "lr": float(logs.get("learning_rate", 0.0)),
@@ -183,8 +339,11 @@ def main():
             print(f"hone-trl step {state_.global_step}/{config['steps']} loss {report['loss']:.4f}", file=sys.stderr, flush=True)
 
     scratch = tempfile.mkdtemp(prefix="hone-trl-")
-    dataset = Dataset.from_list(rows)
-    if method == "sft":
+    step_rewards = {row["step"]: row["reward"] for row in rows if method == "grpo"}
+    if method == "grpo":
+        trainer = grpo_trainer(job, rows, model, tokenizer, peft_config, settings(job, scratch))
+    elif method == "sft":
+        dataset = Dataset.from_list(rows)
         from trl import SFTConfig, SFTTrainer
 
         training = SFTConfig(**settings(job, scratch), max_length=None, dataset_kwargs={"skip_prepare_dataset": True})
@@ -193,6 +352,8 @@ def main():
         )
     else:
         from trl import DPOConfig, DPOTrainer
+
+        dataset = Dataset.from_list(rows)
 
         class PreTokenised(DPOTrainer):
             """hone's pairs are token ids already: nothing to tokenise."""

@@ -8,6 +8,8 @@
 //! - [`lora`]: the trainable parameters, PEFT save and load;
 //! - [`data`]: the JSONL formats `hone train` reads;
 //! - [`trainer`]: the loop — accumulation, replay, EWC, metrics;
+//! - [`schedule`]: which examples each step trains on, and GRPO's
+//!   advantages there, as data another trainer can follow;
 //! - [`checkpoint`]: checkpoints that resume exactly;
 //! - [`full`]: full-weight supervised training of small models with the
 //!   policy's backward extended to every weight, for the base policies hone
@@ -22,6 +24,7 @@ pub mod loss;
 pub mod optim;
 pub mod parallel;
 pub mod policy;
+pub mod schedule;
 pub mod trainer;
 
 pub use lora::{LoraParams, LoraSpec};

@@ -7,17 +7,16 @@ use crate::checkpoint::{self, TrainerState};
 use crate::data::{DpoExample, GrpoGroup, SftExample};
 use crate::lora::{LoraParams, LoraSpec};
 use crate::loss::dpo::{dpo_loss, DpoPair};
-use crate::loss::grpo::{episode_advantages, grpo_loss, Baseline, GrpoOptions, GrpoSequence};
+use crate::loss::grpo::{grpo_loss, Baseline, GrpoOptions, GrpoSequence};
 use crate::loss::sft::sft_loss;
 use crate::loss::{mean_kl, LossOutput};
 use crate::optim::{clip_grad_norm, AdamW, OptimConfig};
 use crate::parallel::{cut, on_threads};
 use crate::policy::{self, Dropout, Grads, Packed, Sequence};
+use crate::schedule::{end_grpo_step, grpo_batch, total_steps, Order};
 use crate::{Result, TrainError};
 use candle_core::{Device, Tensor};
 use hone_engine::Model;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -148,7 +147,7 @@ pub struct Trainer {
     /// before the first step (kept in checkpoints: a resumed run has moved).
     proximal: HashMap<(usize, usize), Vec<f32>>,
     ewc: Option<Ewc>,
-    order: Option<(usize, Vec<usize>)>,
+    order: Order,
     /// Parts a batch is cut into, each on a thread of its own (see
     /// [`Trainer::forward_backward`]).
     parts: usize,
@@ -192,11 +191,8 @@ impl Trainer {
             Some(dir) => LoraParams::load(&model, dir)?,
             None => LoraParams::init(&model, &config.lora, config.seed)?,
         };
-        let per_step = config.batch_size * config.accumulation;
-        let total_steps = config
-            .steps
-            .unwrap_or_else(|| (config.epochs * data.len()).div_ceil(per_step))
-            .max(1);
+        let total_steps = total_steps(&config, data.len());
+        let order = Order::new(&config, data.len());
         let optimizer = AdamW::new(config.optim.clone(), &lora.tensors())?;
         let baseline = Baseline {
             values: config.baselines.clone(),
@@ -215,7 +211,7 @@ impl Trainer {
             reference: HashMap::new(),
             proximal: HashMap::new(),
             ewc: None,
-            order: None,
+            order,
             parts: hone_engine::threads::batch_parts(),
         };
         if trainer.config.ewc_lambda > 0.0 {
@@ -252,7 +248,7 @@ impl Trainer {
         }
         self.data = Arc::new(data);
         self.reference.clear();
-        self.order = None;
+        self.order = Order::new(&self.config, self.data.len());
         // Proximal logprobs are keyed by the data's (group, sample): the
         // new data's off-policy samples need their own, under the adapter
         // as it is now.
@@ -419,19 +415,7 @@ impl Trainer {
         let updated = self.optimizer.step(&self.lora.tensors(), &grads, lr)?;
         self.lora.set_tensors(updated)?;
         self.step += 1;
-        if !rewards.is_empty() {
-            report.reward = Some(rewards.iter().map(|(_, r)| r).sum::<f64>() / rewards.len() as f64);
-            let mut by_agent: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-            for (agent, r) in &rewards {
-                if let Some(agent) = agent {
-                    by_agent.entry(agent.as_str()).or_default().push(*r);
-                }
-            }
-            for (agent, rs) in by_agent {
-                let mean = rs.iter().sum::<f64>() / rs.len() as f64;
-                self.baseline.update(agent, mean, self.config.grpo.baseline_rate);
-            }
-        }
+        report.reward = end_grpo_step(&mut self.baseline, &rewards, self.config.grpo.baseline_rate);
         report.kl = if kl.is_empty() {
             0.0
         } else {
@@ -442,27 +426,9 @@ impl Trainer {
         Ok(report)
     }
 
-    /// The data indices of micro-batch `micro` of the current step: passes
-    /// over the data in a seeded shuffle per epoch. A micro-batch never holds
-    /// one example twice: with fewer examples than `batch_size`, it holds
-    /// each once.
+    /// The data indices of micro-batch `micro` of the current step.
     fn next_items(&mut self, micro: usize) -> Vec<usize> {
-        let n = self.data.len();
-        let batch = self.config.batch_size.min(n.max(1));
-        let first = (self.step * self.config.accumulation + micro) * batch;
-        (first..first + batch)
-            .map(|c| {
-                let epoch = c / n;
-                if self.order.as_ref().map(|(e, _)| *e) != Some(epoch) {
-                    let mut order: Vec<usize> = (0..n).collect();
-                    let mut rng =
-                        rand::rngs::StdRng::seed_from_u64(self.config.seed ^ (epoch as u64).wrapping_mul(0x9E37));
-                    order.shuffle(&mut rng);
-                    self.order = Some((epoch, order));
-                }
-                self.order.as_ref().map_or(c % n, |(_, order)| order[c % n])
-            })
-            .collect()
+        self.order.items(self.step, micro)
     }
 
     fn dropout_seed(&self, micro: usize) -> u64 {
@@ -573,30 +539,9 @@ impl Trainer {
         let Data::Grpo(groups) = &*data else {
             return Ok(None);
         };
-        let mut keys = Vec::new();
-        let mut advantages = Vec::new();
-        for &i in items {
-            let group = &groups[i];
-            let rs: Vec<f64> = group.samples.iter().map(|s| s.reward).collect();
-            let episodes: Vec<Option<&str>> = group.samples.iter().map(|s| s.episode.as_deref()).collect();
-            // One answer (or the calls of one episode): baseline mode, each
-            // call's credit against the agent's running baseline, which the
-            // episode moves once.
-            let single = rs.len() == 1 || (episodes[0].is_some() && episodes.iter().all(|e| *e == episodes[0]));
-            let advs = if single {
-                rewards.push((Some(group.agent.clone()), rs.iter().sum::<f64>() / rs.len() as f64));
-                Some(rs.iter().map(|r| self.baseline.advantage(&group.agent, *r)).collect())
-            } else {
-                rewards.extend(rs.iter().map(|r| (None, *r)));
-                episode_advantages(&rs, &episodes, &self.config.grpo)
-            };
-            if let Some(advs) = advs {
-                for (j, a) in advs.into_iter().enumerate() {
-                    keys.push((i, j));
-                    advantages.push(a);
-                }
-            }
-        }
+        let batch = grpo_batch(groups, items, &self.baseline, &self.config.grpo);
+        rewards.extend(batch.rewards);
+        let (keys, advantages) = (batch.keys, batch.advantages);
         if keys.is_empty() {
             return Ok(None);
         }

@@ -109,6 +109,9 @@ pub(super) async fn run(
         let proposals = match proposed {
             Ok(p) => p,
             Err(e) => {
+                // The whole chain: a trainer's failure says why in its cause
+                // (TRL's last lines of output).
+                let e = e.report();
                 learner.say(name, &format!("optimiser {} failed: {e}", optimiser.name()));
                 events.push(
                     HistoryEvent::new(name, now, "optimiser", format!("{} failed: {e}", optimiser.name()))

@@ -1,12 +1,16 @@
 //! The TRL trainer (`[agents.NAME.learn.trainer] type = "trl"`): the
-//! adapter an `sft` or `dpo` optimiser would train on hone's own trainer is
-//! trained by TRL with PEFT instead, in a process of its own started with
+//! adapter an `sft`, `dpo` or `grpo` optimiser would train on hone's own
+//! trainer is trained by TRL with PEFT instead, in a process of its own started with
 //! `accelerate launch`, so it runs wherever the user's accelerate config
 //! says (a CPU, a GPU, many GPUs under FSDP or DeepSpeed, many nodes).
 //!
 //! One home for each rule: the rows are the token sequences hone's own
 //! trainer would read (rendered by hone, recorded ids where it has them),
-//! written in TRL's pre-tokenised columns; the hyperparameters are hone's
+//! written in TRL's pre-tokenised columns; GRPO's rows are hone's own
+//! plan of the training (`hone_train::schedule`: each micro-batch's
+//! completions with the advantages hone computes, the sampler's logprobs
+//! and whether it was off-policy), one row per micro-batch, which TRL's
+//! GRPO loss takes in order without generating; the hyperparameters are hone's
 //! training config for the optimiser, serialised whole into `job.json` for
 //! the script (`python/trl_train.py`, embedded here) to map onto TRL's
 //! arguments, the user's `args` over them. The script leaves PEFT's adapter
@@ -16,7 +20,9 @@
 use super::training::Method;
 use crate::error::LearnError;
 use hone_config::TrlSpec;
-use hone_train::data::{DpoExample, SftExample};
+use hone_train::data::{DpoExample, GrpoGroup, SftExample};
+use hone_train::policy::Sequence;
+use hone_train::schedule::grpo_plan;
 use hone_train::{Data, TrainConfig};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -42,7 +48,7 @@ pub struct TrlJob<'a> {
 /// the job and the script there, runs `accelerate launch`, and checks that
 /// the adapter's files were left behind.
 pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError> {
-    let rows = rows(data)?;
+    let rows = rows(data, job.config, job.spec.num_processes)?;
     let write = |name: &str, bytes: &[u8]| -> Result<PathBuf, LearnError> {
         let path = dir.join(name);
         std::fs::write(&path, bytes).map_err(LearnError::training(format!("writing {}", path.display())))?;
@@ -103,12 +109,7 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError
     }
     let status = child.wait().map_err(LearnError::training("waiting for TRL"))?;
     if !status.success() {
-        let said = tail
-            .iter()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .cloned()
-            .unwrap_or_default();
+        let said = said(&tail);
         return Err(LearnError::training("TRL training failed")(format!(
             "{status}: {said}\n{}",
             tail.join("\n")
@@ -127,6 +128,25 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError
     Ok(())
 }
 
+/// The line of the script's output that says why it failed: its last
+/// exception (not the launcher's report that a process failed), else its
+/// last line.
+fn said(tail: &[String]) -> String {
+    let exception = |l: &&String| {
+        let head = l.split(": ").next().unwrap_or_default();
+        !l.starts_with(' ')
+            && (head.ends_with("Error") || head.ends_with("Exception") || head == "SystemExit")
+            && !head.ends_with("CalledProcessError")
+            && !head.ends_with("ChildFailedError")
+    };
+    tail.iter()
+        .rev()
+        .find(exception)
+        .or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty()))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// accelerate's settings for one machine of `spec.num_processes`
 /// processes on `spec.device` (`distributed_type` quoted: a bare NO is
 /// YAML's false).
@@ -143,15 +163,59 @@ fn single_machine(spec: &TrlSpec) -> String {
     )
 }
 
-/// The rows in TRL's pre-tokenised columns.
-fn rows(data: &Data) -> Result<Vec<Value>, LearnError> {
+/// The rows in TRL's pre-tokenised columns; GRPO's, one per micro-batch
+/// of `processes` processes.
+fn rows(data: &Data, config: &TrainConfig, processes: usize) -> Result<Vec<Value>, LearnError> {
     match data {
         Data::Sft(examples) => Ok(examples.iter().map(sft_row).collect()),
         Data::Dpo(pairs) => pairs.iter().map(dpo_row).collect(),
-        Data::Grpo(_) => Err(LearnError::training("TRL training")(
-            "TRL trains sft and dpo for hone; grpo trains on hone's own trainer",
-        )),
+        Data::Grpo(groups) => grpo_rows(groups, config, processes),
     }
+}
+
+/// hone's GRPO plan as rows: every step's micro-batches (`accumulation` for
+/// each of `processes` processes, which take them in turn), each with its
+/// step, the step's mean reward and its completions.
+fn grpo_rows(groups: &[GrpoGroup], config: &TrainConfig, processes: usize) -> Result<Vec<Value>, LearnError> {
+    let planned = TrainConfig {
+        accumulation: config.accumulation * processes.max(1),
+        ..config.clone()
+    };
+    let mut rows = Vec::new();
+    for (step, planned_step) in grpo_plan(groups, &planned).into_iter().enumerate() {
+        for batch in &planned_step.micro_batches {
+            let completions = batch
+                .keys
+                .iter()
+                .zip(&batch.advantages)
+                .map(|(&(i, j), &advantage)| {
+                    let sample = &groups[i].samples[j];
+                    let (prompt, completion) = split(&sample.sequence)
+                        .ok_or_else(|| refuse(groups[i].line, "a completion holds tokens that are not trained on"))?;
+                    Ok(json!({
+                        "prompt_ids": prompt,
+                        "completion_ids": completion,
+                        "behaviour": sample.behaviour,
+                        "off_policy": sample.off_policy,
+                        "advantage": advantage,
+                    }))
+                })
+                .collect::<Result<Vec<Value>, LearnError>>()?;
+            rows.push(json!({"step": step + 1, "reward": planned_step.reward, "completions": completions}));
+        }
+    }
+    Ok(rows)
+}
+
+/// A sequence's unscored prompt and its scored completion; `None` when
+/// unscored tokens follow scored ones (TRL scores every completion token).
+fn split(s: &Sequence) -> Option<(&[u32], &[u32])> {
+    let n = s.scored.iter().position(|&x| x).unwrap_or(s.tokens.len());
+    s.scored[n..].iter().all(|&x| x).then(|| s.tokens.split_at(n))
+}
+
+fn refuse(line: usize, why: &str) -> LearnError {
+    LearnError::training(format!("training row on line {line}"))(why.to_owned())
 }
 
 /// `input_ids`, and `labels` with -100 where a token is not trained on.
@@ -170,29 +234,18 @@ fn sft_row(example: &SftExample) -> Value {
 /// side's scored completion; a pair whose completions hold unscored tokens
 /// (TRL scores every completion token) is refused, naming its line.
 fn dpo_row(pair: &DpoExample) -> Result<Value, LearnError> {
-    let prompt_len = |s: &hone_train::policy::Sequence| s.scored.iter().position(|&x| x).unwrap_or(s.tokens.len());
-    let (c, r) = (&pair.chosen, &pair.rejected);
-    let n = prompt_len(c);
-    let refuse = |why: &str| LearnError::training(format!("DPO pair on line {}", pair.line))(why.to_owned());
-    if n != prompt_len(r) || c.tokens[..n] != r.tokens[..n] {
-        return Err(refuse("its two sides do not share their prompt"));
+    let unscored = "a completion holds tokens that are not trained on, which TRL cannot leave out";
+    let (prompt, chosen) = split(&pair.chosen).ok_or_else(|| refuse(pair.line, unscored))?;
+    let (other, rejected) = split(&pair.rejected).ok_or_else(|| refuse(pair.line, unscored))?;
+    if prompt != other {
+        return Err(refuse(pair.line, "its two sides do not share their prompt"));
     }
-    if c.scored[n..].iter().chain(&r.scored[n..]).any(|&x| !x) {
-        return Err(refuse(
-            "a completion holds tokens that are not trained on, which TRL's DPO cannot leave out",
-        ));
-    }
-    Ok(json!({
-        "prompt_ids": c.tokens[..n],
-        "chosen_ids": c.tokens[n..],
-        "rejected_ids": r.tokens[n..],
-    }))
+    Ok(json!({"prompt_ids": prompt, "chosen_ids": chosen, "rejected_ids": rejected}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hone_train::policy::Sequence;
 
     #[test]
     fn rows_carry_hones_tokens_and_masks_in_trls_columns() {
@@ -220,6 +273,20 @@ mod tests {
         };
         let error = dpo_row(&apart).unwrap_err().to_string();
         assert!(error.contains("line 8"), "{error}");
+    }
+
+    #[test]
+    fn a_failure_is_said_by_the_scripts_exception_not_the_launchers() {
+        let tail: Vec<String> = [
+            "  File \"trl_train.py\", line 3, in main",
+            "ValueError: No reward source provided.",
+            "Traceback (most recent call last):",
+            "subprocess.CalledProcessError: Command '[python]' returned non-zero exit status 1.",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(said(&tail), "ValueError: No reward source provided.");
+        assert_eq!(said(&["killed".to_owned(), String::new()]), "killed");
     }
 
     #[test]
