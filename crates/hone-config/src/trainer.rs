@@ -27,6 +27,8 @@ pub struct RawTrainer {
     pub device: Option<String>,
     /// TRL's own training arguments, passed through (applied over hone's).
     pub args: Option<toml::Table>,
+    /// The longest a TRL job may run before it is stopped.
+    pub time_limit_minutes: Option<u64>,
 }
 
 /// What trains an agent's adapters.
@@ -48,6 +50,13 @@ pub struct TrlSpec {
     pub device: String,
     /// TRL training arguments over hone's, as JSON (the script's input).
     pub args: serde_json::Map<String, serde_json::Value>,
+    pub time_limit_minutes: u64,
+}
+
+impl TrlSpec {
+    /// A day: long enough for a large adapter on a cluster, short enough
+    /// that a job that hangs ends.
+    pub const DEFAULT_TIME_LIMIT_MINUTES: u64 = 24 * 60;
 }
 
 impl TrainerSpec {
@@ -64,6 +73,7 @@ impl TrainerSpec {
             ("num_processes", raw.num_processes.is_some()),
             ("device", raw.device.is_some()),
             ("args", raw.args.is_some()),
+            ("time_limit_minutes", raw.time_limit_minutes.is_some()),
         ];
         match raw.kind.as_deref().unwrap_or("hone") {
             "hone" => match trl_only.iter().find(|(_, set)| *set) {
@@ -77,6 +87,13 @@ impl TrainerSpec {
                 let num_processes = raw.num_processes.unwrap_or(1);
                 if num_processes == 0 {
                     return Err(ConfigError::at(format!("{field}.num_processes"), "must be at least 1"));
+                }
+                let time_limit_minutes = raw.time_limit_minutes.unwrap_or(TrlSpec::DEFAULT_TIME_LIMIT_MINUTES);
+                if time_limit_minutes == 0 {
+                    return Err(ConfigError::at(
+                        format!("{field}.time_limit_minutes"),
+                        "must be at least 1",
+                    ));
                 }
                 let device = raw.device.unwrap_or_else(|| "cpu".to_owned());
                 if device != "cpu" && device != "cuda" {
@@ -103,6 +120,7 @@ impl TrainerSpec {
                     num_processes,
                     device,
                     args,
+                    time_limit_minutes,
                 }))
             }
             other => Err(ConfigError::at(

@@ -27,10 +27,15 @@ It writes, into --out: `adapter_config.json` and `adapter_model.safetensors`
 (PEFT's layout, which hone's engine loads), and `metrics.jsonl`, one line a
 step in hone's step-report format (the last also with the mean k3 KL to the
 base on the training data's scored tokens, measured after training with
-the adapter off). Progress lines go to stderr.
+the adapter off), and TRL's checkpoints in `checkpoints/`, which a run
+with `--resume` continues from. Progress goes to stderr: `hone-trl step`
+and a step report as JSON each step, `hone-trl <news>` otherwise. Each
+process stops itself when hone (`--hone-pid`) exits or the `--deadline`
+(Unix seconds) passes.
 
 Run by hone as `accelerate launch [--config_file F] [--num_processes N]
-trl_train.py --job job.json --data data.jsonl --out DIR`.
+trl_train.py --job job.json --data data.jsonl --out DIR --hone-pid PID
+--deadline T [--resume]`.
 """
 
 import argparse
@@ -38,7 +43,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 
@@ -76,7 +80,10 @@ def settings(job, output_dir):
         "lr_scheduler_type": "cosine" if optim["schedule"] == "cosine" else "constant_with_warmup",
         "seed": config["seed"],
         "logging_steps": 1,
-        "save_strategy": "no",
+        # Checkpoints a job resumes from when hone restarts it.
+        "save_strategy": "steps",
+        "save_steps": max(1, config["steps"] // 4),
+        "save_total_limit": 2,
         "report_to": [],
         "disable_tqdm": True,
         "remove_unused_columns": False,
@@ -264,12 +271,62 @@ def grpo_trainer(job, rows, model, tokenizer, peft_config, training):
     return trainer
 
 
+def last_whole_checkpoint(folder):
+    """The latest of TRL's checkpoints in `folder` that was written whole
+    (a job cut off while writing one leaves it partial), or None."""
+    whole = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "adapter_model.safetensors")
+    found = []
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        path = os.path.join(folder, name)
+        if name.startswith("checkpoint-") and all(os.path.exists(os.path.join(path, f)) for f in whole):
+            try:
+                json.load(open(os.path.join(path, "trainer_state.json")))
+            except ValueError:
+                continue
+            found.append((int(name.rsplit("-", 1)[1]), path))
+    return max(found)[1] if found else None
+
+
+def watchdog(hone_pid, deadline):
+    """Stops this process when the hone that started the job has exited
+    (its cycle is over: nothing would take the adapter) or when the job's
+    time limit has run out."""
+    import threading
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+    def watch():
+        while True:
+            time.sleep(1)
+            if hone_pid and not alive(hone_pid):
+                why = "hone, which started this job, has exited"
+            elif deadline and time.time() > deadline:
+                why = "the job's time limit has run out"
+            else:
+                continue
+            print(f"hone-trl stopped: {why}", file=sys.stderr, flush=True)
+            os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--job", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--hone-pid", type=int, default=0)
+    p.add_argument("--deadline", type=float, default=0)
+    p.add_argument("--resume", action="store_true")
     args = p.parse_args()
+    watchdog(args.hone_pid, args.deadline)
     job = json.load(open(args.job))
     method = job["method"]
     if method not in ("sft", "dpo", "grpo"):
@@ -334,11 +391,23 @@ def main():
                 "seconds": time.time() - started,
                 "extra": extra,
             }
+            line = json.dumps(report)
             with open(metrics, "a") as f:
-                f.write(json.dumps(report) + "\n")
-            print(f"hone-trl step {state_.global_step}/{config['steps']} loss {report['loss']:.4f}", file=sys.stderr, flush=True)
+                f.write(line + "\n")
+            print(f"hone-trl step {line}", file=sys.stderr, flush=True)
 
-    scratch = tempfile.mkdtemp(prefix="hone-trl-")
+    scratch = os.path.join(out, "checkpoints")
+    resume_from = None
+    if args.resume:
+        resume_from = last_whole_checkpoint(scratch)
+    if state.is_main_process:
+        kept = []
+        if resume_from and os.path.exists(metrics):
+            done = int(resume_from.rsplit("-", 1)[1])
+            kept = [line for line in open(metrics).read().splitlines() if json.loads(line)["step"] <= done]
+            print(f"hone-trl resuming from step {done} of {config['steps']}", file=sys.stderr, flush=True)
+        with open(metrics, "w") as f:
+            f.writelines(line + "\n" for line in kept)
     step_rewards = {row["step"]: row["reward"] for row in rows if method == "grpo"}
     if method == "grpo":
         trainer = grpo_trainer(job, rows, model, tokenizer, peft_config, settings(job, scratch))
@@ -366,7 +435,7 @@ def main():
             model=model, args=training, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
         )
     trainer.add_callback(Report())
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from)
     saved = os.path.join(scratch, "adapter")
     trainer.save_model(saved)
     if state.is_main_process:
@@ -381,7 +450,6 @@ def main():
         for name in ("adapter_config.json", "adapter_model.safetensors"):
             shutil.copy(os.path.join(saved, name), os.path.join(out, name))
         print(f"hone-trl done: {config['steps']} steps, KL to base {kl:.5f}", file=sys.stderr, flush=True)
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

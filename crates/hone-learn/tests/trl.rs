@@ -232,3 +232,117 @@ async fn trl_trains_grpo_on_production_groups_with_the_samplers_logprobs_across_
         "{metrics}"
     );
 }
+
+/// Stops every process whose command line names `path` (the TRL job of one
+/// adapter: accelerate's launcher and its workers), as they stop when the
+/// `hone learn` that started them dies.
+fn stop_processes_naming(path: &std::path::Path) -> usize {
+    let needle = path.display().to_string();
+    let mut stopped = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if pid != std::process::id() && String::from_utf8_lossy(&cmdline).contains(&needle) {
+            let killed = std::process::Command::new("sh")
+                .args(["-c", &format!("kill -9 {pid}")])
+                .status();
+            stopped += usize::from(killed.is_ok_and(|s| s.success()));
+        }
+    }
+    stopped
+}
+
+/// A TRL job cut off mid-training (as when `hone learn` dies: its job stops
+/// itself) resumes from TRL's latest checkpoint when the cycle is resumed:
+/// no step trained twice, none left out, the adapter finished and gated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cycle() {
+    let Some(python) = python() else { return };
+    let model = tiny_checkpoint();
+    let steps = 60;
+    let config = TestConfig::new()
+        .local()
+        .local_agent("re", &model.path().display().to_string(), 6)
+        .toml(&format!(
+            "[agents.re.reward]\npass_threshold = 0.5\n[agents.re.reward.critics.answer]\ntype = \"regex\"\n\
+             pattern = \".*\"\n[agents.re.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+             [agents.re.learn.sft]\nsteps = {steps}\nlr = 0.001\nrank = 4\nmin_examples = 1\n\
+             [agents.re.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n"
+        ))
+        .build();
+    let w = std::sync::Arc::new(World::start_with(&config).await);
+    for i in 0..8 {
+        w.ask("re", &format!("re-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
+    let adapters = w.config.adapters_dir("local");
+    let first = {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let (learner, _) = learner(&w);
+            learner.run_cycle("re", "manual").await
+        })
+    };
+    // Wait for TRL's first checkpoint, then cut the job off.
+    let partial = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!first.is_finished(), "the cycle ended before a checkpoint was seen");
+        let found = std::fs::read_dir(&adapters).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "partial") && p.join("checkpoints").is_dir())
+        });
+        if let Some(p) = found {
+            // A checkpoint written whole (TRL writes its state last).
+            let whole = std::fs::read_dir(p.join("checkpoints")).unwrap().flatten().any(|e| {
+                std::fs::read(e.path().join("trainer_state.json"))
+                    .is_ok_and(|b| serde_json::from_slice::<serde_json::Value>(&b).is_ok())
+            });
+            if whole {
+                break p;
+            }
+        }
+    };
+    first.abort();
+    assert!(stop_processes_naming(&partial) > 0, "no TRL process found");
+    let _ = first.await;
+    let cut_at = std::fs::read_to_string(partial.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(cut_at < steps, "cut off after {cut_at} of {steps} steps");
+
+    // `hone learn` again: the open cycle resumes and so does its TRL job.
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("re", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    assert!(log.contains("resuming cycle"), "{log}");
+    assert!(log.contains("TRL: resuming from step"), "{log}");
+    let listing: Vec<_> = std::fs::read_dir(&adapters)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let metrics = std::fs::read_to_string(adapters.join(adapter_name(&cycle, Method::Sft)).join("metrics.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}: {listing:?}\n{log}"));
+    let trained: Vec<u64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        trained,
+        (1..=steps as u64).collect::<Vec<_>>(),
+        "each step once, in order"
+    );
+    let candidates = w.store.candidates("re", Some(&cycle.id)).unwrap();
+    assert!(candidates[0].scores.is_some(), "gated: {log}");
+}

@@ -197,7 +197,17 @@ pub async fn propose_adapter(
             name: name.clone(),
             trainer: ctx.agent.learn.trainer.clone(),
         };
-        tokio::task::spawn_blocking(move || train(&job, &examples)).await??;
+        // The trainer's progress, said from here as it comes.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let training = tokio::task::spawn_blocking(move || {
+            train(&job, &examples, &|line| {
+                let _ = tx.send(line);
+            })
+        });
+        while let Some(line) = rx.recv().await {
+            (ctx.progress)(&format!("{}: {line}", method.name()));
+        }
+        training.await??;
     }
     if let Some(manifest) = ctx
         .artefacts
@@ -363,11 +373,28 @@ pub fn train_config(method: Method, spec: &TrainingSpec) -> TrainConfig {
     config
 }
 
-fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
+/// A step worth a line of progress: the first, the last and each quarter.
+pub fn step_line(report: &StepReport) -> Option<String> {
+    let (step, total) = (report.step, report.total_steps.max(1));
+    if step != 1 && step != total && !step.is_multiple_of((total / 4).max(1)) {
+        return None;
+    }
+    let reward = report.reward.map(|r| format!(", reward {r:.3}")).unwrap_or_default();
+    Some(format!(
+        "step {step}/{total}: loss {:.4}{reward}, KL {:.4}",
+        report.loss, report.kl
+    ))
+}
+
+fn train(job: &Job, examples: &Examples, say: &(dyn Fn(String) + Sync)) -> Result<(), LearnError> {
     let partial = job.adapters_dir.join(format!("{}.partial", job.name));
-    let _ = std::fs::remove_dir_all(&partial);
+    // TRL's job may resume from the checkpoints it left there; hone's own
+    // trainer starts afresh.
+    if job.trainer == TrainerSpec::Hone {
+        let _ = std::fs::remove_dir_all(&partial);
+    }
     std::fs::create_dir_all(&partial).map_err(LearnError::training(format!("creating {}", partial.display())))?;
-    let data_path = partial.join("data.jsonl");
+    let data_path = job.adapters_dir.join(format!("{}.data.jsonl", job.name));
     std::fs::write(&data_path, &examples.rows)
         .map_err(LearnError::training(format!("writing {}", data_path.display())))?;
     let tokenizer = hone_engine::Tokenizer::load(&job.base).map_err(LearnError::training("loading the tokenizer"))?;
@@ -376,10 +403,12 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
         tokenizer: Some(&tokenizer),
     };
     let data = match job.method {
-        Method::Grpo => Data::Grpo(data::read_grpo(&data_path, renderer).map_err(LearnError::training(reading()))?),
-        Method::Dpo => Data::Dpo(data::read_dpo(&data_path, renderer).map_err(LearnError::training(reading()))?),
-        Method::Sft => Data::Sft(data::read_sft(&data_path, renderer).map_err(LearnError::training(reading()))?),
+        Method::Grpo => data::read_grpo(&data_path, renderer).map(Data::Grpo),
+        Method::Dpo => data::read_dpo(&data_path, renderer).map(Data::Dpo),
+        Method::Sft => data::read_sft(&data_path, renderer).map(Data::Sft),
     };
+    let _ = std::fs::remove_file(&data_path);
+    let data = data.map_err(LearnError::training(reading()))?;
     let config = TrainConfig {
         baselines: examples.baselines.clone(),
         replay_per_batch: job.replay.per_batch,
@@ -394,8 +423,8 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
             base: &job.base,
             parent: job.parent.as_deref(),
         };
-        super::trl::train(&trl_job, &data, &partial)?;
-        return finish(job, &partial, &data_path);
+        super::trl::train(&trl_job, &data, &partial, say)?;
+        return finish(job, &partial);
     }
     let mut trainer = Trainer::new(
         &job.base,
@@ -407,14 +436,17 @@ fn train(job: &Job, examples: &Examples) -> Result<(), LearnError> {
     )
     .map_err(LearnError::training("cannot start training"))?;
     trainer
-        .run(&partial, &mut |_| {})
+        .run(&partial, &mut |report| {
+            if let Some(line) = step_line(report) {
+                say(line);
+            }
+        })
         .map_err(LearnError::training("training failed"))?;
-    finish(job, &partial, &data_path)
+    finish(job, &partial)
 }
 
 /// Clears a trained adapter's scratch files and moves it to its name.
-fn finish(job: &Job, partial: &Path, data_path: &Path) -> Result<(), LearnError> {
-    let _ = std::fs::remove_file(data_path);
+fn finish(job: &Job, partial: &Path) -> Result<(), LearnError> {
     let _ = std::fs::remove_dir_all(partial.join("checkpoints"));
     let done = job.adapters_dir.join(&job.name);
     std::fs::rename(partial, &done).map_err(LearnError::training(format!(

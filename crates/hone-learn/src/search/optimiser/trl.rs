@@ -17,7 +17,7 @@
 //! files and hone's step reports (`metrics.jsonl`) in the adapter's
 //! `.partial` directory, as hone's trainer does.
 
-use super::training::Method;
+use super::training::{step_line, Method};
 use crate::error::LearnError;
 use hone_config::TrlSpec;
 use hone_train::data::{DpoExample, GrpoGroup, SftExample};
@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The script TRL runs, as shipped with this build.
 const SCRIPT: &str = include_str!("../../../python/trl_train.py");
@@ -45,35 +46,51 @@ pub struct TrlJob<'a> {
 }
 
 /// Trains into `dir` (the adapter's `.partial` directory): writes the rows,
-/// the job and the script there, runs `accelerate launch`, and checks that
-/// the adapter's files were left behind.
-pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError> {
+/// the job and the script there, runs `accelerate launch`, says its steps
+/// through `say`, and checks that the adapter's files were left behind.
+///
+/// A job found in `dir` with the same rows and settings (a cycle resumed
+/// after `hone learn` stopped mid-training) resumes from TRL's latest
+/// checkpoint there; anything else in `dir` is cleared first. The job
+/// stops itself when the process that started it exits and when its time
+/// limit runs out (the script watches both); past the limit and a minute's
+/// grace, it is killed from here.
+pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + Sync)) -> Result<(), LearnError> {
     let rows = rows(data, job.config, job.spec.num_processes)?;
-    let write = |name: &str, bytes: &[u8]| -> Result<PathBuf, LearnError> {
-        let path = dir.join(name);
-        std::fs::write(&path, bytes).map_err(LearnError::training(format!("writing {}", path.display())))?;
-        Ok(path)
-    };
     let mut jsonl = Vec::new();
     for row in &rows {
         serde_json::to_writer(&mut jsonl, row).map_err(LearnError::training("writing a TRL row"))?;
         jsonl.push(b'\n');
     }
-    let data_path = write("trl.jsonl", &jsonl)?;
     let job_json = json!({
         "method": job.method.name(),
         "base": job.base,
         "parent": job.parent,
         "device": job.spec.device,
+        "num_processes": job.spec.num_processes,
         "config": job.config,
         "args": job.spec.args,
-    });
-    let job_path = write("job.json", job_json.to_string().as_bytes())?;
+    })
+    .to_string();
+    let resume = same_job(dir, &job_json, &jsonl);
+    if !resume {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    std::fs::create_dir_all(dir).map_err(LearnError::training(format!("creating {}", dir.display())))?;
+    let write = |name: &str, bytes: &[u8]| -> Result<PathBuf, LearnError> {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(LearnError::training(format!("writing {}", path.display())))?;
+        Ok(path)
+    };
+    let data_path = write("trl.jsonl", &jsonl)?;
+    let job_path = write("job.json", job_json.as_bytes())?;
     let script = write("trl_train.py", SCRIPT.as_bytes())?;
     let accelerate = match &job.spec.accelerate_config {
         Some(path) => path.clone(),
         None => write("accelerate.yaml", single_machine(job.spec).as_bytes())?,
     };
+    let limit = Duration::from_secs(job.spec.time_limit_minutes * 60);
+    let deadline = SystemTime::now() + limit;
     let mut command = Command::new(&job.spec.python);
     command
         .args(["-m", "accelerate.commands.launch", "--config_file"])
@@ -87,31 +104,77 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError
         .arg(&data_path)
         .arg("--out")
         .arg(dir)
+        .arg("--hone-pid")
+        .arg(std::process::id().to_string())
+        .arg("--deadline")
+        .arg(
+            deadline
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default()
+                .to_string(),
+        )
+        .args(resume.then_some("--resume"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    tracing::info!(python = %job.spec.python, accelerate = %accelerate.display(), rows = rows.len(), "training with TRL");
+    tracing::info!(python = %job.spec.python, accelerate = %accelerate.display(), rows = rows.len(), resume, "training with TRL");
     let mut child = command.spawn().map_err(LearnError::training(format!(
         "cannot run `{}` (trainer.python: a Python with torch, transformers, peft, trl and accelerate)",
         job.spec.python
     )))?;
-    let mut tail: Vec<String> = Vec::new();
+    let (lines, from_script) = std::sync::mpsc::channel::<String>();
     if let Some(stderr) = child.stderr.take() {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.starts_with("hone-trl") {
-                tracing::info!("{line}");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
             }
-            tail.push(line);
-            if tail.len() > TAIL {
-                tail.remove(0);
+        });
+    }
+    let started = Instant::now();
+    let mut tail: Vec<String> = Vec::new();
+    let mut killed = false;
+    let status = loop {
+        match from_script.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) => {
+                if let Some(report) = line.strip_prefix("hone-trl step ") {
+                    if let Some(said) = serde_json::from_str(report).ok().as_ref().and_then(step_line) {
+                        say(said);
+                    }
+                } else if let Some(news) = line.strip_prefix("hone-trl ") {
+                    say(format!("TRL: {news}"));
+                }
+                tail.push(line);
+                if tail.len() > TAIL {
+                    tail.remove(0);
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            // Output closed: the job is ending.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break child.wait().map_err(LearnError::training("waiting for TRL"))?;
             }
         }
-    }
-    let status = child.wait().map_err(LearnError::training("waiting for TRL"))?;
+        if let Some(status) = child.try_wait().map_err(LearnError::training("waiting for TRL"))? {
+            break status;
+        }
+        if !killed && started.elapsed() > limit + Duration::from_secs(60) {
+            let _ = child.kill();
+            killed = true;
+        }
+    };
     if !status.success() {
         let said = said(&tail);
+        let limit_note = if killed || tail.iter().any(|l| l.contains("hone-trl stopped")) {
+            format!(" (trainer.time_limit_minutes = {})", job.spec.time_limit_minutes)
+        } else {
+            String::new()
+        };
         return Err(LearnError::training("TRL training failed")(format!(
-            "{status}: {said}\n{}",
+            "{status}: {said}{limit_note}\n{}",
             tail.join("\n")
         )));
     }
@@ -126,6 +189,19 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path) -> Result<(), LearnError
         let _ = std::fs::remove_file(dir.join(scratch));
     }
     Ok(())
+}
+
+/// Whether `dir` holds a job with these settings and rows that left a
+/// checkpoint to resume from.
+fn same_job(dir: &Path, job: &str, rows: &[u8]) -> bool {
+    let has_checkpoint = std::fs::read_dir(dir.join("checkpoints")).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("checkpoint-"))
+    });
+    has_checkpoint
+        && std::fs::read_to_string(dir.join("job.json")).is_ok_and(|j| j == job)
+        && std::fs::read(dir.join("trl.jsonl")).is_ok_and(|r| r == rows)
 }
 
 /// The line of the script's output that says why it failed: its last
@@ -297,6 +373,7 @@ mod tests {
             num_processes: n,
             device: device.into(),
             args: Default::default(),
+            time_limit_minutes: 60,
         };
         assert!(single_machine(&spec("cpu", 1)).contains("distributed_type: \"NO\""));
         assert!(single_machine(&spec("cuda", 4)).contains("distributed_type: MULTI_GPU\n"));
