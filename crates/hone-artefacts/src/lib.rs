@@ -28,7 +28,7 @@ mod transfer;
 pub use error::{ArtefactError, Result};
 pub use manifest::{human_bytes, FileEntry, Manifest, MANIFEST};
 pub use place::Place;
-pub use transfer::Unpublished;
+pub use transfer::{manifest_of, Unpublished};
 
 use hone_config::{is_adapter_name, is_artefact_url, ArtefactsConfig};
 use sha2::{Digest, Sha256};

@@ -33,6 +33,12 @@ pub async fn published(place: &Place) -> Result<Option<Manifest>> {
     }
 }
 
+/// The manifest the files under `dir` would be published with: their
+/// content hash.
+pub fn manifest_of(dir: &Path) -> Result<Manifest> {
+    Ok(Manifest::new(hash_files(&local_files(dir)?)?))
+}
+
 /// Publishes the files under `dir` at `place`, manifest last. Publishing
 /// the same content again changes nothing; different content where a
 /// manifest already is is refused.

@@ -403,6 +403,7 @@ impl AgentConfig {
                     model: env.expand(&format!("{efield}.model"), &raw.model)?,
                     adapter: None,
                     memory: None,
+                    adapter_sha256: None,
                 };
                 check_routes(&efield, std::slice::from_ref(&route), providers.declared)?;
                 if providers.declared.get(&route.provider).map(|p| p.kind) != Some(ProviderKind::OpenAi) {
@@ -446,6 +447,7 @@ fn version_spec(
             model: env.expand(&format!("{field}.fallbacks[{i}].model"), &fallback.model)?,
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         });
     }
     check_routes(field, &routes, providers.declared)?;
@@ -558,6 +560,7 @@ fn primary_route(
                 model: env.expand(&format!("{field}.model"), &model)?,
                 adapter,
                 memory: None,
+                adapter_sha256: None,
             });
         }
         RawProviderRef::Inline(inline) => inline,
@@ -595,6 +598,7 @@ fn primary_route(
         model: env.expand(&format!("{field}.provider.model"), &inline.model)?,
         adapter: inline.adapter,
         memory: None,
+        adapter_sha256: None,
     })
 }
 
@@ -961,6 +965,7 @@ fn judge_agent(agents: &BTreeMap<String, AgentConfig>) -> Option<AgentConfig> {
                 model: judge.model.clone(),
                 adapter: None,
                 memory: None,
+                adapter_sha256: None,
             },
         ))
     });

@@ -949,6 +949,7 @@ pub(crate) fn route(field: &str, raw: RawRouteRef, providers: &[&str]) -> Result
         model: raw.model,
         adapter: None,
         memory: None,
+        adapter_sha256: None,
     })
 }
 

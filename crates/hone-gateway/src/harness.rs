@@ -93,6 +93,7 @@ mod tests {
             model: "gpt-x".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         };
         let out = apply(&request, &version, &route, &[]);
         assert_eq!(out.model, "gpt-x");
@@ -143,6 +144,7 @@ mod tests {
             model: "o4-mini".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         };
         let limits = |body: &str| {
             let request = ChatCompletionRequest::from_json(body.as_bytes()).unwrap();
@@ -180,6 +182,7 @@ mod tests {
             model: "m".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         };
         let out = apply(&request, &version, &route, &[]);
         assert_eq!(

@@ -95,6 +95,12 @@ async fn trl_trains_an_sft_adapter_from_the_recorded_tokens_that_hones_engine_se
         hone_engine::lora::Adapter::load(&adapter, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
     assert_eq!(loaded.layers.len(), 2 * 7, "every projection of both layers");
     assert!(!adapter.join("trl.jsonl").exists(), "scratch files cleared");
+    // The version names the adapter's bytes, not only its name.
+    let version = w.store.version(&candidates[0].version_id).unwrap().unwrap();
+    assert_eq!(
+        version.spec.routes[0].adapter_sha256.as_deref(),
+        Some(hone_artefacts::manifest_of(&adapter).unwrap().sha256.as_str())
+    );
 }
 
 /// The summed logprob of each sequence's scored tokens on `model`, with the

@@ -40,6 +40,7 @@ fn candidate_version() -> VersionRecord {
             model: "m2".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         }],
         ..Default::default()
     };

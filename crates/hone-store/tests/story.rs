@@ -18,6 +18,7 @@ pub(crate) fn story(backend: &Backend) {
             model: "m".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         }],
         ..Default::default()
     };

@@ -15,6 +15,11 @@ pub struct Route {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// The adapter's content hash (the SHA-256 of its files' manifest), set
+    /// when hone trained it: part of the version's id, so the id names the
+    /// adapter's bytes, not only its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_sha256: Option<String>,
     /// kNN-LM memory the embedded engine decodes with (local providers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryPolicy>,
@@ -189,6 +194,7 @@ mod tests {
                 model: "gpt-4o-mini".into(),
                 adapter: None,
                 memory: None,
+                adapter_sha256: None,
             }],
             temperature: Some(0.3),
             ..Default::default()

@@ -1053,6 +1053,7 @@ data: {"type":"message_stop"}
             model: "claude-sonnet-4-5".into(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         };
         let provider = AnthropicProvider::new(&config, Some("sk-ant-test".into())).unwrap();
         let request: ChatCompletionRequest = serde_json::from_value(json!({

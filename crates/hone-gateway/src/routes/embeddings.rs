@@ -76,6 +76,7 @@ fn route_for(state: &AppState, principal: &Principal, model: &str) -> Result<(St
             model: model.to_owned(),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         },
         _ => {
             return Err(ApiError::invalid(

@@ -198,6 +198,7 @@ async fn observed_version(state: &AppState, agent: &str, call: &ObservedCall) ->
             model: call.model.clone().unwrap_or_else(|| "unknown".into()),
             adapter: None,
             memory: None,
+            adapter_sha256: None,
         }],
         ..Default::default()
     };

@@ -274,6 +274,7 @@ mod tests {
                 model: "bad".into(),
                 adapter: None,
                 memory: None,
+                adapter_sha256: None,
             }],
             temperature: Some(0.7),
             ..Default::default()

@@ -209,24 +209,34 @@ pub async fn propose_adapter(
         }
         training.await??;
     }
-    if let Some(manifest) = ctx
+    let manifest = match ctx
         .artefacts
         .publish_adapter(&name, &done)
         .await
         .map_err(LearnError::training(format!("publishing adapter {name}")))?
     {
-        (ctx.progress)(&format!(
-            "{}: adapter {name} published to {} (sha256 {}, {})",
-            method.name(),
-            ctx.artefacts.adapter_url(&name).unwrap_or_default(),
-            manifest.short(),
-            hone_artefacts::human_bytes(manifest.bytes())
-        ));
-    }
+        Some(manifest) => {
+            (ctx.progress)(&format!(
+                "{}: adapter {name} published to {} (sha256 {}, {})",
+                method.name(),
+                ctx.artefacts.adapter_url(&name).unwrap_or_default(),
+                manifest.short(),
+                hone_artefacts::human_bytes(manifest.bytes())
+            ));
+            manifest
+        }
+        None => {
+            let dir = done.clone();
+            tokio::task::spawn_blocking(move || hone_artefacts::manifest_of(&dir))
+                .await?
+                .map_err(LearnError::training(format!("hashing adapter {name}")))?
+        }
+    };
     let training = summary(&done, lines, ctx.replay.calls.len() as u64)?;
     let mut child = ctx.champion.clone();
     if let Some(first) = child.routes.first_mut() {
         first.adapter = Some(name.clone());
+        first.adapter_sha256 = Some(manifest.sha256);
     }
     Ok(vec![Proposal {
         diff: format!(
