@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The script TRL runs, as shipped with this build.
 const SCRIPT: &str = include_str!("../../../python/trl_train.py");
@@ -90,7 +90,7 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + 
         None => write("accelerate.yaml", single_machine(job.spec).as_bytes())?,
     };
     let limit = Duration::from_secs(job.spec.time_limit_minutes * 60);
-    let deadline = SystemTime::now() + limit;
+    let deadline_ms = hone_types::time::now_ms() + limit.as_millis() as i64;
     let mut command = Command::new(&job.spec.python);
     command
         .args(["-m", "accelerate.commands.launch", "--config_file"])
@@ -107,13 +107,7 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + 
         .arg("--hone-pid")
         .arg(std::process::id().to_string())
         .arg("--deadline")
-        .arg(
-            deadline
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default()
-                .to_string(),
-        )
+        .arg((deadline_ms / 1000).to_string())
         .args(resume.then_some("--resume"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
