@@ -352,3 +352,127 @@ async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cyc
     let candidates = w.store.candidates("re", Some(&cycle.id)).unwrap();
     assert!(candidates[0].scores.is_some(), "gated: {log}");
 }
+
+/// `dpo` on TRL's DPOTrainer from pairs of the champion's rollouts (the
+/// tokens as sampled): a fresh adapter is the reference, so the first loss
+/// is ln 2 exactly; training opens the margin between chosen and rejected;
+/// hone's engine loads the adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
+    let Some(python) = python() else { return };
+    let model = tiny_checkpoint();
+    let config = TestConfig::new()
+        .local()
+        .local_agent("pref", &model.path().display().to_string(), 6)
+        .toml(&format!(
+            "[agents.pref.reward]\npass_threshold = 0.5\n[agents.pref.reward.critics.answer]\ntype = \"regex\"\n\
+             pattern = \"[a-z]\"\n[agents.pref.learn]\noptimisers = [\"dpo\"]\ndataset_size = 16\n\
+             [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.05\nrank = 4\ngroup_size = 4\nmin_examples = 2\n\
+             [agents.pref.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n"
+        ))
+        .build();
+    let w = World::start_with(&config).await;
+    for i in 0..16 {
+        w.ask("pref", &format!("pref-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("pref", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let candidates = w.store.candidates("pref", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert!(candidates[0].scores.is_some(), "the gate ran the candidate: {log}");
+    assert!(
+        log.contains("pref: dpo: step 12/12"),
+        "TRL's steps in the cycle's log: {log}"
+    );
+
+    let adapter = w.config.adapters_dir("local").join(adapter_name(&cycle, Method::Dpo));
+    let metrics = std::fs::read_to_string(adapter.join("metrics.jsonl")).unwrap();
+    let steps: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(steps.len(), 12, "{metrics}");
+    let first = steps[0]["loss"].as_f64().unwrap();
+    assert!((first - std::f64::consts::LN_2).abs() < 1e-3, "{metrics}");
+    let margins: Vec<f64> = steps
+        .iter()
+        .map(|s| s["extra"]["rewards/margins"].as_f64().unwrap())
+        .collect();
+    let late = margins[8..].iter().sum::<f64>() / 4.0;
+    println!("TRL DPO margins: {margins:?}");
+    assert!(late > 0.0, "training opened no margin\n{metrics}");
+    assert!(steps[11]["kl"].as_f64().unwrap() > 0.0, "{metrics}");
+    hone_engine::lora::Adapter::load(&adapter, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+}
+
+/// What TRL is given is what hone renders: conversations (system, tools,
+/// tool calls and their results, with and without the generation prompt)
+/// rendered by hone's chat template and tokenizer are token for token what
+/// transformers' `apply_chat_template` makes of the same checkpoint — the
+/// loading code users' Qwen2 and Llama checkpoints go through.
+#[test]
+fn hones_chat_rendering_is_the_tokenizers_own() {
+    let Some(python) = python() else { return };
+    let model = tiny_checkpoint();
+    let tokenizer = hone_engine::Tokenizer::load(model.path()).unwrap();
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "weather",
+        "description": "Weather in a city", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let cases = serde_json::json!([
+        {"messages": [{"role": "user", "content": "Say a number, please"}], "generation": true},
+        {"messages": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "Say a number"},
+                      {"role": "assistant", "content": "7"}], "generation": false},
+        {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                          "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "rain, 4 °C"},
+                      {"role": "assistant", "content": "Rain, 4 °C."}],
+         "tools": tools, "generation": false},
+    ]);
+    let mut expected = Vec::new();
+    let mut given = Vec::new();
+    for case in cases.as_array().unwrap() {
+        let messages = case["messages"].as_array().unwrap();
+        let tools = case.get("tools");
+        let text = tokenizer
+            .template
+            .render_openai(messages, tools, case["generation"].as_bool().unwrap())
+            .unwrap();
+        expected.push(tokenizer.encode(&text).unwrap());
+        // Hugging Face templates take tool-call arguments as objects, as
+        // hone hands them to its own.
+        let mut messages = messages.clone();
+        messages
+            .iter_mut()
+            .for_each(hone_engine::tokenizer::arguments_as_objects);
+        given.push(serde_json::json!({"messages": messages, "tools": tools, "generation": case["generation"]}));
+    }
+    let script = "import json, sys\nfrom transformers import AutoTokenizer\n\
+        t = AutoTokenizer.from_pretrained(sys.argv[1])\nout = []\n\
+        for c in json.load(sys.stdin):\n\
+        \x20   ids = t.apply_chat_template(c['messages'], tools=c.get('tools'), tokenize=True, add_generation_prompt=c['generation'])\n\
+        \x20   out.append(list(ids['input_ids'] if hasattr(ids, 'keys') else ids))\n\
+        print(json.dumps(out))\n";
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(model.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::Value::Array(given).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let theirs: Vec<Vec<u32>> = serde_json::from_slice(&out.stdout).unwrap();
+    for (i, (ours, theirs)) in expected.iter().zip(&theirs).enumerate() {
+        assert_eq!(ours, theirs, "conversation {i}: hone's tokens vs apply_chat_template's");
+    }
+    assert_eq!(theirs.len(), 3);
+}
