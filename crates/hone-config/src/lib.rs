@@ -39,7 +39,7 @@ pub use learn::{
 };
 pub use load::{load_file, load_str};
 pub use metrics::MetricConfig;
-pub use providers::{LocalDType, LocalOptions, Price, ProviderConfig, ProviderKind};
+pub use providers::{HttpEngine, LocalDType, LocalOptions, Price, ProviderConfig, ProviderKind};
 pub use recorder::RecorderConfig;
 pub use reflect::{Budget, PlaybookSpec, PromptSpec, ToolsSpec, REFLECTOR_AGENT};
 pub use reward::{

@@ -66,6 +66,10 @@ pub struct RawHttpProvider {
     pub backoff_ms: Option<u64>,
     /// Anthropic only: the `anthropic-version` header.
     pub api_version: Option<String>,
+    /// OpenAI-compatible only: the server behind `base_url`, where hone can
+    /// ask it for more than the OpenAI API offers (`vllm`: the exact token
+    /// ids and logprobs of every answer, recorded for training).
+    pub engine: Option<String>,
     /// USD per million tokens, per upstream model name.
     #[serde(default)]
     pub prices: BTreeMap<String, RawPrice>,
@@ -164,9 +168,27 @@ pub struct ProviderConfig {
     pub max_retries: u32,
     pub backoff: Duration,
     pub api_version: Option<String>,
+    /// The server an OpenAI-compatible provider is, when it is known.
+    pub engine: Option<HttpEngine>,
     pub prices: BTreeMap<String, Price>,
     /// `Some` for `type = "local"`.
     pub local: Option<LocalOptions>,
+}
+
+/// Servers an OpenAI-compatible provider may be (`engine = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpEngine {
+    /// vLLM: asked for every answer's token ids (`return_token_ids`) and
+    /// logprobs, so its episodes train like the embedded engine's.
+    Vllm,
+}
+
+impl HttpEngine {
+    pub const NAMES: &'static str = "vllm";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        (name == "vllm").then_some(Self::Vllm)
+    }
 }
 
 /// The adapters directory when none is configured: `<data_dir>/adapters`.
@@ -217,6 +239,21 @@ impl ProviderConfig {
                 "only applies to `type = \"anthropic\"`",
             ));
         }
+        let engine = match p.engine.as_deref() {
+            None => None,
+            Some(_) if kind != ProviderKind::OpenAi => {
+                return Err(ConfigError::at(
+                    format!("{field}.engine"),
+                    "only applies to `type = \"openai\"`",
+                ))
+            }
+            Some(name) => Some(HttpEngine::parse(name).ok_or_else(|| {
+                ConfigError::at(
+                    format!("{field}.engine"),
+                    format!("`{name}` is not a known server ({})", HttpEngine::NAMES),
+                )
+            })?),
+        };
         let prices = prices(&field, p.prices)?;
         Ok(ProviderConfig {
             name: name.to_owned(),
@@ -228,6 +265,7 @@ impl ProviderConfig {
             max_retries: p.max_retries.unwrap_or(2),
             backoff: ms(p.backoff_ms, 250),
             api_version: p.api_version,
+            engine,
             prices,
             local: None,
         })
@@ -340,6 +378,7 @@ pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderCon
         max_retries: 0,
         backoff: Duration::from_millis(250),
         api_version: None,
+        engine: None,
         prices: BTreeMap::new(),
         local: Some(LocalOptions {
             dtype: LocalDType::F32,
@@ -409,5 +448,32 @@ mod tests {
             },
         )]);
         assert!(prices("providers.p", negative).is_err());
+    }
+}
+
+#[cfg(test)]
+mod engine_tests {
+    use super::*;
+
+    fn provider(kind: &str, engine: &str) -> Result<ProviderConfig, ConfigError> {
+        let text = format!("type = {kind:?}\nbase_url = \"http://127.0.0.1:8000/v1\"\nengine = {engine:?}\n");
+        let raw: RawProvider = toml::from_str(&text).unwrap();
+        let env = Env {
+            base_dir: Path::new("/tmp"),
+            lookup: &|_| None,
+        };
+        ProviderConfig::from_raw("p", raw, Path::new("/tmp"), &env)
+    }
+
+    #[test]
+    fn engine_names_the_server_behind_an_openai_compatible_provider() {
+        assert_eq!(provider("openai", "vllm").unwrap().engine, Some(HttpEngine::Vllm));
+        let unknown = provider("openai", "sglang").unwrap_err().to_string();
+        assert!(
+            unknown.contains("providers.p.engine") && unknown.contains("vllm"),
+            "{unknown}"
+        );
+        let anthropic = provider("anthropic", "vllm").unwrap_err().to_string();
+        assert!(anthropic.contains("only applies to `type = \"openai\"`"), "{anthropic}");
     }
 }

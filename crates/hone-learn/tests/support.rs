@@ -359,14 +359,19 @@ impl World {
         Self::start_with("").await
     }
 
-    /// The world with `extra` TOML appended to the config (more agents).
+    /// The world with `extra` TOML appended to the config (more agents;
+    /// `DATA` stands for the data directory, `UPSTREAM` for the fake's URL).
     pub async fn start_with(extra: &str) -> Self {
         let upstream = Arc::new(Upstream::default());
         let models = upstream.clone();
         let fake = FakeUpstream::with_brain(move |body, _| Some(Reply::Message(answer(&models, body)))).await;
         let dir = tempfile::tempdir().unwrap();
         let text = config(dir.path(), &fake)
-            .toml(&extra.replace("DATA", &dir.path().display().to_string()))
+            .toml(
+                &extra
+                    .replace("DATA", &dir.path().display().to_string())
+                    .replace("UPSTREAM", &fake.base_url()),
+            )
             .build();
         let config = hone_config::load_str(&text, dir.path(), &|_| None).unwrap();
         let gateway = hone_gateway::Gateway::start(config.clone()).unwrap();

@@ -15,7 +15,8 @@
 //!   embedded engine's recorded tokens.
 //! - `modules`: the crate's top-level modules import one another without a cycle.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
-//! - `trl`: an `sft` adapter trained by TRL from the same tokens, served by the engine.
+//! - `trl`: `sft`, `dpo` and `grpo` adapters trained by TRL from the same tokens, served by the engine.
+//! - `vllm`: a provider declared `engine = "vllm"` records exact tokens and logprobs.
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]
@@ -40,3 +41,4 @@ mod rl;
 mod stats;
 mod support;
 mod trl;
+mod vllm;

@@ -339,6 +339,19 @@ fn sse(frames: Vec<String>, delay: Duration, first_token: Duration, finish: bool
     response
 }
 
+/// vLLM's `return_token_ids` answer fields for `text`: one id a piece, as
+/// [`logprobs_for`] gives one logprob a piece.
+fn token_ids_for(text: &str) -> Value {
+    json!((0..text.split_inclusive(' ').count())
+        .map(|i| 1000 + i)
+        .collect::<Vec<_>>())
+}
+
+/// The prompt's token ids vLLM returns: one a word of the last user message.
+fn prompt_ids_for(text: &str) -> Value {
+    json!((1..=text.split_whitespace().count().max(1)).collect::<Vec<_>>())
+}
+
 fn logprobs_for(text: &str) -> Value {
     json!({"content": text.split_inclusive(' ').enumerate().map(|(i, t)| json!({"token": t, "logprob": -0.1 * (i as f64 + 1.0), "bytes": t.as_bytes(), "top_logprobs": []})).collect::<Vec<_>>()})
 }
@@ -355,6 +368,9 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
     let delay = Duration::from_millis(slow_ms(&text));
     let stream = body["stream"] == true;
     let want_logprobs = body["logprobs"] == true;
+    // vLLM's `return_token_ids`: the prompt's ids at the top (the first
+    // chunk of a stream) and each answer's beside it (each chunk's own).
+    let want_ids = body["return_token_ids"] == true;
     let n = body["n"].as_u64().unwrap_or(1);
     if let Some(response) = oversized(&text) {
         return response;
@@ -386,10 +402,17 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
                     if want_logprobs {
                         c["logprobs"] = logprobs_for(&answer);
                     }
+                    if want_ids {
+                        c["token_ids"] = token_ids_for(&answer);
+                    }
                     c
                 })
                 .collect();
-            Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage})).into_response()
+            let mut answer = json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage});
+            if want_ids {
+                answer["prompt_token_ids"] = prompt_ids_for(&text);
+            }
+            Json(answer).into_response()
         }
         (Script::Tool(name), false) => Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\": \"Paris\"}"}}]}, "logprobs": null, "finish_reason": "tool_calls"}],
@@ -402,22 +425,36 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
                     if let Some(content) = message["content"].as_str().filter(|_| want_logprobs) {
                         c["logprobs"] = logprobs_for(content);
                     }
+                    if let Some(content) = message["content"].as_str().filter(|_| want_ids) {
+                        c["token_ids"] = token_ids_for(content);
+                    }
                     c
                 })
                 .collect();
-            Json(json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage})).into_response()
+            let mut answer = json!({"id": id, "object": "chat.completion", "created": 1, "model": model, "choices": choices, "usage": usage});
+            if want_ids {
+                answer["prompt_token_ids"] = prompt_ids_for(&text);
+            }
+            Json(answer).into_response()
         }
         (script, true) => {
             let chunk = |delta: Value, finish: Value| {
                 format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
             };
-            let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+            let mut first: Value = serde_json::from_str(chunk(json!({"role": "assistant", "content": ""}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
+            if want_ids {
+                first["prompt_token_ids"] = prompt_ids_for(&text);
+            }
+            let mut frames = vec![format!("data: {first}\n\n")];
             let finish_reason = match &script {
                 Script::Text(answer) => {
                     for piece in answer.split_inclusive(' ') {
                         let mut frame: Value = serde_json::from_str(chunk(json!({"content": piece}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
                         if want_logprobs {
                             frame["choices"][0]["logprobs"] = logprobs_for(piece);
+                        }
+                        if want_ids {
+                            frame["choices"][0]["token_ids"] = token_ids_for(piece);
                         }
                         frames.push(format!("data: {frame}\n\n"));
                     }
@@ -433,7 +470,14 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
                 Script::Message(message) => {
                     if let Some(content) = message["content"].as_str() {
                         for piece in content.split_inclusive(' ') {
-                            frames.push(chunk(json!({"content": piece}), Value::Null));
+                            let mut frame: Value = serde_json::from_str(chunk(json!({"content": piece}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
+                            if want_logprobs {
+                                frame["choices"][0]["logprobs"] = logprobs_for(piece);
+                            }
+                            if want_ids {
+                                frame["choices"][0]["token_ids"] = token_ids_for(piece);
+                            }
+                            frames.push(format!("data: {frame}\n\n"));
                         }
                     }
                     for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {

@@ -164,7 +164,8 @@ impl Door {
 
 /// Where the embedded engine's answers carry their token ids: the
 /// response's `prompt_token_ids`, and each choice's sampled `token_ids` with
-/// their `token_logprobs` (vLLM's names for the first two).
+/// their `token_logprobs` (vLLM's names for the first two; vLLM gives the
+/// logprobs in the choice's OpenAI `logprobs`, one entry a token).
 pub const PROMPT_TOKEN_IDS: &str = "prompt_token_ids";
 pub const TOKEN_IDS: &str = "token_ids";
 pub const TOKEN_LOGPROBS: &str = "token_logprobs";
@@ -183,7 +184,7 @@ pub struct SampledTokens {
 
 impl CallRecord {
     /// The first choice's tokens, when the provider recorded them (the
-    /// embedded engine does) and they are consistent.
+    /// embedded engine and vLLM do) and they are consistent.
     pub fn sampled_tokens(&self) -> Option<SampledTokens> {
         self.choice_tokens(self.response.as_ref()?.choices.first()?)
     }
@@ -200,13 +201,18 @@ impl CallRecord {
         };
         let prompt = ids(response.extra.get(PROMPT_TOKEN_IDS)?)?;
         let completion = ids(choice.extra.get(TOKEN_IDS)?)?;
-        let logprobs: Vec<f32> = choice
-            .extra
-            .get(TOKEN_LOGPROBS)?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_f64().map(|x| x as f32))
-            .collect::<Option<_>>()?;
+        let numbers = |values: &[serde_json::Value], at: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+            values
+                .iter()
+                .map(|v| at(v).map(|x| x as f32))
+                .collect::<Option<Vec<f32>>>()
+        };
+        let logprobs = match choice.extra.get(TOKEN_LOGPROBS) {
+            Some(list) => numbers(list.as_array()?, &serde_json::Value::as_f64)?,
+            None => numbers(choice.logprobs()?.get("content")?.as_array()?, &|entry| {
+                entry.get("logprob")?.as_f64()
+            })?,
+        };
         (!prompt.is_empty() && !completion.is_empty() && logprobs.len() == completion.len()).then_some(SampledTokens {
             prompt,
             completion,

@@ -1045,6 +1045,7 @@ data: {"type":"message_stop"}
             max_retries: 0,
             backoff: Duration::ZERO,
             api_version: None,
+            engine: None,
             prices: Default::default(),
             local: None,
         };

@@ -2,14 +2,17 @@
 //! Requests pass through as JSON with only `model` changed; streams pass
 //! through byte for byte (each chunk is also parsed for the recorder). A
 //! route's LoRA adapter is asked for by name, as vLLM serves them; also
-//! embeddings (episodic memory) and vLLM's runtime adapter loading.
+//! embeddings (episodic memory) and vLLM's runtime adapter loading. A
+//! provider declared `engine = "vllm"` is also asked for every answer's
+//! token ids and logprobs (`return_token_ids`, `logprobs`), which the
+//! recorder keeps, so vLLM's episodes train as the embedded engine's do.
 
 use super::{
     http_client, read_answer, send_stream, sse_events, status_error, transport_error, ChunkStream, Provider,
     ProviderError, StreamEvent,
 };
 use futures::StreamExt;
-use hone_config::ProviderConfig;
+use hone_config::{HttpEngine, ProviderConfig};
 use hone_types::openai::{ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, StreamOptions};
 use hone_types::Route;
 use std::time::Duration;
@@ -20,6 +23,8 @@ pub struct OpenAiProvider {
     base_url: String,
     api_key: Option<String>,
     timeout: Duration,
+    /// vLLM: ask for exact tokens.
+    exact_tokens: bool,
 }
 
 impl OpenAiProvider {
@@ -30,6 +35,7 @@ impl OpenAiProvider {
             base_url: config.base_url.clone(),
             api_key,
             timeout: config.timeout,
+            exact_tokens: config.engine == Some(HttpEngine::Vllm),
         })
     }
 
@@ -105,11 +111,14 @@ impl OpenAiProvider {
 }
 
 /// The request as sent upstream: a route with a LoRA adapter asks for the
-/// adapter by name (how vLLM serves adapters loaded at runtime).
-/// Anthropic's extended-thinking setting (`thinking`, from the Messages
-/// door) is left out: no OpenAI-compatible server takes it.
-fn encode_for(request: &ChatCompletionRequest, route: &Route) -> Result<Vec<u8>, ProviderError> {
-    if route.adapter.is_none() && !request.extra.contains_key(super::ANTHROPIC_THINKING) {
+/// adapter by name (how vLLM serves adapters loaded at runtime); with
+/// `exact_tokens`, vLLM is asked for the prompt's and each answer's token
+/// ids and the answer's logprobs (which the client then sees too, as it
+/// sees the embedded engine's). Anthropic's extended-thinking setting
+/// (`thinking`, from the Messages door) is left out: no OpenAI-compatible
+/// server takes it.
+fn encode_for(request: &ChatCompletionRequest, route: &Route, exact_tokens: bool) -> Result<Vec<u8>, ProviderError> {
+    if route.adapter.is_none() && !exact_tokens && !request.extra.contains_key(super::ANTHROPIC_THINKING) {
         return encode(request);
     }
     let mut upstream = request.clone();
@@ -117,8 +126,17 @@ fn encode_for(request: &ChatCompletionRequest, route: &Route) -> Result<Vec<u8>,
         upstream.model.clone_from(adapter);
     }
     upstream.extra.remove(super::ANTHROPIC_THINKING);
+    if exact_tokens {
+        upstream
+            .extra
+            .insert(RETURN_TOKEN_IDS.into(), serde_json::Value::Bool(true));
+        upstream.logprobs = Some(true);
+    }
     encode(&upstream)
 }
+
+/// vLLM's request field for token ids in the answer.
+const RETURN_TOKEN_IDS: &str = "return_token_ids";
 
 fn encode(request: &ChatCompletionRequest) -> Result<Vec<u8>, ProviderError> {
     serde_json::to_vec(request).map_err(|e| ProviderError::Protocol(format!("cannot encode the request: {e}")))
@@ -131,7 +149,7 @@ impl Provider for OpenAiProvider {
         route: &Route,
     ) -> Result<ChatCompletionResponse, ProviderError> {
         let response = self
-            .post(encode_for(request, route)?)
+            .post(encode_for(request, route, self.exact_tokens)?)
             .timeout(self.timeout)
             .send()
             .await
@@ -154,7 +172,12 @@ impl Provider for OpenAiProvider {
         });
         options.include_usage = Some(true);
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let response = send_stream(self.post(encode_for(&upstream, route)?), deadline, self.timeout).await?;
+        let response = send_stream(
+            self.post(encode_for(&upstream, route, self.exact_tokens)?),
+            deadline,
+            self.timeout,
+        )
+        .await?;
         let events = sse_events(response, deadline, self.timeout);
         let stream = async_stream::stream! {
             futures::pin_mut!(events);
