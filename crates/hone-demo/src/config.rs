@@ -25,6 +25,15 @@ pub enum RewardMode {
     Naive,
 }
 
+/// What trains the demo's adapters (`--trainer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoTrainer {
+    /// hone's own trainer, in-process.
+    Hone,
+    /// TRL with PEFT, under `accelerate launch` on the CPU.
+    Trl,
+}
+
 /// An optimiser the demo can run (`--optimisers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DemoOptimiser {
@@ -128,6 +137,8 @@ pub struct Choices {
     pub sandbox_users: bool,
     /// `--reward-model`: a reward model learned from users' signals.
     pub reward_model: bool,
+    /// `--trainer trl`: TRL trains, with this Python.
+    pub trl_python: Option<String>,
 }
 
 impl Choices {
@@ -146,6 +157,7 @@ impl Choices {
             gate_confidence: args.gate_confidence,
             sandbox_users: args.sandbox_users,
             reward_model: args.reward_model,
+            trl_python: (args.trainer == DemoTrainer::Trl).then(|| args.trainer_python.clone()),
         }
     }
 }
@@ -173,6 +185,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
         gate_confidence,
         sandbox_users,
         reward_model,
+        trl_python,
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
@@ -307,11 +320,23 @@ confidence = {gate_confidence:?}
 [agents.{AGENT}.learn.monitor]
 min_episodes = 24
 
-[agents.{AGENT}.learn.replay]
-# Earlier accepted episodes, a share of every weight optimiser's batch, so a
-# candidate keeps what its champion learned (0: no replay).
-share = {replay_share:?}
-"#,
+{trainer}"#,
+        trainer = match trl_python {
+            None => format!(
+                "[agents.{AGENT}.learn.replay]\n\
+                 # Earlier accepted episodes, a share of every weight optimiser's batch, so a\n\
+                 # candidate keeps what its champion learned (0: no replay).\n\
+                 share = {replay_share:?}\n"
+            ),
+            Some(python) => format!(
+                "[agents.{AGENT}.learn.trainer]\n\
+                 # TRL trains the adapters (SFTTrainer, DPOTrainer, GRPOTrainer with PEFT)\n\
+                 # under `accelerate launch`, on hone's data and hyperparameters; its loss\n\
+                 # has no replay term, so replay is off.\n\
+                 type = \"trl\"\npython = {}\n",
+                serde_json::Value::String(python.clone())
+            ),
+        },
         // JSON string literals are valid TOML basic strings.
         clear_share = canary_share.max(CLEAR_GAIN_SHARE),
         data_dir = serde_json::Value::String(data_dir.display().to_string()),
@@ -337,4 +362,35 @@ share = {replay_share:?}
             })
             .collect::<String>(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's config with `args`, loaded as `hone` loads it.
+    fn loaded(args: &[&str]) -> hone_config::Config {
+        let dir = tempfile::tempdir().unwrap();
+        let args = crate::parse_args(args.iter().copied()).unwrap();
+        let text = text(
+            dir.path(),
+            &dir.path().join("base"),
+            "http://127.0.0.1:9/run",
+            &Choices::of(&args),
+        );
+        hone_config::load_str(&text, dir.path(), &|_| None).unwrap()
+    }
+
+    #[test]
+    fn trainer_trl_hands_the_adapters_to_trl_without_replay() {
+        let hone = &loaded(&[]).agents[AGENT].learn;
+        assert_eq!(hone.trainer, hone_config::TrainerSpec::Hone);
+        assert_eq!(hone.replay.share, 0.25);
+        let trl = &loaded(&["--trainer", "trl", "--trainer-python", "/venv/bin/python"]).agents[AGENT].learn;
+        let hone_config::TrainerSpec::Trl(spec) = &trl.trainer else {
+            panic!("{:?}", trl.trainer)
+        };
+        assert_eq!(spec.python, "/venv/bin/python");
+        assert_eq!(trl.replay.share, 0.0);
+    }
 }

@@ -144,9 +144,18 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = Recipe::DEMO_TEMPERATURE)]
     pub temperature: f64,
     /// Share of every weight optimiser's batch replayed from earlier
-    /// accepted episodes, against forgetting (0 turns replay off).
+    /// accepted episodes, against forgetting (0 turns replay off; off with
+    /// `--trainer trl`, whose loss has no replay term).
     #[arg(long, default_value_t = 0.25)]
     pub replay_share: f64,
+    /// What trains the weight optimisers' adapters: hone's own trainer, or
+    /// TRL with PEFT under `accelerate launch` (`--trainer-python`).
+    #[arg(long, value_enum, default_value_t = config::DemoTrainer::Hone)]
+    pub trainer: config::DemoTrainer,
+    /// With `--trainer trl`: a Python with torch, transformers, peft,
+    /// trl 1.x and accelerate.
+    #[arg(long, default_value = "python3")]
+    pub trainer_python: String,
     /// Share of traffic a new candidate gets as a canary.
     #[arg(long, default_value_t = 0.3, default_value_if("quick", "true", Some("0.5")))]
     pub canary_share: f64,
