@@ -34,29 +34,54 @@ fn python() -> Option<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trl_trains_an_sft_adapter_from_the_recorded_tokens_that_hones_engine_serves() {
-    let Some(python) = python() else { return };
+/// A world whose agent `agent` runs on a fresh tiny checkpoint (kept in the
+/// returned directory), rewarded when its answer matches `pattern`, with
+/// `learn` (its `[agents.AGENT.learn…]` tables) and TRL on `python` as its
+/// trainer, `trainer` adding to that table.
+async fn trl_world(agent: &str, pattern: &str, learn: &str, python: &str, trainer: &str) -> (tempfile::TempDir, World) {
     let model = tiny_checkpoint();
     let config = TestConfig::new()
         .local()
-        .local_agent("trl", &model.path().display().to_string(), 6)
+        .local_agent(agent, &model.path().display().to_string(), 6)
         .toml(&format!(
-            "[agents.trl.reward]\npass_threshold = 0.5\n[agents.trl.reward.critics.answer]\ntype = \"regex\"\n\
-             pattern = \".*\"\n[agents.trl.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
-             [agents.trl.learn.sft]\nsteps = 2\nlr = 0.01\nrank = 4\nmin_examples = 1\n\
-             [agents.trl.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n"
+            "[agents.{agent}.reward]\npass_threshold = 0.5\n[agents.{agent}.reward.critics.answer]\ntype = \"regex\"\n\
+             pattern = {pattern:?}\n{learn}\n[agents.{agent}.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n{trainer}"
         ))
         .build();
-    let w = World::start_with(&config).await;
-    for i in 0..8 {
-        w.ask("trl", &format!("trl-{i}"), &format!("Say a number, please ({i})"))
+    (model, World::start_with(&config).await)
+}
+
+/// `n` single-call episodes of `agent` asking for a number.
+async fn ask_numbers(w: &World, agent: &str, n: usize) {
+    for i in 0..n {
+        w.ask(agent, &format!("{agent}-{i}"), &format!("Say a number, please ({i})"))
             .await;
     }
-    let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("trl", "manual").await.unwrap();
+}
+
+/// One cycle of `agent`, which must end done; the cycle and its log.
+async fn one_cycle(
+    learner: &hone_learn::cycle::Learner,
+    lines: &Lines,
+    agent: &str,
+) -> (hone_types::CycleInfo, String) {
+    let cycle = learner.run_cycle(agent, "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     assert_eq!(cycle.state, CycleState::Done, "{log}");
+    (cycle, log)
+}
+
+type Lines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trl_trains_an_sft_adapter_from_the_recorded_tokens_that_hones_engine_serves() {
+    let Some(python) = python() else { return };
+    let learn = "[agents.trl.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+                 [agents.trl.learn.sft]\nsteps = 2\nlr = 0.01\nrank = 4\nmin_examples = 1";
+    let (_model, w) = trl_world("trl", ".*", learn, &python, "").await;
+    ask_numbers(&w, "trl", 8).await;
+    let (learner, lines) = learner(&w);
+    let (cycle, log) = one_cycle(&learner, &lines, "trl").await;
     let candidates = w.store.candidates("trl", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 1, "{log}");
     assert_eq!(candidates[0].optimiser, "sft");
@@ -130,18 +155,9 @@ fn scored_logprobs(model: &std::path::Path, adapter: Option<&std::path::Path>, s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trl_trains_grpo_on_production_groups_with_the_samplers_logprobs_across_two_processes() {
     let Some(python) = python() else { return };
-    let model = tiny_checkpoint();
-    let config = TestConfig::new()
-        .local()
-        .local_agent("rl", &model.path().display().to_string(), 6)
-        .toml(&format!(
-            "[agents.rl.reward]\npass_threshold = 0.5\n[agents.rl.reward.critics.answer]\ntype = \"regex\"\n\
-             pattern = \"[a-z]\"\n[agents.rl.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\nflipped_cycles = 0\n\
-             [agents.rl.learn.grpo]\nsteps = 4\nlr = 0.05\nrank = 4\nmin_examples = 2\ngroups = \"production\"\n\
-             [agents.rl.learn.trainer]\ntype = \"trl\"\npython = {python:?}\nnum_processes = 2\n"
-        ))
-        .build();
-    let w = World::start_with(&config).await;
+    let learn = "[agents.rl.learn]\noptimisers = [\"grpo\"]\ndataset_size = 16\nflipped_cycles = 0\n\
+                 [agents.rl.learn.grpo]\nsteps = 4\nlr = 0.02\nrank = 4\nmin_examples = 2\ngroups = \"production\"";
+    let (model, w) = trl_world("rl", "[a-z]", learn, &python, "num_processes = 2\n").await;
     let traffic = |prefix: &'static str| {
         let w = &w;
         async move {
@@ -158,9 +174,7 @@ async fn trl_trains_grpo_on_production_groups_with_the_samplers_logprobs_across_
     };
     traffic("a").await;
     let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("rl", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (cycle, log) = one_cycle(&learner, &lines, "rl").await;
     assert!(log.contains("rl: grpo: 8 production episodes"), "{log}");
     let candidates = w.store.candidates("rl", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 1, "{log}");
@@ -183,7 +197,9 @@ async fn trl_trains_grpo_on_production_groups_with_the_samplers_logprobs_across_
     assert!(steps[0]["extra"].get("is_weight").is_none(), "on-policy: {metrics}");
 
     // What the adapter changed, measured by hone on the recorded tokens:
-    // the answers users rewarded rose against those they did not.
+    // the answers users rewarded rose against those they did not (at a
+    // modest lr: four steps of Adam at 0.05 on eight answers overshot now
+    // and then, on two processes, and undid it).
     let train = w.store.dataset_items(cycle.detail.train.as_deref().unwrap()).unwrap();
     let (mut rewarded, mut unrewarded) = (Vec::new(), Vec::new());
     for item in &train {
@@ -222,9 +238,7 @@ async fn trl_trains_grpo_on_production_groups_with_the_samplers_logprobs_across_
         .store
         .change_deployment(&deployment, revision, &[], &[], None, 1)
         .unwrap());
-    let cycle = learner.run_cycle("rl", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (cycle, log) = one_cycle(&learner, &lines, "rl").await;
     assert!(log.contains("(8 served by other weights"), "{log}");
     let adapter = w.config.adapters_dir("local").join(adapter_name(&cycle, Method::Grpo));
     let metrics = std::fs::read_to_string(adapter.join("metrics.jsonl")).unwrap();
@@ -266,23 +280,14 @@ fn stop_processes_naming(path: &std::path::Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cycle() {
     let Some(python) = python() else { return };
-    let model = tiny_checkpoint();
     let steps = 60;
-    let config = TestConfig::new()
-        .local()
-        .local_agent("re", &model.path().display().to_string(), 6)
-        .toml(&format!(
-            "[agents.re.reward]\npass_threshold = 0.5\n[agents.re.reward.critics.answer]\ntype = \"regex\"\n\
-             pattern = \".*\"\n[agents.re.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
-             [agents.re.learn.sft]\nsteps = {steps}\nlr = 0.001\nrank = 4\nmin_examples = 1\n\
-             [agents.re.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n"
-        ))
-        .build();
-    let w = std::sync::Arc::new(World::start_with(&config).await);
-    for i in 0..8 {
-        w.ask("re", &format!("re-{i}"), &format!("Say a number, please ({i})"))
-            .await;
-    }
+    let learn = format!(
+        "[agents.re.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+         [agents.re.learn.sft]\nsteps = {steps}\nlr = 0.001\nrank = 4\nmin_examples = 1"
+    );
+    let (_model, w) = trl_world("re", ".*", &learn, &python, "").await;
+    let w = std::sync::Arc::new(w);
+    ask_numbers(&w, "re", 8).await;
     w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
     let adapters = w.config.adapters_dir("local");
     let first = {
@@ -324,9 +329,7 @@ async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cyc
 
     // `hone learn` again: the open cycle resumes and so does its TRL job.
     let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("re", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (cycle, log) = one_cycle(&learner, &lines, "re").await;
     assert!(log.contains("resuming cycle"), "{log}");
     assert!(log.contains("TRL: resuming from step"), "{log}");
     let listing: Vec<_> = std::fs::read_dir(&adapters)
@@ -360,26 +363,12 @@ async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cyc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
     let Some(python) = python() else { return };
-    let model = tiny_checkpoint();
-    let config = TestConfig::new()
-        .local()
-        .local_agent("pref", &model.path().display().to_string(), 6)
-        .toml(&format!(
-            "[agents.pref.reward]\npass_threshold = 0.5\n[agents.pref.reward.critics.answer]\ntype = \"regex\"\n\
-             pattern = \"[a-z]\"\n[agents.pref.learn]\noptimisers = [\"dpo\"]\ndataset_size = 16\n\
-             [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.05\nrank = 4\ngroup_size = 4\nmin_examples = 2\n\
-             [agents.pref.learn.trainer]\ntype = \"trl\"\npython = {python:?}\n"
-        ))
-        .build();
-    let w = World::start_with(&config).await;
-    for i in 0..16 {
-        w.ask("pref", &format!("pref-{i}"), &format!("Say a number, please ({i})"))
-            .await;
-    }
+    let learn = "[agents.pref.learn]\noptimisers = [\"dpo\"]\ndataset_size = 16\n\
+                 [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.05\nrank = 4\ngroup_size = 4\nmin_examples = 2";
+    let (_model, w) = trl_world("pref", "[a-z]", learn, &python, "").await;
+    ask_numbers(&w, "pref", 16).await;
     let (learner, lines) = learner(&w);
-    let cycle = learner.run_cycle("pref", "manual").await.unwrap();
-    let log = lines.lock().unwrap().join("\n");
-    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (cycle, log) = one_cycle(&learner, &lines, "pref").await;
     let candidates = w.store.candidates("pref", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 1, "{log}");
     assert!(candidates[0].scores.is_some(), "the gate ran the candidate: {log}");

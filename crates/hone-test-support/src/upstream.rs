@@ -446,18 +446,22 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
                 first["prompt_token_ids"] = prompt_ids_for(&text);
             }
             let mut frames = vec![format!("data: {first}\n\n")];
+            // A piece of the answer's text, with its logprob and token id
+            // when asked for.
+            let content_frame = |piece: &str| {
+                let mut frame = json!({"id": id, "object": "chat.completion.chunk", "created": 1, "model": model,
+                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+                if want_logprobs {
+                    frame["choices"][0]["logprobs"] = logprobs_for(piece);
+                }
+                if want_ids {
+                    frame["choices"][0]["token_ids"] = token_ids_for(piece);
+                }
+                format!("data: {frame}\n\n")
+            };
             let finish_reason = match &script {
                 Script::Text(answer) => {
-                    for piece in answer.split_inclusive(' ') {
-                        let mut frame: Value = serde_json::from_str(chunk(json!({"content": piece}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
-                        if want_logprobs {
-                            frame["choices"][0]["logprobs"] = logprobs_for(piece);
-                        }
-                        if want_ids {
-                            frame["choices"][0]["token_ids"] = token_ids_for(piece);
-                        }
-                        frames.push(format!("data: {frame}\n\n"));
-                    }
+                    frames.extend(answer.split_inclusive(' ').map(&content_frame));
                     "stop"
                 }
                 Script::Tool(name) => {
@@ -469,16 +473,7 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, Json(body
                 }
                 Script::Message(message) => {
                     if let Some(content) = message["content"].as_str() {
-                        for piece in content.split_inclusive(' ') {
-                            let mut frame: Value = serde_json::from_str(chunk(json!({"content": piece}), Value::Null).trim_start_matches("data: ").trim()).unwrap();
-                            if want_logprobs {
-                                frame["choices"][0]["logprobs"] = logprobs_for(piece);
-                            }
-                            if want_ids {
-                                frame["choices"][0]["token_ids"] = token_ids_for(piece);
-                            }
-                            frames.push(format!("data: {frame}\n\n"));
-                        }
+                        frames.extend(content.split_inclusive(' ').map(&content_frame));
                     }
                     for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
                         let function = &call["function"];

@@ -263,6 +263,42 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     assert!(text.contains("promotion = \"sequential\""), "{text}");
 }
 
+/// `--trainer trl`: the demo's round and cycle with TRL training the
+/// candidate's adapter (`grpo` on the users' episodes and rollouts, under
+/// `accelerate launch`), its steps in the learner's log, the candidate gated
+/// like any other, and the usual summary. Needs `HONE_TEST_TRL_PYTHON` (the
+/// test script installs one); skipped without it unless `HONE_REQUIRE_TRL`.
+#[test]
+fn the_demo_trains_with_trl_when_asked() {
+    let python = match std::env::var("HONE_TEST_TRL_PYTHON") {
+        Ok(python) => python,
+        Err(_) if std::env::var_os("HONE_REQUIRE_TRL").is_some() => {
+            panic!("HONE_REQUIRE_TRL is set but HONE_TEST_TRL_PYTHON names no Python")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: HONE_TEST_TRL_PYTHON names no Python with TRL");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny_base(dir.path());
+    let data = dir.path().join("demo");
+    let out = one_round(
+        &base,
+        &data,
+        &["--held-out", "4", "--trainer", "trl", "--trainer-python", &python],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("summary:"), "{stderr}");
+    let log = std::fs::read_to_string(data.join("demo.log")).unwrap();
+    assert!(log.contains("grpo: TRL: grpo on 1 process(es), cpu"), "{log}");
+    assert!(log.contains("grpo: TRL: done"), "{log}");
+    assert!(log.contains("the gate:"), "the TRL-trained candidate was gated: {log}");
+    let text = std::fs::read_to_string(data.join("hone.toml")).unwrap();
+    assert!(text.contains("type = \"trl\""), "{text}");
+}
+
 /// `--sandbox-users`: a simulated user also reacts to offline runs (here
 /// the rollouts `grpo` learns from), and everything the run writes says it
 /// was the sandbox.

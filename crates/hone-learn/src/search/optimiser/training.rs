@@ -390,10 +390,13 @@ pub fn step_line(report: &StepReport) -> Option<String> {
         return None;
     }
     let reward = report.reward.map(|r| format!(", reward {r:.3}")).unwrap_or_default();
-    Some(format!(
-        "step {step}/{total}: loss {:.4}{reward}, KL {:.4}",
-        report.loss, report.kl
-    ))
+    // TRL's steps measure no KL (its job measures it once, at the end).
+    let kl = if report.kl > 0.0 {
+        format!(", KL {:.4}", report.kl)
+    } else {
+        String::new()
+    };
+    Some(format!("step {step}/{total}: loss {:.4}{reward}{kl}", report.loss))
 }
 
 fn train(job: &Job, examples: &Examples, say: &(dyn Fn(String) + Sync)) -> Result<(), LearnError> {
