@@ -16,7 +16,8 @@
 //! - `modules`: the crate's top-level modules import one another without a cycle.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 //! - `trl`: `sft`, `dpo` and `grpo` adapters trained by TRL from the same tokens, served by the engine.
-//! - `vllm`: a provider declared `engine = "vllm"` records exact tokens and logprobs.
+//! - `vllm`: a provider declared `engine = "vllm"` records exact tokens and
+//!   logprobs; `grpo` trains a vLLM-served agent and vLLM loads the adapter.
 
 // Test servers and load run detached for the life of a test; the test ends them.
 #![allow(clippy::disallowed_methods)]

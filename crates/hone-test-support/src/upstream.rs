@@ -340,10 +340,11 @@ fn sse(frames: Vec<String>, delay: Duration, first_token: Duration, finish: bool
 }
 
 /// vLLM's `return_token_ids` answer fields for `text`: one id a piece, as
-/// [`logprobs_for`] gives one logprob a piece.
+/// [`logprobs_for`] gives one logprob a piece (small ids: inside the
+/// vocabulary of the tiny checkpoints tests train on).
 fn token_ids_for(text: &str) -> Value {
     json!((0..text.split_inclusive(' ').count())
-        .map(|i| 1000 + i)
+        .map(|i| 100 + i)
         .collect::<Vec<_>>())
 }
 

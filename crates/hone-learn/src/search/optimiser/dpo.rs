@@ -20,7 +20,7 @@
 //! successes replayed, the same optimiser's later candidates did not.
 
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, push_row, rendered_rows, Examples, Method};
+use super::training::{propose_adapter, push_row, rendered_rows, weight_base, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -43,7 +43,7 @@ impl Optimiser for Dpo {
             let mut on_policy = 0u64;
             let mut anchored = ctx.replay.clone();
             let mut anchors = 0u64;
-            if local_base(ctx).is_ok() {
+            if weight_base(ctx).is_ok() {
                 match rollouts::scored(ctx, "dpo", &items, self.spec.group_size).await? {
                     Ok(groups) => {
                         for (row, chosen) in groups.values().filter_map(|g| on_policy_pair(g)) {

@@ -16,7 +16,7 @@
 
 use super::live::{self, Live};
 use super::rollouts::{self, Rollout};
-use super::training::{local_base, propose_adapter, push_row, token_completion, Examples, Method};
+use super::training::{propose_adapter, push_row, token_completion, weight_base, Examples, Method};
 use super::{Optimiser, Proposal, ProposeContext};
 use crate::error::LearnError;
 use futures::future::BoxFuture;
@@ -36,7 +36,7 @@ impl Optimiser for Grpo {
 
     fn propose<'a>(&'a self, ctx: &'a ProposeContext<'a>) -> BoxFuture<'a, Result<Vec<Proposal>, LearnError>> {
         Box::pin(async move {
-            if let Err(why) = local_base(ctx) {
+            if let Err(why) = weight_base(ctx) {
                 (ctx.progress)(&format!("grpo: {why}; nothing proposed"));
                 return Ok(Vec::new());
             }

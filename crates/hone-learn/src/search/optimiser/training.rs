@@ -52,13 +52,40 @@ impl Method {
 }
 
 /// The champion's base checkpoint (a directory or URL) and adapter, when it
-/// runs on the embedded engine (training needs the weights); otherwise why not.
+/// runs on the embedded engine; otherwise why not (the embedded engine's own
+/// optimisers, `memory`, need it there).
 pub fn local_base(ctx: &ProposeContext<'_>) -> Result<(String, Option<String>), String> {
     let route = ctx.champion.routes.first().ok_or("the champion has no route")?;
     match ctx.config.providers.get(&route.provider).map(|p| p.kind) {
         Some(ProviderKind::Local) => Ok((route.model.clone(), route.adapter.clone())),
         _ => Err(format!(
             "the champion runs on provider `{}`, not the embedded engine; weight training needs its weights on a `local` provider",
+            route.provider
+        )),
+    }
+}
+
+/// The champion's base checkpoint and adapter for the weight optimisers:
+/// on the embedded engine, or on vLLM (`engine = "vllm"`) serving a
+/// checkpoint hone can read too — vLLM names a model it serves from a
+/// directory by that directory (`vllm serve /models/qwen`), or an artefact
+/// URL. Otherwise why not.
+pub fn weight_base(ctx: &ProposeContext<'_>) -> Result<(String, Option<String>), String> {
+    let route = ctx.champion.routes.first().ok_or("the champion has no route")?;
+    let provider = ctx.config.providers.get(&route.provider);
+    let vllm = provider.is_some_and(|p| p.engine == Some(hone_config::HttpEngine::Vllm));
+    let readable =
+        hone_config::is_artefact_url(&route.model) || std::path::Path::new(&route.model).join("config.json").is_file();
+    match provider.map(|p| p.kind) {
+        Some(ProviderKind::Local) => Ok((route.model.clone(), route.adapter.clone())),
+        Some(ProviderKind::OpenAi) if vllm && readable => Ok((route.model.clone(), route.adapter.clone())),
+        Some(ProviderKind::OpenAi) if vllm => Err(format!(
+            "the champion's model `{}` on vLLM provider `{}` is not a checkpoint directory or artefact URL hone can read; \
+             serve it from its directory (`vllm serve /path/to/model`) so hone can train on its weights",
+            route.model, route.provider
+        )),
+        _ => Err(format!(
+            "the champion runs on provider `{}`; weight training needs its weights: the embedded engine, or vLLM serving a checkpoint directory (`engine = \"vllm\"`)",
             route.provider
         )),
     }
@@ -125,7 +152,7 @@ pub async fn propose_adapter(
     examples: Examples,
 ) -> Result<Vec<Proposal>, LearnError> {
     let lines = examples.count;
-    let (model, parent_adapter) = match local_base(ctx) {
+    let (model, parent_adapter) = match weight_base(ctx) {
         Ok(found) => found,
         Err(why) => {
             (ctx.progress)(&format!("{}: {why}; nothing proposed", method.name()));
@@ -237,6 +264,18 @@ pub async fn propose_adapter(
     if let Some(first) = child.routes.first_mut() {
         first.adapter = Some(name.clone());
         first.adapter_sha256 = Some(manifest.sha256);
+    }
+    // vLLM serves an adapter once asked to load it: before the gate runs
+    // the candidate there (the embedded engine hot-swaps on first use).
+    let served_by_vllm = child
+        .routes
+        .first()
+        .and_then(|r| ctx.config.providers.get(&r.provider))
+        .is_some_and(|p| p.kind == ProviderKind::OpenAi);
+    if served_by_vllm {
+        for line in crate::release::deploy::prepare_adapters(ctx.config, &ctx.evaluator.gateway, &child).await? {
+            (ctx.progress)(&format!("{}: {line}", method.name()));
+        }
     }
     Ok(vec![Proposal {
         diff: format!(
