@@ -391,7 +391,10 @@ impl AgentConfig {
             let id = spec.id();
             versions.insert(label.clone(), DeclaredVersion { label, id, spec });
         }
-        let learn = LearnSpec::from_raw(&format!("{field}.learn"), raw.learn.unwrap_or_default(), names)?;
+        let mut learn = LearnSpec::from_raw(&format!("{field}.learn"), raw.learn.unwrap_or_default(), names)?;
+        if let crate::trainer::TrainerSpec::Trl(trl) = &mut learn.trainer {
+            trl.anchor(env.base_dir);
+        }
         let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions, learn.monitor.window)?;
         let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
         let embeddings = match raw.embeddings {

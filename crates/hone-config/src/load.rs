@@ -598,6 +598,24 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
             ("/venv/bin/python", 4, "cuda")
         );
         assert_eq!(trl.args["bf16"], serde_json::json!(true));
+        // Relative paths start from the config file's directory.
+        let relative = crate::load_str(
+            &format!(
+                "{BASE}[agents.a.learn]\noptimisers = [\"sft\"]\n[agents.a.learn.trainer]\ntype = \"trl\"\n\
+                 python = \".venv/bin/python\"\naccelerate_config = \"fsdp.yaml\"\n"
+            ),
+            std::path::Path::new("/etc/hone"),
+            &|_| None,
+        )
+        .unwrap();
+        let crate::TrainerSpec::Trl(anchored) = &relative.agents["a"].learn.trainer else {
+            panic!()
+        };
+        assert_eq!(anchored.python, "/etc/hone/.venv/bin/python");
+        assert_eq!(
+            anchored.accelerate_config.as_deref(),
+            Some(std::path::Path::new("/etc/hone/fsdp.yaml"))
+        );
         assert_eq!(learn.replay.share, 0.0, "replay is hone's own trainer's");
         let default = load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"sft\"]\n")).unwrap();
         assert_eq!(default.agents["a"].learn.trainer, crate::TrainerSpec::Hone);

@@ -7,7 +7,7 @@
 
 use crate::ConfigError;
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The table as written.
 #[derive(Debug, Default, Deserialize)]
@@ -57,6 +57,20 @@ impl TrlSpec {
     /// A day: long enough for a large adapter on a cluster, short enough
     /// that a job that hangs ends.
     pub const DEFAULT_TIME_LIMIT_MINUTES: u64 = 24 * 60;
+
+    /// Relative paths (`accelerate_config`, and a `python` given as a path
+    /// such as `.venv/bin/python`) start from the config file's directory,
+    /// not from wherever `hone learn` was started; a bare command name
+    /// (`python3`) is still looked up on `PATH`.
+    pub(crate) fn anchor(&mut self, base_dir: &Path) {
+        if let Some(file) = self.accelerate_config.as_mut().filter(|f| f.is_relative()) {
+            *file = base_dir.join(&*file);
+        }
+        let python = Path::new(&self.python);
+        if python.is_relative() && python.components().count() > 1 {
+            self.python = base_dir.join(python).display().to_string();
+        }
+    }
 }
 
 impl TrainerSpec {

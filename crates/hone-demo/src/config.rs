@@ -157,7 +157,17 @@ impl Choices {
             gate_confidence: args.gate_confidence,
             sandbox_users: args.sandbox_users,
             reward_model: args.reward_model,
-            trl_python: (args.trainer == DemoTrainer::Trl).then(|| args.trainer_python.clone()),
+            // A path given from here stays right in the config the demo
+            // writes elsewhere (relative paths there start from its folder).
+            trl_python: (args.trainer == DemoTrainer::Trl).then(|| {
+                let python = Path::new(&args.trainer_python);
+                if python.components().count() > 1 {
+                    std::path::absolute(python)
+                        .map_or_else(|_| args.trainer_python.clone(), |p| p.display().to_string())
+                } else {
+                    args.trainer_python.clone()
+                }
+            }),
         }
     }
 }
