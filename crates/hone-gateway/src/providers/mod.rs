@@ -249,11 +249,22 @@ pub(crate) async fn read_answer(mut response: reqwest::Response, timeout: Durati
     if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
         return Err(too_large);
     }
-    let mut body = bytes::BytesMut::new();
+    // The chunks are kept as they came and joined once at the end: a growing
+    // buffer would hold up to three times the cap while it reallocates.
+    let mut chunks = Vec::new();
+    let mut len = 0;
     while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(e, timeout))? {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+        len += chunk.len();
+        if len > MAX_ANSWER_BYTES {
             return Err(too_large);
         }
+        chunks.push(chunk);
+    }
+    if chunks.len() == 1 {
+        return Ok(chunks.remove(0));
+    }
+    let mut body = bytes::BytesMut::with_capacity(len);
+    for chunk in chunks {
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
