@@ -287,9 +287,10 @@ def last_whole_checkpoint(folder):
     return max(found)[1] if found else None
 
 
-def watchdog(hone_pid, deadline):
+def watchdog(hone_pid, deadline, stop_file):
     """Stops this process when the hone that started the job has exited
-    (its cycle is over: nothing would take the adapter) or when the job's
+    (its cycle is over: nothing would take the adapter), when hone asks
+    (the stop file appears: the cycle was cancelled) or when the job's
     time limit has run out."""
     import threading
 
@@ -307,6 +308,8 @@ def watchdog(hone_pid, deadline):
             time.sleep(1)
             if hone_pid and not alive(hone_pid):
                 why = "hone, which started this job, has exited"
+            elif os.path.exists(stop_file):
+                why = "hone asked it to stop (the cycle ended)"
             elif deadline and time.time() > deadline:
                 why = "the job's time limit has run out"
             else:
@@ -326,7 +329,7 @@ def main():
     p.add_argument("--deadline", type=float, default=0)
     p.add_argument("--resume", action="store_true")
     args = p.parse_args()
-    watchdog(args.hone_pid, args.deadline)
+    watchdog(args.hone_pid, args.deadline, os.path.join(args.out, "stop"))
     job = json.load(open(args.job))
     method = job["method"]
     if method not in ("sft", "dpo", "grpo"):

@@ -854,3 +854,82 @@ async fn episodes_showing_a_dropped_behaviour_are_left_out_of_training() {
         "{log}"
     );
 }
+
+/// `hone learn cancel` while a weight optimiser trains: the cycle ends
+/// cancelled, the trainer stops at its next step (long before its last),
+/// leaves no adapter and proposes nothing; its progress up to then is in
+/// the cycle's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_cycle_stops_its_training_at_the_next_step() {
+    let steps = 100_000;
+    let rest = format!(
+        "[agents.stop.reward]\npass_threshold = 0.5\n[agents.stop.reward.critics.answer]\ntype = \"regex\"\n\
+         pattern = \".*\"\n[agents.stop.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+         [agents.stop.learn.sft]\nsteps = {steps}\nlr = 0.001\nrank = 4\nmin_examples = 1\n"
+    );
+    let (_model, w) = tiny_world("stop", &rest).await;
+    for i in 0..8 {
+        w.ask("stop", &format!("stop-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let w = std::sync::Arc::new(w);
+    let (learner, lines) = learner(&w);
+    let running = tokio::spawn(async move { learner.run_cycle("stop", "manual").await });
+    let adapters = w.config.adapters_dir("local");
+    let metrics = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!running.is_finished(), "the cycle ended before training began");
+        let found = std::fs::read_dir(&adapters).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path().join("metrics.jsonl"))
+                .find(|m| std::fs::read_to_string(m).is_ok_and(|s| s.lines().count() > 1))
+        });
+        if let Some(m) = found {
+            break m;
+        }
+    };
+    let cancelled = hone_learn::cycle::cancel::cancel(w.store.as_ref(), "stop")
+        .unwrap()
+        .expect("an open cycle");
+    assert_eq!(cancelled.state, CycleState::Propose);
+    let cycle = tokio::time::timeout(std::time::Duration::from_secs(60), running)
+        .await
+        .expect("the cycle stops within a minute")
+        .unwrap()
+        .unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Failed, "{log}");
+    assert_eq!(
+        cycle.error.as_deref(),
+        Some(hone_learn::cycle::cancel::CANCELLED),
+        "{log}"
+    );
+    assert!(log.contains("training stopped"), "{log}");
+    assert!(log.contains("was cancelled"), "{log}");
+    let trained = std::fs::read_to_string(&metrics).unwrap().lines().count();
+    assert!(trained < steps, "{trained} of {steps} steps");
+    assert!(
+        !adapters.join(adapter_name(&cycle, Method::Sft)).exists(),
+        "no adapter from a cancelled cycle"
+    );
+    assert!(w.store.candidates("stop", Some(&cycle.id)).unwrap().is_empty());
+    let history = w.store.history("stop", 100).unwrap();
+    let of_cycle = |kind: &str| {
+        history
+            .iter()
+            .filter(|e| e.kind == kind && e.cycle_id.as_deref() == Some(cycle.id.as_str()))
+            .map(|e| e.summary.clone())
+            .collect::<Vec<_>>()
+    };
+    let progress = of_cycle("train");
+    assert!(progress.iter().any(|s| s.starts_with("sft: step 1/")), "{progress:?}");
+    assert!(
+        of_cycle("cycle").iter().any(|s| s.contains("cancelled at propose")),
+        "{history:?}"
+    );
+    // Nothing left to cancel.
+    assert!(hone_learn::cycle::cancel::cancel(w.store.as_ref(), "stop")
+        .unwrap()
+        .is_none());
+}

@@ -465,3 +465,60 @@ fn hones_chat_rendering_is_the_tokenizers_own() {
     }
     assert_eq!(theirs.len(), 3);
 }
+
+/// `hone learn cancel` while TRL trains: every process of the job stops
+/// itself (the script's watchdog sees hone's stop file), the cycle ends
+/// cancelled, and no adapter is left or proposed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_cycle_stops_its_trl_job() {
+    let Some(python) = python() else { return };
+    let steps = 20_000;
+    let learn = format!(
+        "[agents.halt.learn]\noptimisers = [\"sft\"]\ndataset_size = 8\n\
+         [agents.halt.learn.sft]\nsteps = {steps}\nlr = 0.001\nrank = 4\nmin_examples = 1"
+    );
+    let (_model, w) = trl_world("halt", ".*", &learn, &python, "").await;
+    let w = std::sync::Arc::new(w);
+    ask_numbers(&w, "halt", 8).await;
+    w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
+    let adapters = w.config.adapters_dir("local");
+    let (learner, lines) = learner(&w);
+    let running = tokio::spawn(async move { learner.run_cycle("halt", "manual").await });
+    // Wait for TRL's first step.
+    let partial = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!running.is_finished(), "the cycle ended before TRL trained a step");
+        let found = std::fs::read_dir(&adapters).ok().and_then(|entries| {
+            entries.flatten().map(|e| e.path()).find(|p| {
+                p.extension().is_some_and(|x| x == "partial")
+                    && std::fs::read_to_string(p.join("metrics.jsonl")).is_ok_and(|m| m.lines().count() > 0)
+            })
+        });
+        if let Some(p) = found {
+            break p;
+        }
+    };
+    hone_learn::cycle::cancel::cancel(w.store.as_ref(), "halt")
+        .unwrap()
+        .expect("an open cycle");
+    let cycle = tokio::time::timeout(std::time::Duration::from_secs(120), running)
+        .await
+        .expect("the cycle stops")
+        .unwrap()
+        .unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Failed, "{log}");
+    assert_eq!(cycle.error.as_deref(), Some(hone_learn::cycle::cancel::CANCELLED));
+    assert!(
+        log.contains("TRL training stopped") && log.contains("hone asked it to stop"),
+        "{log}"
+    );
+    assert_eq!(stop_processes_naming(&partial), 0, "a TRL process outlived the cycle");
+    let trained = std::fs::read_to_string(partial.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(trained < steps, "{trained} of {steps} steps\n{log}");
+    assert!(!adapters.join(adapter_name(&cycle, Method::Sft)).exists());
+    assert!(w.store.candidates("halt", Some(&cycle.id)).unwrap().is_empty());
+}

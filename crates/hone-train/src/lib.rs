@@ -44,6 +44,8 @@ pub enum TrainError {
     Config(String),
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    #[error("stopped after step {0}, as asked")]
+    Stopped(usize),
     #[error(transparent)]
     Engine(#[from] hone_engine::EngineError),
     #[error(transparent)]

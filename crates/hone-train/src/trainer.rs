@@ -337,6 +337,15 @@ impl Trainer {
     /// `save_every` steps, writes `metrics.jsonl`, and exports the final
     /// adapter into `out`.
     pub fn run(&mut self, out: &Path, on_step: &mut dyn FnMut(&StepReport)) -> Result<()> {
+        self.run_while(out, &mut |report| {
+            on_step(report);
+            true
+        })
+    }
+
+    /// [`run`](Self::run), stopped (with [`TrainError::Stopped`], no
+    /// adapter written) as soon as `on_step` says not to go on.
+    pub fn run_while(&mut self, out: &Path, on_step: &mut dyn FnMut(&StepReport) -> bool) -> Result<()> {
         std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
         let metrics_path = out.join("metrics.jsonl");
         let mut metrics = std::fs::OpenOptions::new()
@@ -348,7 +357,9 @@ impl Trainer {
             let report = self.train_step()?;
             let line = serde_json::to_string(&report).map_err(|e| TrainError::Config(e.to_string()))?;
             writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
-            on_step(&report);
+            if !on_step(&report) {
+                return Err(TrainError::Stopped(self.step));
+            }
             if self.config.save_every > 0
                 && self.step.is_multiple_of(self.config.save_every)
                 && self.step < self.total_steps

@@ -439,7 +439,8 @@ pub struct HistoryEvent {
     pub agent: String,
     pub at: i64,
     /// `version`, `candidate`, `evaluation`, `gate`, `front`, `approve`,
-    /// `canary`, `promote`, `rollback`, `alert`, `cycle`, `reward_model`.
+    /// `canary`, `promote`, `rollback`, `alert`, `cycle`, `reward_model`,
+    /// `train` (a weight optimiser's training progress).
     pub kind: String,
     pub version_id: Option<VersionId>,
     pub cycle_id: Option<String>,

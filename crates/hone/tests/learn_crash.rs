@@ -1,7 +1,8 @@
 //! `kill -9` of `hone learn AGENT --once` in each step of the cycle, then a
 //! restart: every time exactly one consistent outcome — one finished cycle,
 //! each candidate stored once, one version per candidate, the canary
-//! deployed exactly once (one revision, one `canary` event).
+//! deployed exactly once (one revision, one `canary` event). And `hone
+//! learn cancel`, which ends an open cycle for good.
 
 use crate::support::{story, Hone};
 use std::path::Path;
@@ -136,4 +137,76 @@ async fn kill_9_in_every_step_of_a_cycle_then_restart_gives_one_outcome() {
     }
     // The same outcome whichever step the crash hit.
     assert!(outcomes.windows(2).all(|w| w[0] == w[1]), "{outcomes:#?}");
+}
+
+fn hone_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hone"))
+        .args(args)
+        .arg("--config")
+        .arg(dir.join("hone.toml"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .output()
+        .unwrap()
+}
+
+/// `hone learn cancel AGENT` ends the open cycle `failed` with the reason,
+/// says so in `hone learn status`, refuses when there is nothing to
+/// cancel, and the next `hone learn` starts a fresh cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learn_cancel_ends_the_open_cycle_and_the_next_run_starts_afresh() {
+    let upstream = story::upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = story::config(&upstream, "", "policy = { type = \"manual\" }");
+    let mut hone = Hone::start_in(dir.path(), &text, &[]);
+    story::record(&hone, 12).await;
+    hone.wait_caught_up();
+    assert!(hone.terminate().success());
+    drop(hone);
+    std::fs::write(dir.path().join("hone.toml"), &text).unwrap();
+    let db = dir.path().join("data").join("hone.db");
+
+    let mut paused = learn(dir.path(), Some("propose"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while query(&db, "SELECT state FROM cycles WHERE agent = 'story'")
+        .first()
+        .map(|r| r[0].as_str())
+        != Some("propose")
+    {
+        assert!(Instant::now() < deadline, "never reached propose");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled = hone_in(dir.path(), &["learn", "cancel", "story"]);
+    let out = String::from_utf8_lossy(&cancelled.stdout);
+    assert!(
+        cancelled.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&cancelled.stderr)
+    );
+    assert!(out.contains("cancelled cycle story-1 of story at propose"), "{out}");
+    paused.kill().unwrap();
+    paused.wait().unwrap();
+
+    let status = hone_in(dir.path(), &["learn", "status", "story"]);
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(table.contains("failed: cancelled by the operator"), "{table}");
+    let again = hone_in(dir.path(), &["learn", "cancel", "story"]);
+    assert!(!again.status.success());
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("agent `story` has no open cycle to cancel"), "{said}");
+    let unknown = hone_in(dir.path(), &["learn", "cancel", "nobody"]);
+    assert!(!unknown.status.success());
+
+    let next = learn(dir.path(), None).wait().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("learn.log")).unwrap();
+    assert!(next.success(), "{log}");
+    assert!(log.contains("cycle story-2 started"), "{log}");
+    let cycles = query(&db, "SELECT id, state FROM cycles ORDER BY id");
+    assert_eq!(
+        cycles,
+        vec![
+            vec!["story-1".to_owned(), "failed".to_owned()],
+            vec!["story-2".to_owned(), "done".to_owned()]
+        ]
+    );
 }

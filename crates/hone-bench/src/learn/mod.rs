@@ -8,6 +8,9 @@
 //!   `--optimisers`, `--optimisers-per-cycle`, `--grpo-groups`,
 //!   `--canary-share` and `--gate-confidence` choose its loop as they do
 //!   the demo's.
+//! - hone's loop on TRL: the same with `--trainer trl` (its weight
+//!   optimisers' adapters trained by TRL under `accelerate launch`, with
+//!   `--python`), in `<data-dir>/hone-trl`.
 //! - hone's loop in the sandbox: the same with `--sandbox-users` (a
 //!   simulated user also rewards every offline run on demand), in
 //!   `<data-dir>/hone-sandbox`: both modes, side by side. The two sides
@@ -56,7 +59,8 @@ const TRL_SCRIPT: &str = include_str!("../../python/learn_trl.py");
 #[derive(Debug, Clone, Args)]
 pub struct LearnArgs {
     /// Where the runs go: `hone/` (the demo's data directory, where hone's
-    /// GRPO alone also keeps its adapters), `trl/` (TRL's checkpoints) and
+    /// GRPO alone also keeps its adapters), `hone-trl/` and `hone-sandbox/`
+    /// (the other two loops'), `trl/` (TRL's checkpoints) and
     /// `bench-learn.json`; with `--seeds`, one such directory per seed
     /// (`seed-N/`) and `bench-learn-seeds.json` beside them.
     #[arg(long, default_value = "./hone-bench-learn")]
@@ -80,7 +84,8 @@ pub struct LearnArgs {
     /// Start every side from this checkpoint instead of the demo's base policy.
     #[arg(long)]
     pub base: Option<PathBuf>,
-    /// A Python with torch, transformers, peft, trl and datasets.
+    /// A Python with torch, transformers, peft, trl, datasets and
+    /// accelerate (TRL alone, and the loop on TRL, run with it).
     #[arg(long, env = "HONE_BENCH_PYTHON", default_value = "python3")]
     pub python: String,
     /// Held-out tasks per measurement.
@@ -304,6 +309,16 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
     let noise = demo_args.noise;
     let hone_dir = data_dir.join("hone");
     let hone_points = loop_side(demo_args.clone(), &hone_dir, &base, args.minutes)?;
+    let trl_loop_points = loop_side(
+        DemoArgs {
+            trainer: demo::config::DemoTrainer::Trl,
+            trainer_python: args.python.clone(),
+            ..demo_args.clone()
+        },
+        &data_dir.join("hone-trl"),
+        &base,
+        args.minutes,
+    )?;
     let sandbox_points = loop_side(
         DemoArgs {
             sandbox_users: true,
@@ -354,6 +369,15 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
                 ),
                 "user episodes",
                 hone_points,
+                threshold,
+            ),
+            Side::new(
+                &format!(
+                    "hone loop on TRL (demo --trainer trl{}: the same loop, its adapters trained by TRL under accelerate launch, no replay)",
+                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
+                ),
+                "user episodes",
+                trl_loop_points,
                 threshold,
             ),
             Side::new(
@@ -500,12 +524,12 @@ fn played_by(runs: &[(i64, usize)], at_ms: i64) -> usize {
 /// Fails early, with what to install, when the Python side cannot run.
 fn check_python(python: &str) -> Result<()> {
     let probe = std::process::Command::new(python)
-        .args(["-c", "import torch, transformers, peft, trl, datasets"])
+        .args(["-c", "import torch, transformers, peft, trl, datasets, accelerate"])
         .output()
         .with_context(|| format!("cannot run `{python}` (pass --python PATH)"))?;
     if !probe.status.success() {
         bail!(
-            "`{python}` lacks the TRL side's packages ({}); install them with `{python} -m pip install torch transformers peft trl datasets`, or pass --python PATH",
+            "`{python}` lacks the TRL side's packages ({}); install them with `{python} -m pip install torch transformers peft trl datasets accelerate`, or pass --python PATH",
             String::from_utf8_lossy(&probe.stderr).lines().last().unwrap_or_default()
         );
     }

@@ -5,7 +5,7 @@
 //! - [`Learner`] (here): what the cycle works with — config, store, the
 //!   gateway it reaches models through — and its one `impl`.
 //! - `run.rs`: the loop that runs one cycle step by step and persists each
-//!   move; `steps/`: one file per step.
+//!   move; `steps/`: one file per step; [`cancel`]: ending an open cycle.
 //! - [`schedule`]: when cycles run (`hone learn`); [`watch`]: a look at the
 //!   canary (monitors, promote, roll back).
 //!
@@ -14,6 +14,7 @@
 //! runs), does its work idempotently, and then moves the cycle on in one
 //! transaction, so a process killed at any point resumes where it was.
 
+pub mod cancel;
 mod run;
 pub mod schedule;
 mod steps;

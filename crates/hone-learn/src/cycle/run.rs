@@ -34,13 +34,18 @@ pub(super) async fn run_cycle(learner: &Learner, agent: &str, trigger: &str) -> 
         learner.say(agent, &format!("[{}] {}", cycle.id, from.as_str()));
         let result = steps::run(learner, agent_config, &cycle).await;
         let advanced = persist(learner, &cycle, from, result)?;
-        if !advanced {
-            learner.say(agent, &format!("cycle {} was moved on by another learner", cycle.id));
-        }
         cycle = learner
             .store
             .cycle(&cycle.id)?
             .ok_or_else(|| LearnError::state(format!("cycle {} vanished", cycle.id)))?;
+        if !advanced {
+            let by = if cycle.error.as_deref() == Some(super::cancel::CANCELLED) {
+                "cancelled"
+            } else {
+                "moved on by another learner"
+            };
+            learner.say(agent, &format!("cycle {} was {by}", cycle.id));
+        }
     }
     learner.say(agent, &format!("cycle {} {}", cycle.id, cycle.state.as_str()));
     Ok(cycle)

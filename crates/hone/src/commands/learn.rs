@@ -1,6 +1,6 @@
 //! `hone learn [AGENT…] [--once]` (the learning loop, or one cycle per
-//! agent and a look at its canary) and `hone learn status` (each agent's
-//! latest cycle, candidates and deployment). Everything is read from and
+//! agent and a look at its canary), `hone learn status` (each agent's
+//! latest cycle, candidates and deployment) and `hone learn cancel AGENT`. Everything is read from and
 //! written to the store, so this works beside a running `hone serve`; model
 //! calls go through a gateway (`--gateway`, or one started in-process).
 
@@ -39,11 +39,22 @@ pub enum LearnCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Cancels the agent's open cycle: it ends `failed` ("cancelled by the
+    /// operator"); the `hone learn` running it stops after its current
+    /// step, and a training job (TRL's processes too) within seconds.
+    Cancel {
+        /// The agent whose cycle to cancel.
+        agent: String,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 pub fn run(args: LearnArgs) -> Result<ExitCode> {
-    if let Some(LearnCommand::Status { agent, common }) = args.command {
-        return status(agent.as_deref(), &common);
+    match args.command {
+        Some(LearnCommand::Status { agent, common }) => return status(agent.as_deref(), &common),
+        Some(LearnCommand::Cancel { agent, common }) => return cancel(&agent, &common),
+        None => {}
     }
     let config = load_config(&args.common)?;
     let agents: Vec<String> = if args.agents.is_empty() {
@@ -138,6 +149,23 @@ fn count_by_status(candidates: &[Candidate]) -> String {
         "-".into()
     } else {
         parts.join(", ")
+    }
+}
+
+fn cancel(agent: &str, common: &Common) -> Result<ExitCode> {
+    let config = load_config(common)?;
+    agent_config(&config, agent)?;
+    let store = open_store(&config)?;
+    match hone_learn::cycle::cancel::cancel(store.as_ref(), agent)? {
+        Some(cycle) => {
+            println!(
+                "cancelled cycle {} of {agent} at {} (a `hone learn` running it stops after its current step; a training job within seconds)",
+                cycle.id,
+                cycle.state.as_str()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        None => bail!("agent `{agent}` has no open cycle to cancel (`hone learn status {agent}` shows its latest)"),
     }
 }
 

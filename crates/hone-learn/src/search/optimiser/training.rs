@@ -15,6 +15,7 @@
 //! training again.
 
 use super::{describe_diff, Proposal, ProposeContext};
+use crate::cycle::cancel::cancelled;
 use crate::data::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainerSpec, TrainingSpec};
@@ -22,7 +23,8 @@ use hone_train::data::SftExample;
 use hone_train::data::{self, Renderer};
 use hone_train::policy::Sequence;
 use hone_train::{Data, LoraSpec, StepReport, TrainConfig, Trainer};
-use hone_types::{Instance, SampledTokens, TrainingSummary};
+use hone_types::time::now_ms;
+use hone_types::{HistoryEvent, Instance, SampledTokens, TrainingSummary};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -226,13 +228,22 @@ pub async fn propose_adapter(
         };
         // The trainer's progress, said from here as it comes.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        // A cycle cancelled meanwhile stops the job.
+        let (store, cycle_id) = (ctx.store.clone(), ctx.cycle.id.clone());
         let training = tokio::task::spawn_blocking(move || {
-            train(&job, &examples, &|line| {
+            let said = |line| {
                 let _ = tx.send(line);
-            })
+            };
+            train(&job, &examples, &said, &|| cancelled(store.as_ref(), &cycle_id))
         });
         while let Some(line) = rx.recv().await {
-            (ctx.progress)(&format!("{}: {line}", method.name()));
+            let line = format!("{}: {line}", method.name());
+            (ctx.progress)(&line);
+            // The job's progress is part of the cycle's log, on its page.
+            let event = HistoryEvent::new(&ctx.agent.name, now_ms(), "train", &line).cycle(&ctx.cycle.id);
+            if let Err(e) = ctx.store.add_history(&[event]) {
+                tracing::warn!("could not record the training progress: {e}");
+            }
         }
         training.await??;
     }
@@ -438,7 +449,14 @@ pub fn step_line(report: &StepReport) -> Option<String> {
     Some(format!("step {step}/{total}: loss {:.4}{reward}{kl}", report.loss))
 }
 
-fn train(job: &Job, examples: &Examples, say: &(dyn Fn(String) + Sync)) -> Result<(), LearnError> {
+/// Trains the job's adapter into `<adapters_dir>/<name>`, saying its
+/// progress; stops (an error, no adapter) once `stop` says so.
+fn train(
+    job: &Job,
+    examples: &Examples,
+    say: &(dyn Fn(String) + Sync),
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<(), LearnError> {
     let partial = job.adapters_dir.join(format!("{}.partial", job.name));
     // TRL's job may resume from the checkpoints it left there; hone's own
     // trainer starts afresh.
@@ -475,7 +493,7 @@ fn train(job: &Job, examples: &Examples, say: &(dyn Fn(String) + Sync)) -> Resul
             base: &job.base,
             parent: job.parent.as_deref(),
         };
-        super::trl::train(&trl_job, &data, &partial, say)?;
+        super::trl::train(&trl_job, &data, &partial, say, stop)?;
         return finish(job, &partial);
     }
     let mut trainer = Trainer::new(
@@ -488,12 +506,18 @@ fn train(job: &Job, examples: &Examples, say: &(dyn Fn(String) + Sync)) -> Resul
     )
     .map_err(LearnError::training("cannot start training"))?;
     trainer
-        .run(&partial, &mut |report| {
+        .run_while(&partial, &mut |report| {
             if let Some(line) = step_line(report) {
                 say(line);
             }
+            !stop()
         })
-        .map_err(LearnError::training("training failed"))?;
+        .map_err(|e| match e {
+            hone_train::TrainError::Stopped(step) => {
+                LearnError::training("training stopped")(format!("the cycle ended after step {step}"))
+            }
+            e => LearnError::training("training failed")(e),
+        })?;
     finish(job, &partial)
 }
 

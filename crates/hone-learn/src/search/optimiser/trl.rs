@@ -31,6 +31,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The script TRL runs, as shipped with this build.
+/// The file in the job's directory that asks its processes to stop.
+const STOP_FILE: &str = "stop";
 const SCRIPT: &str = include_str!("../../../python/trl_train.py");
 
 /// Lines of the script's stderr kept to say why it failed.
@@ -55,7 +57,13 @@ pub struct TrlJob<'a> {
 /// stops itself when the process that started it exits and when its time
 /// limit runs out (the script watches both); past the limit and a minute's
 /// grace, it is killed from here.
-pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + Sync)) -> Result<(), LearnError> {
+pub fn train(
+    job: &TrlJob<'_>,
+    data: &Data,
+    dir: &Path,
+    say: &(dyn Fn(String) + Sync),
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<(), LearnError> {
     let rows = rows(data, job.config, job.spec.num_processes)?;
     let mut jsonl = Vec::new();
     for row in &rows {
@@ -130,8 +138,15 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + 
     let started = Instant::now();
     let mut tail: Vec<String> = Vec::new();
     let mut killed = false;
+    // Asked to stop (the cycle ended): the script's watchdog sees the stop
+    // file in its output directory and ends every process; after a grace
+    // period the launcher is killed from here.
+    let stop_file = dir.join(STOP_FILE);
+    let _ = std::fs::remove_file(&stop_file);
+    let mut stopping: Option<Instant> = None;
+    let mut looked = Instant::now();
     let status = loop {
-        match from_script.recv_timeout(Duration::from_millis(500)) {
+        let quiet = match from_script.recv_timeout(Duration::from_millis(500)) {
             Ok(line) => {
                 if let Some(report) = line.strip_prefix("hone-trl step ") {
                     if let Some(said) = serde_json::from_str(report).ok().as_ref().and_then(step_line) {
@@ -144,22 +159,44 @@ pub fn train(job: &TrlJob<'_>, data: &Data, dir: &Path, say: &(dyn Fn(String) + 
                 if tail.len() > TAIL {
                     tail.remove(0);
                 }
-                continue;
+                false
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => true,
             // Output closed: the job is ending.
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 break child.wait().map_err(LearnError::training("waiting for TRL"))?;
             }
+        };
+        // Its output read to the end before its status is taken.
+        if quiet {
+            if let Some(status) = child.try_wait().map_err(LearnError::training("waiting for TRL"))? {
+                break status;
+            }
         }
-        if let Some(status) = child.try_wait().map_err(LearnError::training("waiting for TRL"))? {
-            break status;
+        if stopping.is_none() && looked.elapsed() > Duration::from_secs(2) {
+            looked = Instant::now();
+            if stop() {
+                let _ = std::fs::write(&stop_file, b"the cycle ended\n");
+                stopping = Some(Instant::now());
+            }
         }
-        if !killed && started.elapsed() > limit + Duration::from_secs(60) {
+        let overdue = started.elapsed() > limit + Duration::from_secs(60)
+            || stopping.is_some_and(|at| at.elapsed() > Duration::from_secs(30));
+        if !killed && overdue {
             let _ = child.kill();
             killed = true;
         }
     };
+    let _ = std::fs::remove_file(&stop_file);
+    if stopping.is_some() && !status.success() {
+        let how = match tail.iter().rev().find(|l| l.starts_with("hone-trl stopped")) {
+            Some(line) => line.clone(),
+            None => "killed after 30 s of grace".to_owned(),
+        };
+        return Err(LearnError::training("TRL training stopped")(format!(
+            "the cycle ended; {how} ({status})"
+        )));
+    }
     if !status.success() {
         let said = said(&tail);
         let limit_note = if killed || tail.iter().any(|l| l.contains("hone-trl stopped")) {
