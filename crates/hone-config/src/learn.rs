@@ -89,6 +89,13 @@ pub struct RawLearn {
     pub drop_from_training: Vec<String>,
     /// What trains the weight optimisers' adapters.
     pub trainer: Option<crate::trainer::RawTrainer>,
+    /// Episodes may be uploaded to a provider for hosted fine-tuning.
+    pub allow_upload: Option<bool>,
+    pub upload: Option<crate::fine_tune::RawUpload>,
+    #[serde(rename = "openai-sft")]
+    pub openai_sft: Option<crate::fine_tune::RawFineTune>,
+    #[serde(rename = "openai-dpo")]
+    pub openai_dpo: Option<crate::fine_tune::RawFineTune>,
 }
 
 /// `[agents.NAME.learn.shadow]`: extra answers sampled for a share of live
@@ -630,11 +637,23 @@ pub enum OptimiserSpec {
     Prompt(crate::reflect::PromptSpec),
     Playbook(crate::reflect::PlaybookSpec),
     Tools(crate::reflect::ToolsSpec),
+    /// `openai-sft`, `openai-dpo`: a hosted model fine-tuned by its provider.
+    FineTune(crate::fine_tune::FineTuneSpec),
 }
 
 impl OptimiserSpec {
-    pub const NAMES: [&'static str; 9] = [
-        "examples", "memory", "model", "grpo", "dpo", "sft", "prompt", "playbook", "tools",
+    pub const NAMES: [&'static str; 11] = [
+        "examples",
+        "memory",
+        "model",
+        "grpo",
+        "dpo",
+        "sft",
+        "prompt",
+        "playbook",
+        "tools",
+        "openai-sft",
+        "openai-dpo",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -648,6 +667,17 @@ impl OptimiserSpec {
             OptimiserSpec::Prompt(_) => "prompt",
             OptimiserSpec::Playbook(_) => "playbook",
             OptimiserSpec::Tools(_) => "tools",
+            OptimiserSpec::FineTune(f) => f.method.name(),
+        }
+    }
+
+    /// What an optimiser may spend, when it spends: the reflection model a
+    /// reflective optimiser calls (priced by its provider) and its budget,
+    /// or a hosted fine-tuning optimiser's budget (priced by itself).
+    pub fn metered(&self) -> Option<(Option<&Route>, crate::reflect::Budget)> {
+        match self {
+            OptimiserSpec::FineTune(f) => Some((None, f.budget)),
+            _ => self.reflector().map(|(route, budget)| (Some(route), budget)),
         }
     }
 
@@ -728,6 +758,8 @@ pub struct LearnSpec {
     pub drop_from_training: Vec<String>,
     /// What trains the weight optimisers' adapters (`sft`, `dpo`, `grpo`).
     pub trainer: crate::trainer::TrainerSpec,
+    /// What may leave the machine for hosted fine-tuning.
+    pub upload: crate::fine_tune::UploadSpec,
 }
 
 /// For a `share` of live requests to a version whose routes all run on the
@@ -903,6 +935,7 @@ impl Default for LearnSpec {
             budget: crate::reflect::Budget::CYCLE,
             drop_from_training: Vec::new(),
             trainer: crate::trainer::TrainerSpec::Hone,
+            upload: crate::fine_tune::UploadSpec::default(),
         }
     }
 }
@@ -1047,7 +1080,13 @@ impl LearnSpec {
             flipped_cycles,
             drop_from_training,
             trainer,
+            allow_upload,
+            upload,
+            openai_sft,
+            openai_dpo,
         } = raw;
+        let upload =
+            crate::fine_tune::UploadSpec::from_raw(field, allow_upload.unwrap_or(false), upload.unwrap_or_default())?;
         let trainer = crate::trainer::TrainerSpec::from_raw(field, trainer)?;
         let every = every.unwrap_or_default();
         for (name, v) in [("episodes", every.episodes), ("minutes", every.minutes)] {
@@ -1062,6 +1101,8 @@ impl LearnSpec {
             grpo,
             dpo,
             sft,
+            openai_sft,
+            openai_dpo,
             reflect: crate::reflect::ReflectTables {
                 prompt,
                 playbook,
@@ -1110,6 +1151,7 @@ impl LearnSpec {
             budget: crate::reflect::Budget::from_raw(&format!("{field}.budget"), budget, d.budget)?,
             drop_from_training: flags_from_raw(&format!("{field}.drop_from_training"), drop_from_training)?,
             trainer,
+            upload,
         })
     }
 }
@@ -1123,6 +1165,8 @@ struct OptimiserTables {
     grpo: Option<RawTraining>,
     dpo: Option<RawTraining>,
     sft: Option<RawTraining>,
+    openai_sft: Option<crate::fine_tune::RawFineTune>,
+    openai_dpo: Option<crate::fine_tune::RawFineTune>,
     reflect: crate::reflect::ReflectTables,
 }
 
@@ -1144,6 +1188,16 @@ fn optimisers_from_raw(
             "grpo" => OptimiserSpec::Grpo(training(&ofield, tables.grpo.take(), true)?),
             "dpo" => OptimiserSpec::Dpo(training(&ofield, tables.dpo.take(), false)?),
             "sft" => OptimiserSpec::Sft(training(&ofield, tables.sft.take(), false)?),
+            "openai-sft" => OptimiserSpec::FineTune(crate::fine_tune::FineTuneSpec::from_raw(
+                &ofield,
+                crate::fine_tune::FineTuneMethod::Supervised,
+                tables.openai_sft.take().unwrap_or_default(),
+            )?),
+            "openai-dpo" => OptimiserSpec::FineTune(crate::fine_tune::FineTuneSpec::from_raw(
+                &ofield,
+                crate::fine_tune::FineTuneMethod::Preference,
+                tables.openai_dpo.take().unwrap_or_default(),
+            )?),
             "prompt" => OptimiserSpec::Prompt(crate::reflect::prompt(
                 &ofield,
                 tables.reflect.prompt.take().unwrap_or_default(),
@@ -1184,6 +1238,8 @@ fn optimisers_from_raw(
         ("grpo", tables.grpo.is_some()),
         ("dpo", tables.dpo.is_some()),
         ("sft", tables.sft.is_some()),
+        ("openai-sft", tables.openai_sft.is_some()),
+        ("openai-dpo", tables.openai_dpo.is_some()),
         ("prompt", tables.reflect.prompt.is_some()),
         ("playbook", tables.reflect.playbook.is_some()),
         ("tools", tables.reflect.tools.is_some()),

@@ -15,6 +15,7 @@ mod artefacts;
 mod config;
 mod env;
 mod error;
+pub mod fine_tune;
 mod gateway;
 pub mod learn;
 mod load;
@@ -31,6 +32,7 @@ pub use artefacts::{check_url as check_artefact_url, is_artefact_url, ArtefactsC
 pub use config::Config;
 pub use env::expand_env;
 pub use error::{is_adapter_name, ConfigError};
+pub use fine_tune::{FineTuneMethod, FineTuneSpec, UploadSpec};
 pub use gateway::{ApiKeyConfig, GatewayConfig, DEFAULT_MAX_BODY_BYTES};
 pub use learn::{
     check_confidence, Bound, Bounds, DeploymentPolicy, DriftSpec, ExamplesSpec, GateSpec, GroupSource, LearnBudget,

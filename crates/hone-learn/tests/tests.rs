@@ -16,6 +16,8 @@
 //! - `modules`: the crate's top-level modules import one another without a cycle.
 //! - `rl`: `grpo` in a cycle on the embedded engine: exact tokens and sampler logprobs reach the trainer.
 //! - `trl`: `sft`, `dpo` and `grpo` adapters trained by TRL from the same tokens, served by the engine.
+//! - `fine_tune`: `openai-sft` against a fake of OpenAI's fine-tuning API: upload
+//!   rules, budget, the job followed, resumed and cancelled, its model gated.
 //! - `vllm`: a provider declared `engine = "vllm"` records exact tokens and
 //!   logprobs; `grpo` trains a vLLM-served agent and vLLM loads the adapter.
 
@@ -33,6 +35,7 @@ mod critics;
 mod cycle;
 mod datasets;
 mod eval;
+mod fine_tune;
 mod judge;
 mod modules;
 mod reflect;

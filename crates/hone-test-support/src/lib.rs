@@ -13,6 +13,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod config;
+pub mod fine_tuning;
 pub mod postgres;
 pub mod s3;
 pub mod upstream;

@@ -35,6 +35,8 @@
 //!
 //! `/v1/load_lora_adapter` (vLLM) loads any adapter except those whose name
 //! starts with `broken`, which it refuses with HTTP 400.
+//!
+//! OpenAI's fine-tuning API (files and jobs) is [`crate::fine_tuning`]'s.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -98,6 +100,7 @@ impl Shared {
 pub struct FakeUpstream {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
+    fine_tuning: crate::fine_tuning::Shared,
 }
 
 impl FakeUpstream {
@@ -123,10 +126,36 @@ impl FakeUpstream {
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/load_lora_adapter", post(load_lora))
             .with_state(shared.clone());
+        let fine_tuning = crate::fine_tuning::Shared::default();
+        let app = {
+            use crate::fine_tuning as ft;
+            app.merge(
+                Router::new()
+                    .route("/v1/files", post(ft::upload))
+                    .route("/v1/fine_tuning/jobs", post(ft::create))
+                    .route("/v1/fine_tuning/jobs/{id}", axum::routing::get(ft::read))
+                    .route("/v1/fine_tuning/jobs/{id}/events", axum::routing::get(ft::events))
+                    .route(
+                        "/v1/fine_tuning/jobs/{id}/checkpoints",
+                        axum::routing::get(ft::checkpoints),
+                    )
+                    .route("/v1/fine_tuning/jobs/{id}/cancel", post(ft::cancel))
+                    .with_state(fine_tuning.clone()),
+            )
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { addr, shared }
+        Self {
+            addr,
+            shared,
+            fine_tuning,
+        }
+    }
+
+    /// The fine-tuning API's files and jobs, and how its next jobs end.
+    pub fn fine_tuning(&self) -> std::sync::MutexGuard<'_, crate::fine_tuning::FineTuning> {
+        self.fine_tuning.lock().unwrap()
     }
 
     /// `http://127.0.0.1:port`.

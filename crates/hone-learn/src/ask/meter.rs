@@ -96,6 +96,38 @@ impl Meter {
         self.cycle.charge(spend);
     }
 
+    /// Ok when a spend of `tokens` and `usd` (an estimate made before it)
+    /// fits what is left of both budgets; else why not.
+    pub fn fits(&self, tokens: u64, usd: f64) -> Result<(), String> {
+        for tally in [&self.own, &self.cycle] {
+            let (spent, budget) = (tally.spent(), tally.budget);
+            if spent.tokens.saturating_add(tokens) > budget.tokens {
+                return Err(format!(
+                    "over {} ({} of {} tokens left)",
+                    tally.name,
+                    budget.tokens.saturating_sub(spent.tokens),
+                    budget.tokens
+                ));
+            }
+            if spent.cost_usd + usd > budget.usd {
+                return Err(format!(
+                    "over {} (${:.2} of ${:.2} left)",
+                    tally.name,
+                    (budget.usd - spent.cost_usd).max(0.0),
+                    budget.usd
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges a spend measured otherwise (a fine-tuning job's trained
+    /// tokens at its price).
+    pub fn charge_spend(&self, spend: Spend) {
+        self.own.charge(spend);
+        self.cycle.charge(spend);
+    }
+
     /// What this optimiser has spent.
     pub fn spent(&self) -> Spend {
         self.own.spent()

@@ -62,7 +62,7 @@ pub(super) async fn run(
             break;
         }
         let optimiser = optimiser::from_spec(spec);
-        let meter = match spec.reflector() {
+        let meter = match spec.metered() {
             None => Meter::unmetered(),
             Some((route, budget)) => {
                 if let Some(spent) = cycle_budget.exhausted() {
@@ -71,12 +71,14 @@ pub(super) async fn run(
                     events.push(HistoryEvent::new(name, now, "budget", line).cycle(&cycle.id));
                     continue;
                 }
-                let price = learner
-                    .config
-                    .providers
-                    .get(&route.provider)
-                    .and_then(|p| p.prices.get(&route.model))
-                    .copied();
+                let price = route.and_then(|route| {
+                    learner
+                        .config
+                        .providers
+                        .get(&route.provider)
+                        .and_then(|p| p.prices.get(&route.model))
+                        .copied()
+                });
                 let own = Tally::new(format!("the {} optimiser's budget", optimiser.name()), budget);
                 Meter::new(own, cycle_budget.clone(), price)
             }

@@ -8,6 +8,7 @@
 
 mod dpo;
 mod examples;
+pub mod fine_tune;
 mod grpo;
 pub use grpo::group_row;
 mod live;
@@ -113,6 +114,7 @@ pub fn from_spec(spec: &OptimiserSpec) -> Box<dyn Optimiser> {
         OptimiserSpec::Prompt(p) => Box::new(prompt::PromptOptimiser { spec: p.clone() }),
         OptimiserSpec::Playbook(p) => Box::new(playbook::PlaybookOptimiser { spec: p.clone() }),
         OptimiserSpec::Tools(t) => Box::new(tools::ToolsOptimiser { spec: t.clone() }),
+        OptimiserSpec::FineTune(f) => Box::new(fine_tune::FineTune { spec: f.clone() }),
     }
 }
 

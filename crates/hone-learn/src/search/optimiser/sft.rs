@@ -71,7 +71,7 @@ impl Optimiser for Sft {
 
 /// A user corrected the episode with a demonstration (trained on instead of
 /// what was recorded).
-fn demonstrated(item: &Instance) -> bool {
+pub(super) fn demonstrated(item: &Instance) -> bool {
     item.reference.as_ref().is_some_and(|r| r.is_object() || r.is_string())
 }
 

@@ -1,0 +1,163 @@
+//! What a hosted fine-tuning job is given: the train half's instances that
+//! may leave the machine (`[agents.NAME.learn.upload]`), in the host's
+//! format, with personal data redacted, split into training and validation
+//! files. The choice of examples and pairs is the local trainers' own
+//! (`dataset::export`); only the wire format is the host's.
+
+use crate::data::dataset::{export_rows, ExportFormat};
+use hone_config::{FineTuneMethod, UploadSpec};
+use hone_types::{EpisodeDetail, Instance};
+use regex::Regex;
+use serde_json::{json, Value};
+
+/// Whether `episode` may be uploaded under `upload`.
+pub fn may_upload(upload: &UploadSpec, episode: Option<&EpisodeDetail>) -> bool {
+    let Some(episode) = episode else {
+        // An imported instance has no episode to check against.
+        return upload.require_signals.is_empty() && upload.exclude_flags.is_empty();
+    };
+    let flagged = episode
+        .calls
+        .iter()
+        .any(|c| upload.exclude_flags.iter().any(|f| c.flags.named(f)));
+    let signalled =
+        upload.require_signals.is_empty() || episode.signals.iter().any(|s| upload.require_signals.contains(&s.name));
+    !flagged && signalled
+}
+
+/// The instances as the host's JSONL rows for `method`: OpenAI's chat
+/// format (messages with tool calls, and the tools) for supervised jobs;
+/// `input` / `preferred_output` / `non_preferred_output` for preference
+/// jobs.
+pub fn rows(items: &[Instance], method: FineTuneMethod) -> std::io::Result<Vec<Value>> {
+    Ok(match method {
+        FineTuneMethod::Supervised => export_rows(items, ExportFormat::Chat)?,
+        FineTuneMethod::Preference => export_rows(items, ExportFormat::Dpo)?
+            .into_iter()
+            .map(|pair| {
+                let as_list = |v: &Value| match v {
+                    Value::Array(_) => v.clone(),
+                    other => json!([other]),
+                };
+                json!({
+                    "input": {"messages": pair["prompt"]},
+                    "preferred_output": as_list(&pair["chosen"]),
+                    "non_preferred_output": as_list(&pair["rejected"]),
+                })
+            })
+            .collect(),
+    })
+}
+
+/// Replaces what `upload.redact` names in every string of the rows.
+pub struct Redactor {
+    patterns: Vec<Regex>,
+}
+
+impl Redactor {
+    pub const MARK: &'static str = "[REDACTED]";
+
+    pub fn new(upload: &UploadSpec) -> Self {
+        let patterns = upload
+            .redact
+            .iter()
+            .filter_map(|name| {
+                let pattern = match name.as_str() {
+                    "email" => r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}",
+                    "phone" => r"\+?\d[\d\s().-]{7,}\d",
+                    "card" => r"\b(?:\d[ -]?){13,19}\b",
+                    "ip" => r"\b(?:\d{1,3}\.){3}\d{1,3}\b",
+                    other => other,
+                };
+                // The config checked every pattern.
+                Regex::new(pattern).ok()
+            })
+            .collect();
+        Self { patterns }
+    }
+
+    /// The value with every match replaced; how many were.
+    pub fn redact(&self, value: &mut Value) -> usize {
+        match value {
+            Value::String(s) => {
+                let mut found = 0;
+                for p in &self.patterns {
+                    found += p.find_iter(s).count();
+                    if found > 0 {
+                        *s = p.replace_all(s, Self::MARK).into_owned();
+                    }
+                }
+                found
+            }
+            Value::Array(items) => items.iter_mut().map(|v| self.redact(v)).sum(),
+            Value::Object(map) => map.values_mut().map(|v| self.redact(v)).sum(),
+            _ => 0,
+        }
+    }
+}
+
+/// The rows as JSONL, the last `share` of them (at least one when there are
+/// two or more) as the validation file.
+pub fn split(rows: &[Value], share: f64) -> (Vec<u8>, Vec<u8>) {
+    let held = if share > 0.0 && rows.len() >= 2 {
+        ((rows.len() as f64 * share).round() as usize).clamp(1, rows.len() - 1)
+    } else {
+        0
+    };
+    let jsonl = |rows: &[Value]| {
+        let mut out = Vec::new();
+        for r in rows {
+            out.extend(r.to_string().into_bytes());
+            out.push(b'\n');
+        }
+        out
+    };
+    let cut = rows.len() - held;
+    (jsonl(&rows[..cut]), jsonl(&rows[cut..]))
+}
+
+/// Trained tokens a job on `training` is estimated at: four characters a
+/// token (the host's tokenizer is not here), times the epochs.
+pub fn estimated_tokens(training: &[u8], epochs: u64) -> u64 {
+    (training.len() as u64).div_ceil(4) * epochs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_replaces_detectors_and_patterns_everywhere() {
+        let upload = UploadSpec {
+            redact: vec!["email".into(), "card".into(), r"(?i)order #\d+".into()],
+            ..UploadSpec::default()
+        };
+        let mut row = json!({"messages": [
+            {"role": "user", "content": "I'm ann@example.com, card 4111 1111 1111 1111, Order #991"},
+            {"role": "assistant", "content": "Thanks"}
+        ]});
+        assert_eq!(Redactor::new(&upload).redact(&mut row), 3);
+        assert_eq!(
+            row["messages"][0]["content"],
+            "I'm [REDACTED], card [REDACTED], [REDACTED]"
+        );
+        assert_eq!(row["messages"][1]["content"], "Thanks");
+    }
+
+    #[test]
+    fn a_split_keeps_one_row_for_training_and_one_for_validation_at_least() {
+        let rows: Vec<Value> = (0..10).map(|i| json!({"i": i})).collect();
+        let (train, valid) = split(&rows, 0.2);
+        assert_eq!(
+            (
+                train.iter().filter(|b| **b == b'\n').count(),
+                valid.iter().filter(|b| **b == b'\n').count()
+            ),
+            (8, 2)
+        );
+        let (train, valid) = split(&rows[..2], 0.01);
+        assert_eq!((train.len() > 0, valid.len() > 0), (true, true));
+        let (_, valid) = split(&rows, 0.0);
+        assert!(valid.is_empty());
+    }
+}

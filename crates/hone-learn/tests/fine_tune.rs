@@ -1,0 +1,255 @@
+//! `openai-sft` and `openai-dpo` against the fake upstream's fine-tuning API
+//! (OpenAI's wire format: multipart files, jobs with `method`, events,
+//! cancel). The fake's `ft:` model answers every sum right where the base
+//! (`weak`) gets the even ones wrong, unless the agent is named to regress.
+
+use crate::support::{learner, wait_for_split, World};
+use hone_learn::cycle::watch::Verdict;
+use hone_store::{CycleStore, Store};
+use hone_test_support::fine_tuning::JobScript;
+use hone_types::{CandidateStatus, CycleState};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// An agent on `weak` with `openai-sft` (`learn` adds to its learn table,
+/// `sft` to the optimiser's).
+fn agent(name: &str, learn: &str, sft: &str) -> String {
+    format!(
+        r#"
+[agents.{name}]
+[agents.{name}.versions.v1]
+provider = "up"
+model = "weak"
+[agents.{name}.deployment]
+champion = "v1"
+policy = {{ type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }}
+canary_share = 0.5
+canary_episodes = 10
+[agents.{name}.reward]
+reference_signal = "gold"
+[agents.{name}.reward.critics.answer]
+type = "numeric"
+[agents.{name}.learn]
+optimisers = ["openai-sft"]
+dataset_size = 40
+{learn}
+[agents.{name}.learn.upload]
+redact = ["email"]
+[agents.{name}.learn.openai-sft]
+n_epochs = 2
+min_examples = 4
+usd_per_mtok = 3.0
+poll_seconds = 0.05
+{sft}
+[agents.{name}.learn.gate]
+reruns = 2
+[agents.{name}.learn.monitor]
+min_episodes = 10
+"#
+    )
+}
+
+/// `n` sums asked by a customer whose e-mail is in the system message, each
+/// with its gold answer.
+async fn sums(w: &World, agent: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let (a, b) = (10 + i, i % 5 + 1);
+        let id = format!("{prefix}-{i}");
+        let messages = json!([
+            {"role": "system", "content": format!("Customer: user{i}@example.com")},
+            {"role": "user", "content": format!("What is {a}+{b}?")},
+        ]);
+        w.call(agent, &id, messages, None).await;
+        w.feedback(&id, "gold", json!(a + b)).await;
+    }
+}
+
+fn lines_of(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
+    let w = World::start_with(&agent("tuned", "allow_upload = true", "")).await;
+    sums(&w, "tuned", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("tuned", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+
+    // The uploaded files, line by line in OpenAI's chat format, redacted.
+    let (training, validation, job) = {
+        let ft = w.fake.fine_tuning();
+        assert_eq!(ft.jobs.len(), 1, "{log}");
+        let job = ft.jobs.values().next().unwrap().request.clone();
+        let file = |key: &str| ft.files[job[key].as_str().unwrap()].clone();
+        (file("training_file"), file("validation_file"), job)
+    };
+    assert_eq!(training.purpose, "fine-tune");
+    let rows = lines_of(&training.bytes);
+    assert!(rows.len() >= 4, "{log}");
+    for row in rows.iter().chain(lines_of(&validation.bytes).iter()) {
+        let messages = row["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages[0]["content"], "Customer: [REDACTED]", "{row}");
+        assert_eq!(messages[1]["role"], "user");
+        let last = messages.last().unwrap();
+        assert_eq!(last["role"], "assistant");
+        // Only the passing answers (odd sums) are trained on.
+        let question = messages[1]["content"].as_str().unwrap();
+        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
+        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        assert_eq!(last["content"], format!("The answer is {sum}."), "{row}");
+        assert_eq!(sum % 2, 1);
+        assert!(!row.to_string().contains("@example.com"));
+    }
+    assert_eq!(job["model"], "weak");
+    assert_eq!(job["suffix"], "hone-tuned-1");
+    assert_eq!(
+        job["method"],
+        json!({"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 2}}})
+    );
+    assert_eq!(job["metadata"]["hone_cycle"], "tuned-1");
+
+    // The candidate: the job's model on the same provider, its spend, the
+    // file's hash in the history.
+    let candidates = w.store.candidates("tuned", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    let candidate = &candidates[0];
+    assert_eq!(candidate.optimiser, "openai-sft");
+    assert_eq!(candidate.status, CandidateStatus::Canary, "{log}");
+    let version = w.store.version(&candidate.version_id).unwrap().unwrap();
+    let model = version.spec.routes[0].model.clone();
+    assert!(model.starts_with("ft:weak:hone-test:hone-tuned-1:"), "{model}");
+    assert_eq!(version.spec.routes[0].provider, "up");
+    let trained = w
+        .fake
+        .fine_tuning()
+        .jobs
+        .values()
+        .next()
+        .unwrap()
+        .trained_tokens
+        .unwrap();
+    let spend = candidate.spend.unwrap();
+    assert_eq!(spend.tokens, trained);
+    assert!((spend.cost_usd - trained as f64 * 3.0 / 1e6).abs() < 1e-12);
+    let history = w.store.history("tuned", 200).unwrap();
+    let created = history
+        .iter()
+        .find(|e| e.kind == "fine_tune")
+        .expect("a fine_tune event");
+    assert_eq!(
+        created.evidence["training_sha256"],
+        hex::encode(Sha256::digest(&training.bytes))
+    );
+    assert!(
+        history
+            .iter()
+            .any(|e| e.kind == "train" && e.summary.contains("The job has successfully completed")),
+        "the job's events are the cycle's history"
+    );
+
+    // Online, then promoted.
+    wait_for_split(&w, "tuned", Some(&candidate.version_id)).await;
+    sums(&w, "tuned", "online", 40).await;
+    let verdict = learner.watch(&w.config.agents["tuned"]).await.unwrap();
+    assert!(matches!(verdict, Verdict::Promoted(_)), "{verdict:?}");
+    assert_eq!(
+        w.store.deployment("tuned").unwrap().unwrap().champion,
+        candidate.version_id
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_allow_upload_nothing_leaves_the_machine() {
+    let w = World::start_with(&agent("private", "", "")).await;
+    sums(&w, "private", "s", 20).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("private", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    assert!(
+        log.contains("does not allow its episodes to leave the machine"),
+        "{log}"
+    );
+    let ft = w.fake.fine_tuning();
+    assert!(ft.files.is_empty() && ft.jobs.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_budget_is_never_created() {
+    let w = World::start_with(&agent("thrifty", "allow_upload = true", "budget = { usd = 0.0001 }")).await;
+    sums(&w, "thrifty", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("thrifty", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    assert!(log.contains("over the openai-sft optimiser's budget"), "{log}");
+    assert!(w.fake.fine_tuning().files.is_empty(), "nothing uploaded");
+    let history = w.store.history("thrifty", 100).unwrap();
+    assert!(history
+        .iter()
+        .any(|e| e.kind == "budget" && e.summary.contains("estimated at")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_ends_the_optimiser_with_the_host_s_reason() {
+    let w = World::start_with(&agent("refused", "allow_upload = true", "")).await;
+    w.fake.fine_tuning().script = JobScript::Fail("The training file has 3 examples with no assistant message".into());
+    sums(&w, "refused", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("refused", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    assert!(
+        log.contains("optimiser openai-sft failed: the fine-tuning job failed: The training file has 3 examples with no assistant message (invalid_training_file)"),
+        "{log}"
+    );
+    assert!(w.store.candidates("refused", Some(&cycle.id)).unwrap().is_empty());
+}
+
+/// `hone learn` dies while the job runs: the resumed cycle follows the same
+/// job (its id is in the cycle's history), and a cancelled cycle cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_cycle_follows_its_job_and_a_cancelled_one_cancels_it() {
+    let w = std::sync::Arc::new(World::start_with(&agent("long", "allow_upload = true", "")).await);
+    w.fake.fine_tuning().script = JobScript::Hang;
+    sums(&w, "long", "s", 40).await;
+    let start = |w: &std::sync::Arc<World>| {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let (learner, lines) = learner(&w);
+            let cycle = learner.run_cycle("long", "manual").await;
+            let log = lines.lock().unwrap().join("\n");
+            (cycle, log)
+        })
+    };
+    let running_job = |w: &World| w.fake.fine_tuning().jobs.values().any(|j| j.status == "running");
+    let first = start(&w);
+    while !running_job(&w) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    first.abort();
+    let _ = first.await;
+
+    let second = start(&w);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(w.fake.fine_tuning().jobs.len(), 1, "no second job");
+    hone_learn::cycle::cancel::cancel(w.store.as_ref(), "long")
+        .unwrap()
+        .unwrap();
+    let (cycle, log) = tokio::time::timeout(std::time::Duration::from_secs(30), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let cycle = cycle.unwrap();
+    assert_eq!(cycle.state, CycleState::Failed, "{log}");
+    assert!(log.contains("resuming job ftjob-"), "{log}");
+    let ft = w.fake.fine_tuning();
+    assert_eq!(ft.jobs.len(), 1);
+    assert_eq!(ft.jobs.values().next().unwrap().status, "cancelled", "{log}");
+}
