@@ -11,7 +11,7 @@ pub mod dispatch;
 pub mod doors;
 pub mod error;
 pub mod examples;
-pub mod harness;
+pub use hone_types::harness;
 pub mod metrics;
 pub mod providers;
 pub mod routes;

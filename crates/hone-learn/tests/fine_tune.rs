@@ -20,6 +20,7 @@ fn agent(name: &str, learn: &str, sft: &str) -> String {
 [agents.{name}.versions.v1]
 provider = "up"
 model = "weak"
+system = "You add numbers."
 [agents.{name}.deployment]
 champion = "v1"
 policy = {{ type = "auto", min_gain = 0.05, max_cost_ratio = 3.0 }}
@@ -92,14 +93,16 @@ async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
     let rows = lines_of(&training.bytes);
     assert!(rows.len() >= 4, "{log}");
     for row in rows.iter().chain(lines_of(&validation.bytes).iter()) {
+        // As the model was served: the champion's system prompt first.
         let messages = row["messages"].as_array().unwrap();
         assert_eq!(messages[0]["role"], "system");
-        assert_eq!(messages[0]["content"], "Customer: [REDACTED]", "{row}");
-        assert_eq!(messages[1]["role"], "user");
+        assert_eq!(messages[0]["content"], "You add numbers.", "{row}");
+        assert_eq!(messages[1]["content"], "Customer: [REDACTED]", "{row}");
+        assert_eq!(messages[2]["role"], "user");
         let last = messages.last().unwrap();
         assert_eq!(last["role"], "assistant");
         // Only the passing answers (odd sums) are trained on.
-        let question = messages[1]["content"].as_str().unwrap();
+        let question = messages[2]["content"].as_str().unwrap();
         let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
         let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
         assert_eq!(last["content"], format!("The answer is {sum}."), "{row}");

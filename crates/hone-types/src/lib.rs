@@ -12,6 +12,7 @@ pub mod behaviour;
 pub mod call;
 pub mod cycle;
 pub mod episode;
+pub mod harness;
 pub mod ids;
 pub mod learn;
 pub mod openai;

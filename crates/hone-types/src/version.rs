@@ -93,7 +93,7 @@ pub struct VersionSpec {
     /// Sampling settings of this version that win over the client's. The
     /// rest of `temperature`, `top_p` and `reasoning_effort` are defaults a
     /// client may override; `max_tokens` is a ceiling either way (see
-    /// `hone_gateway::harness::apply`, the one place the rule is written).
+    /// `hone_types::harness::apply`, the one place the rule is written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enforce: Vec<Setting>,
     /// Lessons the harness adds to the system prompt (`playbook::render`).

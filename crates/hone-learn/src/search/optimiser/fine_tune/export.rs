@@ -6,7 +6,9 @@
 
 use crate::data::dataset::{export_rows, ExportFormat};
 use hone_config::{FineTuneMethod, UploadSpec};
-use hone_types::{EpisodeDetail, Instance};
+use hone_types::harness;
+use hone_types::openai::ChatCompletionRequest;
+use hone_types::{EpisodeDetail, Instance, VersionSpec};
 use regex::Regex;
 use serde_json::{json, Value};
 
@@ -23,6 +25,28 @@ pub fn may_upload(upload: &UploadSpec, episode: Option<&EpisodeDetail>) -> bool 
     let signalled =
         upload.require_signals.is_empty() || episode.signals.iter().any(|s| upload.require_signals.contains(&s.name));
     !flagged && signalled
+}
+
+/// The item as the champion's model saw it: the champion's system prompt,
+/// playbook and owned tools applied to the recorded request
+/// (`harness::apply`, the gateway's own rule), so the model is tuned on
+/// what it will be served.
+pub fn as_served(item: &Instance, champion: &VersionSpec) -> Instance {
+    let mut item = item.clone();
+    let parsed = item
+        .request
+        .as_ref()
+        .and_then(|r| serde_json::from_value::<ChatCompletionRequest>(r.clone()).ok());
+    if let (Some(request), Some(route)) = (parsed, champion.routes.first()) {
+        let served = harness::apply(&request, champion, route, &[]);
+        if let Some(Value::Object(object)) = item.request.as_mut() {
+            object.insert("messages".into(), json!(served.messages));
+            if let Some(tools) = served.tools {
+                object.insert("tools".into(), json!(tools));
+            }
+        }
+    }
+    item
 }
 
 /// The instances as the host's JSONL rows for `method`: OpenAI's chat

@@ -175,7 +175,7 @@ impl FineTune {
                 FineTuneMethod::Preference => true,
             };
             if chosen {
-                allowed.push(item);
+                allowed.push(export::as_served(&item, ctx.champion));
             }
         }
         let mut rows = export::rows(&allowed, self.spec.method).map_err(LearnError::training("exporting"))?;

@@ -1,4 +1,5 @@
-//! Applies a version to a client's request before it goes upstream: the
+//! Applies a version to a client's request before it goes upstream (the
+//! gateway, per call) or before it is trained on (hosted fine-tuning): the
 //! version's system prompt, followed by its playbook's lessons, goes first;
 //! retrieved few-shot examples go before the conversation; a version that
 //! owns its tool set serves those tools in place of the client's; `model`
@@ -13,8 +14,8 @@
 //! - `max_tokens`: a ceiling. The answer never exceeds what the client
 //!   asked, nor the version's limit.
 
-use hone_types::openai::{ChatCompletionRequest, Message, Role};
-use hone_types::{Route, Setting, VersionSpec};
+use crate::openai::{ChatCompletionRequest, Message, Role};
+use crate::{Route, Setting, VersionSpec};
 
 pub fn apply(
     request: &ChatCompletionRequest,
@@ -33,7 +34,7 @@ pub fn apply(
             .count();
         upstream.messages.splice(at..at, examples.iter().cloned());
     }
-    let playbook = hone_types::playbook::render(&version.playbook);
+    let playbook = crate::playbook::render(&version.playbook);
     let system = match (&version.system, playbook) {
         (Some(system), Some(lessons)) => Some(format!("{system}\n\n{lessons}")),
         (system, lessons) => system.clone().or(lessons),
@@ -165,7 +166,7 @@ mod tests {
                 "tools":[{"type":"function","function":{"name":"convert","description":"old"}}]}"#,
         )
         .unwrap();
-        let lesson = |id: &str, text: &str| hone_types::Lesson {
+        let lesson = |id: &str, text: &str| crate::Lesson {
             id: id.into(),
             text: text.into(),
             helpful: 2,
