@@ -61,6 +61,7 @@ pub struct RawFineTune {
     pub validation_share: Option<f64>,
     pub usd_per_mtok: Option<f64>,
     pub budget: Option<RawBudget>,
+    pub group_size: Option<usize>,
     pub poll_seconds: Option<f64>,
     pub time_limit_minutes: Option<u64>,
 }
@@ -86,6 +87,8 @@ pub struct FineTuneSpec {
     /// before the job and the spend after it.
     pub usd_per_mtok: Option<f64>,
     pub budget: Budget,
+    /// `openai-dpo`: champion rollouts per task, paired best over worst.
+    pub group_size: usize,
     pub poll_seconds: f64,
     pub time_limit_minutes: u64,
 }
@@ -111,8 +114,16 @@ impl FineTuneSpec {
                 return Err(ConfigError::at(format!("{field}.usd_per_mtok"), "must be a number ≥ 0"));
             }
         }
-        if raw.beta.is_some() && method != FineTuneMethod::Preference {
-            return Err(ConfigError::at(format!("{field}.beta"), "only `openai-dpo` has a beta"));
+        for (key, set) in [("beta", raw.beta.is_some()), ("group_size", raw.group_size.is_some())] {
+            if set && method != FineTuneMethod::Preference {
+                return Err(ConfigError::at(
+                    format!("{field}.{key}"),
+                    format!("only `openai-dpo` has a {key}"),
+                ));
+            }
+        }
+        if raw.group_size.is_some_and(|g| g < 2) {
+            return Err(ConfigError::at(format!("{field}.group_size"), "must be ≥ 2"));
         }
         for (key, v) in [
             ("n_epochs", raw.n_epochs),
@@ -151,6 +162,7 @@ impl FineTuneSpec {
                     usd: 10.0,
                 },
             )?,
+            group_size: raw.group_size.unwrap_or(4),
             poll_seconds: raw.poll_seconds.unwrap_or(30.0),
             time_limit_minutes: raw.time_limit_minutes.unwrap_or(1440),
         })

@@ -582,6 +582,79 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
     }
 
     #[test]
+    fn hosted_fine_tuning_parses_its_tables_and_refuses_what_does_not_fit() {
+        let c = load(&format!(
+            "{BASE}[agents.a.learn]\noptimisers = [\"openai-sft\", \"openai-dpo\"]\nallow_upload = true\n\
+             [agents.a.learn.upload]\nrequire_signals = [\"thumbs_up\"]\nexclude_flags = [\"refusal\"]\n\
+             redact = [\"email\", \"(?i)order #\\\\d+\"]\n\
+             [agents.a.learn.openai-sft]\nn_epochs = 2\nusd_per_mtok = 3.0\nbudget = {{ usd = 2.0 }}\n\
+             [agents.a.learn.openai-dpo]\nbeta = 0.1\ngroup_size = 3\n"
+        ))
+        .unwrap();
+        let learn = &c.agents["a"].learn;
+        assert!(learn.upload.allowed);
+        assert_eq!(learn.upload.redact, ["email", "(?i)order #\\d+"]);
+        let names: Vec<&str> = learn.optimisers.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["openai-sft", "openai-dpo"]);
+        let crate::OptimiserSpec::FineTune(sft) = &learn.optimisers[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (sft.n_epochs, sft.usd_per_mtok, sft.budget.usd),
+            (Some(2), Some(3.0), 2.0)
+        );
+        assert_eq!(sft.min_examples, 10, "OpenAI's own minimum");
+        let crate::OptimiserSpec::FineTune(dpo) = &learn.optimisers[1] else {
+            panic!()
+        };
+        assert_eq!((dpo.beta, dpo.group_size), (Some(0.1), 3));
+        assert!(
+            !load(&format!("{BASE}[agents.a.learn]\noptimisers = [\"openai-sft\"]\n"))
+                .unwrap()
+                .agents["a"]
+                .learn
+                .upload
+                .allowed
+        );
+
+        for (table, field, says) in [
+            (
+                "[agents.a.learn.openai-sft]\nbeta = 0.1",
+                "openai-sft.beta",
+                "only `openai-dpo`",
+            ),
+            (
+                "[agents.a.learn.openai-sft]\nn_epochs = 0",
+                "openai-sft.n_epochs",
+                "≥ 1",
+            ),
+            (
+                "[agents.a.learn.openai-sft]\nvalidation_share = 0.95",
+                "validation_share",
+                "< 0.9",
+            ),
+            ("[agents.a.learn.openai-sft]\nepochs = 2", "epochs", "unknown field"),
+            (
+                "[agents.a.learn.upload]\nredact = [\"(unclosed\"]",
+                "upload.redact",
+                "neither a detector",
+            ),
+            (
+                "[agents.a.learn.upload]\nexclude_flags = [\"rude\"]",
+                "upload.exclude_flags",
+                "unknown behaviour",
+            ),
+        ] {
+            let e = load(&format!(
+                "{BASE}[agents.a.learn]\noptimisers = [\"openai-sft\"]\n{table}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(field) && e.contains(says), "{table}: {e}");
+        }
+    }
+
+    #[test]
     fn a_trl_trainer_parses_and_refuses_what_trl_cannot_do() {
         let c = load(&format!(
             "{BASE}[agents.a.learn]\noptimisers = [\"sft\", \"dpo\"]\n[agents.a.learn.trainer]\ntype = \"trl\"\n\

@@ -256,3 +256,97 @@ async fn a_resumed_cycle_follows_its_job_and_a_cancelled_one_cancels_it() {
     assert_eq!(ft.jobs.len(), 1);
     assert_eq!(ft.jobs.values().next().unwrap().status, "cancelled", "{log}");
 }
+
+/// `openai-dpo`: the champion (right and wrong by turns) rolled out on the
+/// train half, its right answer preferred over its wrong one, uploaded in
+/// OpenAI's preference format with the job's beta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preference_job_uploads_pairs_of_the_champion_s_rollouts() {
+    let config = agent("prefer", "allow_upload = true", "")
+        .replace("model = \"weak\"", "model = \"coin\"")
+        .replace("optimisers = [\"openai-sft\"]", "optimisers = [\"openai-dpo\"]")
+        .replace(
+            "[agents.prefer.learn.openai-sft]",
+            "[agents.prefer.learn.openai-dpo]\nbeta = 0.2\ngroup_size = 2",
+        );
+    let w = World::start_with(&config).await;
+    sums(&w, "prefer", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("prefer", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (training, job) = {
+        let ft = w.fake.fine_tuning();
+        assert_eq!(ft.jobs.len(), 1, "{log}");
+        let job = ft.jobs.values().next().unwrap().request.clone();
+        (ft.files[job["training_file"].as_str().unwrap()].clone(), job)
+    };
+    assert_eq!(
+        job["method"],
+        json!({"type": "dpo", "dpo": {"hyperparameters": {"n_epochs": 2, "beta": 0.2}}})
+    );
+    let rows = lines_of(&training.bytes);
+    assert!(rows.len() >= 4, "{log}");
+    for row in &rows {
+        let messages = row["input"]["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["content"], "You add numbers.");
+        assert_eq!(messages[1]["content"], "Customer: [REDACTED]", "{row}");
+        let question = messages[2]["content"].as_str().unwrap();
+        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
+        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        assert_eq!(row["preferred_output"][0]["role"], "assistant");
+        assert_eq!(row["preferred_output"][0]["content"], format!("The answer is {sum}."));
+        assert_eq!(row["non_preferred_output"][0]["content"], "The answer is 0.");
+    }
+    assert_eq!(w.store.candidates("prefer", Some(&cycle.id)).unwrap().len(), 1, "{log}");
+}
+
+/// A job whose model answers worse than the champion is pruned at the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_model_regresses_is_pruned() {
+    let w = World::start_with(&agent("regress", "allow_upload = true", "")).await;
+    sums(&w, "regress", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("regress", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let candidates = w.store.candidates("regress", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert_eq!(candidates[0].status, CandidateStatus::Pruned, "{log}");
+    let deployment = w.store.deployment("regress").unwrap();
+    assert!(deployment.is_none_or(|d| d.canary.is_none()), "{log}");
+}
+
+/// `require_signals`: only episodes a user signalled so are uploaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upload_filter_holds_back_episodes_without_the_required_signal() {
+    let config = agent("picky", "allow_upload = true", "").replace(
+        "redact = [\"email\"]",
+        "redact = [\"email\"]\nrequire_signals = [\"thumbs_up\"]",
+    );
+    let w = World::start_with(&config).await;
+    sums(&w, "picky", "s", 40).await;
+    // Thumbs up on the episodes whose sum is 30 or more, only.
+    let mut liked = std::collections::BTreeSet::new();
+    for i in 0..40usize {
+        let sum = 10 + i + i % 5 + 1;
+        if sum >= 30 {
+            w.feedback(&format!("s-{i}"), "thumbs_up", json!(true)).await;
+            liked.insert(sum as i64);
+        }
+    }
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("picky", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let ft = w.fake.fine_tuning();
+    let uploaded: Vec<Value> = ft.files.values().flat_map(|f| lines_of(&f.bytes)).collect();
+    assert!(!uploaded.is_empty(), "{log}");
+    for row in &uploaded {
+        let question = row["messages"][2]["content"].as_str().unwrap();
+        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
+        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        assert!(liked.contains(&sum), "{sum} was uploaded without a thumbs up");
+    }
+    assert!(log.contains("held back by the upload filter"), "{log}");
+}

@@ -18,6 +18,8 @@ pub struct Upstream {
     pub judge_prompts: Mutex<Vec<String>>,
     /// What the reflection models were shown, in order.
     pub reflector_prompts: Mutex<Vec<String>>,
+    /// Calls to the `coin` model so far.
+    pub coin: std::sync::atomic::AtomicU64,
 }
 
 fn text_of(m: &Value) -> String {
@@ -29,16 +31,20 @@ fn text_of(m: &Value) -> String {
 
 /// `What is A+B?` → A+B; the `bad` model gets sums of 7 wrong (a seeded
 /// regression), `weak` gets even sums wrong, `mixed` gets even sums right
-/// but sums ending in 3 wrong (better on average, yet it breaks passing cases).
+/// but sums ending in 3 wrong (better on average, yet it breaks passing cases);
+/// `coin` is right and wrong by turns; an `ft:` model is right unless its
+/// name says `regress`.
 fn arithmetic(model: &str, text: &str) -> Option<String> {
     let rest = text.strip_prefix("What is ")?.strip_suffix('?')?;
     let (a, b) = rest.split_once('+')?;
     let sum: i64 = a.trim().parse::<i64>().ok()? + b.trim().parse::<i64>().ok()?;
     let wrong = match model {
         "bad" => sum == 7,
+        "bad-coin" => true,
         "weak" => sum % 2 == 0,
         "mixed" => sum % 10 == 3,
-        _ => false,
+        // A fine-tuned model of an agent named to regress.
+        m => m.starts_with("ft:") && m.contains("regress"),
     };
     let answer = if wrong { 0 } else { sum };
     Some(format!("The answer is {answer}."))
@@ -232,7 +238,12 @@ fn default_judge(prompt: &str) -> String {
 
 /// The message `model` answers `body` with.
 fn answer(up: &Upstream, body: &Value) -> Value {
-    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let mut model = body["model"].as_str().unwrap_or("").to_owned();
+    if model == "coin" {
+        // Right and wrong by turns, as a sampler at a high temperature.
+        let n = up.coin.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        model = if n % 2 == 0 { "good" } else { "bad-coin" }.to_owned();
+    }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last_user = messages
         .iter()

@@ -4,6 +4,7 @@
 //! files. The choice of examples and pairs is the local trainers' own
 //! (`dataset::export`); only the wire format is the host's.
 
+use super::super::rollouts::Rollout;
 use crate::data::dataset::{export_rows, ExportFormat};
 use hone_config::{FineTuneMethod, UploadSpec};
 use hone_types::harness;
@@ -71,6 +72,40 @@ pub fn rows(items: &[Instance], method: FineTuneMethod) -> std::io::Result<Vec<V
             })
             .collect(),
     })
+}
+
+/// A group of rollouts' best-rewarded episode over its worst, as a
+/// preference row, at the first call where their answers part from the same
+/// request (served as the champion serves it); none when the rewards tie or
+/// the episodes part elsewhere.
+pub fn rollout_pair(group: &[Rollout], champion: &VersionSpec) -> Option<Value> {
+    let value = |r: &&Rollout| r.reward.value;
+    let best = group.iter().max_by(|a, b| value(a).total_cmp(&value(b)))?;
+    let worst = group.iter().min_by(|a, b| value(a).total_cmp(&value(b)))?;
+    if value(&best) <= value(&worst) {
+        return None;
+    }
+    let route = champion.routes.first()?;
+    for (chosen, rejected) in best.episode.calls.iter().zip(&worst.episode.calls) {
+        if chosen.request.messages != rejected.request.messages {
+            return None;
+        }
+        let answer = |c: &hone_types::CallRecord| Some(c.response.as_ref()?.choices.first()?.message.clone());
+        let (preferred, non_preferred) = (answer(chosen)?, answer(rejected)?);
+        if preferred != non_preferred {
+            let served = harness::apply(&chosen.request, champion, route, &[]);
+            let mut input = json!({"messages": served.messages});
+            if let Some(tools) = served.tools {
+                input["tools"] = json!(tools);
+            }
+            return Some(json!({
+                "input": input,
+                "preferred_output": [preferred],
+                "non_preferred_output": [non_preferred],
+            }));
+        }
+    }
+    None
 }
 
 /// Replaces what `upload.redact` names in every string of the rows.

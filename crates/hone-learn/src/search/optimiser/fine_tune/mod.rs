@@ -179,6 +179,21 @@ impl FineTune {
             }
         }
         let mut rows = export::rows(&allowed, self.spec.method).map_err(LearnError::training("exporting"))?;
+        if self.spec.method == FineTuneMethod::Preference {
+            // On-policy pairs: the champion rolled out on the tasks that may
+            // be uploaded, its best answer over its worst.
+            match super::rollouts::scored(ctx, name, &allowed, self.spec.group_size).await? {
+                Ok(groups) => {
+                    let before = rows.len();
+                    rows.extend(groups.values().filter_map(|g| export::rollout_pair(g, ctx.champion)));
+                    say(format!(
+                        "{} preference pairs from the champion's rollouts",
+                        rows.len() - before
+                    ));
+                }
+                Err(why) => say(why),
+            }
+        }
         let redactor = export::Redactor::new(upload);
         let redacted: usize = rows.iter_mut().map(|r| redactor.redact(r)).sum();
         let (training, validation) = export::split(&rows, self.spec.validation_share);
