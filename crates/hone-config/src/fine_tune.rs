@@ -1,4 +1,4 @@
-//! Hosted fine-tuning: the `openai-sft` and `openai-dpo` optimisers
+//! Hosted fine-tuning: the `openai-sft`, `openai-dpo` and `openai-rft` optimisers
 //! (`[agents.NAME.learn.openai-sft]`, …), which train a hosted model
 //! through its provider's fine-tuning API, and what an agent lets leave the
 //! machine for it (`allow_upload`, `[agents.NAME.learn.upload]`).
@@ -28,6 +28,9 @@ pub enum FineTuneMethod {
     Supervised,
     /// `openai-dpo`: preferred and non-preferred answers to one prompt.
     Preference,
+    /// `openai-rft`: prompts with their references, graded by the host
+    /// with graders made from the agent's reward spec.
+    Reinforcement,
 }
 
 impl FineTuneMethod {
@@ -36,6 +39,7 @@ impl FineTuneMethod {
         match self {
             FineTuneMethod::Supervised => "openai-sft",
             FineTuneMethod::Preference => "openai-dpo",
+            FineTuneMethod::Reinforcement => "openai-rft",
         }
     }
 
@@ -44,6 +48,7 @@ impl FineTuneMethod {
         match self {
             FineTuneMethod::Supervised => "supervised",
             FineTuneMethod::Preference => "dpo",
+            FineTuneMethod::Reinforcement => "reinforcement",
         }
     }
 }
@@ -62,6 +67,7 @@ pub struct RawFineTune {
     pub usd_per_mtok: Option<f64>,
     pub budget: Option<RawBudget>,
     pub group_size: Option<usize>,
+    pub reasoning_effort: Option<String>,
     pub poll_seconds: Option<f64>,
     pub time_limit_minutes: Option<u64>,
 }
@@ -89,6 +95,8 @@ pub struct FineTuneSpec {
     pub budget: Budget,
     /// `openai-dpo`: champion rollouts per task, paired best over worst.
     pub group_size: usize,
+    /// `openai-rft`: the reasoning effort the job samples with.
+    pub reasoning_effort: Option<String>,
     pub poll_seconds: f64,
     pub time_limit_minutes: u64,
 }
@@ -119,6 +127,20 @@ impl FineTuneSpec {
                 return Err(ConfigError::at(
                     format!("{field}.{key}"),
                     format!("only `openai-dpo` has a {key}"),
+                ));
+            }
+        }
+        if raw.reasoning_effort.is_some() && method != FineTuneMethod::Reinforcement {
+            return Err(ConfigError::at(
+                format!("{field}.reasoning_effort"),
+                "only `openai-rft` has a reasoning_effort",
+            ));
+        }
+        if let Some(effort) = &raw.reasoning_effort {
+            if !["low", "medium", "high"].contains(&effort.as_str()) {
+                return Err(ConfigError::at(
+                    format!("{field}.reasoning_effort"),
+                    "one of low, medium, high",
                 ));
             }
         }
@@ -163,6 +185,7 @@ impl FineTuneSpec {
                 },
             )?,
             group_size: raw.group_size.unwrap_or(4),
+            reasoning_effort: raw.reasoning_effort,
             poll_seconds: raw.poll_seconds.unwrap_or(30.0),
             time_limit_minutes: raw.time_limit_minutes.unwrap_or(1440),
         })

@@ -96,6 +96,8 @@ pub struct RawLearn {
     pub openai_sft: Option<crate::fine_tune::RawFineTune>,
     #[serde(rename = "openai-dpo")]
     pub openai_dpo: Option<crate::fine_tune::RawFineTune>,
+    #[serde(rename = "openai-rft")]
+    pub openai_rft: Option<crate::fine_tune::RawFineTune>,
 }
 
 /// `[agents.NAME.learn.shadow]`: extra answers sampled for a share of live
@@ -637,12 +639,12 @@ pub enum OptimiserSpec {
     Prompt(crate::reflect::PromptSpec),
     Playbook(crate::reflect::PlaybookSpec),
     Tools(crate::reflect::ToolsSpec),
-    /// `openai-sft`, `openai-dpo`: a hosted model fine-tuned by its provider.
+    /// `openai-sft`, `openai-dpo`, `openai-rft`: a hosted model fine-tuned by its provider.
     FineTune(crate::fine_tune::FineTuneSpec),
 }
 
 impl OptimiserSpec {
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "examples",
         "memory",
         "model",
@@ -654,6 +656,7 @@ impl OptimiserSpec {
         "tools",
         "openai-sft",
         "openai-dpo",
+        "openai-rft",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -1084,6 +1087,7 @@ impl LearnSpec {
             upload,
             openai_sft,
             openai_dpo,
+            openai_rft,
         } = raw;
         let upload =
             crate::fine_tune::UploadSpec::from_raw(field, allow_upload.unwrap_or(false), upload.unwrap_or_default())?;
@@ -1103,6 +1107,7 @@ impl LearnSpec {
             sft,
             openai_sft,
             openai_dpo,
+            openai_rft,
             reflect: crate::reflect::ReflectTables {
                 prompt,
                 playbook,
@@ -1167,6 +1172,7 @@ struct OptimiserTables {
     sft: Option<RawTraining>,
     openai_sft: Option<crate::fine_tune::RawFineTune>,
     openai_dpo: Option<crate::fine_tune::RawFineTune>,
+    openai_rft: Option<crate::fine_tune::RawFineTune>,
     reflect: crate::reflect::ReflectTables,
 }
 
@@ -1197,6 +1203,11 @@ fn optimisers_from_raw(
                 &ofield,
                 crate::fine_tune::FineTuneMethod::Preference,
                 tables.openai_dpo.take().unwrap_or_default(),
+            )?),
+            "openai-rft" => OptimiserSpec::FineTune(crate::fine_tune::FineTuneSpec::from_raw(
+                &ofield,
+                crate::fine_tune::FineTuneMethod::Reinforcement,
+                tables.openai_rft.take().unwrap_or_default(),
             )?),
             "prompt" => OptimiserSpec::Prompt(crate::reflect::prompt(
                 &ofield,
@@ -1240,6 +1251,7 @@ fn optimisers_from_raw(
         ("sft", tables.sft.is_some()),
         ("openai-sft", tables.openai_sft.is_some()),
         ("openai-dpo", tables.openai_dpo.is_some()),
+        ("openai-rft", tables.openai_rft.is_some()),
         ("prompt", tables.reflect.prompt.is_some()),
         ("playbook", tables.reflect.playbook.is_some()),
         ("tools", tables.reflect.tools.is_some()),

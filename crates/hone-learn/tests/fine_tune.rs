@@ -350,3 +350,146 @@ async fn the_upload_filter_holds_back_episodes_without_the_required_signal() {
     }
     assert!(log.contains("held back by the upload filter"), "{log}");
 }
+
+/// `openai-rft`: prompts with their references, and the numeric critic as
+/// the host's python grader; the job's model is gated like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reinforcement_job_is_graded_by_the_reward_spec_s_critics() {
+    let config = agent("reason", "allow_upload = true", "")
+        .replace("optimisers = [\"openai-sft\"]", "optimisers = [\"openai-rft\"]")
+        .replace(
+            "[agents.reason.learn.openai-sft]",
+            "[agents.reason.learn.openai-rft]\nreasoning_effort = \"low\"",
+        );
+    let w = World::start_with(&config).await;
+    sums(&w, "reason", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("reason", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (training, job) = {
+        let ft = w.fake.fine_tuning();
+        assert_eq!(ft.jobs.len(), 1, "{log}");
+        let job = ft.jobs.values().next().unwrap().request.clone();
+        (ft.files[job["training_file"].as_str().unwrap()].clone(), job)
+    };
+    let method = &job["method"];
+    assert_eq!(method["type"], "reinforcement");
+    assert_eq!(method["reinforcement"]["hyperparameters"]["reasoning_effort"], "low");
+    let grader = &method["reinforcement"]["grader"];
+    assert_eq!(grader["type"], "python", "{grader}");
+    assert!(grader["source"].as_str().unwrap().contains("def grade(sample, item)"));
+    assert!(
+        log.contains("leaves out what it cannot express: the penalties"),
+        "{log}"
+    );
+    // Every prompt, passing or not, with its reference; no answer.
+    let rows = lines_of(&training.bytes);
+    assert!(rows.len() >= 8, "{log}");
+    for row in &rows {
+        let messages = row["messages"].as_array().unwrap();
+        assert_eq!(messages.last().unwrap()["role"], "user");
+        let question = messages[2]["content"].as_str().unwrap();
+        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
+        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        let reference: f64 = row["reference_answer"].as_str().unwrap().parse().unwrap();
+        assert_eq!(reference, sum as f64, "{row}");
+    }
+    let even = |r: &Value| r["reference_answer"].as_str().unwrap().parse::<f64>().unwrap() % 2.0 == 0.0;
+    assert!(rows.iter().any(even), "failed prompts are graded too");
+    let candidates = w.store.candidates("reason", Some(&cycle.id)).unwrap();
+    assert_eq!(candidates.len(), 1, "{log}");
+    assert!(candidates[0].scores.is_some(), "gated: {log}");
+}
+
+/// The python graders check what hone's critics check: the same answers
+/// and references, scored by both (python3 runs the host's side).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_python_grader_scores_as_its_critic_does() {
+    use hone_config::{CriticKind, CriticSpec};
+    use hone_learn::scoring::critics::{from_spec, CriticInput};
+    use hone_learn::search::optimiser::fine_tune::grader::python_source;
+    let w = World::start().await;
+    w.ask("calc", "template", "What is 2+2?").await;
+    let template = w.episode("template").await;
+    let answers = [
+        "The answer is 42.",
+        "42",
+        "It is 1,042 or -3.5 maybe",
+        "  the ANSWER   is 42. ",
+        "none",
+        "-.5",
+        "1.2.3 then 7",
+        "42.4",
+    ];
+    let references = [json!(42), json!("The answer is 42."), json!("-3.5"), json!("1042")];
+    let kinds = [
+        CriticKind::Numeric { tolerance: 0.0 },
+        CriticKind::Numeric { tolerance: 0.5 },
+        CriticKind::Exact { case_sensitive: false },
+        CriticKind::Exact { case_sensitive: true },
+        CriticKind::Regex {
+            pattern: r"^\s*The answer is \d+\.$".into(),
+        },
+    ];
+    let python = std::env::var("HONE_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    for kind in kinds {
+        let critic = from_spec(&CriticSpec {
+            name: "c".into(),
+            weight: 1.0,
+            kind: kind.clone(),
+        })
+        .unwrap();
+        let (source, _) = python_source(&kind).unwrap();
+        let mut cases = Vec::new();
+        let mut expected = Vec::new();
+        for answer in answers {
+            for reference in &references {
+                let mut episode = template.clone();
+                let call = episode.calls.last_mut().unwrap();
+                call.response.as_mut().unwrap().choices[0].message.content =
+                    Some(hone_types::openai::Content::Text(answer.to_owned()));
+                let score = critic
+                    .score(CriticInput {
+                        episode: &episode,
+                        reference: Some(reference),
+                    })
+                    .map(|s| s.score)
+                    .unwrap_or(0.0);
+                let reference_answer = hone_learn::episode::reference_text(reference).unwrap();
+                cases.push(json!({"sample": {"output_text": answer}, "item": {"reference_answer": reference_answer}}));
+                expected.push(score);
+            }
+        }
+        let script = format!(
+            "{source}\nimport json, sys\nfor case in json.load(sys.stdin):\n    print(float(grade(case['sample'], case['item'])))\n"
+        );
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the host's graders");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(json!(cases).to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{kind:?}");
+        let got: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        for ((case, want), have) in cases.iter().zip(&expected).zip(&got) {
+            assert_eq!(want, have, "{kind:?} on {case}");
+        }
+        assert_eq!(got.len(), expected.len());
+        assert!(
+            expected.contains(&1.0) && expected.contains(&0.0),
+            "{kind:?}: the cases pass and fail"
+        );
+    }
+}

@@ -53,9 +53,11 @@ pub fn as_served(item: &Instance, champion: &VersionSpec) -> Instance {
 /// The instances as the host's JSONL rows for `method`: OpenAI's chat
 /// format (messages with tool calls, and the tools) for supervised jobs;
 /// `input` / `preferred_output` / `non_preferred_output` for preference
-/// jobs.
-pub fn rows(items: &[Instance], method: FineTuneMethod) -> std::io::Result<Vec<Value>> {
+/// jobs; prompts with their references for reinforcement jobs (those
+/// without a reference left out when the grader reads it).
+pub fn rows(items: &[Instance], method: FineTuneMethod, needs_reference: bool) -> std::io::Result<Vec<Value>> {
     Ok(match method {
+        FineTuneMethod::Reinforcement => items.iter().filter_map(|i| prompt_row(i, needs_reference)).collect(),
         FineTuneMethod::Supervised => export_rows(items, ExportFormat::Chat)?,
         FineTuneMethod::Preference => export_rows(items, ExportFormat::Dpo)?
             .into_iter()
@@ -72,6 +74,22 @@ pub fn rows(items: &[Instance], method: FineTuneMethod) -> std::io::Result<Vec<V
             })
             .collect(),
     })
+}
+
+/// The item as a reinforcement prompt: the request's messages and its
+/// reference (`reference_answer`, as the critics read it); none without a
+/// request, or without a reference when the grader reads one.
+fn prompt_row(item: &Instance, needs_reference: bool) -> Option<Value> {
+    let messages = item.request.as_ref()?.get("messages")?.clone();
+    let reference = item.reference.as_ref().and_then(crate::episode::reference_text);
+    if needs_reference && reference.is_none() {
+        return None;
+    }
+    let mut row = json!({"messages": messages, "reference_answer": reference.unwrap_or_default()});
+    if let Some(tools) = item.request.as_ref().and_then(|r| r.get("tools")) {
+        row["tools"] = tools.clone();
+    }
+    Some(row)
 }
 
 /// A group of rollouts' best-rewarded episode over its worst, as a

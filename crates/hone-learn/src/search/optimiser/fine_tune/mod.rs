@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod export;
+pub mod grader;
 
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
 use crate::cycle::cancel::cancelled;
@@ -172,13 +173,29 @@ impl FineTune {
                 FineTuneMethod::Supervised => {
                     item.reward.is_some_and(|r| r >= threshold) || super::sft::demonstrated(&item)
                 }
-                FineTuneMethod::Preference => true,
+                FineTuneMethod::Preference | FineTuneMethod::Reinforcement => true,
             };
             if chosen {
                 allowed.push(export::as_served(&item, ctx.champion));
             }
         }
-        let mut rows = export::rows(&allowed, self.spec.method).map_err(LearnError::training("exporting"))?;
+        let (mut grading, mut needs_reference) = (None, false);
+        if self.spec.method == FineTuneMethod::Reinforcement {
+            let made = grader::of(&ctx.agent.reward);
+            if !made.left_out.is_empty() {
+                say(format!(
+                    "the host's grader leaves out what it cannot express: {}",
+                    made.left_out.join(", ")
+                ));
+            }
+            let Some(grader) = made.grader else {
+                say("the reward spec has nothing the host can grade; nothing uploaded".into());
+                return Ok(None);
+            };
+            (grading, needs_reference) = (Some(grader), made.needs_reference);
+        }
+        let mut rows =
+            export::rows(&allowed, self.spec.method, needs_reference).map_err(LearnError::training("exporting"))?;
         if self.spec.method == FineTuneMethod::Preference {
             // On-policy pairs: the champion rolled out on the tasks that may
             // be uploaded, its best answer over its worst.
@@ -246,6 +263,10 @@ impl FineTune {
         };
         let mut hyperparameters = json!({});
         for (key, value) in [
+            (
+                "reasoning_effort",
+                self.spec.reasoning_effort.as_ref().map(|v| json!(v)),
+            ),
             ("n_epochs", self.spec.n_epochs.map(|v| json!(v))),
             ("batch_size", self.spec.batch_size.map(|v| json!(v))),
             (
@@ -259,6 +280,10 @@ impl FineTune {
             }
         }
         let kind = self.spec.method.api_type();
+        let mut method = json!({"type": kind, kind: {"hyperparameters": hyperparameters}});
+        if let Some(grader) = grading {
+            method[kind]["grader"] = grader;
+        }
         let job = api
             .create(&NewJob {
                 model: model.clone(),
@@ -266,7 +291,7 @@ impl FineTune {
                 validation_file: validation_file.clone(),
                 suffix: suffix(cycle),
                 seed: self.spec.seed,
-                method: json!({"type": kind, kind: {"hyperparameters": hyperparameters}}),
+                method,
                 metadata: json!({"hone_agent": ctx.agent.name, "hone_cycle": cycle, "hone_optimiser": name}),
             })
             .await
