@@ -433,9 +433,14 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
 /// with the episodes its learner played itself by then).
 fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> Result<Vec<Point>> {
     hone_console::note(format_args!(
-        "hone bench learn: hone — `hone demo{}` for {minutes} minutes from {}",
+        "hone bench learn: hone — `hone demo{}{}` for {minutes} minutes from {}",
         if demo_args.sandbox_users {
             " --sandbox-users"
+        } else {
+            ""
+        },
+        if demo_args.trainer == demo::config::DemoTrainer::Trl {
+            " --trainer trl"
         } else {
             ""
         },
