@@ -213,6 +213,16 @@ fn ms(value: Option<u64>, default: u64) -> Duration {
 }
 
 impl ProviderConfig {
+    /// The price of `model`: its own entry, or for a fine-tuned model
+    /// (`ft:BASE:…`) the entry `ft:BASE` (hosts price every model tuned
+    /// from one base alike, above the base's own price).
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model).or_else(|| {
+            let base = model.strip_prefix("ft:")?.split(':').next()?;
+            self.prices.get(&format!("ft:{base}"))
+        })
+    }
+
     /// Validates `[providers.NAME]`.
     fn from_raw(name: &str, raw: RawProvider, data_dir: &Path, env: &Env) -> Result<Self, ConfigError> {
         let field = format!("providers.{name}");
@@ -395,6 +405,42 @@ pub(crate) fn default_local_provider(name: &str, data_dir: &Path) -> ProviderCon
 mod tests {
     use super::*;
     use hone_types::openai::Usage;
+
+    #[test]
+    fn a_fine_tuned_model_is_priced_as_its_base_s_fine_tunes() {
+        let raw = BTreeMap::from([
+            (
+                "gpt-4o-mini".to_owned(),
+                RawPrice {
+                    input_per_mtok: 0.15,
+                    output_per_mtok: 0.6,
+                    cached_input_per_mtok: None,
+                    cache_write_per_mtok: None,
+                },
+            ),
+            (
+                "ft:gpt-4o-mini".to_owned(),
+                RawPrice {
+                    input_per_mtok: 0.3,
+                    output_per_mtok: 1.2,
+                    cached_input_per_mtok: None,
+                    cache_write_per_mtok: None,
+                },
+            ),
+        ]);
+        let config = ProviderConfig {
+            prices: prices("providers.p", raw).unwrap(),
+            ..default_local_provider("p", Path::new("."))
+        };
+        let tuned = config
+            .price("ft:gpt-4o-mini-2024-07-18:org:hone-a-1:abc")
+            .map(|p| p.input_per_mtok);
+        assert_eq!(tuned, None, "a dated base is another base");
+        let tuned = config.price("ft:gpt-4o-mini:org:hone-a-1:abc").unwrap();
+        assert_eq!(tuned.input_per_mtok, 0.3);
+        assert_eq!(config.price("gpt-4o-mini").unwrap().input_per_mtok, 0.15);
+        assert!(config.price("ft:gpt-4o:org:x:y").is_none());
+    }
 
     #[test]
     fn cached_and_cache_written_prompt_tokens_are_priced_apart() {

@@ -74,7 +74,9 @@ fn lines_of(bytes: &[u8]) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
-    let w = World::start_with(&agent("tuned", "allow_upload = true", "")).await;
+    // Fine-tuned models of `weak` cost twice what it does.
+    let priced = "[providers.up.prices.\"ft:weak\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n";
+    let w = World::start_with(&format!("{}{priced}", agent("tuned", "allow_upload = true", ""))).await;
     sums(&w, "tuned", "s", 40).await;
     let (learner, lines) = learner(&w);
     let cycle = learner.run_cycle("tuned", "manual").await.unwrap();
@@ -140,6 +142,10 @@ async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
     let spend = candidate.spend.unwrap();
     assert_eq!(spend.tokens, trained);
     assert!((spend.cost_usd - trained as f64 * 3.0 / 1e6).abs() < 1e-12);
+    // Its calls are priced as `ft:weak`'s: twice the champion's.
+    let scores = candidate.scores.as_ref().unwrap();
+    assert!(scores.mean_cost_usd > 0.0, "{scores:?}");
+    assert!(!log.contains("no price for"), "{log}");
     let history = w.store.history("tuned", 200).unwrap();
     let created = history
         .iter()
@@ -313,6 +319,7 @@ async fn a_job_whose_model_regresses_is_pruned() {
     let candidates = w.store.candidates("regress", Some(&cycle.id)).unwrap();
     assert_eq!(candidates.len(), 1, "{log}");
     assert_eq!(candidates[0].status, CandidateStatus::Pruned, "{log}");
+    assert!(log.contains("no price for `ft:weak:"), "{log}");
     let deployment = w.store.deployment("regress").unwrap();
     assert!(deployment.is_none_or(|d| d.canary.is_none()), "{log}");
 }

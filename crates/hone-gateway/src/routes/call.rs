@@ -81,7 +81,7 @@ impl CallContext {
             .unwrap_or_default();
         let usage = outcome.response.as_ref().and_then(|r| r.usage.clone());
         let cost_usd = outcome.route.as_ref().zip(usage.as_ref()).and_then(|(route, usage)| {
-            let price = state.providers.get(&route.provider)?.config.prices.get(&route.model)?;
+            let price = state.providers.get(&route.provider)?.config.price(&route.model)?;
             Some(price.cost_usd(usage))
         });
         CallRecord {

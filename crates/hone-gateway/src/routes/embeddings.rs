@@ -134,7 +134,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let metrics = &state.metrics;
     metrics.embedding_requests.fetch_add(1, Ordering::Relaxed);
     metrics.embedding_tokens.fetch_add(tokens, Ordering::Relaxed);
-    if let Some(price) = entry.config.prices.get(&route.model) {
+    if let Some(price) = entry.config.price(&route.model) {
         let usage = hone_types::openai::Usage {
             prompt_tokens: tokens,
             ..Default::default()

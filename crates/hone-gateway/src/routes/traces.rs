@@ -248,7 +248,7 @@ fn record(state: &AppState, agent: String, version: VersionId, call: ObservedCal
         .zip(call.model.as_ref())
         .zip(call.usage.as_ref())
         .and_then(|((provider, model), usage)| {
-            let price = state.providers.get(provider)?.config.prices.get(model)?;
+            let price = state.providers.get(provider)?.config.price(model)?;
             Some(price.cost_usd(usage))
         });
     let outcome = match (&call.error, &call.response) {

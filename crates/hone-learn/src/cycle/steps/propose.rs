@@ -76,7 +76,7 @@ pub(super) async fn run(
                         .config
                         .providers
                         .get(&route.provider)
-                        .and_then(|p| p.prices.get(&route.model))
+                        .and_then(|p| p.price(&route.model))
                         .copied()
                 });
                 let own = Tally::new(format!("the {} optimiser's budget", optimiser.name()), budget);

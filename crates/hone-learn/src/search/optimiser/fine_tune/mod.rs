@@ -108,6 +108,13 @@ impl Optimiser for FineTune {
                 first.model = model.clone();
             }
             say(format!("job {} trained {model} on {trained} tokens", job.id));
+            if provider.price(&model).is_none() {
+                say(format!(
+                    "no price for `{model}` (set [providers.{}.prices.\"ft:{}\"]): its calls are recorded without a cost",
+                    route.provider,
+                    model.trim_start_matches("ft:").split(':').next().unwrap_or_default()
+                ));
+            }
             Ok(vec![Proposal {
                 diff: format!(
                     "{} ({name} job {}, {} examples, {trained} trained tokens, training file sha256 {})",
