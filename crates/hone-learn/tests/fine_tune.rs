@@ -65,6 +65,22 @@ async fn sums(w: &World, agent: &str, prefix: &str, n: usize) {
     }
 }
 
+/// The sum `What is A+B?` asks for.
+fn sum_asked(question: &Value) -> i64 {
+    let question = question.as_str().unwrap();
+    let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
+    a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap()
+}
+
+/// The one job's request and its training file, after a cycle.
+fn the_job(w: &World, log: &str) -> (Value, hone_test_support::fine_tuning::UploadedFile) {
+    let ft = w.fake.fine_tuning();
+    assert_eq!(ft.jobs.len(), 1, "{log}");
+    let job = ft.jobs.values().next().unwrap().request.clone();
+    let training = ft.files[job["training_file"].as_str().unwrap()].clone();
+    (job, training)
+}
+
 fn lines_of(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .lines()
@@ -104,9 +120,7 @@ async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
         let last = messages.last().unwrap();
         assert_eq!(last["role"], "assistant");
         // Only the passing answers (odd sums) are trained on.
-        let question = messages[2]["content"].as_str().unwrap();
-        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
-        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        let sum = sum_asked(&messages[2]["content"]);
         assert_eq!(last["content"], format!("The answer is {sum}."), "{row}");
         assert_eq!(sum % 2, 1);
         assert!(!row.to_string().contains("@example.com"));
@@ -281,12 +295,7 @@ async fn a_preference_job_uploads_pairs_of_the_champion_s_rollouts() {
     let cycle = learner.run_cycle("prefer", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     assert_eq!(cycle.state, CycleState::Done, "{log}");
-    let (training, job) = {
-        let ft = w.fake.fine_tuning();
-        assert_eq!(ft.jobs.len(), 1, "{log}");
-        let job = ft.jobs.values().next().unwrap().request.clone();
-        (ft.files[job["training_file"].as_str().unwrap()].clone(), job)
-    };
+    let (job, training) = the_job(&w, &log);
     assert_eq!(
         job["method"],
         json!({"type": "dpo", "dpo": {"hyperparameters": {"n_epochs": 2, "beta": 0.2}}})
@@ -297,9 +306,7 @@ async fn a_preference_job_uploads_pairs_of_the_champion_s_rollouts() {
         let messages = row["input"]["messages"].as_array().unwrap();
         assert_eq!(messages[0]["content"], "You add numbers.");
         assert_eq!(messages[1]["content"], "Customer: [REDACTED]", "{row}");
-        let question = messages[2]["content"].as_str().unwrap();
-        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
-        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        let sum = sum_asked(&messages[2]["content"]);
         assert_eq!(row["preferred_output"][0]["role"], "assistant");
         assert_eq!(row["preferred_output"][0]["content"], format!("The answer is {sum}."));
         assert_eq!(row["non_preferred_output"][0]["content"], "The answer is 0.");
@@ -350,9 +357,7 @@ async fn the_upload_filter_holds_back_episodes_without_the_required_signal() {
     let uploaded: Vec<Value> = ft.files.values().flat_map(|f| lines_of(&f.bytes)).collect();
     assert!(!uploaded.is_empty(), "{log}");
     for row in &uploaded {
-        let question = row["messages"][2]["content"].as_str().unwrap();
-        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
-        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        let sum = sum_asked(&row["messages"][2]["content"]);
         assert!(liked.contains(&sum), "{sum} was uploaded without a thumbs up");
     }
     assert!(log.contains("held back by the upload filter"), "{log}");
@@ -374,12 +379,7 @@ async fn a_reinforcement_job_is_graded_by_the_reward_spec_s_critics() {
     let cycle = learner.run_cycle("reason", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     assert_eq!(cycle.state, CycleState::Done, "{log}");
-    let (training, job) = {
-        let ft = w.fake.fine_tuning();
-        assert_eq!(ft.jobs.len(), 1, "{log}");
-        let job = ft.jobs.values().next().unwrap().request.clone();
-        (ft.files[job["training_file"].as_str().unwrap()].clone(), job)
-    };
+    let (job, training) = the_job(&w, &log);
     let method = &job["method"];
     assert_eq!(method["type"], "reinforcement");
     assert_eq!(method["reinforcement"]["hyperparameters"]["reasoning_effort"], "low");
@@ -396,9 +396,7 @@ async fn a_reinforcement_job_is_graded_by_the_reward_spec_s_critics() {
     for row in &rows {
         let messages = row["messages"].as_array().unwrap();
         assert_eq!(messages.last().unwrap()["role"], "user");
-        let question = messages[2]["content"].as_str().unwrap();
-        let (a, b) = question["What is ".len()..question.len() - 1].split_once('+').unwrap();
-        let sum: i64 = a.parse::<i64>().unwrap() + b.parse::<i64>().unwrap();
+        let sum = sum_asked(&messages[2]["content"]);
         let reference: f64 = row["reference_answer"].as_str().unwrap().parse().unwrap();
         assert_eq!(reference, sum as f64, "{row}");
     }

@@ -242,7 +242,7 @@ fn answer(up: &Upstream, body: &Value) -> Value {
     if model == "coin" {
         // Right and wrong by turns, as a sampler at a high temperature.
         let n = up.coin.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        model = if n % 2 == 0 { "good" } else { "bad-coin" }.to_owned();
+        model = if n.is_multiple_of(2) { "good" } else { "bad-coin" }.to_owned();
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last_user = messages

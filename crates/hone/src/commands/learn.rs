@@ -158,11 +158,11 @@ fn cancel(agent: &str, common: &Common) -> Result<ExitCode> {
     let store = open_store(&config)?;
     match hone_learn::cycle::cancel::cancel(store.as_ref(), agent)? {
         Some(cycle) => {
-            println!(
+            hone_console::print_line(&format!(
                 "cancelled cycle {} of {agent} at {} (a `hone learn` running it stops after its current step; a training job within seconds)",
                 cycle.id,
                 cycle.state.as_str()
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         None => bail!("agent `{agent}` has no open cycle to cancel (`hone learn status {agent}` shows its latest)"),

@@ -233,7 +233,7 @@ mod tests {
             (8, 2)
         );
         let (train, valid) = split(&rows[..2], 0.01);
-        assert_eq!((train.len() > 0, valid.len() > 0), (true, true));
+        assert!(!train.is_empty() && !valid.is_empty());
         let (_, valid) = split(&rows, 0.0);
         assert!(valid.is_empty());
     }
