@@ -364,7 +364,7 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         sides: vec![
             Side::new(
                 &format!(
-                    "hone loop (demo{}: users' implicit feedback on the answers they were testbed, gate, canary users decide)",
+                    "hone loop (demo{}: users' implicit feedback on the answers they were served, gate, canary users decide)",
                     settings.iter().map(|s| format!(" {s}")).collect::<String>()
                 ),
                 "user episodes",
