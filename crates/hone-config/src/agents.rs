@@ -363,7 +363,7 @@ impl AgentConfig {
         env: &Env,
     ) -> Result<Self, ConfigError> {
         let field = format!("agents.{name}");
-        if name == JUDGE_AGENT || name == REFLECTOR_AGENT {
+        if crate::is_internal_agent(&name) {
             return Err(ConfigError::at(
                 &field,
                 format!("`{name}` is reserved: hone records its own model calls under it"),

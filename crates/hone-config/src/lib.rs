@@ -26,6 +26,7 @@ pub mod reflect;
 pub mod reward;
 mod store;
 pub mod trainer;
+mod warnings;
 
 pub use agents::{AgentConfig, CanaryShare, ClearGain, DeclaredVersion, DeploymentConfig, PromotionRule};
 pub use artefacts::{check_url as check_artefact_url, is_artefact_url, ArtefactsConfig, ARTEFACT_SCHEMES};
@@ -50,6 +51,12 @@ pub use reward::{
 };
 pub use store::{StoreBackend, StoreConfig, Synchronous, POSTGRES_POOL};
 pub use trainer::{TrainerSpec, TrlSpec};
+
+/// Whether `name` is an agent hone records its own model calls under (the
+/// judge's, the reflector's), not one the user declared.
+pub fn is_internal_agent(name: &str) -> bool {
+    name == JUDGE_AGENT || name == REFLECTOR_AGENT
+}
 
 /// The config file as written, every section's raw form in one place (the
 /// `[agents.NAME.reward]` and `[agents.NAME.learn]` tables' are in [`reward`]

@@ -520,3 +520,45 @@ fn a_benchmark_writes_its_tables_and_where_they_came_from_to_a_result_file() {
         assert!(printed.contains(&format!("| {page} |")), "{printed}");
     }
 }
+
+/// `config check` counts the agents the file declares (not those hone
+/// records its own calls under), and warns about settings that load but do
+/// not do what they seem to.
+#[test]
+fn config_check_counts_the_users_agents_and_warns_about_what_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hone.toml");
+    let check = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        let out = hone(&["config", "check", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let one = "[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+               [agents.a.versions.v1]\nprovider = \"up\"\nmodel = \"m\"\n\
+               [agents.a.reward.judge]\nmode = \"absolute\"\nprovider = \"up\"\nmodel = \"judge\"\n";
+    let (out, err) = check(one);
+    assert!(out.contains("ok (1 provider, 1 agent, 1 version)"), "{out}");
+    assert!(err.is_empty(), "{err}");
+
+    let (_, err) = check(&format!(
+        "{one}[agents.a.learn]\noptimisers = [\"model\"]\n[agents.a.learn.model]\n\
+         models = [{{ provider = \"up\", model = \"n\" }}]\n[agents.a.learn.gate]\nreruns = 1\n"
+    ));
+    assert!(
+        err.contains("warning: agents.a.learn.gate: with samples = 1 and reruns = 1 a regression is at best p = 0.167")
+            && err.contains("set reruns = 2 or more"),
+        "{err}"
+    );
+    let (_, err) = check(&format!("{one}[agents.a.learn]\noptimisers = [\"openai-sft\"]\n"));
+    assert!(
+        err.contains("`openai-sft` uploads nothing until the agent allows it"),
+        "{err}"
+    );
+    let (out, err) = check("");
+    assert!(out.contains("ok (0 providers, 0 agents, 0 versions)"), "{out}");
+    assert!(err.contains("warning: no agents"), "{err}");
+}

@@ -151,7 +151,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
         Call::Promote => deploy::promote(learner.store.as_ref(), agent, online.evidence(), &online.summary())?,
         Call::RollBack => deploy::rollback(learner.store.as_ref(), agent, &online.why(), None)?,
     };
-    learner.say(name, &format!("{change:?}"));
+    learner.say(name, &change.to_string());
     Ok(match change {
         Change::Applied(s) if online.call == Call::Promote => Verdict::Promoted(s),
         Change::Applied(s) => Verdict::RolledBack(s),
@@ -345,12 +345,13 @@ impl Online {
             "promote_margin": self.margin, "sequential": self.sequential})
     }
 
-    /// `online reward 0.412 over 50 episodes vs champion 0.398 over 117 (p = 0.412)`,
-    /// with the margin's test when there is one.
+    /// `online reward 0.412 over 50 episodes vs champion 0.398 over 117
+    /// (p that the canary is worse = 0.412)`, with the margin's test when
+    /// there is one.
     pub fn summary(&self) -> String {
         let shown = |m: Option<f64>| m.map_or("-".into(), |m| format!("{m:.3}"));
         let mut line = format!(
-            "online reward {} over {} episodes vs champion {} over {} (p = {:.3})",
+            "online reward {} over {} episodes vs champion {} over {} (p that the canary is worse = {:.3})",
             shown(self.canary_mean),
             self.canary_episodes,
             shown(self.champion_mean),

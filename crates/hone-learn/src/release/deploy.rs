@@ -139,6 +139,25 @@ pub enum Change {
     Refused(String),
 }
 
+impl Change {
+    /// What happened, in words.
+    pub fn line(&self) -> &str {
+        match self {
+            Change::Applied(line) | Change::AlreadyDone(line) | Change::Refused(line) => line,
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Applied(line) => f.write_str(line),
+            Change::AlreadyDone(line) => write!(f, "{line} (already so)"),
+            Change::Refused(line) => write!(f, "refused: {line}"),
+        }
+    }
+}
+
 /// Approves a candidate and makes it the canary on the configured share of
 /// new episodes.
 pub async fn start_canary(

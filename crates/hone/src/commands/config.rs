@@ -1,4 +1,5 @@
-//! `hone config check FILE` (validate, exit 2 naming the bad field) and
+//! `hone config check FILE` (validate, exit 2 naming the bad field; warn
+//! about settings that load but do not do what they seem to) and
 //! `hone config default` (print the built-in config).
 
 use anyhow::Result;
@@ -12,15 +13,19 @@ const INVALID_CONFIG: u8 = 2;
 pub fn check(file: &Path) -> ExitCode {
     match hone_config::load_file(file) {
         Ok(config) => {
-            let versions: usize = config.agents.values().map(|a| a.versions.len()).sum();
+            let versions: usize = config.user_agents().map(|a| a.versions.len()).sum();
+            let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
             let _ = writeln!(
                 std::io::stdout(),
-                "{}: ok ({} providers, {} agents, {} versions)",
+                "{}: ok ({}, {}, {})",
                 file.display(),
-                config.providers.len(),
-                config.agents.len(),
-                versions
+                count(config.providers.len(), "provider"),
+                count(config.user_agents().count(), "agent"),
+                count(versions, "version")
             );
+            for warning in config.warnings() {
+                let _ = writeln!(std::io::stderr(), "warning: {warning}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -8,7 +8,7 @@
 
 use super::{Learner, Stepped};
 use crate::error::Result;
-use crate::release::deploy::{self, Change};
+use crate::release::deploy;
 use hone_config::{AgentConfig, DeploymentPolicy};
 use hone_types::time::now_ms;
 use hone_types::{Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, HistoryEvent};
@@ -86,7 +86,7 @@ pub(super) async fn run(
                         &rule,
                     )
                     .await?;
-                    let (Change::Applied(line) | Change::AlreadyDone(line) | Change::Refused(line)) = change;
+                    let line = change.line().to_owned();
                     learner.say(name, &line);
                     line
                 }
