@@ -3,7 +3,7 @@
 //! values and the directory relative paths start from.
 
 use crate::error::ConfigError;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 /// What loading needs from outside the config text.
 pub(crate) struct Env<'a> {
@@ -17,6 +17,23 @@ impl Env<'_> {
     /// `value` with its `${VAR}` references expanded; a failure is blamed on `field`.
     pub(crate) fn expand(&self, field: &str, value: &str) -> Result<String, ConfigError> {
         expand_env(value, self.lookup).map_err(|m| ConfigError::at(field, m))
+    }
+
+    /// A path-valued key: expanded, and when relative, started from the
+    /// config file's directory (the built-in config's is the working
+    /// directory), so one config names the same files wherever hone runs.
+    pub(crate) fn path(&self, field: &str, value: &str) -> Result<PathBuf, ConfigError> {
+        let expanded = PathBuf::from(self.expand(field, value)?);
+        if expanded.is_absolute() {
+            return Ok(expanded);
+        }
+        let mut anchored = self.base_dir.to_path_buf();
+        anchored.extend(expanded.components().filter(|c| *c != Component::CurDir));
+        Ok(if anchored.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            anchored
+        })
     }
 }
 

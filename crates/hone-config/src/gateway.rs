@@ -93,7 +93,7 @@ impl GatewayConfig {
     /// is ignored here and `api_keys` left empty).
     pub(crate) fn from_raw(raw: RawGateway, env: &Env) -> Result<Self, ConfigError> {
         let listen = listen(raw.listen.as_deref(), env)?;
-        let data_dir = PathBuf::from(env.expand("gateway.data_dir", raw.data_dir.as_deref().unwrap_or("./hone-data"))?);
+        let data_dir = env.path("gateway.data_dir", raw.data_dir.as_deref().unwrap_or("./hone-data"))?;
         let max_body_bytes = match raw.max_body_bytes {
             Some(0) => return Err(ConfigError::at("gateway.max_body_bytes", "must be greater than 0")),
             Some(n) => usize::try_from(n).map_err(|_| ConfigError::at("gateway.max_body_bytes", "is too large"))?,

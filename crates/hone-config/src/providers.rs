@@ -306,7 +306,7 @@ impl ProviderConfig {
             return Err(ConfigError::at(format!("{field}.max_batch"), "must be at least 1"));
         }
         let adapters_dir = match &p.adapters_dir {
-            Some(d) => PathBuf::from(env.expand(&format!("{field}.adapters_dir"), d)?),
+            Some(d) => env.path(&format!("{field}.adapters_dir"), d)?,
             None => default_adapters_dir(data_dir),
         };
         let prices = prices(&field, p.prices)?;

@@ -117,7 +117,7 @@ impl StoreConfig {
             Some(RawStore::Sqlite(s)) => StoreConfig {
                 backend: StoreBackend::Sqlite {
                     path: match s.path {
-                        Some(p) => PathBuf::from(env.expand("store.path", &p)?),
+                        Some(p) => env.path("store.path", &p)?,
                         None => data_dir.join("hone.db"),
                     },
                 },

@@ -51,8 +51,24 @@ pub fn load_config(common: &Common) -> Result<Config> {
     Ok(config)
 }
 
+/// The store, made if it does not exist yet (for commands that write).
 pub fn open_store(config: &Config) -> Result<Arc<dyn CycleStore>> {
     Ok(hone_store::open(&config.store, hone_store::Wait::Patient)?)
+}
+
+/// The store, which must exist already: a command that reads (or acts on
+/// what is recorded) never leaves an empty database behind a wrong path.
+pub fn open_existing_store(config: &Config) -> Result<Arc<dyn CycleStore>> {
+    if let Some(path) = config.store.sqlite_path() {
+        if !path.exists() {
+            anyhow::bail!(
+                "no hone store at {} (`hone serve` or `hone demo` makes one there); `--config FILE` names the config \
+                 whose data_dir holds yours, `--data-dir DIR` the directory",
+                path.display()
+            );
+        }
+    }
+    open_store(config)
 }
 
 /// A gateway to call models through: the given one, or one started here.

@@ -562,3 +562,47 @@ fn config_check_counts_the_users_agents_and_warns_about_what_cannot_work() {
     assert!(out.contains("ok (0 providers, 0 agents, 0 versions)"), "{out}");
     assert!(err.contains("warning: no agents"), "{err}");
 }
+
+/// A relative `data_dir` starts from the config file's directory, and the
+/// commands that read the store refuse to make one where none is.
+#[test]
+fn read_only_commands_make_no_store_and_data_dir_starts_at_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = dir.path().join("conf");
+    std::fs::create_dir(&configs).unwrap();
+    let file = configs.join("hone.toml");
+    std::fs::write(
+        &file,
+        "[gateway]\ndata_dir = \"./state\"\n[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         [agents.a.versions.v1]\nprovider = \"up\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["learn", "status"],
+        vec!["front", "a"],
+        vec!["history", "a"],
+        vec!["dataset", "list"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hone"))
+            .args(&args)
+            .arg("--config")
+            .arg(&file)
+            .current_dir(elsewhere.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        let expected = configs.join("state").join("hone.db");
+        assert!(
+            err.contains(&format!("no hone store at {}", expected.display())),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!configs.join("state").exists(), "nothing made");
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing made here either"
+    );
+}

@@ -3,7 +3,9 @@
 //! exported for training. Builds and exports read the store only; nothing
 //! here calls a model.
 
-use crate::context::{agent_config, find_dataset, load_config, open_store, resolve_version, Common};
+use crate::context::{
+    agent_config, find_dataset, load_config, open_existing_store, open_store, resolve_version, Common,
+};
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use hone_console::note;
@@ -159,7 +161,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         DatasetCommand::List { common } => {
-            let store = open_store(&load_config(&common)?)?;
+            let store = open_existing_store(&load_config(&common)?)?;
             let mut o = std::io::stdout();
             writeln!(
                 o,
@@ -181,7 +183,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         DatasetCommand::Show { dataset, limit, common } => {
-            let store = open_store(&load_config(&common)?)?;
+            let store = open_existing_store(&load_config(&common)?)?;
             let info = find_dataset(store.as_ref(), &dataset)?;
             let items = store.dataset_items(&info.id)?;
             let mut o = std::io::stdout();
@@ -200,7 +202,7 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             out: path,
             common,
         } => {
-            let store = open_store(&load_config(&common)?)?;
+            let store = open_existing_store(&load_config(&common)?)?;
             let fmt = ExportFormat::parse(&format)
                 .with_context(|| format!("unknown format `{format}` (one of chat, dpo, grpo, hone)"))?;
             let info = find_dataset(store.as_ref(), &dataset)?;

@@ -5,7 +5,7 @@
 //! written to the store, so these work beside a running `hone serve` (whose
 //! gateways follow the deployments within half a second).
 
-use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayHandle};
 use anyhow::{bail, Result};
 use clap::Args;
 use hone_console::runtime;
@@ -51,7 +51,7 @@ pub struct ListArgs {
 pub fn front(args: AgentArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
     let agent = agent_config(&config, &args.agent)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let (deployment, _) = deploy::current(store.as_ref(), agent).map_err(anyhow::Error::msg)?;
     let all = store.candidates(&agent.name, None)?;
     let live = [
@@ -166,7 +166,7 @@ fn find_candidate(store: &dyn CycleStore, config: &hone_config::Config, prefix: 
 /// `hone approve CANDIDATE`: starts the canary.
 pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let candidate = find_candidate(store.as_ref(), &config, &args.candidate)?;
     let agent = agent_config(&config, &candidate.agent)?;
     let change = runtime()?.block_on(async {
@@ -182,7 +182,7 @@ pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
 /// `hone rollback AGENT`: the canary goes, or the previous champion returns, at once.
 pub fn rollback(args: AgentArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let agent = agent_config(&config, &args.agent)?;
     let change = deploy::rollback(store.as_ref(), agent, "hone rollback", None).map_err(anyhow::Error::msg)?;
     print_change(change)
@@ -204,7 +204,7 @@ fn print_change(change: Change) -> Result<ExitCode> {
 /// `hone alerts [AGENT]`.
 pub fn alerts(args: ListArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     if let Some(a) = &args.agent {
         agent_config(&config, a)?;
     }
@@ -243,7 +243,7 @@ pub fn alerts(args: ListArgs) -> Result<ExitCode> {
 /// `hone history AGENT`: what changed, why, on what evidence.
 pub fn history(args: ListArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let Some(agent) = &args.agent else {
         bail!("name the agent: hone history AGENT");
     };

@@ -4,7 +4,7 @@
 //! written to the store, so this works beside a running `hone serve`; model
 //! calls go through a gateway (`--gateway`, or one started in-process).
 
-use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, open_store, Common, GatewayHandle};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use hone_console::runtime;
@@ -35,7 +35,12 @@ pub struct LearnArgs {
 pub enum LearnCommand {
     /// Cycles, their steps, candidates and deployments.
     Status {
+        /// Only this agent (default: every agent the config declares).
         agent: Option<String>,
+        /// Also the agents hone records its own calls under (`hone-judge`,
+        /// `hone-reflector`).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -52,7 +57,7 @@ pub enum LearnCommand {
 
 pub fn run(args: LearnArgs) -> Result<ExitCode> {
     match args.command {
-        Some(LearnCommand::Status { agent, common }) => return status(agent.as_deref(), &common),
+        Some(LearnCommand::Status { agent, all, common }) => return status(agent.as_deref(), all, &common),
         Some(LearnCommand::Cancel { agent, common }) => return cancel(&agent, &common),
         None => {}
     }
@@ -155,7 +160,7 @@ fn count_by_status(candidates: &[Candidate]) -> String {
 fn cancel(agent: &str, common: &Common) -> Result<ExitCode> {
     let config = load_config(common)?;
     agent_config(&config, agent)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     match hone_learn::cycle::cancel::cancel(store.as_ref(), agent)? {
         Some(cycle) => {
             hone_console::print_line(&format!(
@@ -169,12 +174,13 @@ fn cancel(agent: &str, common: &Common) -> Result<ExitCode> {
     }
 }
 
-fn status(agent: Option<&str>, common: &Common) -> Result<ExitCode> {
+fn status(agent: Option<&str>, all: bool, common: &Common) -> Result<ExitCode> {
     let config = load_config(common)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let agents: Vec<&hone_config::AgentConfig> = match agent {
         Some(a) => vec![agent_config(&config, a)?],
-        None => config.agents.values().collect(),
+        None if all => config.agents.values().collect(),
+        None => config.user_agents().collect(),
     };
     let mut rows = Vec::new();
     for a in agents {

@@ -3,7 +3,7 @@
 //! on the embedded engine) and prints its content hash — what a version's
 //! `memory = { type = "knn-lm", datastore = "HASH", … }` names.
 
-use crate::context::{agent_config, load_config, open_store, resolve_version, Common};
+use crate::context::{agent_config, load_config, open_existing_store, resolve_version, Common};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use hone_artefacts::Artefacts;
@@ -41,7 +41,7 @@ pub fn run(command: MemoryCommand) -> Result<()> {
     } = command;
     let config = load_config(&common)?;
     let agent_config = agent_config(&config, &agent)?;
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     let (deployment, _) = hone_learn::release::deploy::current(store.as_ref(), agent_config)?;
     let version_id = match &version {
         Some(v) => resolve_version(&config, store.as_ref(), &agent, v)?,

@@ -3,7 +3,7 @@
 //! through a gateway (`--gateway`, or one started in-process), so those calls
 //! are recorded too.
 
-use crate::context::{agent_config, load_config, open_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayHandle};
 use anyhow::Result;
 use clap::Subcommand;
 use hone_console::note;
@@ -30,7 +30,7 @@ pub fn run(command: RewardsCommand) -> Result<ExitCode> {
     let RewardsCommand::Recompute { agent, common } = command;
     let config = load_config(&common)?;
     let spec = agent_config(&config, &agent)?.reward.clone();
-    let store = open_store(&config)?;
+    let store = open_existing_store(&config)?;
     runtime()?.block_on(async {
         let gateway = match spec.judge {
             Some(_) => Some(GatewayHandle::open(&config, &common, Duration::from_secs(120)).await?),
