@@ -933,3 +933,34 @@ async fn a_cancelled_cycle_stops_its_training_at_the_next_step() {
         .unwrap()
         .is_none());
 }
+
+/// An agent endpoint that refuses connections: the rollouts' failure is what
+/// the optimiser reports (in the log and the cycle's history), not a reward
+/// spec with nothing to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollouts_through_an_endpoint_that_is_down_say_so() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = unused.local_addr().unwrap().port();
+    drop(unused);
+    let rest = rollout_learner("down", ".*", "grpo", 1).replace(
+        "dataset_size = 16\n",
+        &format!("dataset_size = 16\nendpoint = \"http://127.0.0.1:{port}/run\"\n"),
+    );
+    let (_model, w) = tiny_world("down", &rest).await;
+    for i in 0..8 {
+        w.ask("down", &format!("down-{i}"), &format!("Say a number, please ({i})"))
+            .await;
+    }
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("down", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(log.contains("every rollout of the champion failed"), "{log}");
+    assert!(!log.contains("no reward source"), "{log}");
+    let history = w.store.history("down", 100).unwrap();
+    assert!(
+        history.iter().any(|e| e.kind == "optimiser"
+            && e.cycle_id.as_deref() == Some(cycle.id.as_str())
+            && e.summary.contains("every rollout of the champion failed")),
+        "{history:?}"
+    );
+}

@@ -688,3 +688,39 @@ async fn the_dashboard_in_a_real_browser() {
     visit(&browser, &hone, "/ui/login", "13-login").await;
     browser.close().await.unwrap();
 }
+
+/// hone's own calls (here the judge's) stay out of the overview's table and
+/// the default episode list, one link away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hones_own_agents_are_out_of_the_way_but_one_click_away() {
+    let upstream = story::upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = story::config(&upstream, "[gateway]\nadmin_token_env = \"HONE_TEST_ADMIN\"", "")
+        + "[agents.story.reward.judge]\nmode = \"absolute\"\nprovider = \"up\"\nmodel = \"good\"\n";
+    let hone = Hone::start_in(dir.path(), &text, &[("HONE_TEST_ADMIN", ADMIN)]);
+    story::record(&hone, 2).await;
+    // A call recorded under the judge's agent, as the judge's own are.
+    let r = reqwest::Client::new()
+        .post(hone.url("/v1/chat/completions"))
+        .header("x-hone-episode", "judge-1")
+        .json(&json!({"model": "hone-judge", "messages": [{"role": "user", "content": "What is 1+1?"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    hone.wait_caught_up();
+
+    let overview = page(&hone, "/ui").await;
+    let agents = section(&overview, "agents");
+    assert!(agents.contains("/ui/agents/story"), "{agents}");
+    assert!(!agents.contains("hone-judge"), "{agents}");
+    assert!(
+        overview.contains("href=\"/ui/episodes?agent=hone-judge\""),
+        "{overview}"
+    );
+    let episodes = page(&hone, "/ui/episodes").await;
+    assert!(episodes.contains("s-0"), "the user's episodes are listed");
+    assert!(!episodes.contains("judge-1"), "not the judge's by default");
+    let judged = page(&hone, "/ui/episodes?agent=hone-judge").await;
+    assert!(judged.contains("judge-1"), "asked for by name, they are shown");
+}

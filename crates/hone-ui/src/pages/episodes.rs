@@ -138,10 +138,13 @@ fn render(ui: &Ui, viewer: &Viewer, filter: Filter) -> Result<String, UiError> {
         }
     };
     let query = EpisodeQuery {
-        agents: agent
-            .clone()
-            .map(|a| vec![a])
-            .or_else(|| viewer.scope().map(<[String]>::to_vec)),
+        // Without a filter: the agents the config declares (hone's own
+        // calls only when asked for by name).
+        agents: Some(match (&agent, viewer.scope()) {
+            (Some(a), _) => vec![a.clone()],
+            (None, Some(scope)) => scope.to_vec(),
+            (None, None) => ui.config.user_agents().map(|a| a.name.clone()).collect(),
+        }),
         since: time("since", filter.since.as_deref())?,
         until: time("until", filter.until.as_deref())?,
         limit: PAGE,

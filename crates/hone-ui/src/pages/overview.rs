@@ -1,5 +1,6 @@
-//! `/ui`: every agent with its champion, canary and share, online reward
-//! and its trend, recent alerts, and the cycle step it is in.
+//! `/ui`: every agent the config declares with its champion, canary and
+//! share, online reward and its trend, recent alerts, and the cycle step it
+//! is in; below, links to the calls hone makes itself (judge, reflector).
 
 use super::{html, version_name};
 use crate::render::page;
@@ -33,7 +34,7 @@ fn mean(values: &[f64]) -> Option<f64> {
 fn rows(ui: &Ui, viewer: &Viewer) -> Result<Vec<AgentRow>, UiError> {
     let store = ui.store.as_ref();
     let mut rows = Vec::new();
-    for agent in ui.config.agents.values().filter(|a| viewer.sees(&a.name)) {
+    for agent in ui.config.user_agents().filter(|a| viewer.sees(&a.name)) {
         let (deployment, _) = hone_learn::release::deploy::current(store, agent)?;
         let spec = agent.reward.version();
         let (rewarded, reward) = store.reward_summary(&agent.name, &spec)?;
@@ -62,7 +63,24 @@ pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer
     html(
         blocking(&ui, viewer, |ui, viewer| {
             let agents = rows(ui, viewer)?;
-            page(viewer, "overview.html", minijinja::context! { title => "Agents", agents => minijinja::Value::from(minijinja::value::Serde(&agents)) })
+            // hone's own calls (the judge's, the reflector's), out of the
+            // way but one click from their episodes.
+            let own: Vec<String> = ui
+                .config
+                .agents
+                .keys()
+                .filter(|a| hone_config::is_internal_agent(a) && viewer.sees(a))
+                .cloned()
+                .collect();
+            page(
+                viewer,
+                "overview.html",
+                minijinja::context! {
+                    title => "Agents",
+                    agents => minijinja::Value::from(minijinja::value::Serde(&agents)),
+                    own,
+                },
+            )
         })
         .await,
     )

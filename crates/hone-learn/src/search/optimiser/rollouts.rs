@@ -48,6 +48,30 @@ pub async fn scored(
         .evaluator
         .run(ctx.target, ctx.champion_id, ctx.via, &options, &quiet)
         .await?;
+    // Rollouts that could not run (an agent endpoint down, a provider
+    // refusing) say so, rather than passing for rollouts nothing rewards.
+    let failed: Vec<_> = results.iter().filter(|r| r.score.is_none()).collect();
+    let first_error = || {
+        failed
+            .iter()
+            .find_map(|r| r.error.clone())
+            .unwrap_or_else(|| "no reason recorded".to_owned())
+    };
+    if !results.is_empty() && failed.len() == results.len() {
+        return Err(LearnError::gateway(format!(
+            "{optimiser}: every rollout of the champion failed ({} runs): {}",
+            results.len(),
+            first_error()
+        )));
+    }
+    if !failed.is_empty() {
+        (ctx.progress)(&format!(
+            "{optimiser}: {} of {} rollouts failed ({}); learning from the rest",
+            failed.len(),
+            results.len(),
+            first_error()
+        ));
+    }
     let mut episodes: BTreeMap<&str, Vec<EpisodeDetail>> = BTreeMap::new();
     let mut dropped = 0u64;
     for r in results.iter().filter(|r| r.score.is_some()) {
