@@ -136,10 +136,15 @@ impl GatewayConfig {
 /// `gateway.listen`, expanded and parsed (default `127.0.0.1:7070`).
 fn listen(raw: Option<&str>, env: &Env) -> Result<SocketAddr, ConfigError> {
     let listen = env.expand("gateway.listen", raw.unwrap_or("127.0.0.1:7070"))?;
-    listen.parse().map_err(|_| {
+    // `localhost` is the loopback address, as the clients' URLs say it.
+    let address = match listen.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => listen.clone(),
+    };
+    address.parse().map_err(|_| {
         ConfigError::at(
             "gateway.listen",
-            format!("`{listen}` is not a socket address such as `127.0.0.1:7070`"),
+            format!("`{listen}` is not a socket address such as `127.0.0.1:7070` or `localhost:7070`"),
         )
     })
 }

@@ -582,6 +582,28 @@ provider = { type = "local", model = "/models/qwen", adapter = "v2" }
     }
 
     #[test]
+    fn a_wrong_type_in_a_provider_names_its_key_and_localhost_is_a_listen_address() {
+        let e = load(
+            "[providers.up]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\ntimeout_ms = \"2 minutes\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("timeout_ms") && e.contains("invalid type"), "{e}");
+        let e = load("[providers.up]\ntype = \"openia\"\nbase_url = \"http://127.0.0.1:9/v1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown type `openia`"), "{e}");
+        let e = load("[providers.up]\ntype = \"openai\"\nbase_url = \"http://x/v1\"\ntimeout = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `timeout`"), "{e}");
+        let c = load("[gateway]\nlisten = \"localhost:7171\"\n").unwrap();
+        assert_eq!(c.gateway.listen.to_string(), "127.0.0.1:7171");
+        let e = load("[gateway]\nlisten = \"my-host:7171\"\n").unwrap_err().to_string();
+        assert!(e.contains("localhost:7070"), "{e}");
+    }
+
+    #[test]
     fn hosted_fine_tuning_parses_its_tables_and_refuses_what_does_not_fit() {
         let c = load(&format!(
             "{BASE}[agents.a.learn]\noptimisers = [\"openai-sft\", \"openai-dpo\"]\nallow_upload = true\n\

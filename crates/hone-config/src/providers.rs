@@ -21,13 +21,46 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[derive(Debug)]
 pub enum RawProvider {
-    #[serde(rename = "openai")]
     OpenAi(RawHttpProvider),
     Anthropic(RawHttpProvider),
     Local(RawLocalProvider),
+}
+
+/// By its `type`, then the rest of the table as that type's fields, so an
+/// error names the key it is about (serde's internally tagged enums buffer
+/// the table and lose it).
+impl<'de> Deserialize<'de> for RawProvider {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let kind = match table.remove("type") {
+            Some(toml::Value::String(kind)) => kind,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "`type` is {other}, not one of \"openai\", \"anthropic\", \"local\""
+                )))
+            }
+            None => {
+                return Err(D::Error::custom(
+                    "`type` is missing (\"openai\", \"anthropic\" or \"local\")",
+                ))
+            }
+        };
+        fn fields<T: serde::de::DeserializeOwned, E: serde::de::Error>(table: toml::Table) -> Result<T, E> {
+            serde_path_to_error::deserialize(toml::Value::Table(table))
+                .map_err(|e| E::custom(format!("`{}`: {}", e.path(), e.inner())))
+        }
+        match kind.as_str() {
+            "openai" => fields(table).map(RawProvider::OpenAi),
+            "anthropic" => fields(table).map(RawProvider::Anthropic),
+            "local" => fields(table).map(RawProvider::Local),
+            other => Err(D::Error::custom(format!(
+                "unknown type `{other}` (\"openai\", \"anthropic\" or \"local\")"
+            ))),
+        }
+    }
 }
 
 /// `type = "local"`: the embedded engine, in-process.
