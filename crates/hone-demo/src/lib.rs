@@ -663,13 +663,26 @@ pub fn base(data_dir: &Path, rebuild: bool, recipe: &Recipe) -> Result<PathBuf> 
         recipe.hash(),
         recipe.demonstrations
     ));
-    let bar = bar(
-        (recipe.drill_steps + recipe.steps) as u64,
-        "base policy {bar:30} {pos}/{len} steps {msg} ({elapsed}, ~{eta} left)",
-    );
+    let total = recipe.drill_steps + recipe.steps;
+    let bar = bar(total as u64, "base policy {bar:30} {pos}/{len} steps {msg} ({elapsed})");
+    // The first steps are the slowest (setup, warm caches): the time left is
+    // said once a twentieth of the steps shows the real pace.
+    let building = Instant::now();
+    let settled = (total / 20).max(20);
     let built = base_policy::build(recipe, &dir, &mut |step, _, loss| {
         bar.set_position(step as u64);
-        bar.set_message(format!("loss {loss:.3}"));
+        let left = if step >= settled && step < total {
+            let per_step = building.elapsed().as_secs_f64() / step as f64;
+            let seconds = per_step * (total - step) as f64;
+            if seconds >= 90.0 {
+                format!(", ~{:.0} min left", seconds / 60.0)
+            } else {
+                format!(", ~{seconds:.0} s left")
+            }
+        } else {
+            String::new()
+        };
+        bar.set_message(format!("loss {loss:.3}{left}"));
     })
     .context("cannot build the base policy")?;
     bar.finish_and_clear();
@@ -1349,6 +1362,13 @@ fn print_summary(s: &Summary, path: &Path) {
         note(format_args!("  plot: {}", p.display()));
     }
     note(format_args!("  summary: {}", path.display()));
+    if let Some(dir) = path.parent() {
+        note(format_args!(
+            "  to see it yourself: `hone serve --config {}`, then http://127.0.0.1:7070/ui (the dashboard) and \
+             http://127.0.0.1:7070/v1 (the champion, as model `{AGENT}`)",
+            dir.join("hone.toml").display()
+        ));
+    }
 }
 
 #[cfg(test)]

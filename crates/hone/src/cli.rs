@@ -41,8 +41,16 @@ pub enum LogFormat {
 pub enum Command {
     /// Watch an agent learn from implicit feedback, on this machine, in
     /// minutes: the embedded engine, simulated users and the learning loop.
+    #[command(
+        after_help = "Examples:\n  hone demo --quick              # about a minute: one promotion users decided\n  \
+                            hone demo                      # ten minutes, held-out success before and after\n  \
+                            hone demo --seeds 1,2,3        # the same over three seeds, with the spread"
+    )]
     Demo(Box<demo::DemoArgs>),
     /// Run the gateway: an OpenAI-compatible proxy that records every call.
+    #[command(
+        after_help = "Examples:\n  hone serve --config hone.toml\n  hone serve --config hone.toml --listen 0.0.0.0:7070 --threads 4"
+    )]
     Serve {
         /// Config file (TOML). Without one, the built-in default is used.
         #[arg(long, short, env = "HONE_CONFIG")]
@@ -109,18 +117,35 @@ pub enum Command {
         command: dataset::DatasetCommand,
     },
     /// Evaluate a version on a dataset, or compare two (`hone eval compare A B --dataset D`).
+    #[command(after_help = "Examples:\n  hone eval --version v2 --dataset support.regression\n  \
+                            hone eval compare v1 3f2a9c --dataset support.regression   # labels, ids or unique prefixes")]
     Eval(eval::EvalArgs),
     /// Run the learning cycle: `hone learn [AGENT…] [--once]`, or `hone learn status`.
+    #[command(
+        after_help = "Examples:\n  hone learn --config hone.toml                 # the loop, every agent with optimisers\n  \
+                            hone learn support --once --config hone.toml  # one cycle now, then a look at the canary\n  \
+                            hone learn status --json --config hone.toml\n  \
+                            hone learn cancel support --config hone.toml"
+    )]
     Learn(learn::LearnArgs),
     /// An agent's Pareto front of candidates, as a table.
-    Front(deploy::AgentArgs),
+    #[command(
+        after_help = "Examples:\n  hone front support               # the front and the champion\n  \
+                            hone front support --all --diff  # every candidate, why it was pruned, its whole change\n  \
+                            hone front support --json"
+    )]
+    Front(deploy::FrontArgs),
     /// Approve a candidate on the front: it becomes the canary.
+    #[command(after_help = "Example:\n  hone approve 3f2a9c --by alice   # a unique prefix of the version id")]
     Approve(deploy::ApproveArgs),
     /// Roll back the canary, or restore the previous champion, at once.
     Rollback(deploy::AgentArgs),
     /// Alerts raised by the online monitors.
     Alerts(deploy::ListArgs),
     /// Everything that changed for an agent, why, and on what evidence.
+    #[command(
+        after_help = "Examples:\n  hone history support --limit 20\n  hone history support --json | jq .summary"
+    )]
     History(deploy::ListArgs),
     /// Measure hone's parts.
     Bench {

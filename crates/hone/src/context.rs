@@ -23,8 +23,14 @@ pub struct Common {
     /// Data directory (overrides gateway.data_dir).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+}
+
+/// The gateway a command's model calls go through (commands that make some).
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
     /// A running gateway over the same data directory (`http://127.0.0.1:7070`)
-    /// to send judge and evaluation calls through. Without it one is started
+    /// to send this command's model calls through (so they are recorded
+    /// there), and vLLM's adapter loads. Without it one is started
     /// in-process on a loopback port.
     #[arg(long, env = "HONE_GATEWAY")]
     gateway: Option<String>,
@@ -83,7 +89,7 @@ pub struct GatewayHandle {
 }
 
 impl GatewayHandle {
-    pub async fn open(config: &Config, common: &Common, timeout: Duration) -> Result<Self> {
+    pub async fn open(config: &Config, common: &GatewayArgs, timeout: Duration) -> Result<Self> {
         // The admin API (loading an adapter into vLLM) takes the token the
         // config names, from the same environment as the gateway's.
         let admin_token = config
@@ -156,14 +162,22 @@ pub fn resolve_version(config: &Config, store: &dyn CycleStore, agent: &str, lab
     if let Some(v) = config.agents.get(agent).and_then(|a| a.version(label_or_id)) {
         return Ok(v.id.clone());
     }
-    let known = VersionId::parse(label_or_id)
-        .map(|id| hone_store::Store::version(store, &id))
-        .transpose()?
-        .flatten();
-    match known {
-        Some(v) if v.agent == agent => Ok(v.id),
-        _ => bail!(
-            "`{label_or_id}` is neither a version label of agent `{agent}` in the config nor a stored version id of it"
+    // A stored version id, or a unique prefix of one (as `hone front` and
+    // `hone approve` show and take them).
+    let wanted = label_or_id.to_ascii_lowercase();
+    let matching: Vec<VersionId> = hone_store::Store::versions(store, Some(agent))?
+        .into_iter()
+        .filter(|v| v.id.as_str().starts_with(&wanted))
+        .map(|v| v.id)
+        .collect();
+    match matching.as_slice() {
+        [one] if !wanted.is_empty() => Ok(one.clone()),
+        [] | [_] => bail!(
+            "`{label_or_id}` is neither a version label of agent `{agent}` in the config nor a stored version id of it (or a prefix of one)"
+        ),
+        many => bail!(
+            "`{label_or_id}` is the start of {} versions of agent `{agent}`; give more of the id",
+            many.len()
         ),
     }
 }

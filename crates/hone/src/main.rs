@@ -24,19 +24,13 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // Before any thread starts (see the function); parsing starts none.
     hone_engine::threads::fix_thread_count_to(cli.command.threads_per_op());
-    // The demo (also inside `hone bench learn`) tells its own story; the
-    // gateway's and engine's info lines would drown it (HONE_LOG=info
-    // brings them back).
-    let level = if matches!(
-        cli.command,
-        cli::Command::Demo(_)
-            | cli::Command::Bench {
-                command: cli::BenchCommand::Learn(_)
-            }
-    ) {
-        "warn"
-    } else {
+    // A server's log is its output; every other command says what it does
+    // itself, and the info lines of a gateway it starts in-process (or of
+    // the engine) would drown that (HONE_LOG=info brings them back).
+    let level = if matches!(cli.command, cli::Command::Serve { .. }) {
         "info"
+    } else {
+        "warn"
     };
     let _telemetry = init_logging(cli.log_format, level);
     // Entered for the whole process, so what a command opens outside its
@@ -64,7 +58,10 @@ fn init_logging(format: cli::LogFormat, level: &str) -> Option<telemetry::Teleme
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("HONE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a terminal: a log file keeps no escape codes.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt = match format {
         cli::LogFormat::Text => fmt.boxed(),
         cli::LogFormat::Json => fmt.json().boxed(),

@@ -655,6 +655,14 @@ async fn finding_8_an_open_admin_is_not_served_beyond_loopback_unless_allowed() 
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--insecure-open-admin"), "{stderr}");
+    assert!(
+        !stderr.contains("hone is serving"),
+        "refused before saying it serves: {stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no colour codes when stderr is not a terminal: {stderr}"
+    );
 
     let mut allowed = hone(&["--insecure-open-admin"]).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

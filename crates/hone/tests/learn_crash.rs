@@ -210,3 +210,64 @@ async fn learn_cancel_ends_the_open_cycle_and_the_next_run_starts_afresh() {
         ]
     );
 }
+
+/// After a cycle: `hone front` shows the front and says what it leaves
+/// out, `--all` the pruned with why, `--diff` the whole change, `--json`
+/// every field; `hone learn status --json` the cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_and_learn_status_show_a_cycle_as_tables_and_json() {
+    let upstream = story::upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = story::config(&upstream, "", "");
+    let mut hone = Hone::start_in(dir.path(), &text, &[]);
+    story::record(&hone, 48).await;
+    hone.wait_caught_up();
+    assert!(hone.terminate().success());
+    drop(hone);
+    std::fs::write(dir.path().join("hone.toml"), &text).unwrap();
+    assert!(learn(dir.path(), None).wait().unwrap().success());
+    let stdout = |args: &[&str]| {
+        let out = hone_in(dir.path(), args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let front = stdout(&["front", "story"]);
+    assert!(
+        front.contains("front of `story`") && front.contains("on_front"),
+        "{front}"
+    );
+    assert!(!front.contains("pruned\u{20}"), "{front}");
+    assert!(front.contains("1 more candidates off the front"), "{front}");
+    let all = stdout(&["front", "story", "--all"]);
+    assert!(all.contains("REASON") && all.contains("pruned"), "{all}");
+    let diff = stdout(&["front", "story", "--diff"]);
+    assert!(diff.contains("model: up/weak → up/good"), "{diff}");
+
+    let json: serde_json::Value = serde_json::from_str(&stdout(&["front", "story", "--all", "--json"])).unwrap();
+    assert_eq!(json["agent"], "story");
+    let candidates = json["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 2, "{json}");
+    for c in candidates {
+        assert!(
+            c["version_id"].is_string() && c["diff"].is_string() && c["role"].is_string(),
+            "{c}"
+        );
+        assert!(c["scores"]["target_pass_rate"].is_number(), "{c}");
+    }
+    assert!(candidates
+        .iter()
+        .any(|c| c["status"] == "pruned" && c["reason"].is_string()));
+
+    let status: serde_json::Value = serde_json::from_str(&stdout(&["learn", "status", "--json"])).unwrap();
+    let agents = status.as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{status}");
+    assert_eq!(agents[0]["agent"], "story");
+    assert_eq!(agents[0]["cycle"]["id"], "story-1");
+    assert_eq!(agents[0]["cycle"]["step"], "done");
+    assert_eq!(agents[0]["cycle"]["candidates"]["pruned"], 1, "{status}");
+}

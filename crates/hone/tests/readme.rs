@@ -362,6 +362,7 @@ impl User {
         let holder = std::fs::read_dir(&examples)
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
             .find(|p| {
                 std::fs::read_to_string(p)
                     .unwrap()

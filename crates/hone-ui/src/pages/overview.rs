@@ -22,6 +22,9 @@ struct AgentRow {
     /// Mean reward of the champion's newest 50 rewarded episodes and of the 50 before.
     recent: Option<f64>,
     before: Option<f64>,
+    /// `up` or `down` when the change is shown (one-sided Welch test at
+    /// 5%), else `flat`: noise gets no arrow.
+    trend: &'static str,
     alerts: usize,
     last_alert: Option<i64>,
     cycle: Option<String>,
@@ -51,6 +54,13 @@ fn rows(ui: &Ui, viewer: &Viewer) -> Result<Vec<AgentRow>, UiError> {
             reward,
             recent: mean(recent),
             before: mean(before),
+            trend: if hone_learn::stats::mean_greater_p(before, recent) < 0.05 {
+                "up"
+            } else if hone_learn::stats::mean_greater_p(recent, before) < 0.05 {
+                "down"
+            } else {
+                "flat"
+            },
             alerts: alerts.len(),
             last_alert: alerts.first().map(|a| a.at),
             cycle: store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned()),

@@ -23,6 +23,7 @@ pub enum DatasetCommand {
         /// `regression` (passed under the champion), `errors` (failed or
         /// flagged), `traffic` (stratified sample), `cost` (most expensive).
         builder: String,
+        /// The agent whose episodes to sample.
         #[arg(long)]
         agent: String,
         /// Snapshot name (default: the builder's name). Each build makes `NAME@N+1`.
@@ -54,21 +55,32 @@ pub enum DatasetCommand {
     },
     /// List snapshots.
     List {
+        /// One JSON document (an array of snapshots) instead of a table.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
     /// Show a snapshot (`NAME` for the latest, `NAME@N`) and its first instances.
     Show {
+        /// The snapshot: `NAME` (its latest) or `NAME@N`.
         dataset: String,
+        /// Instances shown.
         #[arg(long, default_value_t = 5)]
         limit: usize,
+        /// One JSON document (`{"dataset": …, "instances": […], "more": N}`)
+        /// instead of the snapshot and one instance a line.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
     /// Export a snapshot as JSONL: `chat` (OpenAI fine-tuning / `hone train
     /// sft`), `dpo`, `grpo`, or `hone` (instances, for `import`).
     Export {
+        /// The snapshot: `NAME` (its latest) or `NAME@N`.
         dataset: String,
+        /// `chat` (also `sft`, `openai`), `dpo`, `grpo` or `hone` (also `jsonl`).
         #[arg(long, default_value = "chat")]
         format: String,
         /// Output file; `-` for stdout.
@@ -80,9 +92,12 @@ pub enum DatasetCommand {
     /// Import instances from JSONL (hone instances, OpenAI chat fine-tuning
     /// lines, or `{"input": …, "reference": …}`) as a new snapshot.
     Import {
+        /// The JSONL file to read.
         file: PathBuf,
+        /// The snapshot's name (it becomes `NAME@1`, or the next number).
         #[arg(long)]
         name: String,
+        /// The agent the instances are for.
         #[arg(long)]
         agent: String,
         #[command(flatten)]
@@ -160,9 +175,13 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        DatasetCommand::List { common } => {
+        DatasetCommand::List { json, common } => {
             let store = open_existing_store(&load_config(&common)?)?;
             let mut o = std::io::stdout();
+            if json {
+                writeln!(o, "{}", serde_json::to_string_pretty(&store.datasets()?)?)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             writeln!(
                 o,
                 "{:<28} {:<12} {:<12} {:>8}  {:<20}  content",
@@ -182,11 +201,25 @@ pub fn run(command: DatasetCommand) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        DatasetCommand::Show { dataset, limit, common } => {
+        DatasetCommand::Show {
+            dataset,
+            limit,
+            json,
+            common,
+        } => {
             let store = open_existing_store(&load_config(&common)?)?;
             let info = find_dataset(store.as_ref(), &dataset)?;
             let items = store.dataset_items(&info.id)?;
             let mut o = std::io::stdout();
+            if json {
+                let document = serde_json::json!({
+                    "dataset": info,
+                    "instances": items.iter().take(limit).collect::<Vec<_>>(),
+                    "more": items.len().saturating_sub(limit),
+                });
+                writeln!(o, "{}", serde_json::to_string_pretty(&document)?)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             writeln!(o, "{}", serde_json::to_string_pretty(&info)?)?;
             for i in items.iter().take(limit) {
                 writeln!(o, "{}", serde_json::to_string(i)?)?;

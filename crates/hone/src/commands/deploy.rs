@@ -5,7 +5,7 @@
 //! written to the store, so these work beside a running `hone serve` (whose
 //! gateways follow the deployments within half a second).
 
-use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayArgs, GatewayHandle};
 use anyhow::{bail, Result};
 use clap::Args;
 use hone_console::runtime;
@@ -18,6 +18,7 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
+    /// The agent (its name in the config).
     pub agent: String,
     #[command(flatten)]
     pub common: Common,
@@ -32,10 +33,13 @@ pub struct ApproveArgs {
     pub by: String,
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// Only this agent's (default: every agent's).
     pub agent: Option<String>,
     /// Most entries shown.
     #[arg(long, default_value_t = 50)]
@@ -47,32 +51,77 @@ pub struct ListArgs {
     pub common: Common,
 }
 
+#[derive(Debug, Args)]
+pub struct FrontArgs {
+    /// The agent whose front to show (its name in the config).
+    pub agent: String,
+    /// Also the candidates off the front (pruned, rolled back, superseded),
+    /// each with the reason.
+    #[arg(long)]
+    pub all: bool,
+    /// Each candidate's whole change below the table (a rewritten prompt's
+    /// unified diff, the lessons added and retired).
+    #[arg(long)]
+    pub diff: bool,
+    /// One JSON document: the agent, its objective, champion and canary, and
+    /// the candidates with every recorded field.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// The statuses of a candidate on the front or beyond it.
+const LIVE: [CandidateStatus; 4] = [
+    CandidateStatus::OnFront,
+    CandidateStatus::Approved,
+    CandidateStatus::Canary,
+    CandidateStatus::Champion,
+];
+
 /// `hone front AGENT`: the agent's Pareto front (and the champion), with scores.
-pub fn front(args: AgentArgs) -> Result<ExitCode> {
+pub fn front(args: FrontArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
     let agent = agent_config(&config, &args.agent)?;
     let store = open_existing_store(&config)?;
     let (deployment, _) = deploy::current(store.as_ref(), agent).map_err(anyhow::Error::msg)?;
     let all = store.candidates(&agent.name, None)?;
-    let live = [
-        CandidateStatus::OnFront,
-        CandidateStatus::Approved,
-        CandidateStatus::Canary,
-        CandidateStatus::Champion,
-    ];
-    let mut rows = Vec::new();
-    for c in all.iter().filter(|c| live.contains(&c.status)) {
-        let s = c.scores.clone().unwrap_or_default();
-        let role = if c.version_id == deployment.champion {
+    let shown: Vec<&Candidate> = all.iter().filter(|c| args.all || LIVE.contains(&c.status)).collect();
+    let role = |c: &Candidate| {
+        if c.version_id == deployment.champion {
             "champion".to_owned()
         } else if deployment.canary.as_ref() == Some(&c.version_id) {
             "canary".to_owned()
         } else {
             c.status.as_str().to_owned()
-        };
-        rows.push(vec![
+        }
+    };
+    if args.json {
+        let candidates: Vec<serde_json::Value> = shown
+            .iter()
+            .map(|c| {
+                let mut value = serde_json::to_value(c).unwrap_or_default();
+                value["role"] = serde_json::json!(role(c));
+                value
+            })
+            .collect();
+        let document = serde_json::json!({
+            "agent": agent.name,
+            "objective": agent.learn.objective.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+            "champion": deployment.champion,
+            "canary": deployment.canary,
+            "canary_share": deployment.canary_share,
+            "candidates": candidates,
+        });
+        print_line(&serde_json::to_string_pretty(&document)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = Vec::new();
+    for c in &shown {
+        let s = c.scores.clone().unwrap_or_default();
+        let mut row = vec![
             c.version_id.to_string(),
-            role,
+            role(c),
             c.optimiser.clone(),
             s.target_mean.map_or("-".into(), |m| format!("{m:.3}")),
             format!("{:.0}%", s.target_pass_rate * 100.0),
@@ -85,19 +134,48 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
                 .map_or("-".into(), |t| format!("{:.4}", t.kl_to_base)),
             c.spend.map_or("-".into(), |s| s.to_string()),
             c.cycle_id.clone(),
-            // The summary line; `hone history` shows the whole diff.
+            // The summary line; `--diff` shows the whole change.
             c.diff.lines().next().unwrap_or_default().to_owned(),
-        ]);
+        ];
+        if args.all {
+            row.push(c.reason.clone().unwrap_or_default());
+        }
+        rows.push(row);
     }
+    let hidden = all.len() - shown.len();
     if rows.is_empty() {
-        note(format_args!(
-            "agent `{}` has no candidate on its front (champion {}); `hone learn {} --once` runs a cycle",
-            agent.name, deployment.champion, agent.name
-        ));
+        match store.cycles(Some(&agent.name), 1)?.first() {
+            Some(cycle) if !all.is_empty() => {
+                let latest: Vec<&Candidate> = all.iter().filter(|c| c.cycle_id == cycle.id).collect();
+                let pruned = latest.iter().filter(|c| c.status == CandidateStatus::Pruned).count();
+                note(format_args!(
+                    "agent `{}` has no candidate on its front (champion {}): cycle {} proposed {}, pruned {pruned}; \
+                     `hone front {} --all` shows every candidate and why",
+                    agent.name,
+                    deployment.champion,
+                    cycle.id,
+                    latest.len(),
+                    agent.name
+                ));
+            }
+            Some(cycle) => note(format_args!(
+                "agent `{}` has no candidate (champion {}): cycle {} is {}; `hone history {}` shows what it did",
+                agent.name,
+                deployment.champion,
+                cycle.id,
+                cycle.state.as_str(),
+                agent.name
+            )),
+            None => note(format_args!(
+                "agent `{}` has no candidate yet (champion {}); `hone learn {} --once` runs a cycle",
+                agent.name, deployment.champion, agent.name
+            )),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     print_line(&format!(
-        "front of `{}` over {}",
+        "{} of `{}` over {}",
+        if args.all { "candidates" } else { "front" },
         agent.name,
         agent
             .learn
@@ -107,23 +185,34 @@ pub fn front(args: AgentArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     ))?;
-    print_table(
-        &[
-            "VERSION",
-            "STATUS",
-            "OPTIMISER",
-            "REWARD",
-            "PASS",
-            "REGRESSION",
-            "COST $",
-            "LATENCY ms",
-            "KL TO BASE",
-            "SPENT",
-            "CYCLE",
-            "CHANGE",
-        ],
-        &rows,
-    )?;
+    let mut header = vec![
+        "VERSION",
+        "STATUS",
+        "OPTIMISER",
+        "REWARD",
+        "PASS",
+        "REGRESSION",
+        "COST $",
+        "LATENCY ms",
+        "KL TO BASE",
+        "SPENT",
+        "CYCLE",
+        "CHANGE",
+    ];
+    if args.all {
+        header.push("REASON");
+    }
+    print_table(&header, &rows)?;
+    if hidden > 0 {
+        print_line(&format!(
+            "{hidden} more candidates off the front (pruned, rolled back or superseded): `--all` shows them and why"
+        ))?;
+    }
+    if args.diff {
+        for c in &shown {
+            print_line(&format!("\n{} ({}):\n{}", c.version_id, c.optimiser, c.diff))?;
+        }
+    }
     // What stands in for users offline: the last measured reward model.
     if let Some(quality) = store
         .cycles(Some(&agent.name), 20)?
@@ -171,7 +260,7 @@ pub fn approve(args: ApproveArgs) -> Result<ExitCode> {
     let agent = agent_config(&config, &candidate.agent)?;
     let change = runtime()?.block_on(async {
         // A candidate with an adapter on vLLM is loaded through a gateway.
-        let gateway = GatewayHandle::open(&config, &args.common, Duration::from_secs(60)).await?;
+        let gateway = GatewayHandle::open(&config, &args.gateway, Duration::from_secs(60)).await?;
         let change = deploy::start_canary(&config, &gateway.client, store.as_ref(), agent, &candidate, &args.by).await;
         gateway.close().await?;
         anyhow::Ok(change?)

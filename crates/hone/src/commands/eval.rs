@@ -5,7 +5,9 @@
 //! through a gateway (`--gateway`, or one started in-process), so every call
 //! is recorded. `compare` exits 3 on a confirmed regression.
 
-use crate::context::{agent_config, find_dataset, load_config, open_store, resolve_version, Common, GatewayHandle};
+use crate::context::{
+    agent_config, find_dataset, load_config, open_store, resolve_version, Common, GatewayArgs, GatewayHandle,
+};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use hone_console::runtime;
@@ -37,7 +39,9 @@ pub struct EvalArgs {
 pub enum EvalCommand {
     /// Compare version B with version A on a dataset, instance by instance.
     Compare {
+        /// The version compared against (a label, an id or a unique prefix of one).
         a: String,
+        /// The version that may have regressed (likewise).
         b: String,
         /// Re-runs of each instance that passed under A and failed under B.
         #[arg(long, default_value_t = 2)]
@@ -77,9 +81,15 @@ pub struct RunArgs {
     json: bool,
     #[command(flatten)]
     common: Common,
+    #[command(flatten)]
+    gateway: GatewayArgs,
 }
 
 fn progress_line(label: &str, p: Progress) {
+    // A run finished earlier is reused whole: nothing to count.
+    if p.total == 0 {
+        return;
+    }
     let line = format!(
         "[{label}] {} {}/{} ({} failed)",
         hone_console::progress_bar(p.done, p.total, 24),
@@ -174,7 +184,7 @@ pub fn run(args: EvalArgs) -> Result<ExitCode> {
         only: None,
     };
     runtime()?.block_on(async {
-        let gateway = GatewayHandle::open(&config, &run.common, options.timeout).await?;
+        let gateway = GatewayHandle::open(&config, &run.gateway, options.timeout).await?;
         let client: Arc<dyn ChatClient> = Arc::new(gateway.client.clone());
         let rewarder = Rewarder::new(&agent, &spec, Some(client)).map_err(anyhow::Error::msg)?;
         let evaluator = Evaluator {

@@ -4,7 +4,7 @@
 //! written to the store, so this works beside a running `hone serve`; model
 //! calls go through a gateway (`--gateway`, or one started in-process).
 
-use crate::context::{agent_config, load_config, open_existing_store, open_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, open_store, Common, GatewayArgs, GatewayHandle};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use hone_console::runtime;
@@ -29,6 +29,8 @@ pub struct LearnArgs {
     pub once: bool,
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +43,9 @@ pub enum LearnCommand {
         /// `hone-reflector`).
         #[arg(long)]
         all: bool,
+        /// One JSON document (an array, one object per agent) instead of a table.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -57,7 +62,12 @@ pub enum LearnCommand {
 
 pub fn run(args: LearnArgs) -> Result<ExitCode> {
     match args.command {
-        Some(LearnCommand::Status { agent, all, common }) => return status(agent.as_deref(), all, &common),
+        Some(LearnCommand::Status {
+            agent,
+            all,
+            json,
+            common,
+        }) => return status(agent.as_deref(), all, json, &common),
         Some(LearnCommand::Cancel { agent, common }) => return cancel(&agent, &common),
         None => {}
     }
@@ -84,7 +94,7 @@ pub fn run(args: LearnArgs) -> Result<ExitCode> {
     };
     let store = open_store(&config)?;
     runtime()?.block_on(async {
-        let gateway = GatewayHandle::open(&config, &args.common, Duration::from_secs(300)).await?;
+        let gateway = GatewayHandle::open(&config, &args.gateway, Duration::from_secs(300)).await?;
         let learner = Arc::new(Learner {
             config: Arc::new(config.clone()),
             store: store.clone(),
@@ -174,7 +184,7 @@ fn cancel(agent: &str, common: &Common) -> Result<ExitCode> {
     }
 }
 
-fn status(agent: Option<&str>, all: bool, common: &Common) -> Result<ExitCode> {
+fn status(agent: Option<&str>, all: bool, json: bool, common: &Common) -> Result<ExitCode> {
     let config = load_config(common)?;
     let store = open_existing_store(&config)?;
     let agents: Vec<&hone_config::AgentConfig> = match agent {
@@ -183,9 +193,32 @@ fn status(agent: Option<&str>, all: bool, common: &Common) -> Result<ExitCode> {
         None => config.user_agents().collect(),
     };
     let mut rows = Vec::new();
+    let mut objects = Vec::new();
     for a in agents {
         let (deployment, _) = deploy::current(store.as_ref(), a).map_err(anyhow::Error::msg)?;
         let cycles = store.cycles(Some(&a.name), 1)?;
+        if json {
+            let latest = match cycles.first() {
+                Some(c) => {
+                    let candidates = store.candidates(&a.name, Some(&c.id))?;
+                    let mut by_status = serde_json::Map::new();
+                    for status in CandidateStatus::ALL {
+                        let n = candidates.iter().filter(|x| x.status == status).count();
+                        if n > 0 {
+                            by_status.insert(status.as_str().to_owned(), n.into());
+                        }
+                    }
+                    serde_json::json!({"id": c.id, "step": c.state.as_str(), "error": c.error,
+                        "trigger": c.trigger, "started_at": c.started_at, "updated_at": c.updated_at,
+                        "candidates": by_status})
+                }
+                None => serde_json::Value::Null,
+            };
+            objects.push(serde_json::json!({"agent": a.name, "cycle": latest,
+                "champion": deployment.champion, "canary": deployment.canary,
+                "canary_share": deployment.canary_share}));
+            continue;
+        }
         let (cycle, state, updated, candidates) = match cycles.first() {
             Some(c) => (
                 c.id.clone(),
@@ -210,6 +243,10 @@ fn status(agent: Option<&str>, all: bool, common: &Common) -> Result<ExitCode> {
                 .map(|c| format!("{c} ({:.0}%)", deployment.canary_share * 100.0))
                 .unwrap_or_else(|| "-".into()),
         ]);
+    }
+    if json {
+        hone_console::print_line(&serde_json::to_string_pretty(&objects)?)?;
+        return Ok(ExitCode::SUCCESS);
     }
     print_table(
         &["AGENT", "CYCLE", "STEP", "UPDATED", "CANDIDATES", "CHAMPION", "CANARY"],

@@ -3,7 +3,7 @@
 //! through a gateway (`--gateway`, or one started in-process), so those calls
 //! are recorded too.
 
-use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayHandle};
+use crate::context::{agent_config, load_config, open_existing_store, Common, GatewayArgs, GatewayHandle};
 use anyhow::Result;
 use clap::Subcommand;
 use hone_console::note;
@@ -20,20 +20,23 @@ pub enum RewardsCommand {
     /// Recompute every recorded episode's reward under the agent's current
     /// reward spec (stored under the spec's version).
     Recompute {
+        /// The agent whose episodes to score again.
         agent: String,
         #[command(flatten)]
         common: Common,
+        #[command(flatten)]
+        gateway: GatewayArgs,
     },
 }
 
 pub fn run(command: RewardsCommand) -> Result<ExitCode> {
-    let RewardsCommand::Recompute { agent, common } = command;
+    let RewardsCommand::Recompute { agent, common, gateway } = command;
     let config = load_config(&common)?;
     let spec = agent_config(&config, &agent)?.reward.clone();
     let store = open_existing_store(&config)?;
     runtime()?.block_on(async {
         let gateway = match spec.judge {
-            Some(_) => Some(GatewayHandle::open(&config, &common, Duration::from_secs(120)).await?),
+            Some(_) => Some(GatewayHandle::open(&config, &gateway, Duration::from_secs(120)).await?),
             None => None,
         };
         let client = gateway

@@ -40,21 +40,27 @@ pub fn run(
     };
     runtime.block_on(async move {
         let address = config.gateway.listen;
-        if !address.ip().is_loopback() {
-            if config.gateway.api_keys.is_empty() {
-                tracing::warn!(%address, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
-            } else {
-                tracing::warn!(%address, "listening beyond loopback over plain HTTP: API keys, the admin token and dashboard sessions cross the network readable; put a TLS-terminating proxy in front (it should send X-Forwarded-Proto: https)");
-            }
-        }
         let shutdown = shutdown_signal();
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .with_context(|| format!("cannot listen on {address}"))?;
         let bound = listener.local_addr()?;
-        let agents: Vec<_> = config.agents.keys().cloned().collect();
+        let agents: Vec<_> = config.user_agents().map(|a| a.name.clone()).collect();
         let data_dir = config.gateway.data_dir.clone();
         let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
+        // Refused before anything says it serves.
+        gateway
+            .state()
+            .auth
+            .check_exposure(bound, config.gateway.insecure_open_admin)
+            .map_err(anyhow::Error::msg)?;
+        if !bound.ip().is_loopback() {
+            if config.gateway.api_keys.is_empty() {
+                tracing::warn!(address = %bound, "listening beyond loopback with no API keys: anyone who can reach this address can use the agents and read episodes; add [[gateway.api_keys]] (see `hone key new`)");
+            } else {
+                tracing::warn!(address = %bound, "listening beyond loopback over plain HTTP: API keys, the admin token and dashboard sessions cross the network readable; put a TLS-terminating proxy in front (it should send X-Forwarded-Proto: https)");
+            }
+        }
         let dashboard = dashboard(&config, gateway.state(), bound)?;
         let gateway = gateway.with_routes(dashboard);
         tracing::info!(address = %bound, data_dir = %data_dir.display(), agents = ?agents, "hone is serving; point an OpenAI client at http://{bound}/v1, the dashboard is at http://{bound}/ui");
