@@ -100,41 +100,92 @@ fn with_titles(svg: String, titles: &[String]) -> String {
     out
 }
 
+/// Tick labels for an axis spanning `lo..hi`: as many decimals as the step
+/// between ticks needs (a cost axis of millionths of a dollar reads
+/// `0.000012`, not `0.0` five times), and no `-0`.
+fn tick_label(value: f64, lo: f64, hi: f64) -> String {
+    let step = ((hi - lo) / 5.0).abs().max(f64::MIN_POSITIVE);
+    let decimals = (-step.log10()).ceil().max(0.0) as usize + 1;
+    let shown = if value.abs() < step * 1e-6 { 0.0 } else { value };
+    let text = format!("{shown:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// The champion drawn on the front chart for reference.
+pub struct Reference {
+    pub label: String,
+    pub cost_usd: f64,
+    pub reward: f64,
+}
+
 /// Reward × cost per call, one point per candidate, its status and reason
-/// on hover.
-pub fn front(points: &[FrontPoint]) -> String {
-    let svg = front_svg(points);
+/// on hover, the champion as a black square for reference.
+pub fn front(points: &[FrontPoint], champion: Option<&Reference>) -> String {
+    let svg = front_svg(points, champion);
     with_titles(svg, &points.iter().map(|p| p.title.clone()).collect::<Vec<_>>())
 }
 
-fn front_svg(points: &[FrontPoint]) -> String {
+fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
     draw(|root| {
-        let (x0, x1) = span(points.iter().map(|p| p.cost_usd));
-        let (y0, y1) = span(points.iter().map(|p| p.reward));
+        let costs = points.iter().map(|p| p.cost_usd).chain(champion.map(|c| c.cost_usd));
+        let priced = costs.clone().any(|c| c > 0.0);
+        let (x0, x1) = span(costs);
+        // A cost is never negative: the axis starts at 0 when padding would
+        // take it below.
+        let x0 = x0.max(0.0);
+        let (y0, y1) = span(points.iter().map(|p| p.reward).chain(champion.map(|c| c.reward)));
         let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(56)
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("mean cost per call (USD)")
+            .x_desc(if priced {
+                "mean cost per call (USD)"
+            } else {
+                "mean cost per call (USD): none recorded; the models have no prices"
+            })
             .y_desc("reward on the target set")
-            .label_style((FONT, 12))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .x_label_formatter(&|v| tick_label(*v, x0, x1))
+            .y_label_formatter(&|v| tick_label(*v, y0, y1))
             .draw()
             .map_err(|e| e.to_string())?;
         let grey = RGBColor(170, 170, 170);
         for p in points {
             let colour = if p.pruned { grey } else { PALETTE[0] };
             chart
-                .draw_series([Circle::new((p.cost_usd, p.reward), 6, colour.filled())])
+                .draw_series([Circle::new((p.cost_usd, p.reward), 7, colour.filled())])
                 .map_err(|e| e.to_string())?;
             chart
                 .draw_series([Text::new(
                     p.label.clone(),
                     (p.cost_usd, p.reward),
-                    (FONT, 13).into_font().color(&BLACK),
+                    (FONT, 15).into_font().color(&BLACK),
+                )])
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(c) = champion {
+            // A square (not a circle: the circles are the candidates).
+            let (dx, dy) = ((x1 - x0) * 0.008, (y1 - y0) * 0.018);
+            chart
+                .draw_series([Rectangle::new(
+                    [(c.cost_usd - dx, c.reward - dy), (c.cost_usd + dx, c.reward + dy)],
+                    BLACK.filled(),
+                )])
+                .map_err(|e| e.to_string())?;
+            chart
+                .draw_series([Text::new(
+                    c.label.clone(),
+                    (c.cost_usd, c.reward - 2.5 * dy),
+                    (FONT, 14).into_font().color(&BLACK),
                 )])
                 .map_err(|e| e.to_string())?;
         }
@@ -142,9 +193,36 @@ fn front_svg(points: &[FrontPoint]) -> String {
     })
 }
 
-/// Online reward per version over time, with deployment changes marked.
+/// The runs of `points` (sorted by time) without a gap in traffic: a gap
+/// is longer than a minute and five times the usual spacing, and the line
+/// breaks there instead of bridging what nobody measured.
+fn without_gaps(points: &[(i64, f64)]) -> Vec<&[(i64, f64)]> {
+    let mut spacing: Vec<i64> = points.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacing.sort_unstable();
+    let usual = spacing.get(spacing.len() / 2).copied().unwrap_or(0);
+    let gap = (usual * 5).max(60_000);
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..points.len() {
+        if points[i].0 - points[i - 1].0 > gap {
+            runs.push(&points[start..i]);
+            start = i;
+        }
+    }
+    if start < points.len() {
+        runs.push(&points[start..]);
+    }
+    runs
+}
+
+/// Online reward per version over time, with deployment changes marked
+/// (labels set on rows of their own where they would overprint), the line
+/// broken where traffic stopped, and the legend below the plot, clear of
+/// the newest data.
 pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
     draw(|root| {
+        let legend_rows = series.len().div_ceil(3).max(1) as u32;
+        let (plot, legend) = root.split_vertically(SIZE.1 - 26 * legend_rows);
         let times = series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0))
@@ -152,6 +230,8 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
         let (t0, t1) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let (t0, t1) = if t0 > t1 { (0, 1) } else { (t0, t1.max(t0 + 1)) };
         let (y0, y1) = span(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+        // Room above the data for the markers' labels.
+        let y1 = y1 + (y1 - y0) * 0.25;
         // The unit that gives the span readable numbers.
         let (unit_ms, unit) = match t1 - t0 {
             d if d < 2 * 60_000 => (1_000.0, "seconds"),
@@ -159,47 +239,77 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
             d if d < 3 * 86_400_000 => (3_600_000.0, "hours"),
             _ => (86_400_000.0, "days"),
         };
-        let hours = |t: i64| (t - t0) as f64 / unit_ms;
-        let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..hours(t1), y0..y1)
+        let at = |t: i64| (t - t0) as f64 / unit_ms;
+        let x1 = at(t1);
+        let mut chart = ChartBuilder::on(&plot)
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..x1, y0..y1)
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
             .x_desc(format!("{unit} since the first point"))
             .y_desc("mean reward (rolling)")
-            .label_style((FONT, 12))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .y_label_formatter(&|v| tick_label(*v, y0, y1))
             .draw()
             .map_err(|e| e.to_string())?;
-        for marker in markers {
-            let x = hours(marker.at);
+        let mut placed: Vec<(f64, usize)> = Vec::new();
+        let mut sorted: Vec<&Marker> = markers.iter().collect();
+        sorted.sort_by_key(|m| m.at);
+        for marker in sorted {
+            let x = at(marker.at);
+            // The first row whose last label is far enough to the left.
+            let width = x1 * (marker.label.chars().count() as f64 * 0.0125 + 0.01);
+            let row = (0..4)
+                .find(|r| placed.iter().filter(|(_, pr)| pr == r).all(|(px, _)| x - px > width))
+                .unwrap_or(0);
+            placed.push((x, row));
             chart
-                .draw_series([PathElement::new(vec![(x, y0), (x, y1)], RGBColor(120, 120, 120))])
+                .draw_series([PathElement::new(vec![(x, y0), (x, y1)], RGBColor(150, 150, 150))])
                 .map_err(|e| e.to_string())?;
+            let y = y1 - (y1 - y0) * (0.015 + 0.06 * row as f64);
             chart
-                .draw_series([Text::new(marker.label.clone(), (x, y1), (FONT, 11).into_font())])
+                .draw_series([Text::new(
+                    marker.label.clone(),
+                    (x, y),
+                    (FONT, 13).into_font().color(&RGBColor(60, 60, 60)),
+                )])
                 .map_err(|e| e.to_string())?;
         }
         for (i, s) in series.iter().enumerate() {
             let colour = PALETTE[i % PALETTE.len()];
-            chart
-                .draw_series(LineSeries::new(
-                    s.points.iter().map(|(t, r)| (hours(*t), *r)),
-                    colour.stroke_width(2),
+            for run in without_gaps(&s.points) {
+                if run.len() == 1 {
+                    chart
+                        .draw_series([Circle::new((at(run[0].0), run[0].1), 3, colour.filled())])
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(
+                            run.iter().map(|(t, r)| (at(*t), *r)),
+                            colour.stroke_width(2),
+                        ))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            // The legend, below the plot.
+            let (row, column) = ((i / 3) as i32, (i % 3) as i32);
+            let (x, y) = (70 + column * 220, 6 + row * 26);
+            legend
+                .draw(&PathElement::new(
+                    vec![(x, y + 8), (x + 22, y + 8)],
+                    colour.stroke_width(3),
                 ))
-                .map_err(|e| e.to_string())?
-                .label(s.name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
-        }
-        if !series.is_empty() {
-            chart
-                .configure_series_labels()
-                .label_font((FONT, 12))
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
+                .map_err(|e| e.to_string())?;
+            legend
+                .draw(&Text::new(
+                    s.name.clone(),
+                    (x + 28, y),
+                    (FONT, 14).into_font().color(&BLACK),
+                ))
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -221,13 +331,32 @@ mod tests {
                 title: format!("#{} pruned: dominated by <{i}> & more", i + 1),
             })
             .collect();
-        let svg = front(&points);
+        let svg = front(&points, None);
         assert_eq!(svg.matches("<circle").count(), 3);
         assert_eq!(svg.matches("</title></circle>").count(), 3);
         assert!(
             svg.contains("<title>#1 pruned: dominated by &lt;0&gt; &amp; more</title>"),
             "{svg}"
         );
-        assert!(front(&[]).contains("<svg"), "an empty front is still a chart");
+        assert!(front(&[], None).contains("<svg"), "an empty front is still a chart");
+    }
+
+    #[test]
+    fn ticks_show_the_digits_their_step_needs_and_no_minus_zero() {
+        let (lo, hi) = (0.0, 0.00005);
+        let labels: Vec<String> = (0..=5).map(|i| tick_label(f64::from(i) * 0.00001, lo, hi)).collect();
+        assert_eq!(labels, ["0", "0.00001", "0.00002", "0.00003", "0.00004", "0.00005"]);
+        assert_eq!(tick_label(-1e-19, -0.5, 0.5), "0");
+        assert_eq!(tick_label(0.25, 0.0, 1.0), "0.25");
+        assert_eq!(tick_label(1200.0, 0.0, 5000.0), "1200");
+    }
+
+    #[test]
+    fn a_line_breaks_where_traffic_stopped() {
+        let mut points: Vec<(i64, f64)> = (0..10).map(|i| (i * 1_000, 0.5)).collect();
+        points.extend((0..5).map(|i| (300_000 + i * 1_000, 0.7)));
+        let runs = without_gaps(&points);
+        assert_eq!(runs.iter().map(|r| r.len()).collect::<Vec<_>>(), [10, 5]);
+        assert_eq!(without_gaps(&points[..10]).len(), 1);
     }
 }

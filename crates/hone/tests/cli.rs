@@ -217,10 +217,23 @@ fn datasets_import_list_export_and_evaluate_on_the_embedded_engine() {
     assert_eq!(listed[0]["id"], "gold@1", "{listed}");
     let shown: serde_json::Value =
         serde_json::from_str(&ok(&["dataset", "show", "gold", "--json", "--limit", "1", "-c", &c])).unwrap();
-    assert_eq!((shown["instances"].as_array().unwrap().len(), shown["more"].as_u64()), (1, Some(1)));
+    assert_eq!(
+        (shown["instances"].as_array().unwrap().len(), shown["more"].as_u64()),
+        (1, Some(1))
+    );
     let config = hone_config::load_file(std::path::Path::new(&c)).unwrap();
     let id = config.agents["a"].versions["v1"].id.to_string();
-    let compared = ok(&["eval", "compare", "v1", &id[..8], "--dataset", "gold", "--json", "-c", &c]);
+    let compared = ok(&[
+        "eval",
+        "compare",
+        "v1",
+        &id[..8],
+        "--dataset",
+        "gold",
+        "--json",
+        "-c",
+        &c,
+    ]);
     assert!(compared.contains("\"regressions\""), "{compared}");
     let unknown = hone(&["eval", "compare", "v1", "zz99", "--dataset", "gold", "-c", &c]);
     assert!(

@@ -209,6 +209,18 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
         })
         .collect();
 
+    // The champion as the latest cycle that ran it measured it, for reference.
+    let champion_point = store.cycles(Some(&agent.name), 20)?.into_iter().find_map(|c| {
+        let scores = c
+            .detail
+            .champion_scores
+            .filter(|_| c.detail.champion.as_ref() == Some(&deployment.champion))?;
+        Some(charts::Reference {
+            label: format!("champion ({})", c.id),
+            cost_usd: scores.mean_cost_usd,
+            reward: scores.target_mean?,
+        })
+    });
     let spec = agent.reward.version();
     let mut versions: Vec<VersionId> = vec![deployment.champion.clone()];
     versions.extend(deployment.canary.clone());
@@ -315,7 +327,7 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
             previous => deployment.previous.iter().map(|v| version_name(agent, v)).collect::<Vec<_>>(),
             cycle,
             candidates => minijinja::Value::from(minijinja::value::Serde(&candidates)),
-            front_svg => minijinja::Value::from_safe_string(charts::front(&points)),
+            front_svg => minijinja::Value::from_safe_string(charts::front(&points, champion_point.as_ref())),
             front_points => points.len(),
             reward_svg => minijinja::Value::from_safe_string(charts::reward_over_time(&series, &markers)),
             alerts => minijinja::Value::from(minijinja::value::Serde(&alerts)),
