@@ -1194,6 +1194,23 @@ fn report_round(
         })
     };
     let mut rows = Vec::new();
+    // The cycle's champion on the same target set, for reference.
+    if let (Some(champion), Some(scores)) = (&cycle.detail.champion, &cycle.detail.champion_scores) {
+        let runs: Vec<f64> = results(champion)?
+            .iter()
+            .filter(|r| r.attempt == 0)
+            .filter_map(|r| r.score)
+            .collect();
+        if let Some(mean) = hone_learn::stats::mean(&runs) {
+            front.push(FrontPoint {
+                label: format!("champion {}", short(&champion.to_string())),
+                reward: mean,
+                latency_ms: scores.mean_latency_ms,
+                gated: true,
+                champion: true,
+            });
+        }
+    }
     for c in &candidates {
         let all = results(&c.version_id)?;
         let scores: Vec<f64> = all.iter().filter(|r| r.attempt == 0).filter_map(|r| r.score).collect();
@@ -1216,6 +1233,7 @@ fn report_round(
                     c.status,
                     CandidateStatus::Pruned | CandidateStatus::Proposed | CandidateStatus::Evaluated
                 ),
+                champion: false,
             });
         }
         rows.push(vec![

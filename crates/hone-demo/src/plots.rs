@@ -51,6 +51,8 @@ pub struct FrontPoint {
     pub reward: f64,
     pub latency_ms: f64,
     pub gated: bool,
+    /// The cycle's champion, drawn as a black square for reference.
+    pub champion: bool,
 }
 
 const SIZE: (u32, u32) = (900, 520);
@@ -325,11 +327,17 @@ where
         0.0..end * 1.02,
         ("minutes since the demo started", "accepted"),
     )?;
-    chart
-        .draw_series(LineSeries::new(series.iter().copied(), BLUE.stroke_width(2)))
-        .map_err(err)?
-        .label("accepted (implicit signal)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
+    // Broken where no user came for a while, rather than bridged.
+    for (k, run) in hone_ui::without_gaps(series, 1.0).into_iter().enumerate() {
+        let drawn = chart
+            .draw_series(LineSeries::new(run.iter().copied(), BLUE.stroke_width(2)))
+            .map_err(err)?;
+        if k == 0 {
+            drawn
+                .label("accepted (implicit signal)")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
+        }
+    }
     for kind in [MarkerKind::Deploy, MarkerKind::Promote, MarkerKind::Rollback] {
         let (colour, name) = match kind {
             MarkerKind::Deploy => (RGBColor(230, 140, 0), "canary deployed"),
@@ -366,7 +374,9 @@ where
     legend(&mut chart, &[series.to_vec()])
 }
 
-/// Candidates' offline reward against latency: the Pareto front's raw material.
+/// Candidates' offline reward against latency (the demo's local model has
+/// no price: the dashboard's front sets reward against latency too, by
+/// `hone_ui::charts::FrontAxis`), each cycle's champion for reference.
 pub fn front(dir: &Path, points: &[FrontPoint]) -> Result<Vec<PathBuf>> {
     both(dir, "front", |r| draw_front(r, points), |r| draw_front(r, points))
 }
@@ -376,7 +386,8 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(err)?;
-    let max_latency = points.iter().map(|p| p.latency_ms).fold(1.0, f64::max) * 1.15;
+    // Room on the right for the labels of the slowest points.
+    let max_latency = points.iter().map(|p| p.latency_ms).fold(1.0, f64::max) * 1.35;
     let (low, high) = points.iter().fold((0.0f64, 1.0f64), |(lo, hi), p| {
         (lo.min(p.reward - 0.1), hi.max(p.reward + 0.1))
     });
@@ -394,13 +405,38 @@ where
         .axis_desc_style((FONT, 15))
         .draw()
         .map_err(err)?;
+    let champions: Vec<&FrontPoint> = points.iter().filter(|p| p.champion).collect();
+    if !champions.is_empty() {
+        let side = (max_latency * 0.006, (high - low) * 0.012);
+        chart
+            .draw_series(champions.iter().map(|p| {
+                Rectangle::new(
+                    [
+                        (p.latency_ms - side.0, p.reward - side.1),
+                        (p.latency_ms + side.0, p.reward + side.1),
+                    ],
+                    BLACK.filled(),
+                )
+            }))
+            .map_err(err)?
+            .label("the cycle's champion")
+            .legend(|(x, y)| Rectangle::new([(x + 1, y - 5), (x + 11, y + 5)], BLACK.filled()));
+        labels(
+            &mut chart,
+            champions
+                .iter()
+                .map(|p| (p.label.clone(), (p.latency_ms, p.reward - 3.0 * side.1)))
+                .collect(),
+            BLACK,
+        )?;
+    }
     for gated in [false, true] {
         let colour = if gated {
             RGBColor(0, 110, 200)
         } else {
             RGBColor(160, 160, 160)
         };
-        let these: Vec<&FrontPoint> = points.iter().filter(|p| p.gated == gated).collect();
+        let these: Vec<&FrontPoint> = points.iter().filter(|p| p.gated == gated && !p.champion).collect();
         if these.is_empty() {
             continue;
         }

@@ -13,11 +13,40 @@ fn register_font() {
     let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
 }
 
+/// What the front chart sets reward against: the agent's objective's cost
+/// side — its cost, unless no call is priced (then its latency, what a
+/// local model's calls cost), or its latency when that is the objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontAxis {
+    Cost,
+    Latency,
+}
+
+impl FrontAxis {
+    pub fn of(objective: &[hone_config::Objective], any_priced: bool) -> Self {
+        let by_latency = objective.contains(&hone_config::Objective::MinLatency)
+            && !objective.contains(&hone_config::Objective::MinCost);
+        if by_latency || !any_priced {
+            FrontAxis::Latency
+        } else {
+            FrontAxis::Cost
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            FrontAxis::Cost => "mean cost per call (USD)",
+            FrontAxis::Latency => "mean latency per episode (ms)",
+        }
+    }
+}
+
 /// One candidate on the front chart.
 pub struct FrontPoint {
     /// Its row number in the page's table.
     pub label: String,
-    pub cost_usd: f64,
+    /// Its cost per call (USD) or latency (ms), as the chart's axis says.
+    pub x: f64,
     pub reward: f64,
     /// Pruned (gate or front): drawn grey.
     pub pruned: bool,
@@ -118,24 +147,24 @@ fn tick_label(value: f64, lo: f64, hi: f64) -> String {
 /// The champion drawn on the front chart for reference.
 pub struct Reference {
     pub label: String,
-    pub cost_usd: f64,
+    pub x: f64,
     pub reward: f64,
 }
 
-/// Reward × cost per call, one point per candidate, its status and reason
-/// on hover, the champion as a black square for reference.
-pub fn front(points: &[FrontPoint], champion: Option<&Reference>) -> String {
-    let svg = front_svg(points, champion);
+/// Reward × cost (or latency, as `axis` says), one point per candidate,
+/// its status and reason on hover, the champion as a black square for
+/// reference.
+pub fn front(points: &[FrontPoint], champion: Option<&Reference>, axis: FrontAxis) -> String {
+    let svg = front_svg(points, champion, axis);
     with_titles(svg, &points.iter().map(|p| p.title.clone()).collect::<Vec<_>>())
 }
 
-fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
+fn front_svg(points: &[FrontPoint], champion: Option<&Reference>, axis: FrontAxis) -> String {
     draw(|root| {
-        let costs = points.iter().map(|p| p.cost_usd).chain(champion.map(|c| c.cost_usd));
-        let priced = costs.clone().any(|c| c > 0.0);
-        let (x0, x1) = span(costs);
-        // A cost is never negative: the axis starts at 0 when padding would
-        // take it below.
+        let xs = points.iter().map(|p| p.x).chain(champion.map(|c| c.x));
+        let (x0, x1) = span(xs);
+        // A cost or a latency is never negative: the axis starts at 0 when
+        // padding would take it below.
         let x0 = x0.max(0.0);
         let (y0, y1) = span(points.iter().map(|p| p.reward).chain(champion.map(|c| c.reward)));
         let mut chart = ChartBuilder::on(root)
@@ -146,11 +175,7 @@ fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc(if priced {
-                "mean cost per call (USD)"
-            } else {
-                "mean cost per call (USD): none recorded; the models have no prices"
-            })
+            .x_desc(axis.describe())
             .y_desc("reward on the target set")
             .label_style((FONT, 15))
             .axis_desc_style((FONT, 15))
@@ -162,12 +187,12 @@ fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
         for p in points {
             let colour = if p.pruned { grey } else { PALETTE[0] };
             chart
-                .draw_series([Circle::new((p.cost_usd, p.reward), 7, colour.filled())])
+                .draw_series([Circle::new((p.x, p.reward), 7, colour.filled())])
                 .map_err(|e| e.to_string())?;
             chart
                 .draw_series([Text::new(
                     p.label.clone(),
-                    (p.cost_usd, p.reward),
+                    (p.x, p.reward),
                     (FONT, 15).into_font().color(&BLACK),
                 )])
                 .map_err(|e| e.to_string())?;
@@ -177,14 +202,14 @@ fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
             let (dx, dy) = ((x1 - x0) * 0.008, (y1 - y0) * 0.018);
             chart
                 .draw_series([Rectangle::new(
-                    [(c.cost_usd - dx, c.reward - dy), (c.cost_usd + dx, c.reward + dy)],
+                    [(c.x - dx, c.reward - dy), (c.x + dx, c.reward + dy)],
                     BLACK.filled(),
                 )])
                 .map_err(|e| e.to_string())?;
             chart
                 .draw_series([Text::new(
                     c.label.clone(),
-                    (c.cost_usd, c.reward - 2.5 * dy),
+                    (c.x, c.reward - 2.5 * dy),
                     (FONT, 14).into_font().color(&BLACK),
                 )])
                 .map_err(|e| e.to_string())?;
@@ -193,14 +218,19 @@ fn front_svg(points: &[FrontPoint], champion: Option<&Reference>) -> String {
     })
 }
 
-/// The runs of `points` (sorted by time) without a gap in traffic: a gap
-/// is longer than a minute and five times the usual spacing, and the line
-/// breaks there instead of bridging what nobody measured.
-fn without_gaps(points: &[(i64, f64)]) -> Vec<&[(i64, f64)]> {
-    let mut spacing: Vec<i64> = points.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    spacing.sort_unstable();
-    let usual = spacing.get(spacing.len() / 2).copied().unwrap_or(0);
-    let gap = (usual * 5).max(60_000);
+/// The runs of `points` (sorted by x, a time) without a gap in traffic: a
+/// gap is longer than `min_gap` and five times the usual spacing, and a
+/// line breaks there instead of bridging what nobody measured (the
+/// dashboard's charts and `hone demo`'s).
+pub fn without_gaps<X: Copy + PartialOrd + std::ops::Sub<Output = X> + std::ops::Mul<Output = X> + From<u8>>(
+    points: &[(X, f64)],
+    min_gap: X,
+) -> Vec<&[(X, f64)]> {
+    let mut spacing: Vec<X> = points.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacing.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let usual = spacing.get(spacing.len() / 2).copied().unwrap_or(X::from(0));
+    let five = usual * X::from(5);
+    let gap = if five > min_gap { five } else { min_gap };
     let mut runs = Vec::new();
     let mut start = 0;
     for i in 1..points.len() {
@@ -281,7 +311,7 @@ pub fn reward_over_time(series: &[Series], markers: &[Marker]) -> String {
         }
         for (i, s) in series.iter().enumerate() {
             let colour = PALETTE[i % PALETTE.len()];
-            for run in without_gaps(&s.points) {
+            for run in without_gaps(&s.points, 60_000) {
                 if run.len() == 1 {
                     chart
                         .draw_series([Circle::new((at(run[0].0), run[0].1), 3, colour.filled())])
@@ -325,20 +355,27 @@ mod tests {
         let points: Vec<FrontPoint> = (0..3)
             .map(|i| FrontPoint {
                 label: (i + 1).to_string(),
-                cost_usd: 0.001 * f64::from(i + 1),
+                x: 0.001 * f64::from(i + 1),
                 reward: 0.5 + 0.1 * f64::from(i),
                 pruned: i == 0,
                 title: format!("#{} pruned: dominated by <{i}> & more", i + 1),
             })
             .collect();
-        let svg = front(&points, None);
+        let svg = front(&points, None, FrontAxis::Cost);
         assert_eq!(svg.matches("<circle").count(), 3);
         assert_eq!(svg.matches("</title></circle>").count(), 3);
         assert!(
             svg.contains("<title>#1 pruned: dominated by &lt;0&gt; &amp; more</title>"),
             "{svg}"
         );
-        assert!(front(&[], None).contains("<svg"), "an empty front is still a chart");
+        assert!(
+            front(&[], None, FrontAxis::Latency).contains("<svg"),
+            "an empty front is still a chart"
+        );
+        use hone_config::Objective::*;
+        assert_eq!(FrontAxis::of(&[MaxReward, MinCost], true), FrontAxis::Cost);
+        assert_eq!(FrontAxis::of(&[MaxReward, MinCost], false), FrontAxis::Latency);
+        assert_eq!(FrontAxis::of(&[MaxReward, MinLatency], true), FrontAxis::Latency);
     }
 
     #[test]
@@ -355,8 +392,8 @@ mod tests {
     fn a_line_breaks_where_traffic_stopped() {
         let mut points: Vec<(i64, f64)> = (0..10).map(|i| (i * 1_000, 0.5)).collect();
         points.extend((0..5).map(|i| (300_000 + i * 1_000, 0.7)));
-        let runs = without_gaps(&points);
+        let runs = without_gaps(&points, 60_000);
         assert_eq!(runs.iter().map(|r| r.len()).collect::<Vec<_>>(), [10, 5]);
-        assert_eq!(without_gaps(&points[..10]).len(), 1);
+        assert_eq!(without_gaps(&points[..10], 60_000).len(), 1);
     }
 }

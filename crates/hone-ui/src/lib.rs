@@ -27,7 +27,7 @@ use hone_store::CycleStore;
 use std::sync::Arc;
 
 pub use auth::Viewer;
-pub use charts::PALETTE;
+pub use charts::{without_gaps, PALETTE};
 pub use error::UiError;
 
 /// What the pages read and act through.

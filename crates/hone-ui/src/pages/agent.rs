@@ -190,12 +190,20 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
             }
         })
         .collect();
+    let axis = charts::FrontAxis::of(
+        &agent.learn.objective,
+        candidates.iter().any(|c| c.cost_usd.is_some_and(|v| v > 0.0)),
+    );
+    let along = |cost: Option<f64>, latency: Option<f64>| match axis {
+        charts::FrontAxis::Cost => cost,
+        charts::FrontAxis::Latency => latency,
+    };
     let points: Vec<FrontPoint> = candidates
         .iter()
         .filter_map(|c| {
             Some(FrontPoint {
                 label: c.n.to_string(),
-                cost_usd: c.cost_usd?,
+                x: along(c.cost_usd, c.latency_ms)?,
                 reward: c.reward?,
                 pruned: !c.live,
                 title: format!(
@@ -217,7 +225,7 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
             .filter(|_| c.detail.champion.as_ref() == Some(&deployment.champion))?;
         Some(charts::Reference {
             label: format!("champion ({})", c.id),
-            cost_usd: scores.mean_cost_usd,
+            x: along(Some(scores.mean_cost_usd), Some(scores.mean_latency_ms))?,
             reward: scores.target_mean?,
         })
     });
@@ -327,7 +335,8 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
             previous => deployment.previous.iter().map(|v| version_name(agent, v)).collect::<Vec<_>>(),
             cycle,
             candidates => minijinja::Value::from(minijinja::value::Serde(&candidates)),
-            front_svg => minijinja::Value::from_safe_string(charts::front(&points, champion_point.as_ref())),
+            front_svg => minijinja::Value::from_safe_string(charts::front(&points, champion_point.as_ref(), axis)),
+            front_axis => match axis { charts::FrontAxis::Cost => "cost", charts::FrontAxis::Latency => "latency" },
             front_points => points.len(),
             reward_svg => minijinja::Value::from_safe_string(charts::reward_over_time(&series, &markers)),
             alerts => minijinja::Value::from(minijinja::value::Serde(&alerts)),
