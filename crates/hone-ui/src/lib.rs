@@ -66,7 +66,10 @@ pub fn router(ui: Ui) -> Router {
         .route("/ui", get(pages::overview::show))
         .route("/ui/agents/{agent}", get(pages::agent::show))
         .route("/ui/agents/{agent}/approve", post(pages::agent::approve))
-        .route("/ui/agents/{agent}/rollback", post(pages::agent::rollback))
+        .route(
+            "/ui/agents/{agent}/rollback",
+            get(pages::agent::confirm_rollback).post(pages::agent::rollback),
+        )
         .route("/ui/episodes", get(pages::episodes::list))
         .route("/ui/episodes/{id}", get(pages::episode::show))
         .route("/ui/cycles", get(pages::cycles::list))

@@ -4,7 +4,7 @@ use crate::UiError;
 use minijinja::Environment;
 use std::sync::OnceLock;
 
-const TEMPLATES: [(&str, &str); 14] = [
+const TEMPLATES: [(&str, &str); 15] = [
     ("base.html", include_str!("../templates/base.html")),
     ("error.html", include_str!("../templates/error.html")),
     ("login.html", include_str!("../templates/login.html")),
@@ -19,6 +19,7 @@ const TEMPLATES: [(&str, &str); 14] = [
     ("evals.html", include_str!("../templates/evals.html")),
     ("eval.html", include_str!("../templates/eval.html")),
     ("compare.html", include_str!("../templates/compare.html")),
+    ("confirm.html", include_str!("../templates/confirm.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {

@@ -657,6 +657,20 @@ async fn the_dashboard_in_a_real_browser() {
     );
     browser.goto(&hone.url("/ui/agents/story")).await.unwrap();
     click(&browser, "#rollback").await;
+    // A page asks first; nothing changed yet.
+    let asked = path_after_leaving(&browser, "/ui/agents/story").await;
+    assert_eq!(asked, "/ui/agents/story/rollback");
+    let mut question = String::new();
+    for _ in 0..100 {
+        question = browser.source().await.unwrap();
+        if question.contains("confirm-rollback") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(question.contains("Every user then gets the champion"), "{question}");
+    assert!(canary(&hone, Some(&on_front[0])).await.is_some(), "not rolled back by the first click");
+    click(&browser, "#confirm-rollback").await;
     assert!(notice(&browser, "rollback").await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);
 

@@ -400,6 +400,47 @@ pub async fn approve(
     after(ui.clone(), viewer, agent, change).await
 }
 
+/// What a rollback would do, asked before it is done (a page, no script).
+pub async fn confirm_rollback(
+    State(ui): State<Arc<Ui>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(agent): Path<String>,
+) -> Response {
+    html(
+        blocking(&ui, viewer, move |ui, viewer| {
+            let config = super::agent_config(ui, viewer, &agent)?;
+            let (deployment, _) = deploy::current(ui.store.as_ref(), config)?;
+            let question = match (&deployment.canary, deployment.previous.last()) {
+                (Some(canary), _) => format!(
+                    "Roll back the canary {} of `{agent}`? Every user then gets the champion {}.",
+                    version_name(config, canary),
+                    version_name(config, &deployment.champion)
+                ),
+                (None, Some(previous)) => format!(
+                    "Restore the previous champion {} of `{agent}` in place of {}? Every user gets it at once.",
+                    version_name(config, previous),
+                    version_name(config, &deployment.champion)
+                ),
+                (None, None) => format!("`{agent}` has no canary and no previous champion: there is nothing to roll back."),
+            };
+            let possible = deployment.canary.is_some() || !deployment.previous.is_empty();
+            page(
+                viewer,
+                "confirm.html",
+                minijinja::context! {
+                    title => format!("Roll back {agent}?"),
+                    question,
+                    action => if possible { format!("/ui/agents/{agent}/rollback") } else { String::new() },
+                    id => "rollback",
+                    button => "Roll back",
+                    back => format!("/ui/agents/{agent}"),
+                },
+            )
+        })
+        .await,
+    )
+}
+
 pub async fn rollback(
     State(ui): State<Arc<Ui>>,
     Extension(viewer): Extension<Viewer>,
