@@ -191,10 +191,16 @@ async fn a_supervised_job_s_model_is_gated_canaried_and_promoted() {
 async fn without_allow_upload_nothing_leaves_the_machine() {
     let w = World::start_with(&agent("private", "", "")).await;
     sums(&w, "private", "s", 20).await;
+    w.recorder.flush(std::time::Duration::from_secs(5)).await.unwrap();
+    assert!(w.get("/v1/episodes/s-1").await["reward"].is_null(), "not scored yet");
     let (learner, lines) = learner(&w);
     let cycle = learner.run_cycle("private", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     assert_eq!(cycle.state, CycleState::Done, "{log}");
+    // The API shows the reward the cycle gave (an odd sum: `weak` is right).
+    let shown = w.get("/v1/episodes/s-1").await;
+    assert_eq!(shown["reward"]["passed"], true, "{shown}");
+    assert!(shown["reward"]["value"].as_f64().unwrap() >= 1.0, "{shown}");
     assert!(
         log.contains("does not allow its episodes to leave the machine"),
         "{log}"

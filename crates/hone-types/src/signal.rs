@@ -46,6 +46,17 @@ pub enum SignalValue {
 }
 
 impl SignalValue {
+    /// The value as a person reads it (`true`, `0.8`, the text, or "a
+    /// demonstration").
+    pub fn shown(&self) -> String {
+        match self {
+            SignalValue::Boolean(b) => b.to_string(),
+            SignalValue::Float(f) => format!("{f}"),
+            SignalValue::Text(t) => t.clone(),
+            SignalValue::Demonstration(_) => "a demonstration".to_owned(),
+        }
+    }
+
     pub fn metric_type(&self) -> MetricType {
         match self {
             SignalValue::Boolean(_) => MetricType::Boolean,

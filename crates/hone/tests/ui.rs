@@ -669,7 +669,10 @@ async fn the_dashboard_in_a_real_browser() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(question.contains("Every user then gets the champion"), "{question}");
-    assert!(canary(&hone, Some(&on_front[0])).await.is_some(), "not rolled back by the first click");
+    assert!(
+        canary(&hone, Some(&on_front[0])).await.is_some(),
+        "not rolled back by the first click"
+    );
     click(&browser, "#confirm-rollback").await;
     assert!(notice(&browser, "rollback").await.contains("roll"));
     assert_eq!(canary(&hone, None).await, None);

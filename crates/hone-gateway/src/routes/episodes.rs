@@ -128,16 +128,41 @@ pub async fn show(
     let whose = super::query_params(whose)?;
     let episode_id = parse_episode_id(&id)?;
     state.caught_up(false).await?;
-    let store = state.store.clone();
+    let store = state.cycles.clone();
     let candidates = agents_in_scope(&state, &principal, whose.agent.as_deref());
-    let episode = tokio::task::spawn_blocking(move || {
+    // Its reward under its agent's current spec, once the learner scored it.
+    let specs: std::collections::BTreeMap<String, String> = state
+        .config
+        .agents
+        .values()
+        .map(|a| (a.name.clone(), a.reward.version()))
+        .collect();
+    let (episode, reward) = tokio::task::spawn_blocking(move || {
         let found = resolve(store.as_ref(), &candidates, &episode_id)?;
-        Ok::<_, ApiError>(store.episode(&found)?)
+        let Some(episode) = store.episode(&found)? else {
+            return Ok::<_, ApiError>(None);
+        };
+        let reward = match specs.get(&episode.summary.agent) {
+            Some(spec) => store.reward(&found, spec)?,
+            None => None,
+        };
+        Ok(Some((episode, reward)))
     })
     .await
     .map_err(|e| ApiError::new(crate::error::ErrorKind::Internal, "episodes_task_failed", e.to_string()))??
     .ok_or_else(|| ApiError::not_found("episode_not_found", format!("no episode with id `{id}`")))?;
-    Ok(json_response(&episode))
+    let mut body = serde_json::to_value(&episode).map_err(|e| {
+        ApiError::new(
+            crate::error::ErrorKind::Internal,
+            "episode_not_serialised",
+            e.to_string(),
+        )
+    })?;
+    body["reward"] = match reward {
+        Some(r) => serde_json::json!({"value": r.value, "passed": r.passed, "spec_version": r.spec_version}),
+        None => serde_json::Value::Null,
+    };
+    Ok(json_response(&body))
 }
 
 /// An episode id from a client: its own id, or the stored form `id@agent`

@@ -421,7 +421,9 @@ pub async fn confirm_rollback(
                     version_name(config, previous),
                     version_name(config, &deployment.champion)
                 ),
-                (None, None) => format!("`{agent}` has no canary and no previous champion: there is nothing to roll back."),
+                (None, None) => {
+                    format!("`{agent}` has no canary and no previous champion: there is nothing to roll back.")
+                }
             };
             let possible = deployment.canary.is_some() || !deployment.previous.is_empty();
             page(

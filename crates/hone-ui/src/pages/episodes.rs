@@ -79,6 +79,9 @@ struct Row {
     task: String,
     signals: Vec<String>,
     flags: Vec<&'static str>,
+    /// Under its agent's current reward spec, once scored.
+    reward: Option<f64>,
+    passed: Option<bool>,
 }
 
 fn time(name: &str, raw: Option<&str>) -> Result<Option<i64>, UiError> {
@@ -187,12 +190,27 @@ fn render(ui: &Ui, viewer: &Viewer, filter: Filter) -> Result<String, UiError> {
                 signals: e
                     .signals
                     .iter()
-                    .map(|s| format!("{}={}", s.name, serde_json::to_string(&s.value).unwrap_or_default()))
+                    .map(|s| format!("{}={}", s.name, s.value.shown()))
                     .collect(),
                 flags,
+                reward: None,
+                passed: None,
             }
         })
         .collect();
+    let mut rows = rows;
+    for row in &mut rows {
+        let Some(agent) = ui.config.agents.get(&row.agent) else {
+            continue;
+        };
+        let Ok(id) = hone_types::EpisodeId::parse(&row.id) else {
+            continue;
+        };
+        if let Some(r) = ui.store.reward(&id, &agent.reward.version())? {
+            row.reward = Some(r.value);
+            row.passed = Some(r.passed);
+        }
+    }
     let agents: Vec<String> = ui.config.agents.keys().filter(|a| viewer.sees(a)).cloned().collect();
     page(
         viewer,
