@@ -33,8 +33,11 @@ fn browser() -> reqwest::Client {
 
 async fn page(hone: &Hone, path: &str) -> String {
     let response = browser().get(hone.url(path)).bearer_auth(ADMIN).send().await.unwrap();
-    assert_eq!(response.status(), 200, "{path}");
-    response.text().await.unwrap()
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    let main = body.split("<main>").nth(1).unwrap_or(&body);
+    assert_eq!(status, 200, "{path}: {}", main.chars().take(600).collect::<String>());
+    body
 }
 
 async fn form(hone: &Hone, path: &str, body: &str) -> String {
@@ -325,6 +328,13 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     for kind in ["gate", "front"] {
         assert!(steps.contains(kind), "step {kind} missing: {steps}");
     }
+    // What the steps decided, readable: times as times, the champion by name.
+    let decided = section(&cycle, "decided");
+    assert!(
+        decided.contains("v1 (") && decided.contains("the first episode →") && decided.contains("49 / 49"),
+        "{decided}"
+    );
+    assert!(!decided.contains("\"since\""), "no raw JSON in the table: {decided}");
     let pruned = query(
         &db,
         "SELECT json_extract(record, '$.reason') FROM candidates WHERE status = 'pruned'",

@@ -150,6 +150,8 @@ fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
             title => format!("Cycle {id}"),
             cycle => minijinja::Value::from(minijinja::value::Serde(&row(&cycle))),
             detail,
+            d => minijinja::Value::from(minijinja::value::Serde(&cycle.detail)),
+            champion => cycle.detail.champion.as_ref().map(|v| ui.config.agents.get(&cycle.agent).map_or_else(|| v.to_string(), |a| super::version_name(a, v))),
             target => cycle.detail.target.clone(),
             train => cycle.detail.train.clone(),
             regression => cycle.detail.regression.clone(),
