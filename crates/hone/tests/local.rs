@@ -233,6 +233,23 @@ async fn n_samples_logprobs_tools_and_bad_requests() {
         choices[0]["logprobs"]["content"].as_array().unwrap().len(),
         "one token per sampled token"
     );
+    // Without logprobs asked for, the engine's recorded ids and logprobs.
+    let (status, plain, episode) = post(&hone, ask("assistant", 2)).await;
+    assert_eq!(status, 200, "{plain}");
+    hone.wait_caught_up();
+    let transcript = client()
+        .get(hone.url(&format!("/ui/episodes/{episode}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        transcript.matches("class=\"token\"").count(),
+        plain["choices"][0]["token_ids"].as_array().unwrap().len(),
+        "the recorded tokens, by id"
+    );
     for choice in choices {
         let content = choice["logprobs"]["content"].as_array().unwrap();
         assert_eq!(content.len(), choice["token_ids"].as_array().unwrap().len());

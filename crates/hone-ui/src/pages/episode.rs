@@ -75,14 +75,32 @@ fn tokens(call: &CallRecord) -> Vec<Token> {
         .and_then(|c| c.logprobs())
         .and_then(|l| l.get("content"))
         .and_then(|c| c.as_array());
-    content
+    let shown: Vec<Token> = content
         .into_iter()
         .flatten()
         .map(|t| Token {
             text: t["token"].as_str().unwrap_or_default().to_owned(),
             logprob: t["logprob"].as_f64().unwrap_or(f64::NAN),
         })
-        .collect()
+        .collect();
+    if !shown.is_empty() {
+        return shown;
+    }
+    // The embedded engine records every answer's token ids and logprobs
+    // (what training reads) whether or not the client asked for logprobs:
+    // shown by id, the tokenizer being the model's.
+    call.sampled_tokens()
+        .map(|t| {
+            t.completion
+                .iter()
+                .zip(&t.logprobs)
+                .map(|(id, logprob)| Token {
+                    text: format!("#{id}"),
+                    logprob: f64::from(*logprob),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
