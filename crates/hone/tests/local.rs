@@ -57,6 +57,18 @@ async fn post(hone: &Hone, body: Value) -> (u16, Value, String) {
     (status, response.json().await.unwrap(), episode)
 }
 
+/// The dashboard's page of `episode`.
+async fn episode_page(hone: &Hone, episode: &str) -> String {
+    client()
+        .get(hone.url(&format!("/ui/episodes/{episode}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn ask(agent: &str, seed: u64) -> Value {
     json!({"model": agent, "seed": seed, "messages": [{"role": "user", "content": "hello there"}]})
 }
@@ -219,14 +231,7 @@ async fn n_samples_logprobs_tools_and_bad_requests() {
     assert_eq!(choices.len(), 3);
     // The dashboard's transcript shows the served answer's token logprobs.
     hone.wait_caught_up();
-    let transcript = client()
-        .get(hone.url(&format!("/ui/episodes/{episode}")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let transcript = episode_page(&hone, &episode).await;
     let shown = transcript.matches("class=\"token\"").count();
     assert_eq!(
         shown,
@@ -237,14 +242,7 @@ async fn n_samples_logprobs_tools_and_bad_requests() {
     let (status, plain, episode) = post(&hone, ask("assistant", 2)).await;
     assert_eq!(status, 200, "{plain}");
     hone.wait_caught_up();
-    let transcript = client()
-        .get(hone.url(&format!("/ui/episodes/{episode}")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let transcript = episode_page(&hone, &episode).await;
     assert_eq!(
         transcript.matches("class=\"token\"").count(),
         plain["choices"][0]["token_ids"].as_array().unwrap().len(),
