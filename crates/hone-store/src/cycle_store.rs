@@ -113,6 +113,13 @@ pub trait CycleStore: LearnStore {
 
     fn cycle(&self, id: &str) -> Result<Option<CycleInfo>, StoreError>;
 
+    /// Whether cycle `id` has ended (done, failed or cancelled) while a step
+    /// of it may still run: the step's work would go nowhere. A store that
+    /// cannot answer says no, and the step goes on.
+    fn cycle_ended(&self, id: &str) -> bool {
+        matches!(self.cycle(id), Ok(Some(c)) if c.state.is_finished())
+    }
+
     /// Cycles newest first (of one agent, or all).
     fn cycles(&self, agent: Option<&str>, limit: usize) -> Result<Vec<CycleInfo>, StoreError>;
 

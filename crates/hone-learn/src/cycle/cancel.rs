@@ -1,8 +1,9 @@
 //! Cancelling a cycle (`hone learn cancel AGENT`): its open cycle moves to
 //! `failed` with the reason, in one compare-and-swap like every other move,
 //! so the learner running it finds the move made and stops there. A step
-//! that runs long — a training job — asks [`cancelled`] as it goes and
-//! stops its job; whatever it had not finished is dropped with the cycle.
+//! that runs long — a training job — asks `CycleStore::cycle_ended` as it
+//! goes and stops its job; whatever it had not finished is dropped with the
+//! cycle.
 
 use crate::error::Result;
 use hone_store::{CycleStore, Step};
@@ -36,10 +37,4 @@ pub fn cancel(store: &dyn CycleStore, agent: &str) -> Result<Option<CycleInfo>> 
     Err(crate::error::LearnError::state(format!(
         "agent `{agent}`'s cycle kept moving on; try again"
     )))
-}
-
-/// Whether cycle `id` has ended while a step of it still runs (cancelled,
-/// or finished by another learner): the step's work would go nowhere.
-pub fn cancelled(store: &dyn CycleStore, id: &str) -> bool {
-    matches!(store.cycle(id), Ok(Some(c)) if c.state.is_finished())
 }

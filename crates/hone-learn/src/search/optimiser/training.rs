@@ -15,7 +15,6 @@
 //! training again.
 
 use super::{describe_diff, Proposal, ProposeContext};
-use crate::cycle::cancel::cancelled;
 use crate::data::dataset::{export_rows, ExportFormat};
 use crate::error::LearnError;
 use hone_config::{ProviderKind, TrainerSpec, TrainingSpec};
@@ -234,7 +233,7 @@ pub async fn propose_adapter(
             let said = |line| {
                 let _ = tx.send(line);
             };
-            train(&job, &examples, &said, &|| cancelled(store.as_ref(), &cycle_id))
+            train(&job, &examples, &said, &|| store.cycle_ended(&cycle_id))
         });
         while let Some(line) = rx.recv().await {
             let line = format!("{}: {line}", method.name());

@@ -16,7 +16,6 @@ pub mod export;
 pub mod grader;
 
 use super::{describe_diff, Optimiser, Proposal, ProposeContext};
-use crate::cycle::cancel::cancelled;
 use crate::error::LearnError;
 use api::{Api, NewJob, Status};
 use futures::future::BoxFuture;
@@ -380,7 +379,7 @@ impl FineTune {
                 }
                 _ => {}
             }
-            let stop = if cancelled(ctx.store.as_ref(), &ctx.cycle.id) {
+            let stop = if ctx.store.cycle_ended(&ctx.cycle.id) {
                 Some("the cycle ended")
             } else if started.elapsed() > limit {
                 Some("its time limit ran out (time_limit_minutes)")
