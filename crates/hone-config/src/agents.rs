@@ -395,6 +395,7 @@ impl AgentConfig {
         if let crate::trainer::TrainerSpec::Trl(trl) = &mut learn.trainer {
             trl.anchor(env.base_dir);
         }
+        learn.upload.anchor(env.base_dir);
         let deployment = DeploymentConfig::from_raw(&field, &name, raw.deployment, &versions, learn.monitor.window)?;
         let reward = RewardSpec::from_raw(&format!("{field}.reward"), raw.reward.unwrap_or_default(), names)?;
         let embeddings = match raw.embeddings {

@@ -11,6 +11,7 @@
 //! exclude_flags = ["refusal"]               # episodes showing these stay here
 //! require_signals = ["thumbs_up"]           # only episodes a user signalled so
 //! redact = ["email", "phone", "card", "(?i)order #\\d+"]
+//! redact_command = ["python3", "scrub.py"]  # then your own program, JSONL in and out
 //! [agents.support.learn.openai-sft]
 //! n_epochs = 3
 //! usd_per_mtok = 3.0                        # the host's training price
@@ -201,6 +202,8 @@ pub struct RawUpload {
     pub exclude_flags: Vec<String>,
     #[serde(default)]
     pub redact: Vec<String>,
+    #[serde(default)]
+    pub redact_command: Vec<String>,
 }
 
 /// What may leave the machine for hosted fine-tuning.
@@ -215,6 +218,10 @@ pub struct UploadSpec {
     /// What is replaced by `[REDACTED]` before upload: the built-in
     /// detectors (`email`, `phone`, `card`, `ip`) or regular expressions.
     pub redact: Vec<String>,
+    /// A program (argv) every upload passes through after `redact`: the
+    /// rows as JSONL on its stdin, the rows to upload on its stdout, one
+    /// for one; empty: none.
+    pub redact_command: Vec<String>,
 }
 
 impl UploadSpec {
@@ -244,11 +251,30 @@ impl UploadSpec {
                 })?;
             }
         }
+        if raw.redact_command.first().is_some_and(|p| p.trim().is_empty()) {
+            return Err(ConfigError::at(
+                format!("{field}.upload.redact_command"),
+                "name the program first: [\"python3\", \"scrub.py\"]",
+            ));
+        }
         Ok(Self {
             allowed,
             require_signals: raw.require_signals,
             exclude_flags: raw.exclude_flags,
             redact: raw.redact,
+            redact_command: raw.redact_command,
         })
+    }
+
+    /// A program given as a relative path (`./scrub.sh`, `tools/scrub`)
+    /// starts from the config file's directory; a bare name is looked up
+    /// on `PATH`.
+    pub(crate) fn anchor(&mut self, base_dir: &std::path::Path) {
+        if let Some(program) = self.redact_command.first_mut() {
+            let path = std::path::Path::new(program.as_str());
+            if path.is_relative() && path.components().count() > 1 {
+                *program = base_dir.join(path).display().to_string();
+            }
+        }
     }
 }

@@ -504,3 +504,43 @@ async fn each_python_grader_scores_as_its_critic_does() {
         );
     }
 }
+
+/// `upload.redact_command`: every row passes through the user's program
+/// before it leaves; a program that fails uploads nothing and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redaction_program_sees_every_row_before_upload() {
+    let scrub = "import sys, json\nfor line in sys.stdin:\n    print(json.dumps(json.loads(line)).replace('You add numbers.', '[POLICY]'))";
+    let config = agent("scrubbed", "allow_upload = true", "").replace(
+        "redact = [\"email\"]",
+        &format!("redact = [\"email\"]\nredact_command = [\"python3\", \"-c\", {scrub:?}]"),
+    );
+    let w = World::start_with(&config).await;
+    sums(&w, "scrubbed", "s", 40).await;
+    let (learner, lines) = learner(&w);
+    let cycle = learner.run_cycle("scrubbed", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert_eq!(cycle.state, CycleState::Done, "{log}");
+    let (_, training) = the_job(&w, &log);
+    for row in lines_of(&training.bytes) {
+        assert_eq!(row["messages"][0]["content"], "[POLICY]", "{row}");
+        assert_eq!(
+            row["messages"][1]["content"], "Customer: [REDACTED]",
+            "the detectors ran first"
+        );
+    }
+
+    let failing = agent("refusing", "allow_upload = true", "").replace(
+        "redact = [\"email\"]",
+        "redact = [\"email\"]\nredact_command = [\"python3\", \"-c\", \"import sys; sys.exit('no key for the vault')\"]",
+    );
+    let w = World::start_with(&failing).await;
+    sums(&w, "refusing", "s", 40).await;
+    let (refusing, lines) = crate::support::learner(&w);
+    refusing.run_cycle("refusing", "manual").await.unwrap();
+    let log = lines.lock().unwrap().join("\n");
+    assert!(
+        log.contains("the redaction program (upload.redact_command)") && log.contains("no key for the vault"),
+        "{log}"
+    );
+    assert!(w.fake.fine_tuning().files.is_empty(), "nothing uploaded");
+}

@@ -173,6 +173,53 @@ impl Redactor {
     }
 }
 
+/// The rows passed through the user's redaction program (`argv`): JSONL
+/// on its stdin, as many rows back on its stdout. Anything else — it
+/// cannot start, fails, or returns other than one JSON row for each — is
+/// the reason nothing is uploaded.
+pub fn through_hook(argv: &[String], rows: Vec<Value>) -> Result<Vec<Value>, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let shown = argv.join(" ");
+    let Some((program, args)) = argv.split_first() else {
+        return Ok(rows);
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    let mut input = Vec::new();
+    for row in &rows {
+        input.extend(row.to_string().into_bytes());
+        input.push(b'\n');
+    }
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    // Written from a thread: a program that answers while it reads would
+    // otherwise fill its stdout pipe while this fills its stdin.
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().map_err(|e| format!("`{shown}`: {e}"))?;
+    let _ = writer.join();
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        return Err(format!("`{shown}` failed ({}): {last}", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let back: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("`{shown}`'s row {}: not JSON: {e}", i + 1)))
+        .collect::<Result<_, _>>()?;
+    if back.len() != rows.len() {
+        return Err(format!("`{shown}` returned {} rows for {}", back.len(), rows.len()));
+    }
+    Ok(back)
+}
+
 /// The rows as JSONL, the last `share` of them (at least one when there are
 /// two or more) as the validation file.
 pub fn split(rows: &[Value], share: f64) -> (Vec<u8>, Vec<u8>) {

@@ -219,6 +219,12 @@ impl FineTune {
         }
         let redactor = export::Redactor::new(upload);
         let redacted: usize = rows.iter_mut().map(|r| redactor.redact(r)).sum();
+        if !upload.redact_command.is_empty() {
+            let argv = upload.redact_command.clone();
+            rows = tokio::task::spawn_blocking(move || export::through_hook(&argv, rows))
+                .await?
+                .map_err(LearnError::training("the redaction program (upload.redact_command)"))?;
+        }
         let (training, validation) = export::split(&rows, self.spec.validation_share);
         let examples = training.iter().filter(|b| **b == b'\n').count();
         say(format!(
