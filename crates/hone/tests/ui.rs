@@ -188,6 +188,11 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
         agents.contains("/ui/agents/story") && agents.contains("v1 ("),
         "{agents}"
     );
+    let chart = section(&overview, "overview-chart");
+    assert!(
+        chart.contains("<svg") && chart.contains("story (v1"),
+        "each champion's online reward: {chart}"
+    );
 
     // The agent: one front point per scored candidate, Approve on the fronted one.
     let agent = page(&hone, "/ui/agents/story").await;

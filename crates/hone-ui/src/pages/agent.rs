@@ -146,7 +146,7 @@ const LIVE: [CandidateStatus; 4] = [
     CandidateStatus::Champion,
 ];
 
-fn rolling(points: &[(i64, f64)]) -> Vec<(i64, f64)> {
+pub(super) fn rolling(points: &[(i64, f64)]) -> Vec<(i64, f64)> {
     (0..points.len())
         .map(|i| {
             let from = i.saturating_sub(ROLLING - 1);

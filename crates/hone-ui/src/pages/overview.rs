@@ -1,6 +1,7 @@
 //! `/ui`: every agent the config declares with its champion, canary and
 //! share, online reward and its trend, recent alerts, and the cycle step it
-//! is in; below, links to the calls hone makes itself (judge, reflector).
+//! is in; each champion's online reward over time; below, links to the
+//! calls hone makes itself (judge, reflector).
 
 use super::{html, version_name};
 use crate::render::page;
@@ -32,6 +33,32 @@ struct AgentRow {
 
 fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Each agent's champion's online reward (rolling), one line an agent.
+fn chart(ui: &Ui, viewer: &Viewer) -> Result<String, UiError> {
+    let store = ui.store.as_ref();
+    let mut series = Vec::new();
+    for agent in ui.config.user_agents().filter(|a| viewer.sees(&a.name)) {
+        let (deployment, _) = hone_learn::release::deploy::current(store, agent)?;
+        let mut points: Vec<(i64, f64)> = store
+            .version_rewards(&agent.name, &deployment.champion, &agent.reward.version(), 500)?
+            .into_iter()
+            .filter_map(|(at, reward)| Some((at, reward?)))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        if !points.is_empty() {
+            series.push(crate::charts::Series {
+                name: format!("{} ({})", agent.name, version_name(agent, &deployment.champion)),
+                points: super::agent::rolling(&points),
+            });
+        }
+    }
+    Ok(if series.is_empty() {
+        String::new()
+    } else {
+        crate::charts::reward_over_time(&series, &[])
+    })
 }
 
 fn rows(ui: &Ui, viewer: &Viewer) -> Result<Vec<AgentRow>, UiError> {
@@ -73,6 +100,7 @@ pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer
     html(
         blocking(&ui, viewer, |ui, viewer| {
             let agents = rows(ui, viewer)?;
+            let reward_svg = minijinja::Value::from_safe_string(chart(ui, viewer)?);
             // hone's own calls (the judge's, the reflector's), out of the
             // way but one click from their episodes.
             let own: Vec<String> = ui
@@ -89,6 +117,7 @@ pub async fn show(State(ui): State<Arc<Ui>>, Extension(viewer): Extension<Viewer
                     title => "Agents",
                     agents => minijinja::Value::from(minijinja::value::Serde(&agents)),
                     own,
+                    reward_svg,
                 },
             )
         })
