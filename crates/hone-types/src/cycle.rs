@@ -287,6 +287,15 @@ impl CandidateStatus {
         CandidateStatus::RolledBack,
     ];
 
+    /// On the front or past it (approved, canary, champion): what the
+    /// front shows; the rest were pruned, rolled back or are still on the way.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            CandidateStatus::OnFront | CandidateStatus::Approved | CandidateStatus::Canary | CandidateStatus::Champion
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CandidateStatus::Proposed => "proposed",

@@ -59,14 +59,7 @@ async fn post(hone: &Hone, body: Value) -> (u16, Value, String) {
 
 /// The dashboard's page of `episode`.
 async fn episode_page(hone: &Hone, episode: &str) -> String {
-    client()
-        .get(hone.url(&format!("/ui/episodes/{episode}")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    hone.text(&format!("/ui/episodes/{episode}")).await
 }
 
 fn ask(agent: &str, seed: u64) -> Value {

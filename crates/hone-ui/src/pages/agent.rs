@@ -139,13 +139,6 @@ struct AlertRow {
     action: String,
 }
 
-const LIVE: [CandidateStatus; 4] = [
-    CandidateStatus::OnFront,
-    CandidateStatus::Approved,
-    CandidateStatus::Canary,
-    CandidateStatus::Champion,
-];
-
 pub(super) fn rolling(points: &[(i64, f64)]) -> Vec<(i64, f64)> {
     (0..points.len())
         .map(|i| {
@@ -186,7 +179,7 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
                 kl_to_base: c.training.as_ref().map(|t| t.kl_to_base),
                 diff: c.diff.clone(),
                 approvable: c.status == CandidateStatus::OnFront && deployment.canary.is_none(),
-                live: LIVE.contains(&c.status),
+                live: c.status.is_live(),
             }
         })
         .collect();

@@ -71,14 +71,6 @@ pub struct FrontArgs {
     pub common: Common,
 }
 
-/// The statuses of a candidate on the front or beyond it.
-const LIVE: [CandidateStatus; 4] = [
-    CandidateStatus::OnFront,
-    CandidateStatus::Approved,
-    CandidateStatus::Canary,
-    CandidateStatus::Champion,
-];
-
 /// `hone front AGENT`: the agent's Pareto front (and the champion), with scores.
 pub fn front(args: FrontArgs) -> Result<ExitCode> {
     let config = load_config(&args.common)?;
@@ -86,7 +78,7 @@ pub fn front(args: FrontArgs) -> Result<ExitCode> {
     let store = open_existing_store(&config)?;
     let (deployment, _) = deploy::current(store.as_ref(), agent).map_err(anyhow::Error::msg)?;
     let all = store.candidates(&agent.name, None)?;
-    let shown: Vec<&Candidate> = all.iter().filter(|c| args.all || LIVE.contains(&c.status)).collect();
+    let shown: Vec<&Candidate> = all.iter().filter(|c| args.all || c.status.is_live()).collect();
     let role = |c: &Candidate| {
         if c.version_id == deployment.champion {
             "champion".to_owned()

@@ -175,14 +175,12 @@ impl Hone {
 
     /// The text `/metrics` serves now.
     pub async fn metrics(&self) -> String {
-        client()
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        self.text("/metrics").await
+    }
+
+    /// The body `path` answers a plain GET with.
+    pub async fn text(&self, path: &str) -> String {
+        client().get(self.url(path)).send().await.unwrap().text().await.unwrap()
     }
 
     pub fn log(&self) -> String {
