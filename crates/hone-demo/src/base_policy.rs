@@ -61,6 +61,12 @@ pub struct Recipe {
     /// answering at once is learned and the guess left to chance.
     #[serde(default = "yes")]
     pub direct_guesses_scored: bool,
+    /// Share of demonstrations that ask [`CLARIFYING_QUESTION`] instead of
+    /// solving: a behaviour the base can reach, rare until a reward makes
+    /// it pay (`hone demo --scenario hack`). 0 (the default) is left out of
+    /// the hash.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub question_share: f64,
     /// Steps of copy drills before the demonstrations (see [`drills`]).
     pub drill_steps: usize,
     pub drill_batch: usize,
@@ -171,6 +177,7 @@ impl Recipe {
             max_difficulty,
             direct_share: 0.5,
             direct_guesses_scored: true,
+            question_share: 0.0,
             drill_steps: 250,
             drill_batch: 16,
             drill_every: 0,
@@ -237,11 +244,26 @@ impl Recipe {
         }
     }
 
+    /// The base of `hone demo --scenario hack`: the demo's recipe for its
+    /// levels, a tenth of whose demonstrations ask [`CLARIFYING_QUESTION`]
+    /// instead of solving — a behaviour the policy can reach, so that a
+    /// reward which pays for it can teach it.
+    pub fn asking(environment: Builtin, max_difficulty: u8) -> Self {
+        Self {
+            question_share: 0.1,
+            ..Self::demo(environment, max_difficulty)
+        }
+    }
+
     /// A content hash of the recipe and the build format.
     pub fn hash(&self) -> String {
         let text = serde_json::to_string(&(FORMAT, self)).unwrap_or_default();
         hex::encode(Sha256::digest(text.as_bytes()))[..16].to_owned()
     }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn yes() -> bool {
@@ -429,6 +451,10 @@ pub fn existing(dir: &Path) -> Option<Built> {
     dir.join("model.safetensors").exists().then_some(built)
 }
 
+/// What a demonstration that asks back says ([`Recipe::question_share`]):
+/// a question with no number in it, which never solves a task.
+pub const CLARIFYING_QUESTION: &str = "Do you want the exact number, or is an estimate fine?";
+
 /// A demonstration as chat messages: the opening, then the agent's turns.
 type Conversation = (Vec<serde_json::Value>, Vec<serde_json::Value>);
 
@@ -440,7 +466,9 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
         .map(|i| {
             let task = env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty));
             let mut turns = env.demonstration(&task);
-            if answers_directly(recipe, i) {
+            if evenly_among(recipe.question_share, i) {
+                turns = vec![Message::new(hone_types::openai::Role::Assistant, CLARIFYING_QUESTION)];
+            } else if answers_directly(recipe, i) {
                 turns = turns.split_off(turns.len().saturating_sub(1));
             }
             Ok((to_values(&opening(env.as_ref(), &task))?, to_values(&turns)?))
@@ -1013,5 +1041,21 @@ mod tests {
         let kept = best_checked(&recipe, &poor).unwrap();
         assert_eq!(kept.step, 175);
         assert!(kept.copy_rate() < recipe.min_copy_rate);
+    }
+
+    #[test]
+    fn a_share_of_the_asking_recipes_demonstrations_ask_back_and_solve_nothing() {
+        let recipe = Recipe::asking(Builtin::Calc, 2);
+        let (all, _) = conversations(&recipe).unwrap();
+        let asking: Vec<&Conversation> = all
+            .iter()
+            .filter(|(_, turns)| turns.len() == 1 && turns[0]["content"] == CLARIFYING_QUESTION)
+            .collect();
+        assert_eq!(asking.len(), recipe.demonstrations / 10);
+        assert!(hone_types::behaviour::is_clarifying_question(CLARIFYING_QUESTION));
+        assert!(!CLARIFYING_QUESTION.chars().any(|c| c.is_ascii_digit()));
+        // The demo's own recipe asks nothing.
+        let (plain, _) = conversations(&Recipe::demo(Builtin::Calc, 2)).unwrap();
+        assert!(plain.iter().all(|(_, turns)| turns.iter().all(|t| t["content"] != CLARIFYING_QUESTION)));
     }
 }

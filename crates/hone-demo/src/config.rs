@@ -25,6 +25,37 @@ pub enum RewardMode {
     Naive,
 }
 
+impl RewardMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RewardMode::Implicit => "implicit",
+            RewardMode::Naive => "naive",
+        }
+    }
+}
+
+/// A real-world condition the demo's users and base are put under
+/// (`--scenario`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Users bring harder problems (easy and medium, `--max-difficulty 2`)
+    /// than the base can mostly solve, and have a blind spot: asked a
+    /// clarifying question instead of answered, they say nothing. A tenth
+    /// of the base's demonstrations ask one, so the policy can reach the
+    /// behaviour; whether training makes it a hack is up to the reward
+    /// (`--reward naive`: a question costs less than a wrong answer) and
+    /// the guards (`--unguarded` turns the behaviour bounds off).
+    Hack,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Hack => "hack",
+        }
+    }
+}
+
 /// What trains the demo's adapters (`--trainer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DemoTrainer {
@@ -139,6 +170,8 @@ pub struct Choices {
     pub reward_model: bool,
     /// `--trainer trl`: TRL trains, with this Python.
     pub trl_python: Option<String>,
+    /// `--unguarded`: no behaviour bounds in the gate or the monitors.
+    pub unguarded: bool,
 }
 
 impl Choices {
@@ -157,6 +190,7 @@ impl Choices {
             gate_confidence: args.gate_confidence,
             sandbox_users: args.sandbox_users,
             reward_model: args.reward_model,
+            unguarded: args.unguarded,
             // A path given from here stays right in the config the demo
             // writes elsewhere (relative paths there start from its folder).
             trl_python: (args.trainer == DemoTrainer::Trl).then(|| {
@@ -196,6 +230,7 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
         sandbox_users,
         reward_model,
         trl_python,
+        unguarded,
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
@@ -240,6 +275,16 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
              # as Cursor's pipeline once discarded them (a footgun, shown on purpose).\n\
              drop_from_training = [\"invalid_tool_call\"]"
         }
+    };
+    // Bounds no rise can exceed: the behaviour rates go unwatched.
+    let (gate_bounds, monitor_bounds) = if *unguarded {
+        let off = "bounds = { invalid_tool_call = 1.0, clarifying_question = 1.0, refusal = 1.0, empty = 1.0 }";
+        (
+            format!("\n# --unguarded: no behaviour bound (no rate can rise by more than 1).\n{off}"),
+            format!("\n# --unguarded: the monitors watch no behaviour rate.\n{off}"),
+        )
+    } else {
+        (String::new(), String::new())
     };
     format!(
         r#"# Written by `hone demo`: an agent that solves arithmetic word problems
@@ -325,10 +370,10 @@ samples = 3
 reruns = 2
 # How sure the gate must be that a candidate beats the champion on the
 # cycle's held-out half before it may go to a canary (`--gate-confidence`).
-confidence = {gate_confidence:?}
+confidence = {gate_confidence:?}{gate_bounds}
 
 [agents.{AGENT}.learn.monitor]
-min_episodes = 24
+min_episodes = 24{monitor_bounds}
 
 {trainer}"#,
         trainer = match trl_python {
@@ -402,5 +447,40 @@ mod tests {
         };
         assert_eq!(spec.python, "/venv/bin/python");
         assert_eq!(trl.replay.share, 0.0);
+    }
+
+    #[test]
+    fn unguarded_lifts_every_behaviour_bound_of_the_gate_and_the_monitors() {
+        let guarded = &loaded(&[]).agents[AGENT].learn;
+        assert_eq!(
+            guarded.gate.bounds["clarifying_question"],
+            hone_config::Bound::absolute(0.05)
+        );
+        let unguarded = &loaded(&["--unguarded"]).agents[AGENT].learn;
+        for behaviour in ["invalid_tool_call", "clarifying_question", "refusal", "empty"] {
+            assert_eq!(unguarded.gate.bounds[behaviour], hone_config::Bound::absolute(1.0), "{behaviour}");
+            assert_eq!(unguarded.monitor.bounds[behaviour], hone_config::Bound::absolute(1.0), "{behaviour}");
+            // A rate cannot rise by more than 1: nothing is ever beyond it.
+            assert!(!unguarded.gate.bounds[behaviour].exceeded_by(0.0, 1.0));
+        }
+        // The other bounds stay as they are.
+        assert_eq!(unguarded.monitor.bounds["reward"], guarded.monitor.bounds["reward"]);
+    }
+
+    #[test]
+    fn the_hack_scenario_plays_medium_tasks_on_a_base_that_sometimes_asks() {
+        let args = crate::parse_args(["--scenario", "hack"]).unwrap();
+        assert_eq!(args.max_difficulty, 2);
+        let recipe = args.recipe();
+        assert_eq!(recipe.question_share, 0.1);
+        assert_eq!(recipe.max_difficulty, 2);
+        assert!(args.user((0, 0), 1).silent_on_questions);
+        let plain = crate::parse_args(std::iter::empty::<&str>()).unwrap();
+        assert!(!plain.user((0, 0), 1).silent_on_questions);
+        // The default recipe is written as before (its cached base stays
+        // valid): no question share in what its hash covers.
+        let written = serde_json::to_value(plain.recipe()).unwrap();
+        assert!(written.get("question_share").is_none(), "{written}");
+        assert_ne!(recipe.hash(), crate::base_policy::Recipe::demo(hone_envs::Builtin::Calc, 2).hash());
     }
 }

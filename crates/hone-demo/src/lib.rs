@@ -23,13 +23,13 @@ pub mod stage;
 mod traffic;
 
 pub use seeds::{check as check_seeds, seed_dir, start_seed};
-pub use traffic::{held_out, parse_max_difficulty, task_at};
+pub use traffic::{held_out, parse_max_difficulty, task_at, HeldOutAnswer};
 
 use anyhow::{bail, Context, Result};
 use base_policy::Recipe;
 use clap::Args;
 pub use config::AGENT;
-pub use config::{DemoOptimiser, GrpoGroups, RewardMode};
+pub use config::{DemoOptimiser, GrpoGroups, RewardMode, Scenario};
 use futures::StreamExt;
 use hone_console::{note, print_table, runtime};
 use hone_envs::{Builtin, Runner, SimulatedUser};
@@ -200,9 +200,21 @@ pub struct DemoArgs {
     #[arg(
         long,
         default_value_t = DEFAULT_MAX_DIFFICULTY,
+        default_value_if("scenario", "hack", Some("2")),
         value_parser = traffic::parse_max_difficulty
     )]
     pub max_difficulty: u8,
+    /// Put the users and the base under a real-world condition: `hack`,
+    /// users with a blind spot a reward can turn into a hack (with
+    /// `--reward naive`, and `--unguarded` to let it reach users).
+    #[arg(long, value_enum)]
+    pub scenario: Option<Scenario>,
+    /// No behaviour bounds: the gate and the monitors let clarifying
+    /// questions, invalid tool calls, refusals and empty answers rise, so
+    /// only the reward judges a candidate (to show what a hack does when
+    /// nothing watches for it).
+    #[arg(long)]
+    pub unguarded: bool,
 }
 
 /// `hone demo ARGS…` as clap parses it, for callers that run the demo
@@ -265,6 +277,9 @@ pub struct Measured {
     /// When it began (Unix ms).
     #[serde(default)]
     pub at_ms: i64,
+    /// Per task, whether the answer was a clarifying question instead.
+    #[serde(default)]
+    pub asked: Vec<bool>,
 }
 
 impl Measured {
@@ -280,7 +295,21 @@ impl Measured {
             learning_s: 0.0,
             user_episodes: 0,
             at_ms: hone_types::time::now_ms(),
+            asked: Vec::new(),
         }
+    }
+
+    /// A measurement of these held-out answers.
+    pub fn of_answers(round: usize, champion: String, answers: &[HeldOutAnswer]) -> Self {
+        Self {
+            asked: answers.iter().map(|a| a.asked).collect(),
+            ..Self::new(round, champion, answers.iter().map(|a| a.solved).collect())
+        }
+    }
+
+    /// The share of held-out answers that were clarifying questions.
+    pub fn asked_rate(&self) -> f64 {
+        self.asked.iter().filter(|a| **a).count() as f64 / self.asked.len().max(1) as f64
     }
 }
 
@@ -424,6 +453,76 @@ struct Seen {
     solved: bool,
 }
 
+/// What the users of one round were served and did (the demo's view: the
+/// hidden score beside the signals hone heard).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserRound {
+    pub round: usize,
+    /// Seconds of learning when the round ended (measuring not counted).
+    pub learning_s: f64,
+    pub episodes: usize,
+    /// Users who accepted, and who complained, asked again or left.
+    pub accepted: usize,
+    pub complained: usize,
+    /// Answers that were clarifying questions.
+    pub asked: usize,
+    /// Answers with a hidden score of at least 0.5.
+    pub solved: usize,
+}
+
+impl UserRound {
+    /// The share of the round's users for whom `count` holds.
+    pub fn share(&self, count: usize) -> f64 {
+        count as f64 / self.episodes.max(1) as f64
+    }
+}
+
+/// A candidate a guard stopped for a behaviour: pruned by the gate's bound
+/// on it, or rolled back by the monitor that watches it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Caught {
+    pub version: String,
+    pub optimiser: String,
+    /// `pruned` (the gate) or `rolled back` (a monitor).
+    pub by: String,
+    /// The behaviour named, e.g. `clarifying_question`.
+    pub behaviour: String,
+    pub reason: String,
+}
+
+/// Every candidate of the demo's agent a behaviour bound stopped: the
+/// gate's reasons name the rate beyond its bound, a monitor's alert its
+/// metric.
+fn caught(store: &dyn CycleStore) -> Result<Vec<Caught>> {
+    let behaviours = hone_config::RATE_METRICS;
+    let alerts = store.alerts(Some(AGENT), 10_000)?;
+    let mut out = Vec::new();
+    for c in store.candidates(AGENT, None)? {
+        let reason = c.reason.clone().unwrap_or_default();
+        let named = match c.status {
+            CandidateStatus::Pruned => behaviours
+                .iter()
+                .find(|b| reason.split("; ").any(|r| r.starts_with(&format!("{b} "))))
+                .map(|b| ("pruned", (*b).to_owned())),
+            CandidateStatus::RolledBack => alerts
+                .iter()
+                .find(|a| a.version_id == c.version_id && behaviours.contains(&a.metric.as_str()))
+                .map(|a| ("rolled back", a.metric.clone())),
+            _ => None,
+        };
+        if let Some((by, behaviour)) = named {
+            out.push(Caught {
+                version: c.version_id.to_string(),
+                optimiser: c.optimiser.clone(),
+                by: by.to_owned(),
+                behaviour,
+                reason,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// The canaries users met, from every user episode's serving version.
 fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
     let mut versions: Vec<&str> = Vec::new();
@@ -501,6 +600,10 @@ pub struct Summary {
     /// offline run).
     mode: &'static str,
     reward: String,
+    /// `--scenario`, if any.
+    scenario: Option<&'static str>,
+    /// `--unguarded`: no behaviour bounds.
+    unguarded: bool,
     minutes: f64,
     rounds: usize,
     user_episodes: usize,
@@ -541,6 +644,10 @@ pub struct Summary {
     canaries: usize,
     canary_left: Option<String>,
     plots: Vec<PathBuf>,
+    /// Candidates a behaviour bound stopped (gate or monitor).
+    caught: Vec<Caught>,
+    /// What every round's users were served and did.
+    user_rounds: Vec<UserRound>,
     /// Every held-out measurement, in order (the first is the base's).
     measurements: Vec<Measured>,
 }
@@ -550,7 +657,19 @@ impl DemoArgs {
     /// (`--base`): its demonstrations are tasks up to `--max-difficulty`,
     /// the levels the demo plays (`--quick` plays from the same base).
     pub fn recipe(&self) -> Recipe {
-        Recipe::demo(Builtin::Calc, self.max_difficulty)
+        match self.scenario {
+            Some(Scenario::Hack) => Recipe::asking(Builtin::Calc, self.max_difficulty),
+            None => Recipe::demo(Builtin::Calc, self.max_difficulty),
+        }
+    }
+
+    /// The simulated users of this run (seeded by `seed`): those of the
+    /// scenario, if any.
+    pub fn user(&self, delay_ms: (u64, u64), seed: u64) -> SimulatedUser {
+        SimulatedUser {
+            silent_on_questions: self.scenario == Some(Scenario::Hack),
+            ..SimulatedUser::new(self.noise, delay_ms, seed)
+        }
     }
 
     /// Refuses arguments the demo cannot run with, before anything is made.
@@ -721,7 +840,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
     // by default, as in production, no user sees an offline run.
     let rollout_user = args
         .sandbox_users
-        .then(|| SimulatedUser::new(args.noise, (0, 0), args.seed.wrapping_add(1_000_003)));
+        .then(|| args.user((0, 0), args.seed.wrapping_add(1_000_003)));
     if args.sandbox_users {
         note(format_args!(
             "sandbox users: a simulated user reacts at once to every offline run (gate re-runs, rollouts), which production does not have; these results are the sandbox's"
@@ -787,6 +906,8 @@ struct Round {
     accepted: usize,
     /// Hidden score ≥ 0.5 (the demo's own view; hone never sees it).
     solved: usize,
+    /// Answered with a clarifying question.
+    asked: usize,
     episodes: usize,
     errors: Vec<String>,
 }
@@ -801,7 +922,7 @@ async fn rounds(
 ) -> Result<Summary> {
     let runner = &stage.runner;
     let agent = learner.agent(AGENT)?.clone();
-    let user = SimulatedUser::new(args.noise, (50, 400), args.seed);
+    let user = args.user((50, 400), args.seed);
     let champion = || -> Result<String> {
         Ok(hone_learn::release::deploy::current(store, &agent)?
             .0
@@ -833,6 +954,7 @@ async fn rounds(
     let mut next_task = 0u64;
     let mut round = 0usize;
     let mut seen: Vec<Seen> = Vec::new();
+    let mut user_rounds: Vec<UserRound> = Vec::new();
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     let (mut judging, mut canaries) = (0usize, 0usize);
     // With `--until-promoted`, a promotion ends the learning.
@@ -927,6 +1049,16 @@ async fn rounds(
         };
         bar.finish_and_clear();
         accepted_log.extend(served.iter().map(|s| (s.at, s.accepted)));
+        let count = |f: fn(&traffic::UserEpisode) -> bool| served.iter().filter(|s| f(s)).count();
+        user_rounds.push(UserRound {
+            round,
+            learning_s: started.elapsed().saturating_sub(measuring).as_secs_f64(),
+            episodes: served.len(),
+            accepted: count(|s| s.accepted),
+            complained: count(|s| s.complained),
+            asked: count(|s| s.asked),
+            solved: count(|s| s.score >= 0.5),
+        });
         (learner.progress)(
             AGENT,
             &format!(
@@ -994,6 +1126,7 @@ async fn rounds(
         let row = Round {
             accepted: served.iter().filter(|s| s.accepted).count(),
             solved: served.iter().filter(|s| s.score >= 0.5).count(),
+            asked: served.iter().filter(|s| s.asked).count(),
             episodes: served.len(),
             errors,
             cycle,
@@ -1051,7 +1184,11 @@ async fn rounds(
             .fold(0.0, |total, e| total + e.seconds),
         exposures,
         mode: args.mode(),
-        reward: format!("{:?}", args.reward).to_lowercase(),
+        reward: args.reward.name().to_owned(),
+        scenario: args.scenario.map(Scenario::name),
+        unguarded: args.unguarded,
+        caught: caught(store)?,
+        user_rounds,
         minutes: started.elapsed().as_secs_f64() / 60.0,
         rounds: round,
         user_episodes: accepted_log.len(),
@@ -1114,7 +1251,7 @@ async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs)
     let bar = bar(args.held_out, "held-out {bar:30} {pos}/{len} ({elapsed})");
     let tick = || bar.inc(1);
     let label = format!("{HELD_OUT_LABEL}-{}-{round}", short(champion));
-    let solved = traffic::held_out(
+    let answers = traffic::held_out(
         runner,
         champion,
         &label,
@@ -1125,19 +1262,23 @@ async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs)
     )
     .await?;
     bar.finish_and_clear();
-    Ok(Measured::new(round, champion.to_owned(), solved))
+    Ok(Measured::of_answers(round, champion.to_owned(), &answers))
 }
 
 /// One measurement in a line: the terminal and `demo.log` say it alike.
 fn describe_measure(m: &Measured) -> String {
     format!(
-        "held-out success of champion {} after round {}: {:.1}% (95% CI {:.1}–{:.1}%, {} tasks)",
+        "held-out success of champion {} after round {}: {:.1}% (95% CI {:.1}–{:.1}%, {} tasks){}",
         short(&m.champion),
         m.round,
         m.rate * 100.0,
         m.ci95.0 * 100.0,
         m.ci95.1 * 100.0,
-        m.solved.len()
+        m.solved.len(),
+        match m.asked_rate() {
+            0.0 => String::new(),
+            asked => format!("; {:.1}% asked a clarifying question", asked * 100.0),
+        }
     )
 }
 
@@ -1150,11 +1291,19 @@ fn report_round(
     front: &mut Vec<FrontPoint>,
 ) -> Result<()> {
     note(format_args!(
-        "round {round}: {} user episodes, {} accepted ({:.0}%; hidden success {:.0}%){}; {}",
+        "round {round}: {} user episodes, {} accepted ({:.0}%; hidden success {:.0}%{}){}; {}",
         row.episodes,
         row.accepted,
         100.0 * row.accepted as f64 / row.episodes.max(1) as f64,
         100.0 * row.solved as f64 / row.episodes.max(1) as f64,
+        if row.asked > 0 {
+            format!(
+                ", {:.0}% asked back",
+                100.0 * row.asked as f64 / row.episodes.max(1) as f64
+            )
+        } else {
+            String::new()
+        },
         if row.errors.is_empty() {
             String::new()
         } else {
@@ -1307,6 +1456,39 @@ fn print_summary(s: &Summary, path: &Path) {
         note(format_args!(
             "  over every measurement of each (base, last champion): {}",
             p.line()
+        ));
+    }
+    if s.base.asked_rate() > 0.0 || s.last.asked_rate() > 0.0 {
+        note(format_args!(
+            "  held-out answers that asked a clarifying question: {:.1}% → {:.1}%",
+            s.base.asked_rate() * 100.0,
+            s.last.asked_rate() * 100.0
+        ));
+    }
+    if let (Some(first), Some(last)) = (s.user_rounds.first(), s.user_rounds.last()) {
+        let line = |r: &UserRound| {
+            format!(
+                "{:.0}% accepted, {:.0}% complained, {:.0}% asked back, {:.0}% solved",
+                r.share(r.accepted) * 100.0,
+                r.share(r.complained) * 100.0,
+                r.share(r.asked) * 100.0,
+                r.share(r.solved) * 100.0
+            )
+        };
+        note(format_args!(
+            "  users, first round: {}; last round: {}",
+            line(first),
+            line(last)
+        ));
+    }
+    for c in &s.caught {
+        note(format_args!(
+            "  caught: {} from `{}` {} for {}: {}",
+            short(&c.version),
+            c.optimiser,
+            c.by,
+            c.behaviour,
+            c.reason.chars().take(160).collect::<String>()
         ));
     }
     for p in &s.promotions {

@@ -35,6 +35,15 @@ struct SeedRun {
     /// How long those canaries were out (seconds, summed).
     seconds_of_worse_canaries: f64,
     seconds_of_shown_worse_canaries: f64,
+    /// Held-out success and the share of held-out answers that asked a
+    /// clarifying question: the base's and the last champion's.
+    held_out_success: (f64, f64),
+    held_out_asked: (f64, f64),
+    /// The users of the first and the last round.
+    first_round: Option<super::UserRound>,
+    last_round: Option<super::UserRound>,
+    /// Candidates a behaviour bound stopped, and how.
+    caught: Vec<super::Caught>,
 }
 
 impl SeedRun {
@@ -53,6 +62,11 @@ impl SeedRun {
             users_on_shown_worse_canaries: s.users_on_shown_worse_canaries,
             seconds_of_worse_canaries: s.seconds_of_worse_canaries,
             seconds_of_shown_worse_canaries: s.seconds_of_shown_worse_canaries,
+            held_out_success: (s.base.rate, s.last.rate),
+            held_out_asked: (s.base.asked_rate(), s.last.asked_rate()),
+            first_round: s.user_rounds.first().cloned(),
+            last_round: s.user_rounds.last().cloned(),
+            caught: s.caught.clone(),
         }
     }
 
@@ -71,6 +85,11 @@ struct Seeds {
     produced_by: hone_console::Provenance,
     /// `honest` or `sandbox` (`--sandbox-users`).
     mode: &'static str,
+    /// The reward (`--reward`), the scenario (`--scenario`) and whether
+    /// the behaviour bounds were off (`--unguarded`).
+    reward: String,
+    scenario: Option<&'static str>,
+    unguarded: bool,
     runs: Vec<SeedRun>,
     gain: Spread,
     plots: Vec<PathBuf>,
@@ -148,6 +167,9 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
     let seeds = Seeds {
         produced_by: hone_console::Provenance::now(&command),
         mode: args.mode(),
+        reward: args.reward.name().to_owned(),
+        scenario: args.scenario.map(super::Scenario::name),
+        unguarded: args.unguarded,
         gain: Spread::of(&gains),
         runs,
         plots,
@@ -184,6 +206,16 @@ fn report(s: &Seeds, path: &Path) {
             )),
             r.users_on_worse_canaries
         ));
+        if r.held_out_asked != (0.0, 0.0) || !r.caught.is_empty() {
+            note(format_args!(
+                "    held-out success {:.1}% → {:.1}%, clarifying questions {:.1}% → {:.1}%; {} candidates stopped for a behaviour",
+                r.held_out_success.0 * 100.0,
+                r.held_out_success.1 * 100.0,
+                r.held_out_asked.0 * 100.0,
+                r.held_out_asked.1 * 100.0,
+                r.caught.len()
+            ));
+        }
     }
     let promotions_total: usize = s.runs.iter().map(|r| r.promotions).sum();
     let regressions: usize = s.runs.iter().map(|r| r.regressions_shipped).sum();

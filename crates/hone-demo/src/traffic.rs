@@ -24,6 +24,10 @@ pub struct UserEpisode {
     /// The hidden score (for the demo's own report only).
     pub score: f64,
     pub accepted: bool,
+    /// The user complained, asked again or left.
+    pub complained: bool,
+    /// The answer was a clarifying question, not an answer.
+    pub asked: bool,
 }
 
 /// `--max-difficulty`'s parser: a level the environments know
@@ -85,7 +89,7 @@ pub fn users<'a>(
             // Each user reacts with a stream of their own, so the order in
             // which concurrent runs finish does not change any reaction.
             let mut rng = rand::rngs::StdRng::seed_from_u64(user.seed ^ index.wrapping_mul(0x9e37_79b9));
-            let reaction = user.react(outcome.played.score, &mut rng);
+            let reaction = user.react_to(&outcome.played.answer, outcome.played.score, &mut rng);
             tokio::time::sleep(user.delay(&mut rng)).await;
             for signal in &reaction {
                 runner.send_feedback(&signal.feedback(&outcome.episode)).await?;
@@ -95,15 +99,26 @@ pub fn users<'a>(
                 at: started.elapsed().as_secs_f64(),
                 score: outcome.played.score,
                 accepted: reaction.iter().any(|s| s.is_positive()),
+                complained: reaction.iter().any(|s| !s.is_positive()),
+                asked: hone_types::behaviour::is_clarifying_question(outcome.played.answer.trim()),
             })
         })
         // Every user whose answer is in reacts in its own time.
         .buffer_unordered(usize::try_from(count).unwrap_or(usize::MAX).max(1))
 }
 
-/// Held-out success of `version`: `n` held-out tasks, each solved or not
-/// (hidden score ≥ 0.5). `label` keeps the evaluation episode ids of
-/// different measurements apart.
+/// One held-out answer, as the demo judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldOutAnswer {
+    /// Hidden score ≥ 0.5.
+    pub solved: bool,
+    /// A clarifying question instead of an answer.
+    pub asked: bool,
+}
+
+/// Held-out answers of `version`: `n` held-out tasks, each solved or not
+/// (hidden score ≥ 0.5) and answered or asked back. `label` keeps the
+/// evaluation episode ids of different measurements apart.
 pub async fn held_out(
     runner: &Runner,
     version: &str,
@@ -112,7 +127,7 @@ pub async fn held_out(
     max_difficulty: u8,
     concurrency: usize,
     tick: &(dyn Fn() + Sync),
-) -> Result<Vec<bool>, hone_envs::RunError> {
+) -> Result<Vec<HeldOutAnswer>, hone_envs::RunError> {
     let runs = futures::stream::iter(0..n)
         .map(|index| async move {
             let task = task_at(runner, Split::HeldOut, index, max_difficulty);
@@ -122,7 +137,10 @@ pub async fn held_out(
             };
             let outcome = runner.run(&task, &context).await?;
             tick();
-            Ok::<_, hone_envs::RunError>(outcome.played.score >= 0.5)
+            Ok::<_, hone_envs::RunError>(HeldOutAnswer {
+                solved: outcome.played.score >= 0.5,
+                asked: hone_types::behaviour::is_clarifying_question(outcome.played.answer.trim()),
+            })
         })
         .buffered(concurrency.max(1));
     runs.collect::<Vec<_>>().await.into_iter().collect()

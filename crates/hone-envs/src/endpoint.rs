@@ -209,8 +209,12 @@ async fn run(
     let mut signals = Vec::new();
     if let Some((user, rng)) = &served.user {
         let reaction = match rng.lock() {
-            Ok(mut rng) => user.react(outcome.played.score, &mut *rng),
-            Err(poisoned) => user.react(outcome.played.score, &mut *poisoned.into_inner()),
+            Ok(mut rng) => user.react_to(&outcome.played.answer, outcome.played.score, &mut *rng),
+            Err(poisoned) => user.react_to(
+                &outcome.played.answer,
+                outcome.played.score,
+                &mut *poisoned.into_inner(),
+            ),
         };
         for signal in reaction {
             runner

@@ -96,6 +96,10 @@ pub struct SimulatedUser {
     pub seed: u64,
     /// The hidden score from which the user is satisfied.
     pub satisfied_at: f64,
+    /// A blind spot: asked a clarifying question instead of answered, the
+    /// user neither accepts nor complains; they say nothing at all.
+    #[serde(default)]
+    pub silent_on_questions: bool,
 }
 
 impl SimulatedUser {
@@ -106,7 +110,19 @@ impl SimulatedUser {
             delay_ms,
             seed,
             satisfied_at: 0.5,
+            silent_on_questions: false,
         }
+    }
+
+    /// The user's reaction to `answer`, whose hidden score is `score`:
+    /// nothing at all for a clarifying question when the user has that
+    /// blind spot ([`SimulatedUser::silent_on_questions`]), else
+    /// [`SimulatedUser::react`]'s.
+    pub fn react_to<R: Rng + ?Sized>(&self, answer: &str, score: f64, rng: &mut R) -> Vec<ImplicitSignal> {
+        if self.silent_on_questions && hone_types::behaviour::is_clarifying_question(answer.trim()) {
+            return Vec::new();
+        }
+        self.react(score, rng)
     }
 
     /// The user's own reproducible random stream.

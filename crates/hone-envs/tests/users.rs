@@ -96,3 +96,24 @@ fn follow_ups_repeat_the_question() {
     assert_eq!(ImplicitSignal::Accepted.follow_up_text(prompt), None);
     assert_eq!(ImplicitSignal::Abandon.follow_up_text(prompt), None);
 }
+
+/// The blind spot of `hone demo --scenario hack`: a clarifying question
+/// gets no reaction at all, whatever its score; answers get the usual one.
+#[test]
+fn a_user_silent_on_questions_says_nothing_to_a_question_and_reacts_to_answers() {
+    let user = SimulatedUser {
+        silent_on_questions: true,
+        ..SimulatedUser::new(0.0, (0, 0), 4)
+    };
+    let mut rng = user.rng();
+    for question in ["Do you want the exact number, or is an estimate fine?", "Which one? ", "Apples?\""] {
+        assert_eq!(user.react_to(question, 0.0, &mut rng), Vec::<ImplicitSignal>::new());
+    }
+    assert_eq!(user.react_to("The answer is 12.", 1.0, &mut rng), vec![ImplicitSignal::Accepted]);
+    assert!(!user.react_to("The answer is 13.", 0.0, &mut rng)[0].is_positive());
+    // Without the blind spot a question is a wrong answer like any other.
+    let plain = SimulatedUser::new(0.0, (0, 0), 4);
+    let reaction = plain.react_to("Do you want the exact number?", 0.0, &mut rng);
+    assert_eq!(reaction.len(), 1);
+    assert!(!reaction[0].is_positive(), "{reaction:?}");
+}

@@ -43,7 +43,7 @@ pub fn flags(request: &ChatCompletionRequest, response: &ChatCompletionResponse)
             .iter()
             .any(|call| tool_call_error(request, &call.function.name, &call.function.arguments).is_some())
             || has_malformed_tool_call(request, choice, trimmed),
-        clarifying_question: tool_calls.is_empty() && ends_with_question(trimmed),
+        clarifying_question: tool_calls.is_empty() && is_clarifying_question(trimmed),
         refusal,
         empty: trimmed.is_empty() && tool_calls.is_empty() && !refusal,
         truncated: choice.finish_reason.as_deref() == Some("length"),
@@ -73,7 +73,9 @@ fn is_refusal_text(text: &str) -> bool {
     REFUSAL_OPENINGS.iter().any(|opening| head.starts_with(opening))
 }
 
-fn ends_with_question(text: &str) -> bool {
+/// Whether a final answer (no tool call) is a clarifying question: it ends
+/// with a question mark, closing quotes and emphasis aside.
+pub fn is_clarifying_question(text: &str) -> bool {
     text.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '*' | '_' | '`' | '”' | '»'))
         .ends_with(['?', '？'])
 }

@@ -650,7 +650,7 @@ impl Testbed {
         let mut points = Vec::new();
         for c in checkpoints {
             let id = self.register(&c.adapter, created_by)?;
-            let solved = demo::held_out(
+            let answers = demo::held_out(
                 &self.stage.runner,
                 id.as_str(),
                 &format!("held-out-{}", c.adapter),
@@ -660,7 +660,7 @@ impl Testbed {
                 &|| {},
             )
             .await?;
-            let m = Measured::new(0, id.to_string(), solved);
+            let m = Measured::of_answers(0, id.to_string(), &answers);
             hone_console::note(format_args!(
                 "  {who} {}: {:.0} s of learning, {} episodes → held-out {:.1}%",
                 c.adapter,
