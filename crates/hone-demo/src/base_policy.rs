@@ -1056,6 +1056,8 @@ mod tests {
         assert!(!CLARIFYING_QUESTION.chars().any(|c| c.is_ascii_digit()));
         // The demo's own recipe asks nothing.
         let (plain, _) = conversations(&Recipe::demo(Builtin::Calc, 2)).unwrap();
-        assert!(plain.iter().all(|(_, turns)| turns.iter().all(|t| t["content"] != CLARIFYING_QUESTION)));
+        assert!(plain
+            .iter()
+            .all(|(_, turns)| turns.iter().all(|t| t["content"] != CLARIFYING_QUESTION)));
     }
 }

@@ -18,10 +18,11 @@ pub enum RewardMode {
     /// Implicit signals, and penalties for invalid tool calls, empty
     /// answers and clarifying questions.
     Implicit,
-    /// Implicit signals only: nothing penalises an invalid tool call or a
-    /// clarifying question, and episodes with a broken tool call are left
-    /// out of training (Cursor's two reward hacks), to show the gate and
-    /// the monitors catching what training on such a reward does.
+    /// Implicit signals and hone's default penalties only, which leave a
+    /// clarifying question unpenalised (a question then costs less than a
+    /// wrong answer), and episodes with a broken tool call left out of
+    /// training (Cursor's two reward hacks), to show the gate and the
+    /// monitors catching what training on such a reward does.
     Naive,
 }
 
@@ -255,7 +256,10 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
     };
     let penalties = match reward {
         RewardMode::Implicit => "penalties = { invalid_tool_call = -1.0, empty = -1.0, clarifying_question = -0.5 }",
-        RewardMode::Naive => "# --reward naive: no penalty for invalid tool calls or clarifying questions",
+        RewardMode::Naive => {
+            "# --reward naive: hone's default penalties only (invalid tool calls, empty\n\
+             # answers, errors), none for a clarifying question"
+        }
     };
     let model = if *reward_model {
         "\n\n[agents.calc.reward.model]\n\
@@ -458,8 +462,16 @@ mod tests {
         );
         let unguarded = &loaded(&["--unguarded"]).agents[AGENT].learn;
         for behaviour in ["invalid_tool_call", "clarifying_question", "refusal", "empty"] {
-            assert_eq!(unguarded.gate.bounds[behaviour], hone_config::Bound::absolute(1.0), "{behaviour}");
-            assert_eq!(unguarded.monitor.bounds[behaviour], hone_config::Bound::absolute(1.0), "{behaviour}");
+            assert_eq!(
+                unguarded.gate.bounds[behaviour],
+                hone_config::Bound::absolute(1.0),
+                "{behaviour}"
+            );
+            assert_eq!(
+                unguarded.monitor.bounds[behaviour],
+                hone_config::Bound::absolute(1.0),
+                "{behaviour}"
+            );
             // A rate cannot rise by more than 1: nothing is ever beyond it.
             assert!(!unguarded.gate.bounds[behaviour].exceeded_by(0.0, 1.0));
         }
@@ -481,6 +493,9 @@ mod tests {
         // valid): no question share in what its hash covers.
         let written = serde_json::to_value(plain.recipe()).unwrap();
         assert!(written.get("question_share").is_none(), "{written}");
-        assert_ne!(recipe.hash(), crate::base_policy::Recipe::demo(hone_envs::Builtin::Calc, 2).hash());
+        assert_ne!(
+            recipe.hash(),
+            crate::base_policy::Recipe::demo(hone_envs::Builtin::Calc, 2).hash()
+        );
     }
 }

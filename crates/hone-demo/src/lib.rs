@@ -441,6 +441,10 @@ pub struct Exposure {
     /// One-sided Fisher exact p-value that the champion solved more for
     /// its users than the canary for its (small: shown worse for them).
     p_worse: f64,
+    /// The share of its users who complained, asked again or left, and of
+    /// the champion's users of the same rounds: the signal hone hears.
+    complained: f64,
+    champion_complained: f64,
 }
 
 /// Every user episode as the demo saw it: the round, whether the version
@@ -451,6 +455,7 @@ struct Seen {
     champion: String,
     at: f64,
     solved: bool,
+    complained: bool,
 }
 
 /// What the users of one round were served and did (the demo's view: the
@@ -475,6 +480,22 @@ impl UserRound {
     pub fn share(&self, count: usize) -> f64 {
         count as f64 / self.episodes.max(1) as f64
     }
+}
+
+/// A cycle's candidate measured on the held-out tasks as a champion is
+/// (runs with a `--scenario` only): what training made of the policy,
+/// whether or not any user met it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CandidateMeasured {
+    pub round: usize,
+    pub version: String,
+    pub optimiser: String,
+    /// Where it ended (`pruned`, `rolled_back`, `champion`, …).
+    pub status: String,
+    pub success: f64,
+    pub ci95: (f64, f64),
+    /// The share of its held-out answers that asked a clarifying question.
+    pub asked: f64,
 }
 
 /// A candidate a guard stopped for a behaviour: pruned by the gate's bound
@@ -544,6 +565,7 @@ fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
                 .filter(|s| rounds.contains(&s.round) && s.version == s.champion)
                 .collect();
             let rate = |v: &[&Seen]| v.iter().filter(|s| s.solved).count() as f64 / v.len().max(1) as f64;
+            let complaints = |v: &[&Seen]| v.iter().filter(|s| s.complained).count() as f64 / v.len().max(1) as f64;
             let (first, last) = mine.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), s| {
                 (a.min(s.at), b.max(s.at))
             });
@@ -575,6 +597,8 @@ fn exposures(seen: &[Seen], promoted: &[Promotion]) -> Vec<Exposure> {
                 champion_success,
                 worse: success < champion_success,
                 p_worse,
+                complained: complaints(&mine),
+                champion_complained: complaints(&theirs),
             }
         })
         .collect()
@@ -646,6 +670,8 @@ pub struct Summary {
     plots: Vec<PathBuf>,
     /// Candidates a behaviour bound stopped (gate or monitor).
     caught: Vec<Caught>,
+    /// With a `--scenario`: every candidate measured on the held-out tasks.
+    candidates: Vec<CandidateMeasured>,
     /// What every round's users were served and did.
     user_rounds: Vec<UserRound>,
     /// Every held-out measurement, in order (the first is the base's).
@@ -955,6 +981,7 @@ async fn rounds(
     let mut round = 0usize;
     let mut seen: Vec<Seen> = Vec::new();
     let mut user_rounds: Vec<UserRound> = Vec::new();
+    let mut candidates: Vec<CandidateMeasured> = Vec::new();
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     let (mut judging, mut canaries) = (0usize, 0usize);
     // With `--until-promoted`, a promotion ends the learning.
@@ -1039,6 +1066,7 @@ async fn rounds(
                 champion: round_champion.clone(),
                 at: s.at,
                 solved: s.score >= 0.5,
+                complained: s.complained,
             });
         }
         // No canary can appear while users play (only a cycle starts one).
@@ -1119,6 +1147,24 @@ async fn rounds(
                     MarkerKind::Deploy,
                 ));
             }
+            // In a scenario, what training made of each candidate shows on
+            // the held-out tasks, whether or not users ever meet it.
+            if args.scenario.is_some() {
+                for c in store.candidates(AGENT, Some(&cycle.id))? {
+                    let at = Instant::now();
+                    let m = measure(runner, &c.version_id.to_string(), round, args).await?;
+                    measuring += at.elapsed();
+                    candidates.push(CandidateMeasured {
+                        round,
+                        version: c.version_id.to_string(),
+                        optimiser: c.optimiser.clone(),
+                        status: String::new(),
+                        success: m.rate,
+                        ci95: m.ci95,
+                        asked: m.asked_rate(),
+                    });
+                }
+            }
             Some(cycle)
         } else {
             None
@@ -1188,6 +1234,15 @@ async fn rounds(
         scenario: args.scenario.map(Scenario::name),
         unguarded: args.unguarded,
         caught: caught(store)?,
+        candidates: {
+            let statuses = store.candidates(AGENT, None)?;
+            for m in &mut candidates {
+                if let Some(c) = statuses.iter().find(|c| c.version_id.to_string() == m.version) {
+                    m.status = c.status.as_str().to_owned();
+                }
+            }
+            candidates
+        },
         user_rounds,
         minutes: started.elapsed().as_secs_f64() / 60.0,
         rounds: round,
@@ -1481,6 +1536,19 @@ fn print_summary(s: &Summary, path: &Path) {
             line(last)
         ));
     }
+    if let Some(most) = s.candidates.iter().max_by(|a, b| a.asked.total_cmp(&b.asked)) {
+        note(format_args!(
+            "  {} candidates measured on the held-out tasks; the one asking most ({} from `{}`, {}): {:.1}% clarifying questions, {:.1}% solved (95% CI {:.1}–{:.1})",
+            s.candidates.len(),
+            short(&most.version),
+            most.optimiser,
+            most.status,
+            most.asked * 100.0,
+            most.success * 100.0,
+            most.ci95.0 * 100.0,
+            most.ci95.1 * 100.0
+        ));
+    }
     for c in &s.caught {
         note(format_args!(
             "  caught: {} from `{}` {} for {}: {}",
@@ -1529,14 +1597,16 @@ fn print_summary(s: &Summary, path: &Path) {
     }
     for e in &s.exposures {
         note(format_args!(
-            "  canary {} ({}): {} users over {:.0} s, solved {:.0}% for them vs the champion's {:.0}% for {} users of the same rounds{}",
+            "  canary {} ({}): {} users over {:.0} s, solved {:.0}% for them ({:.0}% complained) vs the champion's {:.0}% for {} users of the same rounds ({:.0}% complained){}",
             short(&e.version),
             e.outcome,
             e.users,
             e.seconds,
             e.success * 100.0,
+            e.complained * 100.0,
             e.champion_success * 100.0,
             e.champion_users,
+            e.champion_complained * 100.0,
             match (e.worse, e.p_worse < 0.05) {
                 (true, true) => format!(": shown worse for its users (p = {:.4})", e.p_worse),
                 (true, false) => format!(": worse for its users, within chance (p = {:.2})", e.p_worse),

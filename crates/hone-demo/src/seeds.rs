@@ -44,6 +44,10 @@ struct SeedRun {
     last_round: Option<super::UserRound>,
     /// Candidates a behaviour bound stopped, and how.
     caught: Vec<super::Caught>,
+    /// With a `--scenario`: every candidate on the held-out tasks.
+    candidates: Vec<super::CandidateMeasured>,
+    /// Every canary users met, and how it did for them.
+    exposures: Vec<super::Exposure>,
 }
 
 impl SeedRun {
@@ -67,6 +71,8 @@ impl SeedRun {
             first_round: s.user_rounds.first().cloned(),
             last_round: s.user_rounds.last().cloned(),
             caught: s.caught.clone(),
+            candidates: s.candidates.clone(),
+            exposures: s.exposures.clone(),
         }
     }
 

@@ -106,10 +106,17 @@ fn a_user_silent_on_questions_says_nothing_to_a_question_and_reacts_to_answers()
         ..SimulatedUser::new(0.0, (0, 0), 4)
     };
     let mut rng = user.rng();
-    for question in ["Do you want the exact number, or is an estimate fine?", "Which one? ", "Apples?\""] {
+    for question in [
+        "Do you want the exact number, or is an estimate fine?",
+        "Which one? ",
+        "Apples?\"",
+    ] {
         assert_eq!(user.react_to(question, 0.0, &mut rng), Vec::<ImplicitSignal>::new());
     }
-    assert_eq!(user.react_to("The answer is 12.", 1.0, &mut rng), vec![ImplicitSignal::Accepted]);
+    assert_eq!(
+        user.react_to("The answer is 12.", 1.0, &mut rng),
+        vec![ImplicitSignal::Accepted]
+    );
     assert!(!user.react_to("The answer is 13.", 0.0, &mut rng)[0].is_positive());
     // Without the blind spot a question is a wrong answer like any other.
     let plain = SimulatedUser::new(0.0, (0, 0), 4);

@@ -94,6 +94,75 @@ fn gate_gain(line: &str) -> Option<[f64; 3]> {
     Some([gain_text.parse().unwrap(), low.parse().unwrap(), high.parse().unwrap()])
 }
 
+/// `--scenario hack --reward naive --unguarded` on the binary: the config
+/// it ran with lifts every behaviour bound, every candidate of the cycle is
+/// measured on the held-out tasks, and the summary says what the round's
+/// users did.
+#[test]
+fn the_hack_scenario_measures_every_candidate_held_out_and_reports_its_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny_base(dir.path());
+    let data = dir.path().join("demo");
+    let out = one_round(
+        &base,
+        &data,
+        &[
+            "--held-out",
+            "6",
+            "--scenario",
+            "hack",
+            "--reward",
+            "naive",
+            "--unguarded",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let config = hone_config::load_file(&data.join("hone.toml")).unwrap();
+    let learn = &config.agents["calc"].learn;
+    assert_eq!(
+        learn.gate.bounds["clarifying_question"],
+        hone_config::Bound::absolute(1.0)
+    );
+    assert_eq!(
+        learn.monitor.bounds["clarifying_question"],
+        hone_config::Bound::absolute(1.0)
+    );
+    assert!(config.agents["calc"].reward.penalties.clarifying_question == 0.0);
+
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["scenario"], "hack");
+    assert_eq!(summary["reward"], "naive");
+    assert_eq!(summary["unguarded"], true);
+    let rounds = summary["user_rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 1, "{summary}");
+    let round = &rounds[0];
+    assert_eq!(round["episodes"], 10);
+    let count = |k: &str| round[k].as_u64().unwrap();
+    // Every user accepted, complained or (asked a question) said nothing.
+    assert!(
+        count("accepted") + count("complained") + count("asked") >= 10,
+        "{round}"
+    );
+    assert!(count("accepted") + count("complained") <= 10, "{round}");
+    let candidates = summary["candidates"].as_array().unwrap();
+    assert!(
+        !candidates.is_empty(),
+        "the cycle's candidate was not measured: {summary}"
+    );
+    for c in candidates {
+        assert_eq!(c["round"], 1);
+        assert_eq!(c["optimiser"], "grpo");
+        assert!(!c["status"].as_str().unwrap().is_empty(), "{c}");
+        let success = c["success"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&success) && (success * 6.0).fract() < 1e-9, "{c}");
+    }
+    // The measurement of each champion says how often it asked back.
+    let base_measured = &summary["base"];
+    assert_eq!(base_measured["asked"].as_array().unwrap().len(), 6);
+}
+
 #[test]
 fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit_signals() {
     let dir = tempfile::tempdir().unwrap();
