@@ -523,7 +523,11 @@ fn caught(store: &dyn CycleStore) -> Result<Vec<Caught>> {
         let named = match c.status {
             CandidateStatus::Pruned => behaviours
                 .iter()
-                .find(|b| reason.split("; ").any(|r| r.starts_with(&format!("{b} "))))
+                .find(|b| {
+                    hone_learn::search::gate::pruned_reasons(&reason)
+                        .iter()
+                        .any(|r| r.starts_with(&format!("{b} ")))
+                })
                 .map(|b| ("pruned", (*b).to_owned())),
             CandidateStatus::RolledBack => alerts
                 .iter()
@@ -1644,6 +1648,18 @@ fn print_summary(s: &Summary, path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::{Measured, Pooled};
+
+    #[test]
+    fn the_gates_reasons_are_read_back_from_a_pruned_candidates_reason() {
+        let reason = format!(
+            "{}clarifying_question 0.542 vs champion 0.010 is beyond its bound 0.05 (p = 0.000); breaks 2 previously passing cases (tolerance 0): a, b",
+            hone_learn::search::gate::PRUNED
+        );
+        let reasons = hone_learn::search::gate::pruned_reasons(&reason);
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].starts_with("clarifying_question "));
+        assert!(hone_learn::search::gate::pruned_reasons("passed the gate: reward +0.1").is_empty());
+    }
 
     fn measured(round: usize, champion: &str, solved: &[bool]) -> Measured {
         Measured::new(round, champion.to_owned(), solved.to_vec())

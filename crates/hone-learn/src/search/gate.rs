@@ -65,6 +65,19 @@ pub fn paired_diffs(sets: &[(&[InstanceResult], &[InstanceResult])], samples: u3
         .collect()
 }
 
+/// How the reason of a candidate the gate pruned begins; its reasons
+/// follow, joined by `; `.
+pub const PRUNED: &str = "pruned by the gate: ";
+
+/// The gate's reasons in the reason a pruned candidate carries (none for
+/// any other reason).
+pub fn pruned_reasons(reason: &str) -> Vec<&str> {
+    reason
+        .strip_prefix(PRUNED)
+        .map(|r| r.split("; ").collect())
+        .unwrap_or_default()
+}
+
 /// The behaviour rates the gate bounds, by metric name.
 pub fn rates(summary: &EvalSummary) -> BTreeMap<String, f64> {
     let r = &summary.rates;

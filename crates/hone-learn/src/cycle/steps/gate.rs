@@ -99,7 +99,7 @@ pub(super) async fn run(
         } else {
             (
                 CandidateStatus::Pruned,
-                format!("pruned by the gate: {}", decision.reasons.join("; ")),
+                format!("{}{}", crate::search::gate::PRUNED, decision.reasons.join("; ")),
             )
         };
         learner.say(name, &format!("{}: {reason}", c.version_id));
