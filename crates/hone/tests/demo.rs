@@ -94,58 +94,44 @@ fn gate_gain(line: &str) -> Option<[f64; 3]> {
     Some([gain_text.parse().unwrap(), low.parse().unwrap(), high.parse().unwrap()])
 }
 
-/// `--scenario hack --reward naive --unguarded` on the binary: the config
-/// it ran with lifts every behaviour bound, every candidate of the cycle is
-/// measured on the held-out tasks, and the summary says what the round's
-/// users did.
+/// `--scenario hack --unguarded` on the binary: the config it ran with
+/// lifts every behaviour bound, every candidate of the cycle is measured on
+/// the held-out tasks, and the summary says what each round's users did.
+/// (Under `--reward naive` a random base, wrong on almost every task, earns
+/// its episodes nearly the same reward, and `grpo` may propose nothing.)
 #[test]
 fn the_hack_scenario_measures_every_candidate_held_out_and_reports_its_users() {
     let dir = tempfile::tempdir().unwrap();
     let base = tiny_base(dir.path());
     let data = dir.path().join("demo");
-    let out = one_round(
-        &base,
-        &data,
-        &[
-            "--held-out",
-            "6",
-            "--scenario",
-            "hack",
-            "--reward",
-            "naive",
-            "--unguarded",
-        ],
-    );
+    let out = one_round(&base, &data, &["--held-out", "2", "--scenario", "hack", "--unguarded"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let config = hone_config::load_file(&data.join("hone.toml")).unwrap();
     let learn = &config.agents["calc"].learn;
-    assert_eq!(
-        learn.gate.bounds["clarifying_question"],
-        hone_config::Bound::absolute(1.0)
-    );
-    assert_eq!(
-        learn.monitor.bounds["clarifying_question"],
-        hone_config::Bound::absolute(1.0)
-    );
-    assert!(config.agents["calc"].reward.penalties.clarifying_question == 0.0);
+    for bounds in [&learn.gate.bounds, &learn.monitor.bounds] {
+        assert_eq!(bounds["clarifying_question"], hone_config::Bound::absolute(1.0));
+    }
+    assert_eq!(config.agents["calc"].reward.penalties.clarifying_question, -0.5);
 
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(data.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["scenario"], "hack");
-    assert_eq!(summary["reward"], "naive");
+    assert_eq!(summary["reward"], "implicit");
     assert_eq!(summary["unguarded"], true);
+    // The cycle's round, then any rounds that judged its canary.
     let rounds = summary["user_rounds"].as_array().unwrap();
-    assert_eq!(rounds.len(), 1, "{summary}");
-    let round = &rounds[0];
-    assert_eq!(round["episodes"], 10);
-    let count = |k: &str| round[k].as_u64().unwrap();
-    // Every user accepted, complained or (asked a question) said nothing.
-    assert!(
-        count("accepted") + count("complained") + count("asked") >= 10,
-        "{round}"
-    );
-    assert!(count("accepted") + count("complained") <= 10, "{round}");
+    assert_eq!(rounds.len(), summary["rounds"].as_u64().unwrap() as usize, "{summary}");
+    assert_eq!(rounds[0]["episodes"], 10, "{summary}");
+    for round in rounds {
+        let count = |k: &str| round[k].as_u64().unwrap();
+        // Each user accepted, complained, or was asked back and said nothing.
+        assert_eq!(
+            count("accepted") + count("complained") + count("asked"),
+            count("episodes"),
+            "{round}"
+        );
+    }
     let candidates = summary["candidates"].as_array().unwrap();
     assert!(
         !candidates.is_empty(),
@@ -155,12 +141,10 @@ fn the_hack_scenario_measures_every_candidate_held_out_and_reports_its_users() {
         assert_eq!(c["round"], 1);
         assert_eq!(c["optimiser"], "grpo");
         assert!(!c["status"].as_str().unwrap().is_empty(), "{c}");
-        let success = c["success"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&success) && (success * 6.0).fract() < 1e-9, "{c}");
+        assert!([0.0, 0.5, 1.0].contains(&c["success"].as_f64().unwrap()), "{c}");
     }
-    // The measurement of each champion says how often it asked back.
-    let base_measured = &summary["base"];
-    assert_eq!(base_measured["asked"].as_array().unwrap().len(), 6);
+    // Every champion measurement says which held-out answers asked back.
+    assert_eq!(summary["base"]["asked"].as_array().unwrap().len(), 2);
 }
 
 #[test]
