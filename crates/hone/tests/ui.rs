@@ -323,6 +323,9 @@ async fn the_dashboard_shows_a_real_cycle_and_its_buttons_deploy() {
     assert!(episode.contains("result of call_add"), "the tool result is shown");
     let parts = section(&episode, "reward-parts");
     assert!(parts.contains("answer") && parts.contains("critic"), "{parts}");
+    // A reward is said against the agent's pass threshold, not as "passed".
+    let reward = section(&episode, "reward");
+    assert!(reward.contains("the pass threshold (0.5)"), "{reward}");
     assert!(section(&episode, "signals").contains("gold"));
 
     // The cycle: its steps in order with timings, candidates with reasons, its datasets.

@@ -154,6 +154,7 @@ fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
             calls => minijinja::Value::from(minijinja::value::Serde(&calls)),
             signals => minijinja::Value::from(minijinja::value::Serde(&episode.signals)),
             reward => minijinja::Value::from(minijinja::value::Serde(&reward)),
+            pass_threshold => agent.reward.pass_threshold,
         },
     )
 }
