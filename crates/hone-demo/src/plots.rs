@@ -356,23 +356,32 @@ where
             .map_err(err)?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-        // Markers close in time would print their labels over each other:
-        // each label sits on one of four heights, by its place in time.
-        let height = |m: &Marker| {
-            let place = markers.iter().filter(|other| other.at < m.at).count();
-            0.04 + 0.06 * (place % 4) as f64
-        };
         labels(
             &mut chart,
             these
                 .iter()
-                .map(|m| (m.label.clone(), (m.at / 60.0, height(m))))
+                .map(|m| (m.label.clone(), (m.at / 60.0, marker_height(markers, m))))
                 .collect(),
             colour,
         )?;
     }
-    legend(&mut chart, &[series.to_vec()])
+    // The legend keeps clear of the marker labels as of the curve.
+    let label_spots = markers.iter().map(|m| vec![(m.at / 60.0, marker_height(markers, m))]);
+    let avoid: Vec<Vec<(f64, f64)>> = std::iter::once(series.to_vec()).chain(label_spots).collect();
+    legend(&mut chart, &avoid)
 }
+
+/// Where a marker's label sits: markers close in time would print their
+/// labels over each other, so each takes one of four heights by its place
+/// in time.
+fn marker_height(markers: &[Marker], m: &Marker) -> f64 {
+    let place = markers.iter().filter(|other| other.at < m.at).count();
+    0.04 + 0.06 * (place % 4) as f64
+}
+
+/// Beyond this many points a front labels only the last champion: more
+/// labels print over each other.
+const MAX_LABELLED: usize = 8;
 
 /// Candidates' offline reward against latency (the demo's local model has
 /// no price: the dashboard's front sets reward against latency too, by
@@ -405,6 +414,7 @@ where
         .axis_desc_style((FONT, 15))
         .draw()
         .map_err(err)?;
+    let label_all = points.len() <= MAX_LABELLED;
     let champions: Vec<&FrontPoint> = points.iter().filter(|p| p.champion).collect();
     if !champions.is_empty() {
         let side = (max_latency * 0.006, (high - low) * 0.012);
@@ -421,9 +431,14 @@ where
             .map_err(err)?
             .label("the cycle's champion")
             .legend(|(x, y)| Rectangle::new([(x + 1, y - 5), (x + 11, y + 5)], BLACK.filled()));
+        let labelled = if label_all {
+            &champions[..]
+        } else {
+            &champions[champions.len() - 1..]
+        };
         labels(
             &mut chart,
-            champions
+            labelled
                 .iter()
                 .map(|p| (p.label.clone(), (p.latency_ms, p.reward - 3.0 * side.1)))
                 .collect(),
@@ -449,14 +464,16 @@ where
             .map_err(err)?
             .label(if gated { "passed the gate" } else { "pruned" })
             .legend(move |(x, y)| Circle::new((x + 6, y), 5, colour.filled()));
-        labels(
-            &mut chart,
-            these
-                .iter()
-                .map(|p| (p.label.clone(), (p.latency_ms, p.reward)))
-                .collect(),
-            colour,
-        )?;
+        if label_all {
+            labels(
+                &mut chart,
+                these
+                    .iter()
+                    .map(|p| (p.label.clone(), (p.latency_ms, p.reward)))
+                    .collect(),
+                colour,
+            )?;
+        }
     }
     let dots: Vec<Vec<(f64, f64)>> = points.iter().map(|p| vec![(p.latency_ms, p.reward)]).collect();
     legend(&mut chart, &dots)
@@ -644,6 +661,35 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crowded_front_labels_only_its_last_champion() {
+        let point = |i: usize, champion: bool| FrontPoint {
+            label: if champion {
+                format!("champion c{i}")
+            } else {
+                format!("grpo g{i}")
+            },
+            reward: 0.0,
+            latency_ms: 1_000.0 + i as f64,
+            gated: true,
+            champion,
+        };
+        let texts = |points: &[FrontPoint]| {
+            let dir = tempfile::tempdir().unwrap();
+            front(dir.path(), points).unwrap();
+            let svg = std::fs::read_to_string(dir.path().join("front.svg")).unwrap();
+            (0..points.len())
+                .filter(|i| svg.contains(&format!(" c{i}\n")) || svg.contains(&format!(" g{i}\n")))
+                .count()
+        };
+        // A few points: every one labelled.
+        let few: Vec<FrontPoint> = (0..4).map(|i| point(i, i % 2 == 0)).collect();
+        assert_eq!(texts(&few), 4);
+        // Twenty at one reward: one label, the last champion's.
+        let many: Vec<FrontPoint> = (0..20).map(|i| point(i, i % 2 == 0)).collect();
+        assert_eq!(texts(&many), 1);
+    }
 
     #[test]
     fn the_legend_goes_where_it_hides_the_fewest_points() {
