@@ -1185,6 +1185,13 @@ async fn rounds(
         report_round(round, &row, store, &agent, &mut front)?;
     }
 
+    // Where each measured candidate ended.
+    let statuses = store.candidates(AGENT, None)?;
+    for m in &mut candidates {
+        if let Some(c) = statuses.iter().find(|c| c.version_id.to_string() == m.version) {
+            m.status = c.status.as_str().to_owned();
+        }
+    }
     let dir = data_dir.join("plots");
     std::fs::create_dir_all(&dir)?;
     let points: Vec<HeldOutPoint> = measured.iter().map(|m| (m.round, m.rate, m.ci95.0, m.ci95.1)).collect();
@@ -1192,6 +1199,14 @@ async fn rounds(
     let mut paths = plots::held_out(&dir, &points, &promoted)?;
     paths.extend(plots::online(&dir, &accepted_log, 32, &markers)?);
     paths.extend(plots::front(&dir, &front)?);
+    if args.scenario.is_some() {
+        let dots: Vec<plots::CandidateDot> = candidates
+            .iter()
+            .map(|c| (c.asked, c.success, c.status.clone()))
+            .collect();
+        let base = &measured[0];
+        paths.extend(plots::candidates(&dir, (base.asked_rate(), base.rate), &dots)?);
+    }
 
     let (base, last) = (measured[0].clone(), measured[measured.len() - 1].clone());
     let diffs: Vec<f64> = base
@@ -1238,15 +1253,7 @@ async fn rounds(
         scenario: args.scenario.map(Scenario::name),
         unguarded: args.unguarded,
         caught: caught(store)?,
-        candidates: {
-            let statuses = store.candidates(AGENT, None)?;
-            for m in &mut candidates {
-                if let Some(c) = statuses.iter().find(|c| c.version_id.to_string() == m.version) {
-                    m.status = c.status.as_str().to_owned();
-                }
-            }
-            candidates
-        },
+        candidates,
         user_rounds,
         minutes: started.elapsed().as_secs_f64() / 60.0,
         rounds: round,

@@ -479,6 +479,106 @@ where
     legend(&mut chart, &dots)
 }
 
+/// A candidate on the held-out tasks: the share of its answers that asked
+/// a clarifying question, its success, and where it ended (`pruned`,
+/// `rolled_back`, `champion`, …).
+pub type CandidateDot = (f64, f64, String);
+
+/// Every candidate's held-out success against how often it asked back,
+/// coloured by where it ended, the base (`asked`, `success`) for
+/// reference: a reward hack shows as points to the right, and the guards
+/// as their colour (`--scenario`).
+pub fn candidates(dir: &Path, base: (f64, f64), dots: &[CandidateDot]) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "candidates",
+        |r| draw_candidates(r, base, dots),
+        |r| draw_candidates(r, base, dots),
+    )
+}
+
+fn draw_candidates<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    base: (f64, f64),
+    dots: &[CandidateDot],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = frame(
+        root,
+        "Candidates on the held-out tasks: success against asking back",
+        -0.02..1.02,
+        -0.02..1.02,
+    )?;
+    chart
+        .configure_mesh()
+        .x_desc("held-out answers that asked a clarifying question")
+        .y_desc("held-out success")
+        .x_label_formatter(&|x| format!("{:.0}%", x * 100.0))
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(err)?;
+    let groups = [
+        ("pruned", "pruned by the gate (no user met it)", RGBColor(150, 150, 150)),
+        (
+            "rolled_back",
+            "met users as a canary, rolled back",
+            RGBColor(210, 30, 30),
+        ),
+        ("champion", "promoted", RGBColor(0, 150, 60)),
+    ];
+    let mut drawn: Vec<(f64, f64)> = Vec::new();
+    for (status, name, colour) in groups {
+        let these: Vec<(f64, f64)> = dots.iter().filter(|d| d.2 == status).map(|d| (d.0, d.1)).collect();
+        draw_dots(&mut chart, &these, name, colour)?;
+        drawn.extend(these);
+    }
+    let others: Vec<(f64, f64)> = dots
+        .iter()
+        .filter(|d| !groups.iter().any(|(status, _, _)| d.2 == *status))
+        .map(|d| (d.0, d.1))
+        .collect();
+    draw_dots(&mut chart, &others, "still deployed or gated", RGBColor(0, 110, 200))?;
+    drawn.extend(others);
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(base.0 - 0.008, base.1 - 0.012), (base.0 + 0.008, base.1 + 0.012)],
+            BLACK.filled(),
+        )))
+        .map_err(err)?
+        .label("the base")
+        .legend(|(x, y)| Rectangle::new([(x + 1, y - 5), (x + 11, y + 5)], BLACK.filled()));
+    drawn.push(base);
+    let spots: Vec<Vec<(f64, f64)>> = drawn.into_iter().map(|d| vec![d]).collect();
+    legend(&mut chart, &spots)
+}
+
+/// `points` as hollow circles of `colour` (where several fall on one spot
+/// their rings still show), under `name` in the legend; nothing when empty.
+fn draw_dots<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    points: &[(f64, f64)],
+    name: &str,
+    colour: RGBColor,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    if points.is_empty() {
+        return Ok(());
+    }
+    chart
+        .draw_series(points.iter().map(|p| Circle::new(*p, 6, colour.stroke_width(2))))
+        .map_err(err)?
+        .label(name.to_owned())
+        .legend(move |(x, y)| Circle::new((x + 6, y), 5, colour.stroke_width(2)));
+    Ok(())
+}
+
 /// Learners' held-out success against minutes of learning, with the threshold.
 pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec<PathBuf>> {
     both(
@@ -661,6 +761,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_candidates_picture_names_only_the_outcomes_it_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let dots = vec![
+            (0.45, 0.48, "pruned".to_owned()),
+            (0.02, 0.50, "rolled_back".to_owned()),
+            (0.0, 0.47, "canary".to_owned()),
+        ];
+        let paths = candidates(dir.path(), (0.0, 0.5), &dots).unwrap();
+        assert_eq!(paths.len(), 2);
+        let svg = std::fs::read_to_string(dir.path().join("candidates.svg")).unwrap();
+        for shown in [
+            "pruned by the gate (no user met it)",
+            "met users as a canary, rolled back",
+            "still deployed or gated",
+            "the base",
+        ] {
+            assert!(svg.contains(shown), "no `{shown}` in the legend");
+        }
+        assert!(!svg.contains("promoted"), "no promotion to show");
+        assert!(dir.path().join("candidates.png").is_file());
+    }
 
     #[test]
     fn a_crowded_front_labels_only_its_last_champion() {

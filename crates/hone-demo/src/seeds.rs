@@ -167,7 +167,19 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
 
     let dir = data_dir.join("plots");
     std::fs::create_dir_all(&dir)?;
-    let plots = plots::seeds(&dir, &curves)?;
+    let mut plots = plots::seeds(&dir, &curves)?;
+    if args.scenario.is_some() {
+        // Every seed's candidates on one picture, the first seed's base
+        // for reference (all seeds share the base and the held-out tasks).
+        let dots: Vec<plots::CandidateDot> = runs
+            .iter()
+            .flat_map(|r| r.candidates.iter().map(|c| (c.asked, c.success, c.status.clone())))
+            .collect();
+        if let Some(first) = runs.first() {
+            let base = (first.held_out_asked.0, first.held_out_success.0);
+            plots.extend(plots::candidates(&dir, base, &dots)?);
+        }
+    }
     let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
     let command: Vec<String> = std::env::args().collect();
     let seeds = Seeds {

@@ -145,6 +145,10 @@ fn the_hack_scenario_measures_every_candidate_held_out_and_reports_its_users() {
     }
     // Every champion measurement says which held-out answers asked back.
     assert_eq!(summary["base"]["asked"].as_array().unwrap().len(), 2);
+    // And the candidates are drawn: success against asking back.
+    for file in ["candidates.svg", "candidates.png"] {
+        assert!(data.join("plots").join(file).is_file(), "no plots/{file}");
+    }
 }
 
 #[test]
