@@ -29,7 +29,7 @@ use hone_train::Sequence;
 use hone_types::openai::Message;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// Bumped when the way a recipe turns into weights changes.
@@ -67,6 +67,12 @@ pub struct Recipe {
     /// the hash.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub question_share: f64,
+    /// Per task family ([`Environment::family`]), the share of its
+    /// demonstrations that answer at once instead of `direct_share`: a
+    /// base that handles some kinds of task better than others (`hone
+    /// demo --scenario shift`). Empty (the default) is left out of the hash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub family_direct_share: BTreeMap<String, f64>,
     /// Steps of copy drills before the demonstrations (see [`drills`]).
     pub drill_steps: usize,
     pub drill_batch: usize,
@@ -178,6 +184,7 @@ impl Recipe {
             direct_share: 0.5,
             direct_guesses_scored: true,
             question_share: 0.0,
+            family_direct_share: BTreeMap::new(),
             drill_steps: 250,
             drill_batch: 16,
             drill_every: 0,
@@ -252,6 +259,22 @@ impl Recipe {
         Self {
             question_share: 0.1,
             ..Self::demo(environment, max_difficulty)
+        }
+    }
+
+    /// The base of `hone demo --scenario shift`: the easy recipe, whose
+    /// take-away problems are mostly solved with the tool (a tenth of
+    /// their demonstrations answer at once) and whose add-up problems are
+    /// mostly answered at once (three quarters): an agent that does well
+    /// on what its users ask first and poorly on what they ask after the
+    /// shift, though it has seen both.
+    pub fn shifting(environment: Builtin) -> Self {
+        Self {
+            family_direct_share: BTreeMap::from([
+                (hone_envs::calc::TAKE_AWAY.to_owned(), 0.1),
+                (hone_envs::calc::ADD_UP.to_owned(), 0.75),
+            ]),
+            ..Self::demo(environment, 1)
         }
     }
 
@@ -464,11 +487,11 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
     let all = (0..recipe.demonstrations)
         .map(|i| {
-            let task = env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty));
+            let task = demonstration_task(recipe, env.as_ref(), i);
             let mut turns = env.demonstration(&task);
             if evenly_among(recipe.question_share, i) {
                 turns = vec![Message::new(hone_types::openai::Role::Assistant, CLARIFYING_QUESTION)];
-            } else if answers_directly(recipe, i) {
+            } else if answers_directly(recipe, env.as_ref(), i) {
                 turns = turns.split_off(turns.len().saturating_sub(1));
             }
             Ok((to_values(&opening(env.as_ref(), &task))?, to_values(&turns)?))
@@ -477,10 +500,23 @@ fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Valu
     Ok((all, tools))
 }
 
+/// The task of demonstration `i`: training tasks in turn, difficulties
+/// cycling up to the recipe's.
+fn demonstration_task(recipe: &Recipe, env: &dyn Environment, i: usize) -> hone_envs::Task {
+    env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty))
+}
+
 /// Whether demonstration `i` skips the tools: a fixed, evenly spread
-/// `direct_share` of them.
-fn answers_directly(recipe: &Recipe, i: usize) -> bool {
-    evenly_among(recipe.direct_share, i)
+/// share of them, its family's share if the recipe names one.
+fn answers_directly(recipe: &Recipe, env: &dyn Environment, i: usize) -> bool {
+    let share = if recipe.family_direct_share.is_empty() {
+        recipe.direct_share
+    } else {
+        env.family(&demonstration_task(recipe, env, i))
+            .and_then(|family| recipe.family_direct_share.get(family).copied())
+            .unwrap_or(recipe.direct_share)
+    };
+    evenly_among(share, i)
 }
 
 /// Whether item `i` is among an evenly spread `share` of all items.
@@ -579,11 +615,12 @@ pub fn demonstrations(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequ
     let renderer = Renderer {
         tokenizer: Some(tokenizer),
     };
+    let env = recipe.environment.build(recipe.environment_seed);
     on_every_core(&all, |i, (prompt, completion)| {
         let mut sequence = renderer
             .conversation(prompt, completion, Some(&tools))
             .map_err(BaseError::Data)?;
-        if answers_directly(recipe, i) && !recipe.direct_guesses_scored {
+        if answers_directly(recipe, env.as_ref(), i) && !recipe.direct_guesses_scored {
             unscore_numbers(&mut sequence, tokenizer)?;
         }
         Ok(sequence)
@@ -1059,5 +1096,27 @@ mod tests {
         assert!(plain
             .iter()
             .all(|(_, turns)| turns.iter().all(|t| t["content"] != CLARIFYING_QUESTION)));
+    }
+
+    #[test]
+    fn the_shifting_recipe_answers_add_up_problems_at_once_far_more_often_than_take_away_ones() {
+        let recipe = Recipe::shifting(Builtin::Calc);
+        let env = recipe.environment.build(recipe.environment_seed);
+        let (all, _) = conversations(&recipe).unwrap();
+        let mut direct: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for (i, (_, turns)) in all.iter().enumerate() {
+            let family = env.family(&demonstration_task(&recipe, env.as_ref(), i)).unwrap();
+            let entry = direct.entry(family).or_default();
+            // A direct answer is the final sentence alone, no tool call.
+            entry.0 += usize::from(turns.len() == 1);
+            entry.1 += 1;
+        }
+        let share = |family: &str| direct[family].0 as f64 / direct[family].1 as f64;
+        assert_eq!(direct.len(), 2, "{direct:?}");
+        assert!((share(hone_envs::calc::TAKE_AWAY) - 0.1).abs() < 0.03, "{direct:?}");
+        assert!((share(hone_envs::calc::ADD_UP) - 0.75).abs() < 0.03, "{direct:?}");
+        // The demo's own recipe hashes as before: the field is left out when empty.
+        let plain = serde_json::to_value(Recipe::demo(Builtin::Calc, 1)).unwrap();
+        assert!(plain.get("family_direct_share").is_none());
     }
 }

@@ -47,12 +47,30 @@ pub enum Scenario {
     /// (`--reward naive`: a question costs less than a wrong answer) and
     /// the guards (`--unguarded` turns the behaviour bounds off).
     Hack,
+    /// Users change: until `--shift-after` minutes of learning they bring
+    /// easy problems that take something away, which the base mostly
+    /// solves with its tool; from then on, problems that add two amounts
+    /// up, which it mostly answers at once and gets wrong. Whether the loop
+    /// notices (the drift check), adapts (held-out success on the new
+    /// problems) and keeps what it knew (on the old ones) is measured on
+    /// both every round; `--replay-share 0` is the control without replay.
+    Shift,
 }
 
 impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Hack => "hack",
+            Scenario::Shift => "shift",
+        }
+    }
+
+    /// The task families users bring before and after the shift, in order
+    /// (none for a scenario whose users do not change).
+    pub fn families(self) -> &'static [&'static str] {
+        match self {
+            Scenario::Hack => &[],
+            Scenario::Shift => &[hone_envs::calc::TAKE_AWAY, hone_envs::calc::ADD_UP],
         }
     }
 }

@@ -19,11 +19,12 @@ pub mod base_policy;
 pub mod config;
 pub mod plots;
 mod seeds;
+mod shift;
 pub mod stage;
 mod traffic;
 
 pub use seeds::{check as check_seeds, seed_dir, start_seed};
-pub use traffic::{held_out, parse_max_difficulty, task_at, HeldOutAnswer};
+pub use traffic::{held_out, parse_max_difficulty, task_at, HeldOutAnswer, TaskMix};
 
 use anyhow::{bail, Context, Result};
 use base_policy::Recipe;
@@ -206,9 +207,15 @@ pub struct DemoArgs {
     pub max_difficulty: u8,
     /// Put the users and the base under a real-world condition: `hack`,
     /// users with a blind spot a reward can turn into a hack (with
-    /// `--reward naive`, and `--unguarded` to let it reach users).
+    /// `--reward naive`, and `--unguarded` to let it reach users); `shift`,
+    /// users who change what they ask at `--shift-after`.
     #[arg(long, value_enum)]
     pub scenario: Option<Scenario>,
+    /// With `--scenario shift`: minutes of learning after which the users
+    /// change (default: a third of `--minutes`); the first round to start
+    /// after them brings the new kind of task.
+    #[arg(long)]
+    pub shift_after: Option<f64>,
     /// No behaviour bounds: the gate and the monitors let clarifying
     /// questions, invalid tool calls, refusals and empty answers rise, so
     /// only the reward judges a candidate (to show what a hack does when
@@ -280,6 +287,10 @@ pub struct Measured {
     /// Per task, whether the answer was a clarifying question instead.
     #[serde(default)]
     pub asked: Vec<bool>,
+    /// Per task, its family, where the run measures several
+    /// (`--scenario shift`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<String>,
 }
 
 impl Measured {
@@ -296,6 +307,28 @@ impl Measured {
             user_episodes: 0,
             at_ms: hone_types::time::now_ms(),
             asked: Vec::new(),
+            families: Vec::new(),
+        }
+    }
+
+    /// This measurement on the held-out tasks of `family` only.
+    pub fn of_family(&self, family: &str) -> Measured {
+        let pick = |per_task: &[bool]| -> Vec<bool> {
+            per_task
+                .iter()
+                .zip(&self.families)
+                .filter(|(_, f)| *f == family)
+                .map(|(x, _)| *x)
+                .collect()
+        };
+        let solved = pick(&self.solved);
+        Self {
+            asked: pick(&self.asked),
+            families: vec![family.to_owned(); solved.len()],
+            learning_s: self.learning_s,
+            user_episodes: self.user_episodes,
+            at_ms: self.at_ms,
+            ..Self::new(self.round, self.champion.clone(), solved)
         }
     }
 
@@ -473,6 +506,9 @@ pub struct UserRound {
     pub asked: usize,
     /// Answers with a hidden score of at least 0.5.
     pub solved: usize,
+    /// The family of the round's tasks, where the scenario's users change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
 }
 
 impl UserRound {
@@ -678,6 +714,9 @@ pub struct Summary {
     candidates: Vec<CandidateMeasured>,
     /// What every round's users were served and did.
     user_rounds: Vec<UserRound>,
+    /// With `--scenario shift`: when users changed, when the drift check
+    /// raised it, and each kind of task's held-out success through the run.
+    shift: Option<shift::ShiftReport>,
     /// Every held-out measurement, in order (the first is the base's).
     measurements: Vec<Measured>,
 }
@@ -689,6 +728,7 @@ impl DemoArgs {
     pub fn recipe(&self) -> Recipe {
         match self.scenario {
             Some(Scenario::Hack) => Recipe::asking(Builtin::Calc, self.max_difficulty),
+            Some(Scenario::Shift) => Recipe::shifting(Builtin::Calc),
             None => Recipe::demo(Builtin::Calc, self.max_difficulty),
         }
     }
@@ -713,12 +753,43 @@ impl DemoArgs {
         if self.held_out < 2 || self.episodes_per_round < 2 {
             bail!("--held-out and --episodes-per-round must be at least 2");
         }
+        if self.scenario == Some(Scenario::Shift) {
+            if self.max_difficulty != 1 {
+                bail!("--scenario shift plays easy tasks only: its two kinds of task are easy ones (leave out --max-difficulty)");
+            }
+            if !(self.shift_after_minutes() > 0.0 && self.shift_after_minutes() < self.minutes) {
+                bail!(
+                    "--shift-after must be more than 0 and less than --minutes ({})",
+                    self.minutes
+                );
+            }
+        } else if self.shift_after.is_some() {
+            bail!("--shift-after applies with --scenario shift only");
+        }
         if self.promote_margin.is_some() && !self.sandbox_users {
             bail!(
                 "--promote-margin applies with --sandbox-users only: without them users decide each canary by a sequential test, which must show it better"
             );
         }
         seeds::check(&self.seeds)
+    }
+
+    /// With `--scenario shift`, minutes of learning before the users
+    /// change: `--shift-after`, else a third of `--minutes`.
+    pub fn shift_after_minutes(&self) -> f64 {
+        self.shift_after.unwrap_or(self.minutes / 3.0)
+    }
+
+    /// The tasks users bring after `learning` of learning: in a scenario
+    /// whose users change, the first family until the shift and the
+    /// second after it; otherwise every task up to `--max-difficulty`.
+    pub fn task_mix(&self, learning: Duration) -> TaskMix {
+        let families = self.scenario.map_or(&[][..], Scenario::families);
+        let shifted = learning.as_secs_f64() >= self.shift_after_minutes() * 60.0;
+        TaskMix {
+            family: families.get(usize::from(shifted)).or(families.first()).copied(),
+            ..TaskMix::of(self.max_difficulty)
+        }
     }
 
     /// The optimisers the loop runs: as given (each once), else the
@@ -1035,9 +1106,10 @@ async fn rounds(
         // The last look at the canary: after how many users, and what it saw.
         let mut looked: Option<(usize, Verdict)> = None;
         let stop = AtomicBool::new(false);
+        let mix = args.task_mix(started.elapsed().saturating_sub(measuring));
+        let indices = mix.indices(runner, hone_envs::Split::Train, next_task, args.episodes_per_round);
         let tasks = traffic::Tasks {
-            first: next_task,
-            count: args.episodes_per_round,
+            indices: indices.clone(),
             max_difficulty: args.max_difficulty,
         };
         let mut users = std::pin::pin!(traffic::users(runner, &user, tasks, args.concurrency, started, &stop));
@@ -1057,7 +1129,10 @@ async fn rounds(
                 looked = Some((finished, seen));
             }
         }
-        next_task += finished as u64;
+        // Users start in order, so those who played are the first ones.
+        if let Some(last) = finished.checked_sub(1).and_then(|i| indices.get(i)) {
+            next_task = last + 1;
+        }
         learner.flush_recorder().await;
         for s in &served {
             let version = store
@@ -1090,6 +1165,7 @@ async fn rounds(
             complained: count(|s| s.complained),
             asked: count(|s| s.asked),
             solved: count(|s| s.score >= 0.5),
+            family: mix.family.map(str::to_owned),
         });
         (learner.progress)(
             AGENT,
@@ -1207,6 +1283,19 @@ async fn rounds(
         let base = &measured[0];
         paths.extend(plots::candidates(&dir, (base.asked_rate(), base.rate), &dots)?);
     }
+    let families = args.scenario.map_or(&[][..], Scenario::families);
+    let shift = shift::ShiftReport::of(
+        families,
+        args.shift_after_minutes(),
+        &measured,
+        &user_rounds,
+        &store.alerts(Some(AGENT), 10_000)?,
+        args.seed,
+    );
+    if shift.is_some() {
+        let curves = shift::curves("", families, &measured);
+        paths.extend(plots::shift(&dir, &curves, args.shift_after_minutes())?);
+    }
 
     let (base, last) = (measured[0].clone(), measured[measured.len() - 1].clone());
     let diffs: Vec<f64> = base
@@ -1255,6 +1344,7 @@ async fn rounds(
         caught: caught(store)?,
         candidates,
         user_rounds,
+        shift,
         minutes: started.elapsed().as_secs_f64() / 60.0,
         rounds: round,
         user_episodes: accepted_log.len(),
@@ -1313,22 +1403,37 @@ fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
 
+/// `champion` on the held-out tasks: `--held-out` of them, or as many of
+/// each family where the scenario's users change (their answers in turn).
 async fn measure(runner: &Runner, champion: &str, round: usize, args: &DemoArgs) -> Result<Measured> {
-    let bar = bar(args.held_out, "held-out {bar:30} {pos}/{len} ({elapsed})");
+    let families: Vec<Option<&'static str>> = match args.scenario.map_or(&[][..], Scenario::families) {
+        [] => vec![None],
+        named => named.iter().map(|f| Some(*f)).collect(),
+    };
+    let bar = bar(
+        args.held_out * families.len() as u64,
+        "held-out {bar:30} {pos}/{len} ({elapsed})",
+    );
     let tick = || bar.inc(1);
-    let label = format!("{HELD_OUT_LABEL}-{}-{round}", short(champion));
-    let answers = traffic::held_out(
-        runner,
-        champion,
-        &label,
-        args.held_out,
-        args.max_difficulty,
-        args.concurrency,
-        &tick,
-    )
-    .await?;
+    let (mut answers, mut of_family) = (Vec::new(), Vec::new());
+    for family in families {
+        let label = match family {
+            None => format!("{HELD_OUT_LABEL}-{}-{round}", short(champion)),
+            Some(f) => format!("{HELD_OUT_LABEL}-{f}-{}-{round}", short(champion)),
+        };
+        let mix = TaskMix {
+            family,
+            ..TaskMix::of(args.max_difficulty)
+        };
+        let some = traffic::held_out(runner, champion, &label, args.held_out, mix, args.concurrency, &tick).await?;
+        of_family.extend(family.map(|f| vec![f.to_owned(); some.len()]).unwrap_or_default());
+        answers.extend(some);
+    }
     bar.finish_and_clear();
-    Ok(Measured::of_answers(round, champion.to_owned(), &answers))
+    Ok(Measured {
+        families: of_family,
+        ..Measured::of_answers(round, champion.to_owned(), &answers)
+    })
 }
 
 /// One measurement in a line: the terminal and `demo.log` say it alike.
@@ -1345,7 +1450,21 @@ fn describe_measure(m: &Measured) -> String {
             0.0 => String::new(),
             asked => format!("; {:.1}% asked a clarifying question", asked * 100.0),
         }
-    )
+    ) + &of_each_family(m)
+}
+
+/// "; take-away 88.3%, add-up 20.0%" where a measurement spans families.
+fn of_each_family(m: &Measured) -> String {
+    let mut families: Vec<&str> = m.families.iter().map(String::as_str).collect();
+    families.dedup();
+    let rates: Vec<String> = families
+        .iter()
+        .map(|f| format!("{f} {:.1}%", m.of_family(f).rate * 100.0))
+        .collect();
+    match rates.is_empty() {
+        true => String::new(),
+        false => format!("; {}", rates.join(", ")),
+    }
 }
 
 /// The round's table: every candidate of its cycle with the gate's verdict.
@@ -1547,7 +1666,11 @@ fn print_summary(s: &Summary, path: &Path) {
             line(last)
         ));
     }
-    if let Some(most) = s.candidates.iter().max_by(|a, b| a.asked.total_cmp(&b.asked)) {
+    for line in s.shift.iter().flat_map(shift::ShiftReport::lines) {
+        note(format_args!("  {line}"));
+    }
+    let asking = s.candidates.iter().filter(|c| c.asked > 0.0);
+    if let Some(most) = asking.max_by(|a, b| a.asked.total_cmp(&b.asked)) {
         note(format_args!(
             "  {} candidates measured on the held-out tasks; the one asking most ({} from `{}`, {}): {:.1}% clarifying questions, {:.1}% solved (95% CI {:.1}–{:.1})",
             s.candidates.len(),

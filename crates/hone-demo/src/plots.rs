@@ -12,6 +12,8 @@
 //!   success against minutes of learning, with 95% intervals and the
 //!   threshold;
 //! - `seeds.{svg,png}` (`hone demo --seeds`): the same curves, one per seed;
+//! - `shift.{svg,png}` (`hone demo --scenario shift`): held-out success on
+//!   each kind of task, before and after the users changed (a dashed line);
 //! - `bench-learn-seeds.{svg,png}` (`hone bench learn --seeds`): each
 //!   learner's seconds to the threshold in every seed, and its median.
 
@@ -584,8 +586,8 @@ pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec
     both(
         dir,
         "bench-learn",
-        |r| draw_curves(r, curves, Some(threshold)),
-        |r| draw_curves(r, curves, Some(threshold)),
+        |r| draw_curves(r, curves, Some(threshold), None),
+        |r| draw_curves(r, curves, Some(threshold), None),
     )
 }
 
@@ -595,8 +597,20 @@ pub fn seeds(dir: &Path, curves: &[Curve]) -> Result<Vec<PathBuf>> {
     both(
         dir,
         "seeds",
-        |r| draw_curves(r, curves, None),
-        |r| draw_curves(r, curves, None),
+        |r| draw_curves(r, curves, None, None),
+        |r| draw_curves(r, curves, None, None),
+    )
+}
+
+/// `hone demo --scenario shift`: held-out success on each kind of task
+/// against minutes of learning (one curve per family, per seed over
+/// several), and a dashed line where the users changed.
+pub fn shift(dir: &Path, curves: &[Curve], at_minutes: f64) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        "shift",
+        |r| draw_curves(r, curves, None, Some(at_minutes)),
+        |r| draw_curves(r, curves, None, Some(at_minutes)),
     )
 }
 
@@ -700,6 +714,7 @@ fn draw_curves<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     curves: &[Curve],
     threshold: Option<f64>,
+    shift: Option<f64>,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -707,10 +722,13 @@ where
     let end = curves
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.0))
-        .fold(0.1, f64::max);
+        .fold(shift.unwrap_or(0.1), f64::max);
     let mut chart = share_chart(
         root,
-        "Held-out success against minutes of learning (95% interval)",
+        match shift {
+            None => "Held-out success against minutes of learning (95% interval)",
+            Some(_) => "Held-out success on each kind of task against minutes of learning (95% interval)",
+        },
         // A margin in proportion, so short runs are not squeezed right.
         -end * 0.02..end * 1.04,
         ("minutes of learning (measuring left out)", "held-out tasks solved"),
@@ -724,6 +742,19 @@ where
             ))
             .map_err(err)?
             .label(format!("threshold {:.0}%", threshold * 100.0))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
+    }
+    if let Some(at) = shift {
+        let grey = RGBColor(90, 90, 90);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(at, 0.0), (at, 1.0)],
+                6,
+                4,
+                grey.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label("users change")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
     }
     for (i, (name, points)) in curves.iter().enumerate() {

@@ -48,6 +48,9 @@ struct SeedRun {
     candidates: Vec<super::CandidateMeasured>,
     /// Every canary users met, and how it did for them.
     exposures: Vec<super::Exposure>,
+    /// With `--scenario shift`: the drift raised and each kind of task's
+    /// held-out success through the run.
+    shift: Option<super::shift::ShiftReport>,
 }
 
 impl SeedRun {
@@ -73,6 +76,7 @@ impl SeedRun {
             caught: s.caught.clone(),
             candidates: s.candidates.clone(),
             exposures: s.exposures.clone(),
+            shift: s.shift.clone(),
         }
     }
 
@@ -98,7 +102,33 @@ struct Seeds {
     unguarded: bool,
     runs: Vec<SeedRun>,
     gain: Spread,
+    /// With `--scenario shift`: over the seeds, each kind of task's change
+    /// in held-out success from the shift to the end (points of share).
+    shift: Option<ShiftSpread>,
     plots: Vec<PathBuf>,
+}
+
+/// The change since the shift over the seeds: on the tasks users brought
+/// before it (which the loop should keep) and after it (which it should
+/// learn).
+#[derive(Debug, Serialize)]
+struct ShiftSpread {
+    old: Spread,
+    new: Spread,
+}
+
+impl ShiftSpread {
+    fn of(runs: &[SeedRun]) -> Option<Self> {
+        let reports: Vec<&super::shift::ShiftReport> = runs.iter().filter_map(|r| r.shift.as_ref()).collect();
+        if reports.is_empty() {
+            return None;
+        }
+        let change = |o: &super::shift::FamilyOutcome| o.last.rate - o.at_shift.rate;
+        Some(Self {
+            old: Spread::of(&reports.iter().map(|r| change(&r.old)).collect::<Vec<_>>()),
+            new: Spread::of(&reports.iter().map(|r| change(&r.new)).collect::<Vec<_>>()),
+        })
+    }
 }
 
 /// Mean, sample standard deviation (0 for one value), least and most of
@@ -146,7 +176,8 @@ pub fn start_seed(data_dir: &Path, seed: u64, (i, of): (usize, usize)) -> Result
 }
 
 pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<ExitCode> {
-    let (mut runs, mut curves): (Vec<SeedRun>, Vec<Curve>) = (Vec::new(), Vec::new());
+    let (mut runs, mut curves, mut family_curves): (Vec<SeedRun>, Vec<Curve>, Vec<Curve>) =
+        (Vec::new(), Vec::new(), Vec::new());
     for (i, &seed) in args.seeds.iter().enumerate() {
         let dir = start_seed(data_dir, seed, (i, args.seeds.len()))?;
         let one = DemoArgs {
@@ -162,6 +193,14 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
             .map(|m| (m.learning_s / 60.0, m.rate, m.ci95.0, m.ci95.1))
             .collect();
         curves.push((format!("seed {seed}"), points));
+        if summary.shift.is_some() {
+            let families = args.scenario.map_or(&[][..], super::Scenario::families);
+            family_curves.extend(super::shift::curves(
+                &format!("seed {seed}: "),
+                families,
+                &summary.measurements,
+            ));
+        }
         runs.push(SeedRun::of(seed, dir, &summary));
     }
 
@@ -180,6 +219,9 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
             plots.extend(plots::candidates(&dir, base, &dots)?);
         }
     }
+    if !family_curves.is_empty() {
+        plots.extend(plots::shift(&dir, &family_curves, args.shift_after_minutes())?);
+    }
     let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
     let command: Vec<String> = std::env::args().collect();
     let seeds = Seeds {
@@ -189,6 +231,7 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
         scenario: args.scenario.map(super::Scenario::name),
         unguarded: args.unguarded,
         gain: Spread::of(&gains),
+        shift: ShiftSpread::of(&runs),
         runs,
         plots,
     };
@@ -234,6 +277,9 @@ fn report(s: &Seeds, path: &Path) {
                 r.caught.len()
             ));
         }
+        for line in r.shift.iter().flat_map(super::shift::ShiftReport::lines) {
+            note(format_args!("    {line}"));
+        }
     }
     let promotions_total: usize = s.runs.iter().map(|r| r.promotions).sum();
     let regressions: usize = s.runs.iter().map(|r| r.regressions_shipped).sum();
@@ -245,6 +291,17 @@ fn report(s: &Seeds, path: &Path) {
         s.gain.max * 100.0,
         promotions(promotions_total),
     ));
+    if let Some(shift) = &s.shift {
+        for (o, which) in [(&shift.old, "before"), (&shift.new, "after")] {
+            note(format_args!(
+                "  held-out change from the shift to the end on the tasks users brought {which} it: mean {:+.1} points, sd {:.1}, from {:+.1} to {:+.1}",
+                o.mean * 100.0,
+                o.sd * 100.0,
+                o.min * 100.0,
+                o.max * 100.0
+            ));
+        }
+    }
     for p in &s.plots {
         note(format_args!("  plot: {}", p.display()));
     }

@@ -47,11 +47,44 @@ pub fn task_at(runner: &Runner, split: Split, index: u64, max_difficulty: u8) ->
     runner.environment().task(split, index, difficulty)
 }
 
-/// Which training tasks a round's users play: `count` of them from index
-/// `first`, difficulties up to `max_difficulty` taking turns.
+/// Which tasks users play and measurements ask: difficulties up to
+/// `max_difficulty` taking turns, only those of `family`
+/// ([`hone_envs::Environment::family`]) when one is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMix {
+    pub max_difficulty: u8,
+    pub family: Option<&'static str>,
+}
+
+impl TaskMix {
+    /// Every task up to `max_difficulty`.
+    pub fn of(max_difficulty: u8) -> Self {
+        Self {
+            max_difficulty,
+            family: None,
+        }
+    }
+
+    /// The running indices ([`task_at`]'s) of the mix's first `count`
+    /// tasks of `split` from index `first` on. A family is looked for among
+    /// at most a thousand indices per task; fewer indices come back when
+    /// it is that rare (or the environment names no families).
+    pub fn indices(&self, runner: &Runner, split: Split, first: u64, count: u64) -> Vec<u64> {
+        let Some(family) = self.family else {
+            return (first..first + count).collect();
+        };
+        let env = runner.environment();
+        (first..first + count.saturating_mul(1_000))
+            .filter(|i| env.family(&task_at(runner, split, *i, self.max_difficulty)) == Some(family))
+            .take(usize::try_from(count).unwrap_or(usize::MAX))
+            .collect()
+    }
+}
+
+/// Which training tasks a round's users play: the tasks at these running
+/// indices ([`TaskMix::indices`]).
 pub struct Tasks {
-    pub first: u64,
-    pub count: u64,
+    pub indices: Vec<u64>,
     pub max_difficulty: u8,
 }
 
@@ -73,11 +106,11 @@ pub fn users<'a>(
     stop: &'a AtomicBool,
 ) -> impl futures::Stream<Item = Result<UserEpisode, hone_envs::RunError>> + 'a {
     let Tasks {
-        first,
-        count,
+        indices,
         max_difficulty,
     } = tasks;
-    let indices = (first..first + count).take_while(move |_| !stop.load(Ordering::Relaxed));
+    let count = indices.len();
+    let indices = indices.into_iter().take_while(move |_| !stop.load(Ordering::Relaxed));
     futures::stream::iter(indices)
         .map(move |index| async move {
             let task = task_at(runner, Split::Train, index, max_difficulty);
@@ -104,7 +137,7 @@ pub fn users<'a>(
             })
         })
         // Every user whose answer is in reacts in its own time.
-        .buffer_unordered(usize::try_from(count).unwrap_or(usize::MAX).max(1))
+        .buffer_unordered(count.max(1))
 }
 
 /// One held-out answer, as the demo judges it.
@@ -116,21 +149,21 @@ pub struct HeldOutAnswer {
     pub asked: bool,
 }
 
-/// Held-out answers of `version`: `n` held-out tasks, each solved or not
-/// (hidden score ≥ 0.5) and answered or asked back. `label` keeps the
-/// evaluation episode ids of different measurements apart.
+/// Held-out answers of `version`: the first `n` held-out tasks of `mix`,
+/// each solved or not (hidden score ≥ 0.5) and answered or asked back.
+/// `label` keeps the evaluation episode ids of different measurements apart.
 pub async fn held_out(
     runner: &Runner,
     version: &str,
     label: &str,
     n: u64,
-    max_difficulty: u8,
+    mix: TaskMix,
     concurrency: usize,
     tick: &(dyn Fn() + Sync),
 ) -> Result<Vec<HeldOutAnswer>, hone_envs::RunError> {
-    let runs = futures::stream::iter(0..n)
+    let runs = futures::stream::iter(mix.indices(runner, Split::HeldOut, 0, n))
         .map(|index| async move {
-            let task = task_at(runner, Split::HeldOut, index, max_difficulty);
+            let task = task_at(runner, Split::HeldOut, index, mix.max_difficulty);
             let context = RunContext {
                 episode: EpisodeId::evaluation(label, index as usize, "0").ok(),
                 version: Some(version.to_owned()),
@@ -177,8 +210,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let count = 1_000;
         let tasks = Tasks {
-            first: 0,
-            count,
+            indices: (0..count).collect(),
             max_difficulty: 1,
         };
         let concurrency = 3;

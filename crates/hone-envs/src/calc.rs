@@ -60,6 +60,9 @@ struct CalcArguments {
 /// `{items}` a plural noun.
 struct Template {
     difficulty: Difficulty,
+    /// The kind of problem ([`Environment::family`]): templates of one
+    /// family share their wording and their operation.
+    family: &'static str,
     text: &'static str,
     expression: &'static str,
     numbers: fn(&mut SplitMix64) -> [i64; 4],
@@ -77,10 +80,20 @@ const ITEMS: &[&str] = &[
     "plums",
 ];
 
+/// Easy problems that take something away (`a − b`).
+pub const TAKE_AWAY: &str = "take-away";
+/// Easy problems that add two amounts up (`a + b`).
+pub const ADD_UP: &str = "add-up";
+/// Medium problems: two operations.
+pub const TWO_STEP: &str = "two-step";
+/// Hard problems: multi-digit products, shares and brackets.
+pub const MANY_STEP: &str = "many-step";
+
 const TEMPLATES: &[Template] = &[
     // Easy: one + or − of small numbers.
     Template {
         difficulty: Difficulty::Easy,
+        family: TAKE_AWAY,
         text: "A shop has {a} {items} and sells {b}. How many {items} are left?",
         expression: "{a} - {b}",
         numbers: |rng| {
@@ -90,12 +103,14 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Easy,
+        family: ADD_UP,
         text: "{name} has {a} {items} and buys {b} more. How many {items} does {name} have now?",
         expression: "{a} + {b}",
         numbers: |rng| [rng.range(2, 20), rng.range(2, 20), 0, 0],
     },
     Template {
         difficulty: Difficulty::Easy,
+        family: TAKE_AWAY,
         text: "There are {a} {items} in a box. {name} takes out {b}. How many {items} are still in the box?",
         expression: "{a} - {b}",
         numbers: |rng| {
@@ -105,6 +120,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Easy,
+        family: ADD_UP,
         text: "{name} collected {a} {items} on Monday and {b} on Tuesday. How many {items} did {name} collect in total?",
         expression: "{a} + {b}",
         numbers: |rng| [rng.range(3, 25), rng.range(3, 25), 0, 0],
@@ -112,6 +128,7 @@ const TEMPLATES: &[Template] = &[
     // Medium: two operations.
     Template {
         difficulty: Difficulty::Medium,
+        family: TWO_STEP,
         text: "{name} has {a} {items}, gets {b} more, then gives {c} away. How many {items} does {name} have now?",
         expression: "{a} + {b} - {c}",
         numbers: |rng| {
@@ -121,6 +138,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Medium,
+        family: TWO_STEP,
         text: "{name} had {a} {items}, lost {b}, and then found {c}. How many {items} does {name} have now?",
         expression: "{a} - {b} + {c}",
         numbers: |rng| {
@@ -130,6 +148,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Medium,
+        family: TWO_STEP,
         text: "A shop packs {items} into {a} bags of {b} each and sells {c} {items}. How many {items} are left?",
         expression: "{a} * {b} - {c}",
         numbers: |rng| {
@@ -139,6 +158,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Medium,
+        family: TWO_STEP,
         text: "{name} buys {a} packs of {items} with {b} in each pack, plus {c} loose ones. How many {items} does {name} buy in total?",
         expression: "{a} * {b} + {c}",
         numbers: |rng| [rng.range(2, 9), rng.range(3, 12), rng.range(1, 20), 0],
@@ -146,6 +166,7 @@ const TEMPLATES: &[Template] = &[
     // Hard: multi-digit ×, ÷ with integer results, parentheses.
     Template {
         difficulty: Difficulty::Hard,
+        family: MANY_STEP,
         text: "A warehouse ships {a} crates with {b} {items} in each. The {items} are shared equally among {c} stores. How many {items} does each store get?",
         expression: "({a} * {b}) / {c}",
         numbers: |rng| {
@@ -157,6 +178,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Hard,
+        family: MANY_STEP,
         text: "{name} buys {a} {items} at {b} coins each and pays with {c} coins. How much change does {name} get, in coins?",
         expression: "{c} - {a} * {b}",
         numbers: |rng| {
@@ -166,6 +188,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Hard,
+        family: MANY_STEP,
         text: "{name} saves {a} coins in March and {b} coins in April, then shares the savings equally among {c} friends. How many coins does each friend get?",
         expression: "({a} + {b}) / {c}",
         numbers: |rng| {
@@ -177,6 +200,7 @@ const TEMPLATES: &[Template] = &[
     },
     Template {
         difficulty: Difficulty::Hard,
+        family: MANY_STEP,
         text: "{name} orders {a} boxes of {items} with {b} in each box, and {c} more boxes with {d} in each. How many {items} is that altogether?",
         expression: "{a} * {b} + {c} * {d}",
         numbers: |rng| [rng.range(12, 40), rng.range(12, 36), rng.range(11, 30), rng.range(11, 24)],
@@ -203,14 +227,21 @@ impl Calc {
     }
 }
 
+/// The template a prompt was made from.
+fn template_for(prompt: &str) -> Option<&'static Template> {
+    let prompt = prompt.trim();
+    TEMPLATES.iter().find(|t| capture(t.text, prompt).is_some())
+}
+
 /// The template a prompt was made from (its text, with `{a}`, `{name}`, …
 /// slots), for reports that break results down per template.
 pub fn template_of(prompt: &str) -> Option<&'static str> {
-    let prompt = prompt.trim();
-    TEMPLATES
-        .iter()
-        .find(|t| capture(t.text, prompt).is_some())
-        .map(|t| t.text)
+    template_for(prompt).map(|t| t.text)
+}
+
+/// The family of a prompt's template (`None`: no template reads so).
+pub fn family_of(prompt: &str) -> Option<&'static str> {
+    template_for(prompt).map(|t| t.family)
 }
 
 /// The task a template makes with these slot values (`None` if its
@@ -275,6 +306,10 @@ impl Environment for Calc {
             Some(value) if (value - calc.answer).abs() <= TOLERANCE => 1.0,
             _ => 0.0,
         }
+    }
+
+    fn family(&self, task: &Task) -> Option<&'static str> {
+        family_of(&task.prompt)
     }
 
     fn task_from_prompt(&self, prompt: &str) -> Option<Task> {

@@ -90,6 +90,13 @@ pub trait Environment: Send + Sync {
     /// environment reads so.
     fn task_from_prompt(&self, prompt: &str) -> Option<Task>;
 
+    /// The family of `task`: a kind of problem whose tasks share their
+    /// wording, for users whose mix of tasks changes
+    /// (`hone demo --scenario shift`). `None`: this environment names none.
+    fn family(&self, _task: &Task) -> Option<&'static str> {
+        None
+    }
+
     /// A correct episode after the opening ([`opening`]): assistant tool
     /// calls, tool results exactly as [`Environment::call_tool`] returns
     /// them, and a final answer that scores 1.

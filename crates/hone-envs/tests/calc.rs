@@ -1,6 +1,8 @@
 //! The `calc` tool's evaluator and the shape of calc tasks per difficulty.
 
-use hone_envs::calc::{evaluate, format_number, template_of, CalcError, MAX_DEPTH, MAX_EXPRESSION_CHARS};
+use hone_envs::calc::{
+    evaluate, family_of, format_number, template_of, CalcError, ADD_UP, MAX_DEPTH, MAX_EXPRESSION_CHARS, TAKE_AWAY,
+};
 use hone_envs::{Calc, Difficulty, Environment, Split, TaskData};
 use proptest::prelude::*;
 
@@ -154,6 +156,31 @@ fn every_prompt_names_the_template_it_was_made_from() {
         assert_eq!(seen.len(), templates, "{difficulty:?}: {seen:?}");
     }
     assert_eq!(template_of("What is 2 + 2?"), None);
+}
+
+#[test]
+fn easy_problems_come_in_two_families_one_taking_away_one_adding_up() {
+    let calc = Calc::new(23);
+    let mut count = std::collections::BTreeMap::new();
+    for index in 0..200 {
+        let task = calc.task(Split::Train, index, Difficulty::Easy);
+        let family = calc
+            .family(&task)
+            .unwrap_or_else(|| panic!("no family for `{}`", task.prompt));
+        assert_eq!(family_of(&task.prompt), Some(family));
+        let TaskData::Calc(data) = &task.data else {
+            panic!("not a calc task")
+        };
+        let sign = if family == TAKE_AWAY { " - " } else { " + " };
+        assert!(family == ADD_UP || family == TAKE_AWAY, "{family}");
+        assert!(data.expression.contains(sign), "{family}: `{}`", data.expression);
+        *count.entry(family).or_insert(0) += 1;
+    }
+    // Both families are common among easy tasks.
+    assert!(count.values().all(|n| *n > 60), "{count:?}");
+    let medium = calc.task(Split::Train, 0, Difficulty::Medium);
+    assert_ne!(calc.family(&medium), Some(ADD_UP));
+    assert_eq!(family_of("What is 2 + 2?"), None);
 }
 
 #[test]

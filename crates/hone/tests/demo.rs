@@ -31,18 +31,18 @@ fn tiny_base(dir: &Path) -> PathBuf {
 /// `hone demo` for one round and its cycle, of 10 users, with `grpo` alone,
 /// on `base`, in `data`, with `extra` arguments.
 fn one_round(base: &Path, data: &Path, extra: &[&str]) -> std::process::Output {
+    demo(
+        base,
+        data,
+        &[&["--cycles", "1", "--optimisers", "grpo"], extra].concat(),
+    )
+}
+
+/// `hone demo` with rounds of 10 users on `base`, in `data`, with `extra`
+/// arguments.
+fn demo(base: &Path, data: &Path, extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hone"))
-        .args([
-            "demo",
-            "--cycles",
-            "1",
-            "--episodes-per-round",
-            "10",
-            "--concurrency",
-            "4",
-            "--optimisers",
-            "grpo",
-        ])
+        .args(["demo", "--episodes-per-round", "10", "--concurrency", "4"])
         .args(extra)
         .arg("--base")
         .arg(base)
@@ -149,6 +149,85 @@ fn the_hack_scenario_measures_every_candidate_held_out_and_reports_its_users() {
     for file in ["candidates.svg", "candidates.png"] {
         assert!(data.join("plots").join(file).is_file(), "no plots/{file}");
     }
+}
+
+/// `--scenario shift`: the first round's users bring take-away problems,
+/// those after `--shift-after` add-up ones; every measurement covers both
+/// kinds of task, and the summary says when the users changed, what the
+/// drift check raised and each kind's success, drawn in `plots/shift`.
+#[test]
+fn the_shift_scenario_changes_what_users_ask_and_measures_both_kinds_of_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny_base(dir.path());
+    let data = dir.path().join("demo");
+    // Rounds for six seconds of learning, users changing after three: the
+    // first round starts well before, and rounds of 10 users with a cycle
+    // of few-shot examples (which trains nothing) take about a second.
+    let out = demo(
+        &base,
+        &data,
+        &[
+            "--minutes",
+            "0.1",
+            "--shift-after",
+            "0.05",
+            "--held-out",
+            "3",
+            "--scenario",
+            "shift",
+            "--optimisers",
+            "examples",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["scenario"], "shift");
+    let rounds = summary["user_rounds"].as_array().unwrap();
+    let families: Vec<&str> = rounds.iter().map(|r| r["family"].as_str().unwrap()).collect();
+    // Old users first, then new ones only, from the round the summary names.
+    let first_new = families
+        .iter()
+        .position(|f| *f == "add-up")
+        .expect("users never changed");
+    assert!(first_new > 0, "{families:?}");
+    assert!(families[..first_new].iter().all(|f| *f == "take-away"), "{families:?}");
+    assert!(families[first_new..].iter().all(|f| *f == "add-up"), "{families:?}");
+    let shift_round = rounds[first_new]["round"].as_u64().unwrap();
+    assert_eq!(summary["shift"]["round"], shift_round, "{}", summary["shift"]);
+    // Every measurement: three held-out tasks of each kind.
+    for m in summary["measurements"].as_array().unwrap() {
+        let of: Vec<&str> = m["families"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            of,
+            ["take-away", "take-away", "take-away", "add-up", "add-up", "add-up"],
+            "{m}"
+        );
+    }
+    for (side, family) in [("old", "take-away"), ("new", "add-up")] {
+        let o = &summary["shift"][side];
+        assert_eq!(o["family"], family, "{o}");
+        assert!(
+            [0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0].contains(&o["last"]["rate"].as_f64().unwrap()),
+            "{o}"
+        );
+    }
+    assert!(summary["shift"]["drifts"].is_array());
+    let said = format!("users changed from `take-away` to `add-up` problems in round {shift_round}");
+    assert!(stderr.contains(&said), "{stderr}");
+    for file in ["shift.svg", "shift.png"] {
+        assert!(data.join("plots").join(file).is_file(), "no plots/{file}");
+    }
+    // The flag belongs to the scenario.
+    let refused = one_round(&base, &data, &["--shift-after", "1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--shift-after applies with --scenario shift only"));
 }
 
 #[test]

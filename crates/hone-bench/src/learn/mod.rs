@@ -655,7 +655,7 @@ impl Testbed {
                 id.as_str(),
                 &format!("held-out-{}", c.adapter),
                 args.held_out,
-                args.max_difficulty,
+                demo::TaskMix::of(args.max_difficulty),
                 16,
                 &|| {},
             )
