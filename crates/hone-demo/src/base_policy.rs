@@ -68,9 +68,10 @@ pub struct Recipe {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub question_share: f64,
     /// Per task family ([`Environment::family`]), the share of its
-    /// demonstrations that answer at once instead of `direct_share`: a
-    /// base that handles some kinds of task better than others (`hone
-    /// demo --scenario shift`). Empty (the default) is left out of the hash.
+    /// demonstrations that answer at once instead of `direct_share`, spread
+    /// evenly over the family's own demonstrations: a base that handles
+    /// some kinds of task better than others (`hone demo --scenario
+    /// shift`). Empty (the default) is left out of the hash.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub family_direct_share: BTreeMap<String, f64>,
     /// Steps of copy drills before the demonstrations (see [`drills`]).
@@ -262,19 +263,25 @@ impl Recipe {
         }
     }
 
-    /// The base of `hone demo --scenario shift`: the easy recipe, whose
+    /// The base of `hone demo --scenario shift`: the recipe of levels 1–2,
+    /// whose builds copy reliably (they solve 93–97% of easy held-out
+    /// tasks; its evenly spread half of direct answers falls on the medium
+    /// demonstrations, which take turns with the easy ones, so every
+    /// medium one answers at once and every easy one uses the tool). Here
     /// take-away problems are mostly solved with the tool (a tenth of
-    /// their demonstrations answer at once) and whose add-up problems are
-    /// mostly answered at once (three quarters): an agent that does well
-    /// on what its users ask first and poorly on what they ask after the
-    /// shift, though it has seen both.
+    /// their demonstrations answer at once) and add-up problems mostly
+    /// answered at once (three quarters), medium ones as before: an agent
+    /// that does well on what its users ask first and poorly on what they
+    /// ask after the shift, though it has seen both. (The easy recipe with
+    /// these shares formed no copy in three builds of three.)
     pub fn shifting(environment: Builtin) -> Self {
         Self {
             family_direct_share: BTreeMap::from([
                 (hone_envs::calc::TAKE_AWAY.to_owned(), 0.1),
                 (hone_envs::calc::ADD_UP.to_owned(), 0.75),
+                (hone_envs::calc::TWO_STEP.to_owned(), 1.0),
             ]),
-            ..Self::demo(environment, 1)
+            ..Self::demo(environment, 2)
         }
     }
 
@@ -485,13 +492,14 @@ type Conversation = (Vec<serde_json::Value>, Vec<serde_json::Value>);
 fn conversations(recipe: &Recipe) -> Result<(Vec<Conversation>, serde_json::Value)> {
     let env = recipe.environment.build(recipe.environment_seed);
     let tools = serde_json::to_value(env.tools()).map_err(|e| BaseError::Data(e.to_string()))?;
+    let direct = answering_directly(recipe, env.as_ref());
     let all = (0..recipe.demonstrations)
         .map(|i| {
             let task = demonstration_task(recipe, env.as_ref(), i);
             let mut turns = env.demonstration(&task);
             if evenly_among(recipe.question_share, i) {
                 turns = vec![Message::new(hone_types::openai::Role::Assistant, CLARIFYING_QUESTION)];
-            } else if answers_directly(recipe, env.as_ref(), i) {
+            } else if direct[i] {
                 turns = turns.split_off(turns.len().saturating_sub(1));
             }
             Ok((to_values(&opening(env.as_ref(), &task))?, to_values(&turns)?))
@@ -506,17 +514,27 @@ fn demonstration_task(recipe: &Recipe, env: &dyn Environment, i: usize) -> hone_
     env.task(Split::Train, i as u64, level_of(i, recipe.max_difficulty))
 }
 
-/// Whether demonstration `i` skips the tools: a fixed, evenly spread
-/// share of them, its family's share if the recipe names one.
-fn answers_directly(recipe: &Recipe, env: &dyn Environment, i: usize) -> bool {
-    let share = if recipe.family_direct_share.is_empty() {
-        recipe.direct_share
-    } else {
-        env.family(&demonstration_task(recipe, env, i))
-            .and_then(|family| recipe.family_direct_share.get(family).copied())
-            .unwrap_or(recipe.direct_share)
-    };
-    evenly_among(share, i)
+/// Per demonstration, whether it skips the tools: a fixed, evenly spread
+/// `direct_share` of them, or, where the recipe names families, each
+/// family's share spread evenly over that family's demonstrations.
+fn answering_directly(recipe: &Recipe, env: &dyn Environment) -> Vec<bool> {
+    if recipe.family_direct_share.is_empty() {
+        return (0..recipe.demonstrations)
+            .map(|i| evenly_among(recipe.direct_share, i))
+            .collect();
+    }
+    let mut seen: HashMap<Option<&'static str>, usize> = HashMap::new();
+    (0..recipe.demonstrations)
+        .map(|i| {
+            let family = env.family(&demonstration_task(recipe, env, i));
+            let share = family
+                .and_then(|f| recipe.family_direct_share.get(f).copied())
+                .unwrap_or(recipe.direct_share);
+            let k = seen.entry(family).or_default();
+            *k += 1;
+            evenly_among(share, *k - 1)
+        })
+        .collect()
 }
 
 /// Whether item `i` is among an evenly spread `share` of all items.
@@ -615,12 +633,12 @@ pub fn demonstrations(recipe: &Recipe, tokenizer: &Tokenizer) -> Result<Vec<Sequ
     let renderer = Renderer {
         tokenizer: Some(tokenizer),
     };
-    let env = recipe.environment.build(recipe.environment_seed);
+    let direct = answering_directly(recipe, recipe.environment.build(recipe.environment_seed).as_ref());
     on_every_core(&all, |i, (prompt, completion)| {
         let mut sequence = renderer
             .conversation(prompt, completion, Some(&tools))
             .map_err(BaseError::Data)?;
-        if answers_directly(recipe, env.as_ref(), i) && !recipe.direct_guesses_scored {
+        if direct[i] && !recipe.direct_guesses_scored {
             unscore_numbers(&mut sequence, tokenizer)?;
         }
         Ok(sequence)
@@ -968,11 +986,19 @@ fn ready<F: std::future::Future>(future: F) -> Result<F::Output> {
 }
 
 /// Where the demo keeps the base policy of `recipe` inside a data
-/// directory: one per environment and hardest level, so a demo on easy
-/// tasks and one on every level each keep theirs.
+/// directory: one per environment and hardest level (and scenario base),
+/// so a demo on easy tasks and one on every level each keep theirs.
 pub fn dir_in(data_dir: &Path, recipe: &Recipe) -> PathBuf {
+    // A scenario's base lives beside the plain one, not in its place.
+    let variant = if recipe.question_share > 0.0 {
+        "-asking"
+    } else if !recipe.family_direct_share.is_empty() {
+        "-by-family"
+    } else {
+        ""
+    };
     data_dir.join("models").join(format!(
-        "base-{}-levels-1-{}",
+        "base-{}-levels-1-{}{variant}",
         recipe.environment.name(),
         recipe.max_difficulty
     ))
@@ -1112,7 +1138,13 @@ mod tests {
             entry.1 += 1;
         }
         let share = |family: &str| direct[family].0 as f64 / direct[family].1 as f64;
-        assert_eq!(direct.len(), 2, "{direct:?}");
+        // Medium problems answer at once, as in the recipe of levels 1–2,
+        // whose evenly spread half of direct answers falls on them all.
+        assert_eq!(direct.len(), 3, "{direct:?}");
+        assert_eq!(share(hone_envs::calc::TWO_STEP), 1.0, "{direct:?}");
+        let levels = Recipe::demo(Builtin::Calc, 2);
+        let plain = answering_directly(&levels, env.as_ref());
+        assert!((0..levels.demonstrations).all(|i| plain[i] == (level_of(i, 2) == Difficulty::Medium)));
         assert!((share(hone_envs::calc::TAKE_AWAY) - 0.1).abs() < 0.03, "{direct:?}");
         assert!((share(hone_envs::calc::ADD_UP) - 0.75).abs() < 0.03, "{direct:?}");
         // The demo's own recipe hashes as before: the field is left out when empty.
