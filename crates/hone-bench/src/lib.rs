@@ -13,6 +13,7 @@ pub mod dataset;
 pub mod engine;
 pub mod learn;
 mod report;
+pub mod roofline;
 mod support;
 pub mod train;
 pub mod ui;

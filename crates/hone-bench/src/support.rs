@@ -1,5 +1,5 @@
 //! What `hone bench engine` and `hone bench train` share: a random
-//! checkpoint of a named preset, the Python side (the script, embedded in the
+//! checkpoint of a named preset, a figure's spread over runs, the Python side (the script, embedded in the
 //! binary, written to a temporary file, run with the given interpreter, its
 //! last stdout line parsed as JSON).
 
@@ -49,4 +49,32 @@ pub fn let_others_through(dir: &std::path::Path) -> Result<()> {
     permissions.set_mode(permissions.mode() | 0o011);
     std::fs::set_permissions(dir, permissions)?;
     Ok(())
+}
+
+/// One figure over the runs: median, least and most.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: impl Iterator<Item = f64>) -> Self {
+        let values: Vec<f64> = values.collect();
+        Self {
+            median: hone_learn::stats::median(&values).unwrap_or(f64::NAN),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// "87.0" for one run, "87.0 (85.1–88.2)" for several.
+    pub fn text(self) -> String {
+        if self.min == self.max {
+            format!("{:.1}", self.median)
+        } else {
+            format!("{:.1} ({:.1}–{:.1})", self.median, self.min, self.max)
+        }
+    }
 }

@@ -3,11 +3,14 @@
 //! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
-//! library. Prints a table with the ratios; not a test.
+//! library (candle's measured in the same run with the memory bandwidth,
+//! [`crate::roofline`]). `--runs N` repeats both sides' measurement and
+//! prints the median step with its range. Prints a table with the ratios;
+//! not a test.
 
-use crate::support::{random_checkpoint, run_json};
+use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use hone_engine::ModelConfig;
 use hone_train::data::{GrpoGroup, GrpoSample};
 use hone_train::loss::grpo::{group_advantages, GrpoOptions};
@@ -33,12 +36,15 @@ pub struct Options {
     /// Where to write the result file (the command, commit, date,
     /// machine and every table), if anywhere.
     pub out: Option<std::path::PathBuf>,
+    /// Times each side's step is measured (a fresh trainer each time).
+    pub runs: usize,
 }
 
 struct Row {
     preset: String,
-    hone_seconds: f64,
-    trl: Option<Trl>,
+    /// The median step of each run.
+    hone_seconds: Vec<f64>,
+    trl: Vec<Trl>,
     flops: f64,
     tokens: usize,
 }
@@ -55,18 +61,24 @@ struct Trl {
 pub fn run(options: Options) -> Result<ExitCode> {
     let device = hone_engine::device::by_name(&options.device)?;
     let mut out = crate::report::Report::new(options.out.clone());
-    let peak = matmul_gflops(&device)?;
+    let runs = options.runs.max(1);
+    hone_console::note(format_args!(
+        "measuring the machine's limits (memory bandwidth, matmul peak) …"
+    ));
+    let limits = crate::roofline::Limits::measure(&device)?;
+    let peak = limits.matmul_gflops;
     writeln!(
         out,
         "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
-         LoRA r={} on q,k,v,o,gate,up,down, median of {} steps",
+         LoRA r={} on q,k,v,o,gate,up,down, median of {} steps, {} run(s)",
         hone_engine::device::label(&device),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         options.group,
         options.prompt,
         options.completion,
         options.rank,
-        options.reps
+        options.reps,
+        runs
     )?;
     let mut rows = Vec::new();
     for name in &options.presets {
@@ -74,19 +86,24 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
         hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
-        let hone_seconds = hone_step(dir.path(), &device, &options, &batch)?;
+        let hone_seconds = (0..runs)
+            .map(|_| hone_step(dir.path(), &device, &options, &batch))
+            .collect::<Result<Vec<f64>>>()?;
         let trl = match (&options.python, device.is_cpu()) {
             (Some(python), true) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
-                match trl_step(python, dir.path(), &options, &batch) {
-                    Ok(t) => Some(t),
+                match (0..runs)
+                    .map(|_| trl_step(python, dir.path(), &options, &batch))
+                    .collect::<Result<Vec<Trl>>>()
+                {
+                    Ok(t) => t,
                     Err(e) => {
                         hone_console::note(format_args!("[{name}] TRL skipped: {e:#}"));
-                        None
+                        Vec::new()
                     }
                 }
             }
-            _ => None,
+            _ => Vec::new(),
         };
         rows.push(Row {
             preset: name.clone(),
@@ -96,8 +113,12 @@ pub fn run(options: Options) -> Result<ExitCode> {
             tokens: options.group * (options.prompt + options.completion),
         });
     }
-    writeln!(out, "\nmatmul peak (2048³ f32): candle {peak:.1} GFLOP/s")?;
-    for (preset, t) in rows.iter().filter_map(|r| r.trl.as_ref().map(|t| (&r.preset, t))) {
+    writeln!(
+        out,
+        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): candle {peak:.1} GFLOP/s",
+        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}"))
+    )?;
+    for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
         writeln!(
             out,
             "                        torch {:.1} GFLOP/s (measured with the {preset} run; torch {}, trl {}, {} threads)",
@@ -106,30 +127,38 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | hone step ms | TRL step ms | hone speed / TRL | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | hone step ms | TRL step ms | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
     for r in &rows {
-        let gflops = r.flops / r.hone_seconds / 1e9;
-        let (trl_ms, ratio, trl_tps, trl_gflops) = match &r.trl {
-            Some(t) => (
-                format!("{:.1}", t.step_seconds * 1e3),
-                format!("{:.2}×", t.step_seconds / r.hone_seconds),
-                format!("{:.0}", r.tokens as f64 / t.step_seconds),
-                format!(
-                    "{:.1} ({:.0}%)",
-                    r.flops / t.step_seconds / 1e9,
-                    100.0 * r.flops / t.step_seconds / 1e9 / t.matmul_gflops
-                ),
-            ),
+        let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
+        let hone = ms(&r.hone_seconds);
+        let hone_seconds = hone.median / 1e3;
+        let gflops = r.flops / hone_seconds / 1e9;
+        let (trl_ms, ratio, trl_tps, trl_gflops) = match r.trl.first() {
+            Some(first) => {
+                let trl = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
+                let trl_seconds = trl.median / 1e3;
+                (
+                    trl.text(),
+                    format!("{:.2}×", trl_seconds / hone_seconds),
+                    format!("{:.0}", r.tokens as f64 / trl_seconds),
+                    format!(
+                        "{:.1} ({:.0}%)",
+                        r.flops / trl_seconds / 1e9,
+                        100.0 * r.flops / trl_seconds / 1e9 / first.matmul_gflops
+                    ),
+                )
+            }
             None => ("—".into(), "—".into(), "—".into(), "—".into()),
         };
         writeln!(
             out,
-            "| {} | {:.1} | {trl_ms} | {ratio} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+            "| {} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
             r.preset,
-            r.hone_seconds * 1e3,
-            r.tokens as f64 / r.hone_seconds,
+            hone.text(),
+            r.flops / (peak * 1e9) * 1e3,
+            r.tokens as f64 / hone_seconds,
             100.0 * gflops / peak
         )?;
     }
@@ -265,23 +294,6 @@ fn step_flops(c: &ModelConfig, o: &Options) -> f64 {
     let attention = layers * o.group as f64 * 12.0 * t * t * q;
     let head = 4.0 * o.group as f64 * o.completion as f64 * c.vocab_size as f64 * h;
     linear + attention + head
-}
-
-/// candle's f32 matmul throughput on a 2048³ product (median of 5).
-fn matmul_gflops(device: &Device) -> Result<f64> {
-    let n = 2048;
-    let a = Tensor::randn(0f32, 1.0, (n, n), device)?;
-    let b = Tensor::randn(0f32, 1.0, (n, n), device)?;
-    for _ in 0..2 {
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
-    }
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
-        times.push(started.elapsed().as_secs_f64());
-    }
-    Ok(2.0 * (n as f64).powi(3) / median(times) / 1e9)
 }
 
 /// The median of timings taken (at least one).

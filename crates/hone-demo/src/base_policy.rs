@@ -277,8 +277,8 @@ impl Recipe {
     pub fn shifting(environment: Builtin) -> Self {
         Self {
             family_direct_share: BTreeMap::from([
-                (hone_envs::calc::TAKE_AWAY.to_owned(), 0.1),
-                (hone_envs::calc::ADD_UP.to_owned(), 0.75),
+                (hone_envs::calc::TAKE_AWAY.to_owned(), 0.0),
+                (hone_envs::calc::ADD_UP.to_owned(), 0.5),
                 (hone_envs::calc::TWO_STEP.to_owned(), 1.0),
             ]),
             ..Self::demo(environment, 2)
@@ -1145,8 +1145,8 @@ mod tests {
         let levels = Recipe::demo(Builtin::Calc, 2);
         let plain = answering_directly(&levels, env.as_ref());
         assert!((0..levels.demonstrations).all(|i| plain[i] == (level_of(i, 2) == Difficulty::Medium)));
-        assert!((share(hone_envs::calc::TAKE_AWAY) - 0.1).abs() < 0.03, "{direct:?}");
-        assert!((share(hone_envs::calc::ADD_UP) - 0.75).abs() < 0.03, "{direct:?}");
+        assert_eq!(share(hone_envs::calc::TAKE_AWAY), 0.0, "{direct:?}");
+        assert!((share(hone_envs::calc::ADD_UP) - 0.5).abs() < 0.01, "{direct:?}");
         // The demo's own recipe hashes as before: the field is left out when empty.
         let plain = serde_json::to_value(Recipe::demo(Builtin::Calc, 1)).unwrap();
         assert!(plain.get("family_direct_share").is_none());

@@ -1107,6 +1107,14 @@ async fn rounds(
         let mut looked: Option<(usize, Verdict)> = None;
         let stop = AtomicBool::new(false);
         let mix = args.task_mix(started.elapsed().saturating_sub(measuring));
+        let before = user_rounds.last().and_then(|r: &UserRound| r.family.as_deref());
+        if let (Some(before), Some(now)) = (before, mix.family) {
+            if before != now {
+                note(format_args!(
+                    "users change: from round {round} on they bring `{now}` problems instead of `{before}` ones"
+                ));
+            }
+        }
         let indices = mix.indices(runner, hone_envs::Split::Train, next_task, args.episodes_per_round);
         let tasks = traffic::Tasks {
             indices: indices.clone(),

@@ -76,11 +76,39 @@ const FEW_ROWS: usize = 16;
 
 /// `x·Wᵀ` for `x` `[rows, in]` and `W` `[out, in]`.
 pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    if x.dim(0)? <= FEW_ROWS {
-        Ok(weight.matmul(&x.t()?.contiguous()?)?.t()?.contiguous()?)
-    } else {
-        Ok(x.matmul(&weight.t()?)?)
+    let rows = x.dim(0)?;
+    if rows > FEW_ROWS {
+        return Ok(x.matmul(&weight.t()?)?);
     }
+    if let Some(y) = few_rows_on_cpu(x, weight)? {
+        return Ok(y);
+    }
+    Ok(weight.matmul(&x.t()?.contiguous()?)?.t()?.contiguous()?)
+}
+
+/// `x·Wᵀ` by [`crate::gemv`] when both are f32 on the CPU and `W` is laid
+/// out as stored and large enough (`None` otherwise, for candle to
+/// compute).
+fn few_rows_on_cpu(x: &Tensor, weight: &Tensor) -> Result<Option<Tensor>> {
+    if !x.device().is_cpu()
+        || x.dtype() != DType::F32
+        || weight.dtype() != DType::F32
+        || weight.elem_count() < crate::gemv::MIN_WEIGHTS
+    {
+        return Ok(None);
+    }
+    let (rows, width) = x.dims2()?;
+    let out = weight.dim(0)?;
+    let inputs = x.flatten_all()?.to_vec1::<f32>()?;
+    let (storage, layout) = weight.storage_and_layout();
+    let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(all)), Some((start, end))) =
+        (&*storage, layout.contiguous_offsets())
+    else {
+        return Ok(None);
+    };
+    let y = crate::gemv::few_rows_transposed(&inputs, rows, &all[start..end], width);
+    drop(storage);
+    Ok(Some(Tensor::from_vec(y, (out, rows), x.device())?.t()?.contiguous()?))
 }
 
 fn flat_dims(x: &Tensor) -> Result<(usize, usize)> {

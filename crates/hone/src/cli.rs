@@ -222,6 +222,10 @@ pub enum BenchCommand {
         /// Timed steps (the median is shown), after one warm-up step.
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Times each side is measured, each with a fresh trainer (the
+        /// median step of the runs is shown with their range).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// cpu or cuda (the TRL column is CPU only).
         #[arg(long, default_value = "cpu")]
         device: String,
@@ -251,6 +255,11 @@ pub enum BenchCommand {
         /// Timed runs per figure (the median is shown).
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// Times the whole throughput measurement is repeated, on both
+        /// sides (each figure shown as the median of the runs with their
+        /// range).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// A Python interpreter with torch and transformers, for the comparison column.
         #[arg(long, env = "HONE_BENCH_PYTHON")]
         python: Option<String>,
@@ -412,6 +421,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     completion,
                     rank,
                     reps,
+                    runs,
                     device,
                     python,
                     out,
@@ -423,6 +433,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
             completion,
             rank,
             reps,
+            runs,
             device,
             python,
             out,
@@ -466,6 +477,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     prompt,
                     new_tokens,
                     reps,
+                    runs,
                     python,
                     memory_keys,
                     device,
@@ -477,6 +489,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
             prompt,
             new_tokens,
             reps,
+            runs,
             memory_keys,
             python,
             device,

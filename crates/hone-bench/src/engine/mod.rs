@@ -6,11 +6,15 @@
 //! served through the whole engine with it off and on in the same run; and
 //! the same requests with each decode step in one part and in one part per
 //! core (`EngineOptions::decode_parts`).
+//! Every throughput is also set against the machine's limit measured in
+//! the same run ([`crate::roofline`]): decode against memory bandwidth,
+//! prefill against the matmul peak. `--runs N` repeats the whole
+//! measurement and prints each figure's median with its range.
 //! Prints tables with the ratios; not a test.
 
 mod measure;
 
-use crate::support::{random_checkpoint, run_json};
+use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::Result;
 use candle_core::DType;
 use hone_engine::Model;
@@ -44,6 +48,25 @@ pub struct Options {
     /// Where to write the result file (the command, commit, date,
     /// machine and every table), if anywhere.
     pub out: Option<std::path::PathBuf>,
+    /// Times the throughput table's measurements are repeated (each figure
+    /// printed as the median of the runs and their range).
+    pub runs: usize,
+}
+
+/// Weights a decode step reads and multiplies each row by: every layer's
+/// projections and the LM head (the embedding lookup reads one row).
+fn weights_per_token(model: &Model) -> usize {
+    let layers: usize = model
+        .layers()
+        .iter()
+        .map(|l| {
+            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                .iter()
+                .map(|p| p.weight.elem_count())
+                .sum::<usize>()
+        })
+        .sum();
+    layers + model.lm_head().elem_count()
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
@@ -55,15 +78,27 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let device = hone_engine::device::by_name(&options.device)?;
     let dtype = DType::from_str(&options.dtype).map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
     let mut out = crate::report::Report::new(options.out.clone());
+    let runs = options.runs.max(1);
     writeln!(
         out,
-        "hone bench engine — {}, {} ({} CPU threads), prompt {} tokens, {} decode steps, median of {} runs",
+        "hone bench engine — {}, {} ({} CPU threads), prompt {} tokens, {} decode steps, median of {} timed passes, {} run(s)",
         options.dtype,
         hone_engine::device::label(&device),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         settings.prompt,
         settings.new_tokens,
-        settings.reps
+        settings.reps,
+        runs
+    )?;
+    hone_console::note(format_args!(
+        "measuring the machine's limits (memory bandwidth, matmul peak) …"
+    ));
+    let limits = crate::roofline::Limits::measure(&device)?;
+    writeln!(
+        out,
+        "machine limits, same run: memory bandwidth {} GB/s (better of copy and triad, every core), f32 matmul peak {:.1} GFLOP/s (candle, 2048³)",
+        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
+        limits.matmul_gflops
     )?;
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
@@ -74,7 +109,15 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), dtype, &device)?;
-        let ours = measure(&model, settings)?;
+        let weights = weights_per_token(&model) as f64;
+        let weight_bytes = weights * dtype.size_in_bytes() as f64;
+        let mut ours = Vec::with_capacity(runs);
+        for run in 0..runs {
+            if runs > 1 {
+                hone_console::note(format_args!("[{name}] run {} of {runs} …", run + 1));
+            }
+            ours.push(measure(&model, settings)?);
+        }
         for keys in &options.memory_keys {
             hone_console::note(format_args!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
             for figures in measure_memory(&model, settings, *keys)? {
@@ -103,7 +146,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let theirs = match &options.python {
             Some(python) => {
                 hone_console::note(format_args!("[{name}] measuring transformers ({python}) …"));
-                match transformers(python, dir.path(), settings, &options) {
+                let measured: Result<Vec<Figures>> = (0..runs)
+                    .map(|_| transformers(python, dir.path(), settings, &options))
+                    .collect();
+                match measured {
                     Ok(figures) => Some(figures),
                     Err(e) => {
                         hone_console::note(format_args!("[{name}] transformers skipped: {e:#}"));
@@ -113,33 +159,49 @@ pub fn run(options: Options) -> Result<ExitCode> {
             }
             None => None,
         };
-        rows.push((name.clone(), ours, theirs));
+        let roofline = [
+            limits.prefill(weights),
+            limits.prefill(weights),
+            limits.decode(1, weight_bytes, weights).unwrap_or(f64::NAN),
+            limits.decode(8, weight_bytes, weights).unwrap_or(f64::NAN),
+        ];
+        rows.push((name.clone(), ours, theirs, roofline, weight_bytes));
     }
     writeln!(out)?;
     writeln!(
         out,
-        "| model | metric | hone-engine tok/s | transformers tok/s | hone / transformers |"
+        "Roofline: prefill at the matmul peak (2 flops a weight a token); decode at the bandwidth (the weights read once a step, shared by its rows) or the peak, whichever binds."
     )?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    for (name, ours, theirs) in &rows {
-        let metrics = [
-            ("prefill b1", ours.prefill_b1, theirs.map(|t| t.prefill_b1)),
-            ("prefill b8", ours.prefill_b8, theirs.map(|t| t.prefill_b8)),
-            ("decode b1", ours.decode_b1, theirs.map(|t| t.decode_b1)),
-            ("decode b8", ours.decode_b8, theirs.map(|t| t.decode_b8)),
-        ];
-        for (metric, us, them) in metrics {
-            let (them_text, ratio) = match them {
-                Some(t) => (format!("{t:.1}"), format!("{:.2}×", us / t)),
-                None => ("–".into(), "–".into()),
-            };
-            writeln!(out, "| {name} | {metric} | {us:.1} | {them_text} | {ratio} |")?;
+    writeln!(
+        out,
+        "| model | metric | hone-engine tok/s | transformers tok/s | hone / transformers | roofline tok/s | hone of roofline | transformers of roofline |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    let pick: [fn(&Figures) -> f64; 4] = [|f| f.prefill_b1, |f| f.prefill_b8, |f| f.decode_b1, |f| f.decode_b8];
+    for (name, ours, theirs, roofline, weight_bytes) in &rows {
+        let names = ["prefill b1", "prefill b8", "decode b1", "decode b8"];
+        for ((metric, get), limit) in names.iter().zip(pick).zip(roofline) {
+            let us = Spread::of(ours.iter().map(get));
+            let them = theirs.as_ref().map(|t| Spread::of(t.iter().map(get)));
+            let limit = Some(*limit).filter(|l| l.is_finite());
+            writeln!(
+                out,
+                "| {name} | {metric} | {} | {} | {} | {} | {} | {} |",
+                us.text(),
+                them.map_or("–".into(), Spread::text),
+                them.map_or("–".into(), |t| format!("{:.2}×", us.median / t.median)),
+                limit.map_or("–".into(), |l| format!("{l:.1}")),
+                crate::roofline::percent(us.median, limit),
+                them.map_or("–".into(), |t| crate::roofline::percent(t.median, limit)),
+            )?;
         }
+        let ratio = |f: &[Figures]| Spread::of(f.iter().map(|f| f.decode_b8 / f.decode_b1)).median;
         writeln!(
             out,
-            "| {name} | batch-8 / batch-1 decode | {:.2}× | {} | |",
-            ours.decode_b8 / ours.decode_b1,
-            theirs.map_or("–".into(), |t| format!("{:.2}×", t.decode_b8 / t.decode_b1))
+            "| {name} | batch-8 / batch-1 decode | {:.2}× | {} | | {:.2} GB of weights a step | | |",
+            ratio(ours),
+            theirs.as_deref().map_or("–".into(), |t| format!("{:.2}×", ratio(t))),
+            weight_bytes / 1e9
         )?;
     }
     if !memory_rows.is_empty() {
