@@ -69,12 +69,12 @@ impl Spread {
         }
     }
 
-    /// "87.0" for one run, "87.0 (85.1–88.2)" for several.
-    pub fn text(self) -> String {
+    /// The range over the runs, "85.1–88.2" ("–" for one run).
+    pub fn range(self) -> String {
         if self.min == self.max {
-            format!("{:.1}", self.median)
+            "–".to_owned()
         } else {
-            format!("{:.1} ({:.1}–{:.1})", self.median, self.min, self.max)
+            format!("{:.1}–{:.1}", self.min, self.max)
         }
     }
 }

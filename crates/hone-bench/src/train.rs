@@ -127,9 +127,9 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | hone step ms | TRL step ms | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for r in &rows {
         let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
         let hone = ms(&r.hone_seconds);
@@ -140,7 +140,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
                 let trl = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
                 let trl_seconds = trl.median / 1e3;
                 (
-                    trl.text(),
+                    format!("{:.1} | {}", trl.median, trl.range()),
                     format!("{:.2}×", trl_seconds / hone_seconds),
                     format!("{:.0}", r.tokens as f64 / trl_seconds),
                     format!(
@@ -150,13 +150,14 @@ pub fn run(options: Options) -> Result<ExitCode> {
                     ),
                 )
             }
-            None => ("—".into(), "—".into(), "—".into(), "—".into()),
+            None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
         };
         writeln!(
             out,
-            "| {} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+            "| {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
             r.preset,
-            hone.text(),
+            hone.median,
+            hone.range(),
             r.flops / (peak * 1e9) * 1e3,
             r.tokens as f64 / hone_seconds,
             100.0 * gflops / peak

@@ -174,9 +174,9 @@ pub fn run(options: Options) -> Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "| model | metric | hone-engine tok/s | transformers tok/s | hone / transformers | roofline tok/s | hone of roofline | transformers of roofline |"
+        "| model | metric | hone-engine tok/s | hone range | transformers tok/s | transformers range | hone / transformers | roofline tok/s | hone of roofline | transformers of roofline |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     let pick: [fn(&Figures) -> f64; 4] = [|f| f.prefill_b1, |f| f.prefill_b8, |f| f.decode_b1, |f| f.decode_b8];
     for (name, ours, theirs, roofline, weight_bytes) in &rows {
         let names = ["prefill b1", "prefill b8", "decode b1", "decode b8"];
@@ -186,9 +186,11 @@ pub fn run(options: Options) -> Result<ExitCode> {
             let limit = Some(*limit).filter(|l| l.is_finite());
             writeln!(
                 out,
-                "| {name} | {metric} | {} | {} | {} | {} | {} | {} |",
-                us.text(),
-                them.map_or("–".into(), Spread::text),
+                "| {name} | {metric} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                us.median,
+                us.range(),
+                them.map_or("–".into(), |t| format!("{:.1}", t.median)),
+                them.map_or("–".into(), Spread::range),
                 them.map_or("–".into(), |t| format!("{:.2}×", us.median / t.median)),
                 limit.map_or("–".into(), |l| format!("{l:.1}")),
                 crate::roofline::percent(us.median, limit),
@@ -198,7 +200,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let ratio = |f: &[Figures]| Spread::of(f.iter().map(|f| f.decode_b8 / f.decode_b1)).median;
         writeln!(
             out,
-            "| {name} | batch-8 / batch-1 decode | {:.2}× | {} | | {:.2} GB of weights a step | | |",
+            "| {name} | batch-8 / batch-1 decode | {:.2}× | | {} | | | {:.2} GB of weights a step | | |",
             ratio(ours),
             theirs.as_deref().map_or("–".into(), |t| format!("{:.2}×", ratio(t))),
             weight_bytes / 1e9
