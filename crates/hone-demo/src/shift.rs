@@ -156,19 +156,19 @@ impl ShiftReport {
                 self.after_minutes
             ),
         }];
-        let raised: Vec<String> = self
-            .drifts
-            .iter()
-            .map(|d| {
-                format!(
-                    "round {} ({}: {:.3} bits, p = {:.4})",
-                    d.round, d.metric, d.divergence, d.p_value
-                )
-            })
-            .collect();
-        lines.push(match raised.is_empty() {
-            true => "no drift raised".to_owned(),
-            false => format!("drift raised after {}", raised.join("; ")),
+        let shift_round = self.round.unwrap_or(usize::MAX);
+        let before = self.drifts.iter().filter(|d| d.round < shift_round).count();
+        let first = self.drifts.iter().find(|d| d.round >= shift_round);
+        lines.push(match first {
+            Some(d) => format!(
+                "drift raised by the cycle after round {} ({}: {:.3} bits, p = {:.4}); {} drift alerts in all, {before} before the shift",
+                d.round,
+                d.metric,
+                d.divergence,
+                d.p_value,
+                self.drifts.len()
+            ),
+            None => format!("no drift raised after the shift; {before} drift alerts before it"),
         });
         for (o, when) in [(&self.old, "before"), (&self.new, "after")] {
             lines.push(format!(
