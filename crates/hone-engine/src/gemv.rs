@@ -31,7 +31,7 @@ pub const MIN_WEIGHTS: usize = 1 << 18;
 /// row-major; `y` comes back transposed, `[out, rows]` (each weight row's
 /// results together), for the caller to lay out.
 pub fn few_rows_transposed(x: &[f32], rows: usize, w: &[f32], width: usize) -> Vec<f32> {
-    let out = if width == 0 { 0 } else { w.len() / width };
+    let out = w.len().checked_div(width).unwrap_or(0);
     let mut y = vec![0f32; out * rows];
     if rows == 0 || width == 0 {
         return y;
