@@ -293,7 +293,10 @@ async fn a_preference_job_uploads_pairs_of_the_champion_s_rollouts() {
         .replace("optimisers = [\"openai-sft\"]", "optimisers = [\"openai-dpo\"]")
         .replace(
             "[agents.prefer.learn.openai-sft]",
-            "[agents.prefer.learn.openai-dpo]\nbeta = 0.2\ngroup_size = 2",
+            // Four rollouts a task: the coin model's answers then differ
+            // on ~7 tasks in 8, so the train half always holds enough pairs
+            // (with two, 4 pairs of 20 tasks left it short now and then).
+            "[agents.prefer.learn.openai-dpo]\nbeta = 0.2\ngroup_size = 4",
         );
     let w = World::start_with(&config).await;
     sums(&w, "prefer", "s", 40).await;
