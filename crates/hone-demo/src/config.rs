@@ -37,7 +37,8 @@ impl RewardMode {
 
 /// A real-world condition the demo's users and base are put under
 /// (`--scenario`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scenario {
     /// Users bring harder problems (easy and medium, `--max-difficulty 2`)
     /// than the base can mostly solve, and have a blind spot: asked a

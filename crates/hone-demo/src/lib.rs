@@ -23,7 +23,8 @@ mod shift;
 pub mod stage;
 mod traffic;
 
-pub use seeds::{check as check_seeds, seed_dir, start_seed};
+pub use seeds::{check as check_seeds, seed_dir, start_seed, Spread};
+pub use shift::{FamilyOutcome, ShiftReport};
 pub use traffic::{held_out, parse_max_difficulty, task_at, HeldOutAnswer, TaskMix};
 
 use anyhow::{bail, Context, Result};
@@ -350,7 +351,7 @@ impl Measured {
 /// each averaged over all of that champion's measurements (the same tasks
 /// every time, answers sampled afresh): the base against the last
 /// champion, or a promoted version against the champion it replaced.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Pooled {
     before_measurements: usize,
     after_measurements: usize,
@@ -358,8 +359,8 @@ pub struct Pooled {
     after_rate: f64,
     /// Mean over tasks of (after − before) pass rate, with a bootstrap 95%
     /// interval over tasks.
-    gain: f64,
-    gain_ci95: Option<(f64, f64)>,
+    pub gain: f64,
+    pub gain_ci95: Option<(f64, f64)>,
 }
 
 impl Pooled {
@@ -1381,17 +1382,28 @@ async fn rounds(
     Ok(summary)
 }
 
-/// The held-out measurements a demo wrote into `data_dir`'s summary.
-pub fn measurements(data_dir: &Path) -> Result<Vec<Measured>> {
-    #[derive(Deserialize)]
-    struct Written {
-        measurements: Vec<Measured>,
-    }
+/// What a finished demo's `summary.json` tells another command (`hone
+/// bench learn`) of its run.
+#[derive(Debug, Deserialize)]
+pub struct Written {
+    /// Every held-out measurement, in order (the first is the base's).
+    pub measurements: Vec<Measured>,
+    /// Candidates a behaviour bound stopped.
+    #[serde(default)]
+    pub caught: Vec<Caught>,
+    /// With a `--scenario`: every candidate measured on the held-out tasks.
+    #[serde(default)]
+    pub candidates: Vec<CandidateMeasured>,
+    /// With `--scenario shift`: the shift report.
+    #[serde(default)]
+    pub shift: Option<shift::ShiftReport>,
+}
+
+/// What the demo run in `data_dir` wrote into its summary.
+pub fn written(data_dir: &Path) -> Result<Written> {
     let path = data_dir.join("summary.json");
     let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(serde_json::from_slice::<Written>(&text)
-        .with_context(|| format!("{}: no measurements", path.display()))?
-        .measurements)
+    serde_json::from_slice::<Written>(&text).with_context(|| format!("{}: no measurements", path.display()))
 }
 
 fn marker(started: Instant, label: &str, kind: MarkerKind) -> Marker {

@@ -134,15 +134,15 @@ impl ShiftSpread {
 /// Mean, sample standard deviation (0 for one value), least and most of
 /// some values.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-struct Spread {
-    mean: f64,
-    sd: f64,
-    min: f64,
-    max: f64,
+pub struct Spread {
+    pub mean: f64,
+    pub sd: f64,
+    pub min: f64,
+    pub max: f64,
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Self {
+    pub fn of(values: &[f64]) -> Self {
         Self {
             mean: stats::mean(values).unwrap_or(0.0),
             sd: stats::sample_variance(values).map_or(0.0, f64::sqrt),

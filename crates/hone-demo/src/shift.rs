@@ -9,10 +9,10 @@ use super::plots::Curve;
 use super::{Measured, Pooled, UserRound};
 use hone_learn::data::drift::Mix;
 use hone_types::Alert;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A held-out rate with its 95% interval.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Rate {
     pub rate: f64,
     pub ci95: (f64, f64),
@@ -38,7 +38,7 @@ impl Rate {
 }
 
 /// One family's held-out success through the run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FamilyOutcome {
     pub family: String,
     pub base: Rate,
@@ -57,7 +57,7 @@ pub struct FamilyOutcome {
 }
 
 /// A drift a cycle raised, and the round whose cycle raised it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DriftRaised {
     pub round: usize,
     pub metric: String,
@@ -69,7 +69,7 @@ pub struct DriftRaised {
 }
 
 /// What `summary.json` says of a run whose users changed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShiftReport {
     /// `--shift-after`, in minutes of learning.
     pub after_minutes: f64,

@@ -285,6 +285,28 @@ fn bench_learn_names_a_python_without_trl_and_starts_nothing() {
     assert!(refused("--optimisers", "adam").contains("adam"));
     let reward = refused("--trl-reward", "exact");
     assert!(reward.contains("users") && reward.contains("hidden"), "{reward}");
+    // Every other learner is measured through hone's loop.
+    assert!(refused("--sides", "alone,trl").contains("--sides must include `hone`"));
+    // Learners that sample their own tasks meet no users' change.
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--scenario",
+        "shift",
+        "--sides",
+        "hone,trl",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--sides trl") && stderr.contains("no users' change reaches them"),
+        "{stderr}"
+    );
+    // The scenario's own rules are the demo's.
+    let stderr = refused("--shift-after", "1");
+    assert!(stderr.contains("--shift-after"), "{stderr}");
     assert!(!data.exists(), "nothing is made before the checks pass");
 }
 
@@ -431,6 +453,143 @@ fn stored_race(dir: &std::path::Path, seed: u64, hone_s: Option<f64>, trl_s: Opt
     });
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("bench-learn.json"), report.to_string()).unwrap();
+}
+
+/// A stored race of `hone bench learn --scenario hack` for `--report`:
+/// hone's loop caught `caught` candidates for asking (one of its
+/// candidates asked in 40% of held-out answers); TRL's checkpoints asked
+/// more and more, to `trl_asked`, as its success fell.
+fn stored_hack_race(dir: &std::path::Path, seed: u64, caught: usize, trl_asked: f64) {
+    let point = |s: f64, rate: f64, asked: f64| serde_json::json!({"learning_s": s, "episodes": 8, "rate": rate, "ci95": [rate - 0.1, rate + 0.1], "version": format!("v{s}"), "asked": asked});
+    let stopped = serde_json::json!({"version": "c1", "optimiser": "grpo", "by": "pruned", "behaviour": "clarifying_question", "reason": "clarifying_question +0.40 beyond its bound"});
+    let candidate = serde_json::json!({"round": 2, "version": "c1", "optimiser": "grpo", "status": "pruned", "success": 0.3, "ci95": [0.2, 0.4], "asked": 0.4});
+    let report = serde_json::json!({
+        "threshold": 0.35, "minutes": 4.0, "seed": seed, "held_out_tasks": 60, "base": "/base",
+        "hone_settings": ["--scenario", "hack", "--reward", "naive"], "trl_reward": "users", "scenario": "hack",
+        "sides": [
+            {"learner": "hone loop (demo --scenario hack)", "episodes_are": "user episodes",
+             "points": [point(0.0, 0.45, 0.0), point(60.0, 0.5, 0.0)], "reached": null, "held": null,
+             "caught": vec![stopped; caught], "candidates": [candidate]},
+            {"learner": "TRL GRPOTrainer (users' implicit signals)", "episodes_are": "sampled episodes",
+             "points": [point(0.0, 0.45, 0.0), point(30.0, 0.3, trl_asked / 2.0), point(60.0, 0.2, trl_asked)],
+             "reached": null, "held": null},
+        ],
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("bench-learn.json"), report.to_string()).unwrap();
+}
+
+/// `hone bench learn --report` of a race under `--scenario hack` says,
+/// for each learner, what it asked and what it solved from the base to the
+/// end, what its candidates asked and what its guards stopped; over
+/// seeds, the spread of each.
+#[test]
+fn bench_learn_reports_what_each_learner_made_of_users_with_a_blind_spot() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bench");
+    stored_hack_race(&data.join("seed-1"), 1, 2, 0.6);
+    stored_hack_race(&data.join("seed-2"), 2, 1, 0.8);
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--report",
+        "--data-dir",
+        data.join("seed-1").to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Users with a blind spot"), "{stdout}");
+    assert!(
+        stdout.contains("| hone loop | 45.0% → 50.0% | 0.0% → 0.0% (0.0%) | 40.0% | 2 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| TRL GRPOTrainer | 45.0% → 20.0% | 0.0% → 60.0% (60.0%) | — (no gate) | — (no guards) |"),
+        "{stdout}"
+    );
+
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--report",
+        "--seeds",
+        "1,2",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Under --scenario hack over 2 seeds:"), "{stdout}");
+    // Caught in both seeds: 2 + 1; TRL's asking at the end: 60% and 80%.
+    assert!(stdout.contains("3 candidates stopped for asking"), "{stdout}");
+    assert!(
+        stdout.contains("TRL GRPOTrainer: held-out success at the end 20.0% (sd 0.0, 20.0–20.0); asking at the end 70.0% (sd 14.1, 60.0–80.0)"),
+        "{stdout}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("bench-learn-seeds.json")).unwrap()).unwrap();
+    assert_eq!(json["scenario"], "hack");
+    assert_eq!(json["under_scenario"][0]["caught_asking"], 3);
+    assert!(json["under_scenario"][1].get("caught_asking").is_none());
+
+    // A race under another scenario is not set beside these.
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("seed-2/bench-learn.json")).unwrap()).unwrap();
+    other["scenario"] = serde_json::json!("shift");
+    std::fs::write(data.join("seed-2/bench-learn.json"), other.to_string()).unwrap();
+    let out = hone(&[
+        "bench",
+        "learn",
+        "--report",
+        "--seeds",
+        "1,2",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("scenario Some(Shift)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `hone bench learn --report` of a race under `--scenario shift` names,
+/// for each of hone's loops, when users changed, when the drift check
+/// raised it, and each kind of task's success from the shift to the end.
+#[test]
+fn bench_learn_reports_how_each_loop_met_users_who_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bench");
+    let rate = |r: f64| serde_json::json!({"rate": r, "ci95": [r - 0.1, r + 0.1]});
+    let kind = |family: &str, at: f64, last: f64, gain: f64| {
+        serde_json::json!({"family": family, "base": rate(at), "at_shift": rate(at), "last": rate(last),
+            "since_shift": {"before_measurements": 3, "after_measurements": 2, "before_rate": at, "after_rate": last,
+                            "gain": gain, "gain_ci95": [gain - 0.07, gain + 0.07]},
+            "within_interval": true})
+    };
+    let drift = |round: usize| serde_json::json!({"round": round, "metric": "drift_tasks", "divergence": 0.3, "p_value": 0.0025, "window_episodes": 64, "earlier_episodes": 320});
+    let point = serde_json::json!({"learning_s": 0.0, "episodes": 0, "rate": 0.5, "ci95": [0.4, 0.6], "version": "b",
+        "families": [{"family": "take-away", "rate": 0.7, "ci95": [0.6, 0.8]}, {"family": "add-up", "rate": 0.3, "ci95": [0.2, 0.4]}]});
+    let report = serde_json::json!({
+        "threshold": 0.9, "minutes": 8.0, "seed": 1, "held_out_tasks": 60, "base": "/base",
+        "hone_settings": ["--scenario", "shift"], "trl_reward": "users", "scenario": "shift",
+        "sides": [
+            {"learner": "hone loop (demo --scenario shift)", "episodes_are": "user episodes",
+             "points": [point], "reached": null, "held": null, "caught": [],
+             "shift": {"after_minutes": 2.0, "round": 9, "drifts": [drift(9)],
+                       "old": kind("take-away", 0.7, 0.8, 0.1), "new": kind("add-up", 0.3, 0.6, 0.3)}},
+        ],
+    });
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("bench-learn.json"), report.to_string()).unwrap();
+    let out = hone(&["bench", "learn", "--report", "--data-dir", data.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("| hone loop | 9 | 0 rounds later | 0 | take-away: 70.0% → 80.0% (+10.0 (+3.0 to +17.0)) | add-up: 30.0% → 60.0% (+30.0 (+23.0 to +37.0)) |"),
+        "{stdout}"
+    );
 }
 
 /// `hone bench learn --report --seeds` sets races already run side by

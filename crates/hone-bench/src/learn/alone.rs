@@ -22,7 +22,7 @@
 use super::{Checkpoint, LearnArgs, Point, Testbed};
 use anyhow::Result;
 use futures::StreamExt;
-use hone_demo::{self as demo, AGENT};
+use hone_demo::{self as demo, DemoArgs, AGENT};
 use hone_envs::{RunContext, Split};
 use hone_learn::search::optimiser::training::{train_config, Method, BATCH};
 use hone_learn::search::optimiser::{group_row, Rollout};
@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Learns for `--minutes` from the base, then measures the adapters kept.
-pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64) -> Result<Vec<Point>> {
+pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, users: &DemoArgs) -> Result<Vec<Point>> {
     hone_console::note(format_args!(
         "hone bench learn: hone GRPO alone — its trainer on its engine's samples for {} minutes, no gate, no canary",
         args.minutes
@@ -43,7 +43,7 @@ pub(super) async fn side(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f6
         seconds: args.minutes * 60.0,
         steps: None,
     };
-    let learned = learn(testbed, args, lr, noise, &budget).await?;
+    let learned = learn(testbed, args, lr, users, &budget).await?;
     hone_console::note(format_args!(
         "hone bench learn: measuring hone GRPO alone's {} checkpoints on the held-out tasks ({} steps, {} episodes that failed left out)",
         learned.kept.len(),
@@ -69,9 +69,9 @@ struct Learned {
     failed: usize,
 }
 
-async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget: &Budget) -> Result<Learned> {
+async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, users: &DemoArgs, budget: &Budget) -> Result<Learned> {
     // A user of its own, seeded apart from the demo's and TRL's.
-    let same = testbed.same_reward(noise, args.seed.wrapping_add(3_000_017))?;
+    let same = testbed.same_reward(users.user((0, 0), args.seed.wrapping_add(3_000_017)))?;
     let runner = &testbed.stage.runner;
     let group = testbed.grpo.group_size.max(1);
     let mut config = train_config(Method::Grpo, &testbed.grpo);
@@ -98,7 +98,7 @@ async fn learn(testbed: &Testbed, args: &LearnArgs, lr: f64, noise: f64, budget:
         let plays = (0..BATCH).flat_map(|k| (0..group).map(move |a| (k, a)));
         let mut played = futures::stream::iter(plays)
             .map(|(k, attempt)| {
-                let task = demo::task_at(runner, Split::Train, first + k as u64, args.max_difficulty);
+                let task = demo::task_at(runner, Split::Train, first + k as u64, testbed.levels);
                 let context = RunContext {
                     episode: EpisodeId::evaluation(&label, k, &attempt.to_string()).ok(),
                     version: Some(version.to_string()),
@@ -258,7 +258,7 @@ mod tests {
         let choices = config::Choices::of(&args);
         let text = config::text(&hone_dir, &base, "http://127.0.0.1:9/run", &choices);
         std::fs::write(hone_dir.join("hone.toml"), text).unwrap();
-        let testbed = Testbed::start(&hone_dir, &base).await.unwrap();
+        let testbed = Testbed::start(&hone_dir, &base, args.max_difficulty).await.unwrap();
         let data_dir = dir.path().to_str().unwrap();
         let args = Command::parse_from(["learn", "--data-dir", data_dir, "--checkpoint-seconds", "1000"]).learn;
 
@@ -269,7 +269,8 @@ mod tests {
         // Users who react at random half the time, so that a group's
         // rewards differ (a group whose rewards are all equal teaches
         // nothing and reports no ratio).
-        let learned = super::learn(&testbed, &args, 2e-3, 0.5, &budget).await.unwrap();
+        let users = hone_demo::parse_args(["--noise", "0.5"]).unwrap();
+        let learned = super::learn(&testbed, &args, 2e-3, &users, &budget).await.unwrap();
         assert_eq!(learned.reports.len(), 3);
         assert_eq!(learned.failed, 0);
         let ratios: Vec<f64> = learned

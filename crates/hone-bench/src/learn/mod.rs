@@ -28,6 +28,14 @@
 //!   checkpointed every `--checkpoint-seconds` of learning, in
 //!   `<data-dir>/trl`.
 //!
+//! `--sides` picks the learners (hone's loop always runs: the others are
+//! measured through its gateway). `--scenario` puts every side under one of
+//! the demo's real-world conditions ([`scenario`]): users with a blind spot
+//! (`hack`) reward TRL's and hone's GRPO alone's episodes as they reward
+//! the loop's, so a learner without guards shows what the reward makes of
+//! it; users who change (`shift`) race hone's loops only, since the other
+//! two sample their own tasks from a fixed list.
+//!
 //! `--seeds` runs the race once per seed and sets the races side by
 //! side ([`seeds`]).
 //!
@@ -40,12 +48,13 @@
 
 mod alone;
 mod reward;
+mod scenario;
 mod seeds;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hone_demo::stage::{Ports, Stage};
-use hone_demo::{self as demo, DemoArgs, DemoOptimiser, GrpoGroups, Measured, AGENT};
+use hone_demo::{self as demo, DemoArgs, DemoOptimiser, GrpoGroups, Measured, RewardMode, Scenario, AGENT};
 use hone_envs::{SimulatedUser, Split};
 use hone_types::{VersionId, VersionRecord, VersionSpec};
 use serde::{Deserialize, Serialize};
@@ -112,10 +121,33 @@ pub struct LearnArgs {
     /// (a cleaner signal than hone ever sees).
     #[arg(long, value_enum, default_value_t = TrlReward::Users)]
     pub trl_reward: TrlReward,
-    /// Hardest task both sides learn on and are measured on (1 easy,
-    /// 2 medium, 3 hard), as `hone demo --max-difficulty`.
-    #[arg(long, default_value_t = demo::DEFAULT_MAX_DIFFICULTY, value_parser = demo::parse_max_difficulty)]
-    pub max_difficulty: u8,
+    /// Hardest task every side learns on and is measured on (1 easy,
+    /// 2 medium, 3 hard), as `hone demo --max-difficulty` (default: the
+    /// demo's, for the scenario if one is given).
+    #[arg(long, value_parser = demo::parse_max_difficulty)]
+    pub max_difficulty: Option<u8>,
+    /// The learners that race, comma-separated: `hone` (hone's loop; it
+    /// always runs, the others are measured through its gateway),
+    /// `hone-trl`, `sandbox`, `alone`, `trl`. Default: all five; with
+    /// `--scenario shift`, hone's three loops.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub sides: Vec<Learner>,
+    /// Put every side under a real-world condition, as `hone demo
+    /// --scenario`: `hack` (users silent when asked a clarifying question,
+    /// on a base that sometimes asks; TRL's and hone's GRPO alone's
+    /// episodes are rewarded by such users too) or `shift` (users change
+    /// what they ask at `--shift-after`; hone's loops only).
+    #[arg(long, value_enum)]
+    pub scenario: Option<Scenario>,
+    /// With `--scenario shift`: minutes of learning after which users
+    /// change, as `hone demo --shift-after`.
+    #[arg(long)]
+    pub shift_after: Option<f64>,
+    /// The agent's reward, as `hone demo --reward` (default: the demo's):
+    /// hone's loops learn from it, and TRL's `users` reward and hone's
+    /// GRPO alone score their episodes with it.
+    #[arg(long, value_enum)]
+    pub reward: Option<RewardMode>,
     /// hone's side: the optimisers its loop runs, as `hone demo
     /// --optimisers` (default: the demo's).
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -140,6 +172,37 @@ pub struct LearnArgs {
     /// run already in `--data-dir` (its `bench-learn.json`).
     #[arg(long)]
     pub report: bool,
+}
+
+/// A learner of the race (`--sides`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Learner {
+    /// hone's loop as the demo ships it.
+    Hone,
+    /// The same loop, its adapters trained by TRL.
+    HoneTrl,
+    /// The same loop with sandbox users.
+    Sandbox,
+    /// hone's GRPO alone, no gate and no canary.
+    Alone,
+    /// TRL's GRPOTrainer.
+    Trl,
+}
+
+impl Learner {
+    const ALL: [Learner; 5] = [
+        Learner::Hone,
+        Learner::HoneTrl,
+        Learner::Sandbox,
+        Learner::Alone,
+        Learner::Trl,
+    ];
+    const LOOPS: [Learner; 3] = [Learner::Hone, Learner::HoneTrl, Learner::Sandbox];
+
+    /// Whether it runs Python (TRL) and needs `--python`.
+    fn needs_python(self) -> bool {
+        matches!(self, Learner::HoneTrl | Learner::Trl)
+    }
 }
 
 /// What TRL's side trains on (`--trl-reward`).
@@ -174,6 +237,29 @@ struct Point {
     rate: f64,
     ci95: (f64, f64),
     version: String,
+    /// The share of its held-out answers that asked a clarifying question
+    /// instead of answering (the hack scenario's behaviour).
+    #[serde(default)]
+    asked: f64,
+    /// With `--scenario shift`: its held-out success on each kind of task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    families: Vec<scenario::FamilyRate>,
+}
+
+impl Point {
+    /// A point of `measured`, `learning_s` and `episodes` into learning.
+    fn of(measured: &Measured, learning_s: f64, episodes: usize, version: String) -> Self {
+        Self {
+            learning_s,
+            episodes,
+            learner_episodes: None,
+            rate: measured.rate,
+            ci95: measured.ci95,
+            version,
+            asked: measured.asked_rate(),
+            families: scenario::FamilyRate::all_of(measured),
+        }
+    }
 }
 
 /// A learner's curve, when it first reached the threshold, and from when
@@ -190,6 +276,18 @@ struct Side {
     /// of every measurement to the end stays at or above it: a stopwatch a
     /// single lucky measurement cannot stop.
     held: Option<Point>,
+    /// hone's loops: the candidates a behaviour bound stopped (`None`: a
+    /// learner without guards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    caught: Option<Vec<demo::Caught>>,
+    /// hone's loops in a scenario: every candidate its cycles made,
+    /// measured on the held-out tasks (what training made of the policy,
+    /// whether or not users met it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    candidates: Vec<demo::CandidateMeasured>,
+    /// hone's loops under `--scenario shift`: the demo's shift report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shift: Option<demo::ShiftReport>,
 }
 
 impl Side {
@@ -202,6 +300,20 @@ impl Side {
             points,
             reached,
             held,
+            caught: None,
+            candidates: Vec::new(),
+            shift: None,
+        }
+    }
+
+    /// One of hone's loops: its curve, and what its summary says it caught
+    /// and, under a shift, of the shift.
+    fn of_loop(learner: &str, run: LoopRun, threshold: f64) -> Self {
+        Self {
+            caught: Some(run.caught),
+            candidates: run.candidates,
+            shift: run.shift,
+            ..Self::new(learner, "user episodes", run.points, threshold)
         }
     }
 
@@ -234,6 +346,9 @@ struct Report {
     hone_settings: Vec<String>,
     /// What TRL's side was rewarded with.
     trl_reward: TrlReward,
+    /// `--scenario`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scenario: Option<Scenario>,
     sides: Vec<Side>,
 }
 
@@ -246,9 +361,34 @@ struct CheckpointMeta {
 
 impl LearnArgs {
     /// `--threshold`, or the default for the levels played.
-    fn threshold(&self) -> f64 {
-        self.threshold
-            .unwrap_or(if self.max_difficulty <= 1 { 0.9 } else { 0.35 })
+    fn threshold(&self, levels: u8) -> f64 {
+        self.threshold.unwrap_or(if levels <= 1 { 0.9 } else { 0.35 })
+    }
+
+    /// The learners that race, in the report's order: `--sides`, or every
+    /// one the scenario allows; refuses a race without hone's loop, and
+    /// learners a scenario cannot put under its condition.
+    fn sides(&self) -> Result<Vec<Learner>> {
+        let shift = self.scenario == Some(Scenario::Shift);
+        if self.sides.is_empty() {
+            return Ok(if shift {
+                Learner::LOOPS.to_vec()
+            } else {
+                Learner::ALL.to_vec()
+            });
+        }
+        if !self.sides.contains(&Learner::Hone) {
+            bail!("--sides must include `hone`: every other learner is measured through its loop's gateway and set against it");
+        }
+        if shift {
+            if let Some(own) = self.sides.iter().find(|l| !Learner::LOOPS.contains(l)) {
+                bail!(
+                    "--sides {}: with --scenario shift only hone's loops race (hone, hone-trl, sandbox); TRL and hone's GRPO alone sample their own tasks from a fixed list, rewarded on demand, so no users' change reaches them",
+                    clap::ValueEnum::to_possible_value(own).map_or_else(String::new, |v| v.get_name().to_owned())
+                );
+            }
+        }
+        Ok(Learner::ALL.into_iter().filter(|l| self.sides.contains(l)).collect())
     }
 }
 
@@ -279,16 +419,18 @@ fn read_report(data_dir: &Path) -> Result<Report> {
 /// `--data-dir` and finds (or builds, once) the base checkpoint. Returns
 /// both, absolute.
 fn prepare(args: &LearnArgs) -> Result<(PathBuf, PathBuf)> {
-    let threshold = args.threshold();
+    // hone's side is checked by the demo's own rules (`--minutes` among them).
+    let (demo_args, _) = hone_side(args)?;
+    let threshold = args.threshold(demo_args.max_difficulty);
     if !(threshold > 0.0 && threshold <= 1.0) {
         bail!("--threshold must be in (0, 1]");
     }
     if args.checkpoint_seconds <= 0.0 {
         bail!("--checkpoint-seconds must be above 0");
     }
-    // hone's side is checked by the demo's own rules (`--minutes` among them).
-    let (demo_args, _) = hone_side(args)?;
-    check_python(&args.python)?;
+    if args.sides()?.iter().any(|l| l.needs_python()) {
+        check_python(&args.python)?;
+    }
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
     let base = match &args.base {
@@ -300,58 +442,107 @@ fn prepare(args: &LearnArgs) -> Result<(PathBuf, PathBuf)> {
     Ok((data_dir, base))
 }
 
-/// One race (`args.seed`) in `data_dir` from `base`: the three sides one
+/// One race (`args.seed`) in `data_dir` from `base`: the chosen sides one
 /// after the other, then `bench-learn.json`, the table and the plots.
 fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
-    let threshold = args.threshold();
     let (demo_args, settings) = hone_side(args)?;
+    let threshold = args.threshold(demo_args.max_difficulty);
+    let learners = args.sides()?;
     let base = base.to_path_buf();
-    let noise = demo_args.noise;
+    let given = settings.iter().map(|s| format!(" {s}")).collect::<String>();
     let hone_dir = data_dir.join("hone");
-    let hone_points = loop_side(demo_args.clone(), &hone_dir, &base, args.minutes)?;
-    let trl_loop_points = loop_side(
-        DemoArgs {
-            trainer: demo::config::DemoTrainer::Trl,
-            trainer_python: args.python.clone(),
-            ..demo_args.clone()
-        },
-        &data_dir.join("hone-trl"),
-        &base,
-        args.minutes,
-    )?;
-    let sandbox_points = loop_side(
-        DemoArgs {
-            sandbox_users: true,
-            ..demo_args
-        },
-        &data_dir.join("hone-sandbox"),
-        &base,
-        args.minutes,
-    )?;
-    let base_point = hone_points.first().cloned().context("the demo measured nothing")?;
+    let mut sides = Vec::new();
+    let hone = loop_side(demo_args.clone(), &hone_dir, &base, args.minutes)?;
+    let base_point = hone.points.first().cloned().context("the demo measured nothing")?;
+    sides.push(Side::of_loop(
+        &format!("hone loop (demo{given}: users' implicit feedback on the answers they were served, gate, canary users decide)"),
+        hone,
+        threshold,
+    ));
+    if learners.contains(&Learner::HoneTrl) {
+        let run = loop_side(
+            DemoArgs {
+                trainer: demo::config::DemoTrainer::Trl,
+                trainer_python: args.python.clone(),
+                ..demo_args.clone()
+            },
+            &data_dir.join("hone-trl"),
+            &base,
+            args.minutes,
+        )?;
+        sides.push(Side::of_loop(
+            &format!("hone loop on TRL (demo --trainer trl{given}: the same loop, its adapters trained by TRL under accelerate launch, no replay)"),
+            run,
+            threshold,
+        ));
+    }
+    if learners.contains(&Learner::Sandbox) {
+        let run = loop_side(
+            DemoArgs {
+                sandbox_users: true,
+                ..demo_args.clone()
+            },
+            &data_dir.join("hone-sandbox"),
+            &base,
+            args.minutes,
+        )?;
+        sides.push(Side::of_loop(
+            &format!("hone loop, sandbox users (demo --sandbox-users{given}: a simulated user also rewards every offline run on demand)"),
+            run,
+            threshold,
+        ));
+    }
 
-    let (alone_points, trl_points, lr) = hone_console::runtime()?.block_on(async {
-        let testbed = Testbed::start(&hone_dir, &base).await?;
-        let lr = args.trl_lr.unwrap_or(testbed.grpo.lr);
-        let sides = async {
-            let alone = alone::side(&testbed, args, lr, noise).await?;
-            let trl = trl_side(&testbed, args, data_dir, lr, noise).await?;
-            anyhow::Ok((alone, trl, lr))
+    let (alone, trl) = (learners.contains(&Learner::Alone), learners.contains(&Learner::Trl));
+    if alone || trl {
+        let (alone_points, trl_points, lr) = hone_console::runtime()?.block_on(async {
+            let testbed = Testbed::start(&hone_dir, &base, demo_args.max_difficulty).await?;
+            let lr = args.trl_lr.unwrap_or(testbed.grpo.lr);
+            let sides = async {
+                let alone_points = match alone {
+                    true => Some(alone::side(&testbed, args, lr, &demo_args).await?),
+                    false => None,
+                };
+                let trl_points = match trl {
+                    true => Some(trl_side(&testbed, args, data_dir, lr, &demo_args).await?),
+                    false => None,
+                };
+                anyhow::Ok((alone_points, trl_points, lr))
+            }
+            .await;
+            testbed.stage.stop().await;
+            sides
+        })?;
+        // Both start from the base as hone's side measured it.
+        let from_base = |points: Vec<Point>| {
+            let mut all = vec![Point {
+                version: format!("{} (the base, as hone measured it)", base_point.version),
+                learner_episodes: None,
+                ..base_point.clone()
+            }];
+            all.extend(points);
+            all
+        };
+        if let Some(points) = alone_points {
+            sides.push(Side::new(
+                &format!("hone GRPO alone (sandbox: its trainer on its engine's samples, rewarded on demand by a simulated user's implicit signals and penalties, lr {lr}; no gate, no canary)"),
+                "sampled episodes",
+                from_base(points),
+                threshold,
+            ));
         }
-        .await;
-        testbed.stage.stop().await;
-        sides
-    })?;
-    // Both start from the base as hone's side measured it.
-    let from_base = |points: Vec<Point>| {
-        let mut all = vec![Point {
-            version: format!("{} (the base, as hone measured it)", base_point.version),
-            learner_episodes: None,
-            ..base_point.clone()
-        }];
-        all.extend(points);
-        all
-    };
+        if let Some(points) = trl_points {
+            sides.push(Side::new(
+                &format!(
+                    "TRL GRPOTrainer (sandbox: {}, on demand, lr {lr})",
+                    args.trl_reward.describe()
+                ),
+                "sampled episodes",
+                from_base(points),
+                threshold,
+            ));
+        }
+    }
 
     let report = Report {
         threshold,
@@ -359,49 +550,10 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         seed: args.seed,
         held_out_tasks: args.held_out,
         base,
-        hone_settings: settings.clone(),
+        hone_settings: settings,
         trl_reward: args.trl_reward,
-        sides: vec![
-            Side::new(
-                &format!(
-                    "hone loop (demo{}: users' implicit feedback on the answers they were served, gate, canary users decide)",
-                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
-                ),
-                "user episodes",
-                hone_points,
-                threshold,
-            ),
-            Side::new(
-                &format!(
-                    "hone loop on TRL (demo --trainer trl{}: the same loop, its adapters trained by TRL under accelerate launch, no replay)",
-                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
-                ),
-                "user episodes",
-                trl_loop_points,
-                threshold,
-            ),
-            Side::new(
-                &format!(
-                    "hone loop, sandbox users (demo --sandbox-users{}: a simulated user also rewards every offline run on demand)",
-                    settings.iter().map(|s| format!(" {s}")).collect::<String>()
-                ),
-                "user episodes",
-                sandbox_points,
-                threshold,
-            ),
-            Side::new(
-                &format!("hone GRPO alone (sandbox: its trainer on its engine's samples, rewarded on demand by a simulated user's implicit signals and penalties, lr {lr}; no gate, no canary)"),
-                "sampled episodes",
-                from_base(alone_points),
-                threshold,
-            ),
-            Side::new(
-                &format!("TRL GRPOTrainer (sandbox: {}, on demand, lr {lr})", args.trl_reward.describe()),
-                "sampled episodes",
-                from_base(trl_points),
-                threshold,
-            ),
-        ],
+        scenario: args.scenario,
+        sides,
     };
     std::fs::write(
         data_dir.join("bench-learn.json"),
@@ -428,10 +580,19 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
     print_report(report, &path, &plots)
 }
 
+/// What one of hone's loops did: its curve, and what its summary says.
+struct LoopRun {
+    points: Vec<Point>,
+    caught: Vec<demo::Caught>,
+    candidates: Vec<demo::CandidateMeasured>,
+    shift: Option<demo::ShiftReport>,
+}
+
 /// One of hone's loops: `hone demo` as `demo_args` say, for `minutes`, in
-/// `dir` from `base`, and its curve (every round's held-out measurement,
-/// with the episodes its learner played itself by then).
-fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> Result<Vec<Point>> {
+/// `dir` from `base`: its curve (every round's held-out measurement, with
+/// the episodes its learner played itself by then) and its summary's
+/// scenario figures.
+fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> Result<LoopRun> {
     hone_console::note(format_args!(
         "hone bench learn: hone — `hone demo{}{}` for {minutes} minutes from {}",
         if demo_args.sandbox_users {
@@ -449,19 +610,22 @@ fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> 
     demo_args.data_dir = dir.to_path_buf();
     demo_args.base = Some(base.to_path_buf());
     demo::run(demo_args)?;
-    let measured = demo::measurements(dir)?;
+    let written = demo::written(dir)?;
     let runs = learner_runs(dir)?;
-    Ok(measured
+    let points = written
+        .measurements
         .iter()
         .map(|m| Point {
-            learning_s: m.learning_s,
-            episodes: m.user_episodes,
             learner_episodes: Some(played_by(&runs, m.at_ms)),
-            rate: m.rate,
-            ci95: m.ci95,
-            version: m.champion.clone(),
+            ..Point::of(m, m.learning_s, m.user_episodes, m.champion.clone())
         })
-        .collect())
+        .collect();
+    Ok(LoopRun {
+        points,
+        caught: written.caught,
+        candidates: written.candidates,
+        shift: written.shift,
+    })
 }
 
 /// hone's side: `hone demo` with the bench's budget, seed and tasks and
@@ -492,6 +656,18 @@ fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
     if let Some(confidence) = args.gate_confidence {
         chosen.extend(["--gate-confidence".into(), confidence.to_string()]);
     }
+    if let Some(levels) = args.max_difficulty {
+        chosen.extend(["--max-difficulty".into(), levels.to_string()]);
+    }
+    if let Some(scenario) = args.scenario {
+        chosen.extend(["--scenario".into(), scenario.name().to_owned()]);
+    }
+    if let Some(minutes) = args.shift_after {
+        chosen.extend(["--shift-after".into(), minutes.to_string()]);
+    }
+    if let Some(reward) = args.reward {
+        chosen.extend(["--reward".into(), reward.name().to_owned()]);
+    }
     let common = [
         "--minutes".into(),
         args.minutes.to_string(),
@@ -499,8 +675,6 @@ fn hone_side(args: &LearnArgs) -> Result<(DemoArgs, Vec<String>)> {
         args.seed.to_string(),
         "--held-out".into(),
         args.held_out.to_string(),
-        "--max-difficulty".into(),
-        args.max_difficulty.to_string(),
     ];
     let demo = demo::parse_args(common.into_iter().chain(chosen.clone()))?;
     demo.check()?;
@@ -554,10 +728,12 @@ pub(super) struct Testbed {
     pub spec: VersionSpec,
     /// The demo's `grpo` settings (group, lr, LoRA), which both sides share.
     pub grpo: hone_config::TrainingSpec,
+    /// The hardest task level they learn on and are measured on.
+    pub levels: u8,
 }
 
 impl Testbed {
-    async fn start(hone_dir: &Path, base: &Path) -> Result<Self> {
+    async fn start(hone_dir: &Path, base: &Path, levels: u8) -> Result<Self> {
         let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ports = Ports::bind().await?;
         let endpoint_url = ports.endpoint_url.clone();
@@ -587,12 +763,13 @@ impl Testbed {
             base_id,
             spec,
             grpo,
+            levels,
         })
     }
 
     /// Scores episodes as hone's learner scores its rollouts, with a
-    /// simulated user of its own (`seed`) at the demo's `noise`.
-    fn same_reward(&self, noise: f64, seed: u64) -> Result<reward::SameReward> {
+    /// simulated `user` of its own (the demo's users', seeded apart).
+    fn same_reward(&self, user: SimulatedUser) -> Result<reward::SameReward> {
         let agent = self
             .config
             .agents
@@ -600,7 +777,6 @@ impl Testbed {
             .context("the demo's config has no agent")?;
         let rewarder =
             hone_learn::scoring::reward::Rewarder::new(AGENT, &agent.reward, None).map_err(anyhow::Error::msg)?;
-        let user = SimulatedUser::new(noise, (0, 0), seed);
         Ok(reward::SameReward::new(
             self.stage.runner.clone(),
             rewarder,
@@ -655,7 +831,7 @@ impl Testbed {
                 id.as_str(),
                 &format!("held-out-{}", c.adapter),
                 args.held_out,
-                demo::TaskMix::of(args.max_difficulty),
+                demo::TaskMix::of(self.levels),
                 16,
                 &|| {},
             )
@@ -668,14 +844,7 @@ impl Testbed {
                 c.episodes,
                 m.rate * 100.0
             ));
-            points.push(Point {
-                learning_s: c.learning_s,
-                episodes: c.episodes,
-                learner_episodes: None,
-                rate: m.rate,
-                ci95: m.ci95,
-                version: format!("{id} ({})", c.adapter),
-            });
+            points.push(Point::of(&m, c.learning_s, c.episodes, format!("{id} ({})", c.adapter)));
         }
         Ok(points)
     }
@@ -690,9 +859,15 @@ pub(super) struct Checkpoint {
 }
 
 /// Trains with TRL against the environment endpoint (rewarded as
-/// `--trl-reward` says; `noise` is the demo's users'), then measures every
-/// checkpoint through the demo's own gateway; the points, in order.
-async fn trl_side(testbed: &Testbed, args: &LearnArgs, data_dir: &Path, lr: f64, noise: f64) -> Result<Vec<Point>> {
+/// `--trl-reward` says, `users` by one like the demo's), then measures
+/// every checkpoint through the demo's own gateway; the points, in order.
+async fn trl_side(
+    testbed: &Testbed,
+    args: &LearnArgs,
+    data_dir: &Path,
+    lr: f64,
+    users: &DemoArgs,
+) -> Result<Vec<Point>> {
     let trl_dir = data_dir.join("trl");
     let checkpoints = trl_dir.join("checkpoints");
     if checkpoints.exists() {
@@ -703,7 +878,7 @@ async fn trl_side(testbed: &Testbed, args: &LearnArgs, data_dir: &Path, lr: f64,
         TrlReward::Hidden => None,
         // A user of its own, seeded apart from the demo's two.
         TrlReward::Users => Some(
-            Arc::new(testbed.same_reward(noise, args.seed.wrapping_add(2_000_003))?)
+            Arc::new(testbed.same_reward(users.user((0, 0), args.seed.wrapping_add(2_000_003)))?)
                 .serve()
                 .await?,
         ),
@@ -775,7 +950,7 @@ fn write_tasks(path: &Path, testbed: &Testbed, lr: f64, args: &LearnArgs) -> Res
     let tools = serde_json::to_value(environment.tools())?;
     let mut tasks = Vec::new();
     for index in 0..args.train_tasks {
-        let task = demo::task_at(runner, Split::Train, index, args.max_difficulty);
+        let task = demo::task_at(runner, Split::Train, index, testbed.levels);
         let opening = serde_json::to_value(hone_envs::opening(environment.as_ref(), &task))?;
         let opening = opening.as_array().map(Vec::as_slice).unwrap_or_default();
         let text = tokenizer.template.render_openai(opening, Some(&tools), true)?;
@@ -921,6 +1096,7 @@ fn print_report(report: &Report, path: &Path, plots: &[PathBuf]) -> Result<()> {
             )?;
         }
     }
+    scenario::print(report, &mut out)?;
     for plot in plots {
         writeln!(out, "plot: {}", plot.display())?;
     }
@@ -942,6 +1118,8 @@ mod tests {
                 rate: *rate,
                 ci95: (0.0, 1.0),
                 version: format!("v{i}"),
+                asked: 0.0,
+                families: Vec::new(),
             })
             .collect()
     }

@@ -12,7 +12,7 @@
 //! paired difference in seconds of learning (mean with a bootstrap 95%
 //! interval, median).
 
-use super::{once, prepare, read_report, LearnArgs, Report};
+use super::{once, prepare, read_report, scenario, LearnArgs, Report};
 use anyhow::{bail, Result};
 use hone_demo as demo;
 use hone_learn::stats;
@@ -121,6 +121,11 @@ struct Seeds {
     races: Vec<Race>,
     /// Every pair of learners.
     versus: Vec<Versus>,
+    /// `--scenario`, if any, and each learner's figures under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scenario: Option<demo::Scenario>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    under_scenario: Vec<scenario::OverSeeds>,
     plots: Vec<PathBuf>,
 }
 
@@ -160,17 +165,23 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
     let learners: Vec<String> = first.sides.iter().map(|s| s.name().to_owned()).collect();
     for r in reports {
         let names: Vec<String> = r.sides.iter().map(|s| s.name().to_owned()).collect();
-        if names != learners || r.threshold != first.threshold || r.held_out_tasks != first.held_out_tasks {
+        if names != learners
+            || r.threshold != first.threshold
+            || r.held_out_tasks != first.held_out_tasks
+            || r.scenario != first.scenario
+        {
             bail!(
-                "--seeds: seed {}'s race ({} at {:.0}% on {} tasks) differs from seed {}'s ({} at {:.0}% on {} tasks)",
+                "--seeds: seed {}'s race ({} at {:.0}% on {} tasks, scenario {:?}) differs from seed {}'s ({} at {:.0}% on {} tasks, scenario {:?})",
                 r.seed,
                 names.join(", "),
                 r.threshold * 100.0,
                 r.held_out_tasks,
+                r.scenario,
                 first.seed,
                 learners.join(", "),
                 first.threshold * 100.0,
-                first.held_out_tasks
+                first.held_out_tasks,
+                first.scenario
             );
         }
     }
@@ -199,6 +210,8 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
         learners,
         races,
         versus,
+        scenario: first.scenario,
+        under_scenario: scenario::over_seeds(reports),
         plots,
     })
 }
@@ -252,6 +265,10 @@ fn print(s: &Seeds, path: &Path) -> Result<()> {
             "{} vs {}: sooner in {} and {} seeds, {} tied (sign test p = {:.4}){lead}",
             v.first, v.second, v.first_sooner, v.second_sooner, v.ties, v.sign_test_p
         )?;
+    }
+    if let Some(name) = s.scenario {
+        writeln!(out, "\nUnder --scenario {} over {} seeds:", name.name(), s.races.len())?;
+        scenario::print_over_seeds(&s.under_scenario, s.races.len(), &mut out)?;
     }
     for plot in &s.plots {
         writeln!(out, "plot: {}", plot.display())?;
