@@ -3,10 +3,10 @@
 //! result file says where it came from. Written by `hone demo --seeds`,
 //! `hone bench …` and `hone-bench gateway`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where a result came from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Provenance {
     pub command: String,
     /// The commit the running program was built from (`+changes` when the
@@ -19,7 +19,7 @@ pub struct Provenance {
 }
 
 /// The CPU model, cores and memory of this machine.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     pub cpu: Option<String>,
     pub cores: Option<usize>,

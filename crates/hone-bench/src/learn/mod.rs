@@ -336,6 +336,10 @@ fn held_from(points: &[Point], threshold: f64) -> Option<&Point> {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Report {
+    /// The command, commit, date and machine of the race (`None` in a
+    /// report written before races were stamped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    produced_by: Option<hone_console::Provenance>,
     threshold: f64,
     minutes: f64,
     seed: u64,
@@ -544,7 +548,9 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         }
     }
 
+    let command: Vec<String> = std::env::args().collect();
     let report = Report {
+        produced_by: Some(hone_console::Provenance::now(&command)),
         threshold,
         minutes: args.minutes,
         seed: args.seed,

@@ -232,6 +232,11 @@ pub struct OverSeeds {
     pub new_change: Option<Spread>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_at_once: Option<usize>,
+    /// Each seed's figures, in the races' order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hack: Vec<Hack>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shift: Vec<Shift>,
 }
 
 /// Each learner's scenario figures over `reports` (one per seed, the same
@@ -268,6 +273,8 @@ pub fn over_seeds(reports: &[Report]) -> Vec<OverSeeds> {
                 new_change: spread(shifts.iter().map(|s| s.new_change).collect()),
                 drift_at_once: (!shifts.is_empty())
                     .then(|| shifts.iter().filter(|s| s.drift_after_rounds == Some(0)).count()),
+                hack: hacks,
+                shift: shifts,
             }
         })
         .filter(|o| o.last_success.is_some())

@@ -112,6 +112,9 @@ impl Versus {
 /// What `bench-learn-seeds.json` holds.
 #[derive(Debug, Serialize)]
 struct Seeds {
+    /// The command, commit, date and machine that wrote it (with
+    /// `--report`, the races' own are in each seed's `bench-learn.json`).
+    produced_by: hone_console::Provenance,
     threshold: f64,
     minutes: f64,
     held_out_tasks: u64,
@@ -202,7 +205,9 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
             .collect::<Vec<_>>(),
         first.threshold,
     )?;
+    let command: Vec<String> = std::env::args().collect();
     Ok(Seeds {
+        produced_by: hone_console::Provenance::now(&command),
         threshold: first.threshold,
         minutes: first.minutes,
         held_out_tasks: first.held_out_tasks,
