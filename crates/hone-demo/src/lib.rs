@@ -1303,7 +1303,7 @@ async fn rounds(
     );
     if shift.is_some() {
         let curves = shift::curves("", families, &measured);
-        paths.extend(plots::shift(&dir, &curves, args.shift_after_minutes())?);
+        paths.extend(plots::shift(&dir, "shift", &curves, args.shift_after_minutes())?);
     }
 
     let (base, last) = (measured[0].clone(), measured[measured.len() - 1].clone());

@@ -581,13 +581,34 @@ where
     Ok(())
 }
 
+/// What a chart of curves against minutes of learning shows: its caption
+/// and share axis, and a line for a threshold or where users changed.
+#[derive(Clone, Copy)]
+struct CurveChart<'a> {
+    caption: &'a str,
+    share: &'a str,
+    threshold: Option<f64>,
+    shift: Option<f64>,
+}
+
+const HELD_OUT: CurveChart<'static> = CurveChart {
+    caption: "Held-out success against minutes of learning (95% interval)",
+    share: "held-out tasks solved",
+    threshold: None,
+    shift: None,
+};
+
 /// Learners' held-out success against minutes of learning, with the threshold.
 pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec<PathBuf>> {
+    let chart = CurveChart {
+        threshold: Some(threshold),
+        ..HELD_OUT
+    };
     both(
         dir,
         "bench-learn",
-        |r| draw_curves(r, curves, Some(threshold), None),
-        |r| draw_curves(r, curves, Some(threshold), None),
+        |r| draw_curves(r, curves, chart),
+        |r| draw_curves(r, curves, chart),
     )
 }
 
@@ -597,20 +618,42 @@ pub fn seeds(dir: &Path, curves: &[Curve]) -> Result<Vec<PathBuf>> {
     both(
         dir,
         "seeds",
-        |r| draw_curves(r, curves, None, None),
-        |r| draw_curves(r, curves, None, None),
+        |r| draw_curves(r, curves, HELD_OUT),
+        |r| draw_curves(r, curves, HELD_OUT),
     )
 }
 
-/// `hone demo --scenario shift`: held-out success on each kind of task
-/// against minutes of learning (one curve per family, per seed over
-/// several), and a dashed line where the users changed.
-pub fn shift(dir: &Path, curves: &[Curve], at_minutes: f64) -> Result<Vec<PathBuf>> {
+/// `--scenario shift`: held-out success on each kind of task against
+/// minutes of learning (one curve per family, per seed or learner over
+/// several), and a dashed line where the users changed; as `name`.
+pub fn shift(dir: &Path, name: &str, curves: &[Curve], at_minutes: f64) -> Result<Vec<PathBuf>> {
+    let chart = CurveChart {
+        caption: "Held-out success on each kind of task against minutes of learning (95% interval)",
+        shift: Some(at_minutes),
+        ..HELD_OUT
+    };
     both(
         dir,
-        "shift",
-        |r| draw_curves(r, curves, None, Some(at_minutes)),
-        |r| draw_curves(r, curves, None, Some(at_minutes)),
+        name,
+        |r| draw_curves(r, curves, chart),
+        |r| draw_curves(r, curves, chart),
+    )
+}
+
+/// `--scenario hack`: the share of held-out answers that asked a
+/// clarifying question against minutes of learning (one curve per
+/// learner, and per seed over several); as `name`.
+pub fn asking(dir: &Path, name: &str, curves: &[Curve]) -> Result<Vec<PathBuf>> {
+    let chart = CurveChart {
+        caption: "Held-out answers that asked back, against minutes of learning (95% interval)",
+        share: "held-out answers that asked a clarifying question",
+        ..HELD_OUT
+    };
+    both(
+        dir,
+        name,
+        |r| draw_curves(r, curves, chart),
+        |r| draw_curves(r, curves, chart),
     )
 }
 
@@ -710,28 +753,26 @@ where
     legend(&mut chart, &lines)
 }
 
-fn draw_curves<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    curves: &[Curve],
-    threshold: Option<f64>,
-    shift: Option<f64>,
-) -> Result<()>
+fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, curves: &[Curve], chart: CurveChart) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
+    let CurveChart {
+        caption,
+        share,
+        threshold,
+        shift,
+    } = chart;
     let end = curves
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.0))
         .fold(shift.unwrap_or(0.1), f64::max);
     let mut chart = share_chart(
         root,
-        match shift {
-            None => "Held-out success against minutes of learning (95% interval)",
-            Some(_) => "Held-out success on each kind of task against minutes of learning (95% interval)",
-        },
+        caption,
         // A margin in proportion, so short runs are not squeezed right.
         -end * 0.02..end * 1.04,
-        ("minutes of learning (measuring left out)", "held-out tasks solved"),
+        ("minutes of learning (measuring left out)", share),
     )?;
     if let Some(threshold) = threshold {
         let grey = RGBColor(40, 40, 40);

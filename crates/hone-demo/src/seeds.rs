@@ -220,7 +220,7 @@ pub(super) fn run(args: &DemoArgs, data_dir: &Path, base_dir: &Path) -> Result<E
         }
     }
     if !family_curves.is_empty() {
-        plots.extend(plots::shift(&dir, &family_curves, args.shift_after_minutes())?);
+        plots.extend(plots::shift(&dir, "shift", &family_curves, args.shift_after_minutes())?);
     }
     let gains: Vec<f64> = runs.iter().map(SeedRun::gain).collect();
     let command: Vec<String> = std::env::args().collect();

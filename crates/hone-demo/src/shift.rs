@@ -117,7 +117,7 @@ impl ShiftReport {
             })
         };
         let drift_metrics = [Mix::Tasks.metric(), Mix::Failures.metric()];
-        let drifts = alerts
+        let mut drifts = alerts
             .iter()
             .filter(|a| drift_metrics.contains(&a.metric.as_str()))
             .filter_map(|a| {
@@ -133,7 +133,6 @@ impl ShiftReport {
                 })
             })
             .collect::<Vec<_>>();
-        let mut drifts = drifts;
         drifts.sort_by_key(|d| d.round);
         Some(Self {
             after_minutes,

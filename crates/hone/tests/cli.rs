@@ -530,6 +530,12 @@ fn bench_learn_reports_what_each_learner_made_of_users_with_a_blind_spot() {
         serde_json::from_str(&std::fs::read_to_string(data.join("bench-learn-seeds.json")).unwrap()).unwrap();
     assert_eq!(json["scenario"], "hack");
     assert_eq!(json["under_scenario"][0]["caught_asking"], 3);
+    // What each asked, pictured for the race and for the seeds together.
+    for file in ["seed-1/bench-learn-asking.svg", "bench-learn-seeds-asking.png"] {
+        assert!(data.join(file).metadata().unwrap().len() > 1000, "{file}");
+    }
+    let svg = std::fs::read_to_string(data.join("bench-learn-seeds-asking.svg")).unwrap();
+    assert!(svg.contains("TRL GRPOTrainer, seed 2"), "legend");
     assert!(json["under_scenario"][1].get("caught_asking").is_none());
 
     // A race under another scenario is not set beside these.
@@ -589,6 +595,11 @@ fn bench_learn_reports_how_each_loop_met_users_who_changed() {
     assert!(
         stdout.contains("| hone loop | 9 | 0 rounds later | 0 | take-away: 70.0% → 80.0% (+10.0 (+3.0 to +17.0)) | add-up: 30.0% → 60.0% (+30.0 (+23.0 to +37.0)) |"),
         "{stdout}"
+    );
+    let svg = std::fs::read_to_string(data.join("bench-learn-shift.svg")).unwrap();
+    assert!(
+        svg.contains("hone loop: add-up") && svg.contains("users change"),
+        "legend"
     );
 }
 

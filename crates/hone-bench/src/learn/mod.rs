@@ -582,7 +582,15 @@ fn publish(report: &Report, data_dir: &Path) -> Result<()> {
             (side.name().to_owned(), points.collect())
         })
         .collect();
-    let plots = demo::plots::learning_race(data_dir, &curves, report.threshold)?;
+    let mut plots = demo::plots::learning_race(data_dir, &curves, report.threshold)?;
+    let named: Vec<(String, &Side)> = report.sides.iter().map(|s| (s.name().to_owned(), s)).collect();
+    plots.extend(scenario::plots(
+        report.scenario,
+        report.held_out_tasks,
+        &named,
+        data_dir,
+        "bench-learn",
+    )?);
     print_report(report, &path, &plots)
 }
 

@@ -14,9 +14,13 @@
 //!   their own tasks and meet no change).
 
 use super::{Report, Side};
+use anyhow::Result;
+use hone_demo::plots::{self, Curve};
 use hone_demo::{Measured, Scenario, ShiftReport, Spread};
+use hone_learn::stats::wilson_95;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// The behaviour the hack scenario's users are blind to, as the gate's
 /// bounds and the monitors name it.
@@ -125,6 +129,54 @@ impl Shift {
             new_change: report.new.last.rate - report.new.at_shift.rate,
             report,
         })
+    }
+}
+
+/// The scenario's pictures of `sides` (each with the name its curves go
+/// by), as `<name>-asking` (hack: the share of held-out answers that
+/// asked back) or `<name>-shift` (each kind of task's success) in `dir`;
+/// none without a scenario.
+pub fn plots(
+    scenario: Option<Scenario>,
+    held_out: u64,
+    sides: &[(String, &Side)],
+    dir: &Path,
+    name: &str,
+) -> Result<Vec<PathBuf>> {
+    let minutes = |s: f64| s / 60.0;
+    match scenario {
+        None => Ok(Vec::new()),
+        Some(Scenario::Hack) => {
+            let curves: Vec<Curve> = sides
+                .iter()
+                .map(|(label, side)| {
+                    let points = side.points.iter().map(|p| {
+                        let asked = (p.asked * held_out as f64).round() as u64;
+                        let (lo, hi) = wilson_95(asked, held_out).unwrap_or((0.0, 1.0));
+                        (minutes(p.learning_s), p.asked, lo, hi)
+                    });
+                    (label.clone(), points.collect())
+                })
+                .collect();
+            plots::asking(dir, &format!("{name}-asking"), &curves)
+        }
+        Some(Scenario::Shift) => {
+            let Some(at) = sides.iter().find_map(|(_, side)| side.shift.as_ref()) else {
+                return Ok(Vec::new());
+            };
+            let mut curves: Vec<Curve> = Vec::new();
+            for (label, side) in sides {
+                let families = side.points.first().map_or(&[][..], |p| &p.families[..]);
+                for family in families.iter().map(|f| &f.family) {
+                    let points = side.points.iter().filter_map(|p| {
+                        let f = p.families.iter().find(|f| &f.family == family)?;
+                        Some((minutes(p.learning_s), f.rate, f.ci95.0, f.ci95.1))
+                    });
+                    curves.push((format!("{label}: {family}"), points.collect()));
+                }
+            }
+            plots::shift(dir, &format!("{name}-shift"), &curves, at.after_minutes)
+        }
     }
 }
 

@@ -112,9 +112,10 @@ impl Versus {
 /// What `bench-learn-seeds.json` holds.
 #[derive(Debug, Serialize)]
 struct Seeds {
-    /// The command, commit, date and machine that wrote it (with
-    /// `--report`, the races' own are in each seed's `bench-learn.json`).
+    /// The command, commit, date and machine that wrote it, and those of
+    /// each race (the same run, or an earlier one with `--report`).
     produced_by: hone_console::Provenance,
+    races_produced_by: Vec<Option<hone_console::Provenance>>,
     threshold: f64,
     minutes: f64,
     held_out_tasks: u64,
@@ -195,7 +196,7 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
             versus.push(Versus::of(&races, (i, &learners[i]), (j, &learners[j])));
         }
     }
-    let plots = demo::plots::race_seeds(
+    let mut plots = demo::plots::race_seeds(
         data_dir,
         &races.iter().map(|r| r.seed).collect::<Vec<_>>(),
         &learners
@@ -205,9 +206,22 @@ fn aggregate(reports: &[Report], data_dir: &Path) -> Result<Seeds> {
             .collect::<Vec<_>>(),
         first.threshold,
     )?;
+    // Learner by learner, each seed's curve.
+    let named: Vec<(String, &super::Side)> = (0..learners.len())
+        .flat_map(|i| reports.iter().map(move |r| (r, &r.sides[i])))
+        .map(|(r, s)| (format!("{}, seed {}", s.name(), r.seed), s))
+        .collect();
+    plots.extend(scenario::plots(
+        first.scenario,
+        first.held_out_tasks,
+        &named,
+        data_dir,
+        "bench-learn-seeds",
+    )?);
     let command: Vec<String> = std::env::args().collect();
     Ok(Seeds {
         produced_by: hone_console::Provenance::now(&command),
+        races_produced_by: reports.iter().map(|r| r.produced_by.clone()).collect(),
         threshold: first.threshold,
         minutes: first.minutes,
         held_out_tasks: first.held_out_tasks,
