@@ -276,14 +276,16 @@ pub struct OverSeeds {
     pub candidates_asked: Option<Spread>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caught_asking: Option<usize>,
-    /// shift: change since the shift on the old and the new kind, and in
-    /// how many seeds a drift was raised by the cycle right after it.
+    /// shift: change since the shift on the old and the new kind, and,
+    /// per seed, rounds from the change to the first drift raised (cycles
+    /// run only while no canary is out, so the first after the change may
+    /// come rounds later).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub old_change: Option<Spread>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_change: Option<Spread>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drift_at_once: Option<usize>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift_after_rounds: Vec<Option<usize>>,
     /// Each seed's figures, in the races' order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hack: Vec<Hack>,
@@ -323,8 +325,7 @@ pub fn over_seeds(reports: &[Report]) -> Vec<OverSeeds> {
                     .filter(|_| !hacks.is_empty()),
                 old_change: spread(shifts.iter().map(|s| s.old_change).collect()),
                 new_change: spread(shifts.iter().map(|s| s.new_change).collect()),
-                drift_at_once: (!shifts.is_empty())
-                    .then(|| shifts.iter().filter(|s| s.drift_after_rounds == Some(0)).count()),
+                drift_after_rounds: shifts.iter().map(|s| s.drift_after_rounds).collect(),
                 hack: hacks,
                 shift: shifts,
             }
@@ -376,9 +377,15 @@ pub fn print_over_seeds(all: &[OverSeeds], seeds: usize, out: &mut impl Write) -
         if let Some(s) = &o.new_change {
             parts.push(format!("new kind since the shift {}", change(s)));
         }
-        if let Some(n) = o.drift_at_once {
+        if !o.drift_after_rounds.is_empty() {
+            let rounds: Vec<String> = o
+                .drift_after_rounds
+                .iter()
+                .map(|r| r.map_or("none".to_owned(), |r| r.to_string()))
+                .collect();
             parts.push(format!(
-                "drift raised by the first cycle after the change in {n} of {seeds} seeds"
+                "first drift raised {} rounds after the change ({seeds} seeds in order)",
+                rounds.join(", ")
             ));
         }
         writeln!(out, "{}: {}", o.learner, parts.join("; "))?;
