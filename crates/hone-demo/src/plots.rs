@@ -598,29 +598,29 @@ const HELD_OUT: CurveChart<'static> = CurveChart {
     shift: None,
 };
 
+/// `curves` as `chart` says, in `dir` as `name`.{svg,png}.
+fn curve_chart(dir: &Path, name: &str, curves: &[Curve], chart: CurveChart) -> Result<Vec<PathBuf>> {
+    both(
+        dir,
+        name,
+        |r| draw_curves(r, curves, chart),
+        |r| draw_curves(r, curves, chart),
+    )
+}
+
 /// Learners' held-out success against minutes of learning, with the threshold.
 pub fn learning_race(dir: &Path, curves: &[Curve], threshold: f64) -> Result<Vec<PathBuf>> {
     let chart = CurveChart {
         threshold: Some(threshold),
         ..HELD_OUT
     };
-    both(
-        dir,
-        "bench-learn",
-        |r| draw_curves(r, curves, chart),
-        |r| draw_curves(r, curves, chart),
-    )
+    curve_chart(dir, "bench-learn", curves, chart)
 }
 
 /// Several runs' held-out success against minutes of learning, one curve
 /// per seed.
 pub fn seeds(dir: &Path, curves: &[Curve]) -> Result<Vec<PathBuf>> {
-    both(
-        dir,
-        "seeds",
-        |r| draw_curves(r, curves, HELD_OUT),
-        |r| draw_curves(r, curves, HELD_OUT),
-    )
+    curve_chart(dir, "seeds", curves, HELD_OUT)
 }
 
 /// `--scenario shift`: held-out success on each kind of task against
@@ -632,12 +632,7 @@ pub fn shift(dir: &Path, name: &str, curves: &[Curve], at_minutes: f64) -> Resul
         shift: Some(at_minutes),
         ..HELD_OUT
     };
-    both(
-        dir,
-        name,
-        |r| draw_curves(r, curves, chart),
-        |r| draw_curves(r, curves, chart),
-    )
+    curve_chart(dir, name, curves, chart)
 }
 
 /// `--scenario hack`: the share of held-out answers that asked a
@@ -649,12 +644,7 @@ pub fn asking(dir: &Path, name: &str, curves: &[Curve]) -> Result<Vec<PathBuf>> 
         share: "held-out answers that asked a clarifying question",
         ..HELD_OUT
     };
-    both(
-        dir,
-        name,
-        |r| draw_curves(r, curves, chart),
-        |r| draw_curves(r, curves, chart),
-    )
+    curve_chart(dir, name, curves, chart)
 }
 
 /// A learner in `hone bench learn --seeds`: its name and, per seed,

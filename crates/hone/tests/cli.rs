@@ -455,6 +455,14 @@ fn stored_race(dir: &std::path::Path, seed: u64, hone_s: Option<f64>, trl_s: Opt
     std::fs::write(dir.join("bench-learn.json"), report.to_string()).unwrap();
 }
 
+/// `hone bench learn --report` of the race in `data`, or with `seeds` of
+/// the races in its `seed-N` folders.
+fn learn_report(data: &std::path::Path, seeds: Option<&str>) -> std::process::Output {
+    let mut args = vec!["bench", "learn", "--report", "--data-dir", data.to_str().unwrap()];
+    args.extend(seeds.map(|s| ["--seeds", s]).into_iter().flatten());
+    hone(&args)
+}
+
 /// A stored race of `hone bench learn --scenario hack` for `--report`:
 /// hone's loop caught `caught` candidates for asking (one of its
 /// candidates asked in 40% of held-out answers); TRL's checkpoints asked
@@ -489,13 +497,7 @@ fn bench_learn_reports_what_each_learner_made_of_users_with_a_blind_spot() {
     let data = dir.path().join("bench");
     stored_hack_race(&data.join("seed-1"), 1, 2, 0.6);
     stored_hack_race(&data.join("seed-2"), 2, 1, 0.8);
-    let out = hone(&[
-        "bench",
-        "learn",
-        "--report",
-        "--data-dir",
-        data.join("seed-1").to_str().unwrap(),
-    ]);
+    let out = learn_report(&data.join("seed-1"), None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Users with a blind spot"), "{stdout}");
@@ -508,15 +510,7 @@ fn bench_learn_reports_what_each_learner_made_of_users_with_a_blind_spot() {
         "{stdout}"
     );
 
-    let out = hone(&[
-        "bench",
-        "learn",
-        "--report",
-        "--seeds",
-        "1,2",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]);
+    let out = learn_report(&data, Some("1,2"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Under --scenario hack over 2 seeds:"), "{stdout}");
@@ -543,15 +537,7 @@ fn bench_learn_reports_what_each_learner_made_of_users_with_a_blind_spot() {
         serde_json::from_str(&std::fs::read_to_string(data.join("seed-2/bench-learn.json")).unwrap()).unwrap();
     other["scenario"] = serde_json::json!("shift");
     std::fs::write(data.join("seed-2/bench-learn.json"), other.to_string()).unwrap();
-    let out = hone(&[
-        "bench",
-        "learn",
-        "--report",
-        "--seeds",
-        "1,2",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]);
+    let out = learn_report(&data, Some("1,2"));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("scenario Some(Shift)"),
@@ -612,17 +598,7 @@ fn bench_learn_reports_how_each_loop_met_users_who_changed() {
 fn bench_learn_over_seeds_counts_who_was_sooner_and_by_how_much() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("bench");
-    let report = |seeds: &str| {
-        hone(&[
-            "bench",
-            "learn",
-            "--report",
-            "--seeds",
-            seeds,
-            "--data-dir",
-            data.to_str().unwrap(),
-        ])
-    };
+    let report = |seeds: &str| learn_report(&data, Some(seeds));
     stored_race(&data.join("seed-1"), 1, Some(9.0), Some(15.0));
     stored_race(&data.join("seed-2"), 2, Some(9.0), Some(9.5));
     stored_race(&data.join("seed-3"), 3, Some(45.0), Some(30.0));
