@@ -463,38 +463,33 @@ fn once(args: &LearnArgs, data_dir: &Path, base: &Path) -> Result<Report> {
         hone,
         threshold,
     ));
-    if learners.contains(&Learner::HoneTrl) {
-        let run = loop_side(
+    // The other loops: the demo's arguments changed one way each.
+    let other_loops = [
+        (
+            Learner::HoneTrl,
             DemoArgs {
                 trainer: demo::config::DemoTrainer::Trl,
                 trainer_python: args.python.clone(),
                 ..demo_args.clone()
             },
-            &data_dir.join("hone-trl"),
-            &base,
-            args.minutes,
-        )?;
-        sides.push(Side::of_loop(
-            &format!("hone loop on TRL (demo --trainer trl{given}: the same loop, its adapters trained by TRL under accelerate launch, no replay)"),
-            run,
-            threshold,
-        ));
-    }
-    if learners.contains(&Learner::Sandbox) {
-        let run = loop_side(
+            "hone-trl",
+            format!("hone loop on TRL (demo --trainer trl{given}: the same loop, its adapters trained by TRL under accelerate launch, no replay)"),
+        ),
+        (
+            Learner::Sandbox,
             DemoArgs {
                 sandbox_users: true,
                 ..demo_args.clone()
             },
-            &data_dir.join("hone-sandbox"),
-            &base,
-            args.minutes,
-        )?;
-        sides.push(Side::of_loop(
-            &format!("hone loop, sandbox users (demo --sandbox-users{given}: a simulated user also rewards every offline run on demand)"),
-            run,
-            threshold,
-        ));
+            "hone-sandbox",
+            format!("hone loop, sandbox users (demo --sandbox-users{given}: a simulated user also rewards every offline run on demand)"),
+        ),
+    ];
+    for (learner, loop_args, dir, label) in other_loops {
+        if learners.contains(&learner) {
+            let run = loop_side(loop_args, &data_dir.join(dir), &base, args.minutes)?;
+            sides.push(Side::of_loop(&label, run, threshold));
+        }
     }
 
     let (alone, trl) = (learners.contains(&Learner::Alone), learners.contains(&Learner::Trl));
