@@ -1,7 +1,8 @@
 //! The machine's limits, measured in the same run as the figures compared
 //! against them: memory bandwidth (STREAM-style copy and triad loops over
 //! arrays far larger than the caches, one slice per core) and matmul peak
-//! (candle's f32 product of two 2048 × 2048 matrices on the device).
+//! (the f32 product of two 2048 × 2048 matrices on the device, by the
+//! library the engine and trainer multiply with: `hone_engine::gemm`).
 //!
 //! Decoding a token reads every weight once, so decode is bound by
 //! bandwidth (`bandwidth / weight bytes` tokens per second per row, until
@@ -88,19 +89,19 @@ pub fn bandwidth_gbs() -> f64 {
     best
 }
 
-/// candle's f32 matmul throughput on a 2048³ product (median of 5, after
-/// two warm-ups).
+/// f32 matmul throughput on a 2048³ product by the engine's and trainer's
+/// product (median of 5, after two warm-ups).
 pub fn matmul_gflops(device: &Device) -> Result<f64> {
     let n = 2048;
     let a = Tensor::randn(0f32, 1.0, (n, n), device)?;
     let b = Tensor::randn(0f32, 1.0, (n, n), device)?;
     for _ in 0..2 {
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
+        hone_engine::gemm::matmul(&a, &b)?.sum_all()?.to_scalar::<f32>()?;
     }
     let mut times = Vec::new();
     for _ in 0..5 {
         let started = Instant::now();
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
+        hone_engine::gemm::matmul(&a, &b)?.sum_all()?.to_scalar::<f32>()?;
         times.push(started.elapsed().as_secs_f64());
     }
     let median = hone_learn::stats::median(&times).unwrap_or(f64::NAN);

@@ -3,7 +3,7 @@
 //! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
-//! library (candle's measured in the same run with the memory bandwidth,
+//! library (hone's — candle's or OpenBLAS's, `hone_engine::gemm` — measured in the same run with the memory bandwidth,
 //! [`crate::roofline`]). `--runs N` repeats both sides' measurement and
 //! prints the median step with its range. Prints a table with the ratios;
 //! not a test.
@@ -85,7 +85,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
+        hone_console::note(format_args!("[{name}] measuring hone-train ({}) …", hone_engine::gemm::cpu_product()));
         let hone_seconds = (0..runs)
             .map(|_| hone_step(dir.path(), &device, &options, &batch))
             .collect::<Result<Vec<f64>>>()?;
@@ -115,8 +115,9 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): candle {peak:.1} GFLOP/s",
-        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}"))
+        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): {} {peak:.1} GFLOP/s",
+        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
+        hone_engine::gemm::cpu_product()
     )?;
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
         writeln!(
@@ -127,7 +128,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (hone's peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of hone's peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for r in &rows {

@@ -8,6 +8,7 @@
 //! hone-train's tests differentiate through this same forward with candle's
 //! autograd as the reference for the trainer's hand-written backward.
 
+use crate::gemm::matmul;
 use crate::config::{ModelConfig, RopeScaling};
 use crate::lora::{Adapter, LoraWeights, Module};
 use crate::names;
@@ -47,7 +48,7 @@ impl Linear {
                 deltas.push(match lora {
                     Some(lora) => {
                         let part = flat.narrow(0, start, *count)?;
-                        (part.matmul(&lora.a.t()?)?.matmul(&lora.b.t()?)? * lora.scale)?
+                        (matmul(&matmul(&part, &lora.a.t()?)?, &lora.b.t()?)? * lora.scale)?
                     }
                     None => Tensor::zeros((*count, out), y.dtype(), y.device())?,
                 });
@@ -78,7 +79,7 @@ const FEW_ROWS: usize = 16;
 pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let rows = x.dim(0)?;
     if rows > FEW_ROWS {
-        return Ok(x.matmul(&weight.t()?)?);
+        return Ok(matmul(x, &weight.t()?)?);
     }
     if let Some(y) = few_rows_on_cpu(x, weight)? {
         return Ok(y);

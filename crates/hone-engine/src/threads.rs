@@ -60,12 +60,16 @@ pub fn part_len(items: usize, parts: usize) -> usize {
     items.div_ceil(parts.max(1)).max(1)
 }
 
+/// The thread count per op this process fixed (`None` before it fixed one).
+pub fn per_op() -> Option<usize> {
+    std::env::var(VARIABLE).ok().and_then(|v| v.parse::<usize>().ok())
+}
+
 /// How many parts a training batch is cut into, each run on a thread of its
 /// own: the machine's cores when every op runs on one thread (the count is
 /// 1), else 1, candle's own threads already sharing each op among the cores.
 pub fn batch_parts() -> usize {
-    let per_op = std::env::var(VARIABLE).ok().and_then(|v| v.parse::<usize>().ok());
-    if per_op == Some(1) {
+    if per_op() == Some(1) {
         std::thread::available_parallelism().map_or(1, usize::from)
     } else {
         1

@@ -96,9 +96,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let limits = crate::roofline::Limits::measure(&device)?;
     writeln!(
         out,
-        "machine limits, same run: memory bandwidth {} GB/s (better of copy and triad, every core), f32 matmul peak {:.1} GFLOP/s (candle, 2048³)",
+        "machine limits, same run: memory bandwidth {} GB/s (better of copy and triad, every core), f32 matmul peak {:.1} GFLOP/s ({}, 2048³)",
         limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-        limits.matmul_gflops
+        limits.matmul_gflops,
+        hone_engine::gemm::cpu_product()
     )?;
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
@@ -107,7 +108,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
-        hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
+        hone_console::note(format_args!("[{name}] measuring hone-engine ({}) …", hone_engine::gemm::cpu_product()));
         let model = Model::load(dir.path(), dtype, &device)?;
         let weights = weights_per_token(&model) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
