@@ -85,7 +85,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        hone_console::note(format_args!("[{name}] measuring hone-train ({}) …", hone_engine::gemm::cpu_product()));
+        hone_console::note(format_args!(
+            "[{name}] measuring hone-train ({}) …",
+            hone_engine::gemm::cpu_product()
+        ));
         let hone_seconds = (0..runs)
             .map(|_| hone_step(dir.path(), &device, &options, &batch))
             .collect::<Result<Vec<f64>>>()?;

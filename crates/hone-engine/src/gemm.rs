@@ -111,7 +111,9 @@ mod tests {
     }
 
     fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len).map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0).collect()
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect()
     }
 
     fn assert_close(got: &Tensor, want: &[f32]) {
@@ -135,14 +137,20 @@ mod tests {
             let tb = Tensor::from_vec(b.clone(), (k, n), &device).unwrap();
             assert_close(&matmul(&ta, &tb).unwrap(), &want);
             #[cfg(feature = "blas")]
-            assert_close(&blas::matmul(&ta, &tb).unwrap().expect("two f32 matrices on the CPU"), &want);
+            assert_close(
+                &blas::matmul(&ta, &tb).unwrap().expect("two f32 matrices on the CPU"),
+                &want,
+            );
             // The operands stored transposed (as checkpoints store weights
             // and the trainer's gradients read activations) and used as views.
             let at = ta.t().unwrap().contiguous().unwrap();
             let bt = tb.t().unwrap().contiguous().unwrap();
             assert_close(&matmul(&at.t().unwrap(), &bt.t().unwrap()).unwrap(), &want);
             #[cfg(feature = "blas")]
-            assert_close(&blas::matmul(&at.t().unwrap(), &bt.t().unwrap()).unwrap().unwrap(), &want);
+            assert_close(
+                &blas::matmul(&at.t().unwrap(), &bt.t().unwrap()).unwrap().unwrap(),
+                &want,
+            );
             // A view that starts past its storage's first element.
             let wide = Tensor::cat(&[&tb, &tb], 1).unwrap();
             let right = wide.narrow(1, n, n).unwrap();

@@ -75,6 +75,14 @@ impl WithSimd for Block<'_> {
             width,
             y,
         } = self;
+        if rows == 1 {
+            // One row (batch 1): bound by reading the weights; the tightest
+            // loop keeps the most loads in flight.
+            for (weight, y) in weights.chunks_exact(width).zip(y.iter_mut()) {
+                *y = dot(simd, weight, x);
+            }
+            return;
+        }
         // Two weight rows at a time: with four rows of `x`, eight
         // accumulators share each load of `x`, and the loads per
         // multiply-add fall from 1.25 to 0.75 (`x` of a wide layer lives
@@ -91,6 +99,26 @@ impl WithSimd for Block<'_> {
             groups(simd, [last], x, rows, [y_last]);
         }
     }
+}
+
+/// `weight · x` with two accumulators (so a multiply-add need not wait for
+/// the last).
+#[inline(always)]
+fn dot<S: Simd>(simd: S, weight: &[f32], x: &[f32]) -> f32 {
+    let (weight_simd, weight_tail) = S::as_simd_f32s(weight);
+    let (x_simd, x_tail) = S::as_simd_f32s(x);
+    let (mut even, mut odd) = (simd.splat_f32s(0.0), simd.splat_f32s(0.0));
+    let mut pairs = weight_simd.chunks_exact(2).zip(x_simd.chunks_exact(2));
+    for (w, v) in pairs.by_ref() {
+        even = simd.mul_add_e_f32s(w[0], v[0], even);
+        odd = simd.mul_add_e_f32s(w[1], v[1], odd);
+    }
+    if weight_simd.len() % 2 == 1 {
+        let last = weight_simd.len() - 1;
+        even = simd.mul_add_e_f32s(weight_simd[last], x_simd[last], even);
+    }
+    let tail: f32 = weight_tail.iter().zip(x_tail).map(|(w, v)| w * v).sum();
+    simd.reduce_sum_f32s(simd.add_f32s(even, odd)) + tail
 }
 
 /// `y[w][r] = weights[w] · x[r]` for every row of `x`, `ROWS_AT_ONCE` rows

@@ -8,8 +8,8 @@
 //! hone-train's tests differentiate through this same forward with candle's
 //! autograd as the reference for the trainer's hand-written backward.
 
-use crate::gemm::matmul;
 use crate::config::{ModelConfig, RopeScaling};
+use crate::gemm::matmul;
 use crate::lora::{Adapter, LoraWeights, Module};
 use crate::names;
 use crate::weights::Weights;

@@ -108,7 +108,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
-        hone_console::note(format_args!("[{name}] measuring hone-engine ({}) …", hone_engine::gemm::cpu_product()));
+        hone_console::note(format_args!(
+            "[{name}] measuring hone-engine ({}) …",
+            hone_engine::gemm::cpu_product()
+        ));
         let model = Model::load(dir.path(), dtype, &device)?;
         let weights = weights_per_token(&model) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
