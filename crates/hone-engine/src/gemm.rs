@@ -3,8 +3,8 @@
 //! products on the CPU run on the system's OpenBLAS (through ndarray's
 //! safe `general_mat_mul`, which hands contiguous and transposed operands
 //! to `cblas_sgemm` as they lie, without copying); everything else — other
-//! dtypes, other devices, batched operands, a process that multiplies on
-//! one thread per op — is candle's own product.
+//! dtypes, other devices, batched operands, small products, a process that
+//! multiplies on one thread per op — is candle's own product.
 //!
 //! Why a second GEMM: on AVX2 machines candle's CPU GEMM (the `gemm` crate)
 //! reaches about half of what OpenBLAS does on the shapes of a 0.5B
@@ -19,13 +19,19 @@ use candle_core::{Result, Tensor};
 /// view); any other operands as candle's `matmul` takes them.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "blas")]
-    if uses_blas() {
+    if uses_blas() && a.elem_count() * b.dims().last().copied().unwrap_or(0) >= MIN_MULTIPLY_ADDS {
         if let Some(product) = blas::matmul(a, b)? {
             return Ok(product);
         }
     }
     a.matmul(b)
 }
+
+/// Multiply-adds below which a product stays with candle: OpenBLAS hands
+/// every product to its threads, and a small one is over before that pays
+/// (a 2-layer test model prefilled 8 × 64 tokens 4× slower on OpenBLAS).
+#[cfg(feature = "blas")]
+const MIN_MULTIPLY_ADDS: usize = 1 << 22;
 
 /// Whether f32 products on the CPU run on OpenBLAS in this process: built
 /// with `blas`, and ops multiply on more than one thread (a process fixed
