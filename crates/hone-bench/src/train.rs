@@ -3,10 +3,12 @@
 //! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
-//! library (hone's — candle's or OpenBLAS's, `hone_engine::gemm` — measured in the same run with the memory bandwidth,
-//! [`crate::roofline`]). `--runs N` repeats both sides' measurement and
-//! prints the median step with its range. Prints a table with the ratios;
-//! not a test.
+//! library, measured in the same run with the memory bandwidth
+//! ([`crate::roofline`]). hone's step is measured on every CPU product
+//! the build has (`hone_engine::gemm`: candle's, and OpenBLAS's in a build
+//! with `blas`), one row each. `--runs N` repeats every side's
+//! measurement and prints the median step with its range. Prints a table
+//! with the ratios; not a test.
 
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
@@ -42,8 +44,8 @@ pub struct Options {
 
 struct Row {
     preset: String,
-    /// The median step of each run.
-    hone_seconds: Vec<f64>,
+    /// Per product of the build: the median step of each run.
+    hone: Vec<(crate::roofline::Peak, Vec<f64>)>,
     trl: Vec<Trl>,
     flops: f64,
     tokens: usize,
@@ -66,7 +68,6 @@ pub fn run(options: Options) -> Result<ExitCode> {
         "measuring the machine's limits (memory bandwidth, matmul peak) …"
     ));
     let limits = crate::roofline::Limits::measure(&device)?;
-    let peak = limits.matmul_gflops;
     writeln!(
         out,
         "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
@@ -85,13 +86,16 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        hone_console::note(format_args!(
-            "[{name}] measuring hone-train ({}) …",
-            hone_engine::gemm::cpu_product()
-        ));
-        let hone_seconds = (0..runs)
-            .map(|_| hone_step(dir.path(), &device, &options, &batch))
-            .collect::<Result<Vec<f64>>>()?;
+        let mut hone = Vec::new();
+        for peak in &limits.peaks {
+            hone_console::note(format_args!("[{name}] measuring hone-train ({}) …", peak.name()));
+            let seconds = crate::roofline::on_product(peak.product, || {
+                (0..runs)
+                    .map(|_| hone_step(dir.path(), &device, &options, &batch))
+                    .collect::<Result<Vec<f64>>>()
+            })?;
+            hone.push((*peak, seconds));
+        }
         let trl = match (&options.python, device.is_cpu()) {
             (Some(python), true) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
@@ -110,7 +114,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         };
         rows.push(Row {
             preset: name.clone(),
-            hone_seconds,
+            hone,
             trl,
             flops: step_flops(&config, &options),
             tokens: options.group * (options.prompt + options.completion),
@@ -118,9 +122,9 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): {} {peak:.1} GFLOP/s",
+        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): {}",
         limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-        hone_engine::gemm::cpu_product()
+        crate::roofline::peaks_cell(&limits.peaks)
     )?;
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
         writeln!(
@@ -131,41 +135,47 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (hone's peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of hone's peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | product | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (product's peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of product's peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
     for r in &rows {
-        let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
-        let hone = ms(&r.hone_seconds);
-        let hone_seconds = hone.median / 1e3;
-        let gflops = r.flops / hone_seconds / 1e9;
-        let (trl_ms, ratio, trl_tps, trl_gflops) = match r.trl.first() {
-            Some(first) => {
-                let trl = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
-                let trl_seconds = trl.median / 1e3;
-                (
-                    format!("{:.1} | {}", trl.median, trl.range()),
-                    format!("{:.2}×", trl_seconds / hone_seconds),
-                    format!("{:.0}", r.tokens as f64 / trl_seconds),
-                    format!(
-                        "{:.1} ({:.0}%)",
-                        r.flops / trl_seconds / 1e9,
-                        100.0 * r.flops / trl_seconds / 1e9 / first.matmul_gflops
-                    ),
-                )
-            }
-            None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
-        };
-        writeln!(
-            out,
-            "| {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
-            r.preset,
-            hone.median,
-            hone.range(),
-            r.flops / (peak * 1e9) * 1e3,
-            r.tokens as f64 / hone_seconds,
-            100.0 * gflops / peak
-        )?;
+        let trl = r.trl.first().map(|first| {
+            let spread = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
+            (spread, first.matmul_gflops)
+        });
+        for (peak, seconds) in &r.hone {
+            let hone = ms(seconds);
+            let hone_seconds = hone.median / 1e3;
+            let gflops = r.flops / hone_seconds / 1e9;
+            let (trl_ms, ratio, trl_tps, trl_gflops) = match trl {
+                Some((trl, torch_peak)) => {
+                    let trl_seconds = trl.median / 1e3;
+                    (
+                        format!("{:.1} | {}", trl.median, trl.range()),
+                        format!("{:.2}×", trl_seconds / hone_seconds),
+                        format!("{:.0}", r.tokens as f64 / trl_seconds),
+                        format!(
+                            "{:.1} ({:.0}%)",
+                            r.flops / trl_seconds / 1e9,
+                            100.0 * r.flops / trl_seconds / 1e9 / torch_peak
+                        ),
+                    )
+                }
+                None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
+            };
+            writeln!(
+                out,
+                "| {} | {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+                r.preset,
+                peak.name(),
+                hone.median,
+                hone.range(),
+                r.flops / (peak.gflops * 1e9) * 1e3,
+                r.tokens as f64 / hone_seconds,
+                100.0 * gflops / peak.gflops
+            )?;
+        }
     }
     if options.python.is_none() {
         writeln!(

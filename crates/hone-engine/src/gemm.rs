@@ -14,12 +14,15 @@
 //! `libopenblas-dev`) and hone builds with nothing but a Rust toolchain.
 
 use candle_core::{Result, Tensor};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `a·b` for `a` `[m, k]` and `b` `[k, n]` (either may be a transposed
 /// view); any other operands as candle's `matmul` takes them.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "blas")]
-    if uses_blas() && a.elem_count() * b.dims().last().copied().unwrap_or(0) >= MIN_MULTIPLY_ADDS {
+    if a.elem_count() * b.dims().last().copied().unwrap_or(0) >= MIN_MULTIPLY_ADDS
+        && cpu_product() == CpuProduct::OpenBlas
+    {
         if let Some(product) = blas::matmul(a, b)? {
             return Ok(product);
         }
@@ -33,20 +36,71 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 #[cfg(feature = "blas")]
 const MIN_MULTIPLY_ADDS: usize = 1 << 22;
 
-/// Whether f32 products on the CPU run on OpenBLAS in this process: built
-/// with `blas`, and ops multiply on more than one thread (a process fixed
-/// to one thread per op, for a small model, keeps candle's product, which
-/// stays on its thread; OpenBLAS would start its own on every core).
-pub fn uses_blas() -> bool {
-    cfg!(feature = "blas") && crate::threads::per_op() != Some(1)
+/// A library f32 products on the CPU can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuProduct {
+    /// candle's own GEMM (the `gemm` crate), in every build.
+    Candle,
+    /// The system's OpenBLAS, in a build with the `blas` feature.
+    OpenBlas,
 }
 
-/// The library f32 products on the CPU run on in this process.
-pub fn cpu_product() -> &'static str {
-    if uses_blas() {
-        "OpenBLAS"
+impl CpuProduct {
+    /// The products this build can multiply on, its default first.
+    pub fn available() -> &'static [CpuProduct] {
+        if cfg!(feature = "blas") {
+            &[CpuProduct::OpenBlas, CpuProduct::Candle]
+        } else {
+            &[CpuProduct::Candle]
+        }
+    }
+}
+
+impl std::fmt::Display for CpuProduct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CpuProduct::Candle => "candle",
+            CpuProduct::OpenBlas => "OpenBLAS",
+        })
+    }
+}
+
+/// Set while this process keeps its products on candle's GEMM in a build
+/// that has OpenBLAS ([`choose`]).
+static CANDLE_CHOSEN: AtomicBool = AtomicBool::new(false);
+
+/// Runs this process's f32 CPU products on `product` from now on (a
+/// benchmark measures each product of the build in turn) and returns the
+/// one chosen before; a product the build lacks is refused.
+pub fn choose(product: CpuProduct) -> std::result::Result<CpuProduct, String> {
+    if !CpuProduct::available().contains(&product) {
+        return Err(format!(
+            "this build multiplies on {} only (OpenBLAS needs a build with `--features blas`)",
+            CpuProduct::available()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let candle_before = CANDLE_CHOSEN.swap(product == CpuProduct::Candle, Ordering::Relaxed);
+    Ok(if candle_before {
+        CpuProduct::Candle
     } else {
-        "candle"
+        CpuProduct::available()[0]
+    })
+}
+
+/// The library f32 products on the CPU run on in this process: OpenBLAS
+/// in a build with `blas`, unless candle was chosen or ops multiply on one
+/// thread each (a process fixed to one thread per op, for a small model,
+/// keeps candle's product, which stays on its thread; OpenBLAS would start
+/// its own on every core).
+pub fn cpu_product() -> CpuProduct {
+    if cfg!(feature = "blas") && !CANDLE_CHOSEN.load(Ordering::Relaxed) && crate::threads::per_op() != Some(1) {
+        CpuProduct::OpenBlas
+    } else {
+        CpuProduct::Candle
     }
 }
 
@@ -163,6 +217,34 @@ mod tests {
             assert_close(&matmul(&ta, &right).unwrap(), &want);
             #[cfg(feature = "blas")]
             assert_close(&blas::matmul(&ta, &right).unwrap().unwrap(), &want);
+        }
+    }
+
+    #[test]
+    fn a_process_multiplies_on_the_product_it_chose_and_never_on_one_the_build_lacks() {
+        let device = Device::Cpu;
+        // Large enough for OpenBLAS when the build has it.
+        let (m, k, n) = (128, 256, 160);
+        let (a, b) = (values(m * k, 3), values(k * n, 4));
+        let want = reference(&a, &b, m, k, n);
+        let ta = Tensor::from_vec(a, (m, k), &device).unwrap();
+        let tb = Tensor::from_vec(b, (k, n), &device).unwrap();
+        for &product in CpuProduct::available() {
+            choose(product).unwrap();
+            if crate::threads::per_op() != Some(1) {
+                assert_eq!(cpu_product(), product);
+            }
+            assert_close(&matmul(&ta, &tb).unwrap(), &want);
+        }
+        assert_eq!(
+            CpuProduct::available().contains(&CpuProduct::OpenBlas),
+            cfg!(feature = "blas")
+        );
+        assert_eq!(choose(CpuProduct::Candle), Ok(CpuProduct::Candle));
+        if !cfg!(feature = "blas") {
+            let refused = choose(CpuProduct::OpenBlas).unwrap_err();
+            assert!(refused.contains("--features blas"), "{refused}");
+            assert_eq!(cpu_product(), CpuProduct::Candle);
         }
     }
 
