@@ -3,12 +3,10 @@
 //! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
-//! library, measured in the same run with the memory bandwidth
-//! ([`crate::roofline`]). hone's step is measured on every CPU product
-//! the build has (`hone_engine::gemm`: candle's, and OpenBLAS's in a build
-//! with `blas`), one row each. `--runs N` repeats every side's
-//! measurement and prints the median step with its range. Prints a table
-//! with the ratios; not a test.
+//! library (candle's measured in the same run with the memory bandwidth,
+//! [`crate::roofline`]). `--runs N` repeats both sides' measurement and
+//! prints the median step with its range. Prints a table with the ratios;
+//! not a test.
 
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
@@ -44,8 +42,8 @@ pub struct Options {
 
 struct Row {
     preset: String,
-    /// Per product of the build: the median step of each run.
-    hone: Vec<(crate::roofline::Peak, Vec<f64>)>,
+    /// The median step of each run.
+    hone_seconds: Vec<f64>,
     trl: Vec<Trl>,
     flops: f64,
     tokens: usize,
@@ -68,6 +66,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         "measuring the machine's limits (memory bandwidth, matmul peak) …"
     ));
     let limits = crate::roofline::Limits::measure(&device)?;
+    let peak = limits.matmul_gflops;
     writeln!(
         out,
         "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
@@ -86,16 +85,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        let mut hone = Vec::new();
-        for peak in &limits.peaks {
-            hone_console::note(format_args!("[{name}] measuring hone-train ({}) …", peak.name()));
-            let seconds = crate::roofline::on_product(peak.product, || {
-                (0..runs)
-                    .map(|_| hone_step(dir.path(), &device, &options, &batch))
-                    .collect::<Result<Vec<f64>>>()
-            })?;
-            hone.push((*peak, seconds));
-        }
+        hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
+        let hone_seconds = (0..runs)
+            .map(|_| hone_step(dir.path(), &device, &options, &batch))
+            .collect::<Result<Vec<f64>>>()?;
         let trl = match (&options.python, device.is_cpu()) {
             (Some(python), true) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
@@ -114,7 +107,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
         };
         rows.push(Row {
             preset: name.clone(),
-            hone,
+            hone_seconds,
             trl,
             flops: step_flops(&config, &options),
             tokens: options.group * (options.prompt + options.completion),
@@ -122,9 +115,8 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): {}",
-        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-        crate::roofline::peaks_cell(&limits.peaks)
+        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): candle {peak:.1} GFLOP/s",
+        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}"))
     )?;
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
         writeln!(
@@ -135,47 +127,41 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | product | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (product's peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of product's peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
-    let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for r in &rows {
-        let trl = r.trl.first().map(|first| {
-            let spread = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
-            (spread, first.matmul_gflops)
-        });
-        for (peak, seconds) in &r.hone {
-            let hone = ms(seconds);
-            let hone_seconds = hone.median / 1e3;
-            let gflops = r.flops / hone_seconds / 1e9;
-            let (trl_ms, ratio, trl_tps, trl_gflops) = match trl {
-                Some((trl, torch_peak)) => {
-                    let trl_seconds = trl.median / 1e3;
-                    (
-                        format!("{:.1} | {}", trl.median, trl.range()),
-                        format!("{:.2}×", trl_seconds / hone_seconds),
-                        format!("{:.0}", r.tokens as f64 / trl_seconds),
-                        format!(
-                            "{:.1} ({:.0}%)",
-                            r.flops / trl_seconds / 1e9,
-                            100.0 * r.flops / trl_seconds / 1e9 / torch_peak
-                        ),
-                    )
-                }
-                None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
-            };
-            writeln!(
-                out,
-                "| {} | {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
-                r.preset,
-                peak.name(),
-                hone.median,
-                hone.range(),
-                r.flops / (peak.gflops * 1e9) * 1e3,
-                r.tokens as f64 / hone_seconds,
-                100.0 * gflops / peak.gflops
-            )?;
-        }
+        let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
+        let hone = ms(&r.hone_seconds);
+        let hone_seconds = hone.median / 1e3;
+        let gflops = r.flops / hone_seconds / 1e9;
+        let (trl_ms, ratio, trl_tps, trl_gflops) = match r.trl.first() {
+            Some(first) => {
+                let trl = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
+                let trl_seconds = trl.median / 1e3;
+                (
+                    format!("{:.1} | {}", trl.median, trl.range()),
+                    format!("{:.2}×", trl_seconds / hone_seconds),
+                    format!("{:.0}", r.tokens as f64 / trl_seconds),
+                    format!(
+                        "{:.1} ({:.0}%)",
+                        r.flops / trl_seconds / 1e9,
+                        100.0 * r.flops / trl_seconds / 1e9 / first.matmul_gflops
+                    ),
+                )
+            }
+            None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
+        };
+        writeln!(
+            out,
+            "| {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+            r.preset,
+            hone.median,
+            hone.range(),
+            r.flops / (peak * 1e9) * 1e3,
+            r.tokens as f64 / hone_seconds,
+            100.0 * gflops / peak
+        )?;
     }
     if options.python.is_none() {
         writeln!(

@@ -22,7 +22,6 @@
 pub mod config;
 pub mod device;
 pub mod engine;
-pub mod gemm;
 pub mod gemv;
 pub mod generate;
 pub mod init;

@@ -9,7 +9,6 @@
 //! autograd as the reference for the trainer's hand-written backward.
 
 use crate::config::{ModelConfig, RopeScaling};
-use crate::gemm::matmul;
 use crate::lora::{Adapter, LoraWeights, Module};
 use crate::names;
 use crate::weights::Weights;
@@ -48,7 +47,7 @@ impl Linear {
                 deltas.push(match lora {
                     Some(lora) => {
                         let part = flat.narrow(0, start, *count)?;
-                        (matmul(&matmul(&part, &lora.a.t()?)?, &lora.b.t()?)? * lora.scale)?
+                        (part.matmul(&lora.a.t()?)?.matmul(&lora.b.t()?)? * lora.scale)?
                     }
                     None => Tensor::zeros((*count, out), y.dtype(), y.device())?,
                 });
@@ -79,7 +78,7 @@ const FEW_ROWS: usize = 16;
 pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let rows = x.dim(0)?;
     if rows > FEW_ROWS {
-        return Ok(matmul(x, &weight.t()?)?);
+        return Ok(x.matmul(&weight.t()?)?);
     }
     if let Some(y) = few_rows_on_cpu(x, weight)? {
         return Ok(y);

@@ -64,23 +64,19 @@ fn prefill(model: &Model, batch: usize, prompt: &[u32]) -> Result<(Vec<KvCache>,
     Ok((caches, next))
 }
 
-/// Prefill tokens/s of `batch` rows of the prompt, the last position's
-/// logits only.
-pub fn prefill_rate(model: &Model, settings: BenchSettings, batch: usize) -> Result<f64> {
-    let prompt = prompt_ids(settings.prompt, model.config.vocab_size);
-    timed(settings.reps, || {
-        let rows: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
-        let input = Tensor::from_vec(rows, (batch, prompt.len()), model.device())?;
-        let started = Instant::now();
-        let logits = model.forward_last(&input, &mut KvCache::new(), None)?;
-        logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-        Ok((batch * prompt.len()) as f64 / started.elapsed().as_secs_f64())
-    })
-}
-
 /// Measures `model` under `settings`.
 pub fn measure(model: &Model, settings: BenchSettings) -> Result<Figures> {
     let prompt = prompt_ids(settings.prompt, model.config.vocab_size);
+    let prefill_rate = |batch: usize| {
+        timed(settings.reps, || {
+            let rows: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
+            let input = Tensor::from_vec(rows, (batch, prompt.len()), model.device())?;
+            let started = Instant::now();
+            let logits = model.forward_last(&input, &mut KvCache::new(), None)?;
+            logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+            Ok((batch * prompt.len()) as f64 / started.elapsed().as_secs_f64())
+        })
+    };
     let decode_rate = |batch: usize| {
         timed(settings.reps, || {
             let (mut caches, mut next) = prefill(model, batch, &prompt)?;
@@ -94,8 +90,8 @@ pub fn measure(model: &Model, settings: BenchSettings) -> Result<Figures> {
         })
     };
     Ok(Figures {
-        prefill_b1: prefill_rate(model, settings, 1)?,
-        prefill_b8: prefill_rate(model, settings, 8)?,
+        prefill_b1: prefill_rate(1)?,
+        prefill_b8: prefill_rate(8)?,
         decode_b1: decode_rate(1)?,
         decode_b8: decode_rate(8)?,
     })

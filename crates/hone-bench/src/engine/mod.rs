@@ -5,8 +5,7 @@
 //! settings (`python/engine_hf.py`, run with `--python`). Then the prefix cache: requests that share the prompt,
 //! served through the whole engine with it off and on in the same run; and
 //! the same requests with each decode step in one part and in one part per
-//! core (`EngineOptions::decode_parts`). In a build with more than one CPU
-//! product (`hone_engine::gemm`), prefill is measured on each.
+//! core (`EngineOptions::decode_parts`).
 //! Every throughput is also set against the machine's limit measured in
 //! the same run ([`crate::roofline`]): decode against memory bandwidth,
 //! prefill against the matmul peak. `--runs N` repeats the whole
@@ -20,8 +19,7 @@ use anyhow::Result;
 use candle_core::DType;
 use hone_engine::Model;
 use measure::{
-    measure, measure_decode_parts, measure_memory, measure_prefix_cache, prefill_rate, BenchSettings, EngineLoad,
-    Figures,
+    measure, measure_decode_parts, measure_memory, measure_prefix_cache, BenchSettings, EngineLoad, Figures,
 };
 use std::io::Write;
 use std::path::Path;
@@ -98,25 +96,18 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let limits = crate::roofline::Limits::measure(&device)?;
     writeln!(
         out,
-        "machine limits, same run: memory bandwidth {} GB/s (better of copy and triad, every core), f32 matmul peak (2048³) {}",
+        "machine limits, same run: memory bandwidth {} GB/s (best of copy, triad and read, every core), f32 matmul peak {:.1} GFLOP/s (candle, 2048³)",
         limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-        crate::roofline::peaks_cell(&limits.peaks)
+        limits.matmul_gflops
     )?;
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
     let mut prefix_rows = Vec::new();
     let mut parts_rows = Vec::new();
-    // Prefill on each product the build has beside the one in use: the
-    // figures that say whether the product in use earns its place.
-    let other_products: Vec<_> = limits.peaks.iter().skip(1).filter_map(|p| p.product).collect();
-    let mut product_rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
-        hone_console::note(format_args!(
-            "[{name}] measuring hone-engine ({}) …",
-            hone_engine::gemm::cpu_product()
-        ));
+        hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), dtype, &device)?;
         let weights = weights_per_token(&model) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
@@ -126,15 +117,6 @@ pub fn run(options: Options) -> Result<ExitCode> {
                 hone_console::note(format_args!("[{name}] run {} of {runs} …", run + 1));
             }
             ours.push(measure(&model, settings)?);
-        }
-        for &product in &other_products {
-            hone_console::note(format_args!("[{name}] prefill on {product} …"));
-            let figures = crate::roofline::on_product(Some(product), || {
-                (0..runs)
-                    .map(|_| Ok([prefill_rate(&model, settings, 1)?, prefill_rate(&model, settings, 8)?]))
-                    .collect::<Result<Vec<[f64; 2]>>>()
-            })?;
-            product_rows.push((name.clone(), product, figures));
         }
         for keys in &options.memory_keys {
             hone_console::note(format_args!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
@@ -223,39 +205,6 @@ pub fn run(options: Options) -> Result<ExitCode> {
             theirs.as_deref().map_or("–".into(), |t| format!("{:.2}×", ratio(t))),
             weight_bytes / 1e9
         )?;
-    }
-    if !product_rows.is_empty() {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "Prefill on each CPU product of this build, same run (tok/s; the table above multiplies on {}):",
-            limits.peaks[0].name()
-        )?;
-        writeln!(
-            out,
-            "| model | product | prefill b1 | b1 range | prefill b8 | b8 range | in use / this, b1 | in use / this, b8 |"
-        )?;
-        writeln!(out, "|---|---|---|---|---|---|---|---|")?;
-        for (name, product, figures) in &product_rows {
-            let ours = rows.iter().find(|r| &r.0 == name).map(|r| &r.1);
-            let b1 = Spread::of(figures.iter().map(|f| f[0]));
-            let b8 = Spread::of(figures.iter().map(|f| f[1]));
-            let in_use = |get: fn(&Figures) -> f64, this: f64| {
-                ours.map_or("–".into(), |o| {
-                    format!("{:.2}×", Spread::of(o.iter().map(get)).median / this)
-                })
-            };
-            writeln!(
-                out,
-                "| {name} | {product} | {:.1} | {} | {:.1} | {} | {} | {} |",
-                b1.median,
-                b1.range(),
-                b8.median,
-                b8.range(),
-                in_use(|f| f.prefill_b1, b1.median),
-                in_use(|f| f.prefill_b8, b8.median),
-            )?;
-        }
     }
     if !memory_rows.is_empty() {
         writeln!(out)?;

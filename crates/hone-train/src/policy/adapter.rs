@@ -5,7 +5,6 @@ use super::{backprop, Grads, Packed, Parameters, Projection, Saved};
 use crate::lora::LoraParams;
 use crate::Result;
 use candle_core::Tensor;
-use hone_engine::gemm::matmul;
 use hone_engine::Model;
 
 /// Gradients of the LoRA tensors given `∂L/∂logprob` of every scored token.
@@ -29,7 +28,7 @@ impl Parameters for AdapterGrads<'_> {
     /// gradients added into `grads`.
     fn linear(&mut self, at: &Projection<'_>, dy: &Tensor) -> Result<Tensor> {
         let (lora, n, module) = (self.lora, at.n, at.module);
-        let dx = matmul(dy, &at.layer.linear(module).weight)?;
+        let dx = dy.matmul(&at.layer.linear(module).weight)?;
         let (Some(pair), Some(position), Some(saved)) =
             (lora.get(n, module), lora.position(n, module), at.saved.lora(module))
         else {
@@ -40,13 +39,13 @@ impl Parameters for AdapterGrads<'_> {
             Some(m) => (at.x * m)?,
             None => at.x.clone(),
         };
-        let dyb = matmul(dy, &pair.b)?;
-        let da = (matmul(&dyb.t()?, &input)? * s)?;
-        let db = (matmul(&dy.t()?, &saved.xa)? * s)?;
+        let dyb = dy.matmul(&pair.b)?;
+        let da = (dyb.t()?.matmul(&input)? * s)?;
+        let db = (dy.t()?.matmul(&saved.xa)? * s)?;
         let grads = &mut self.grads.0;
         grads[2 * position] = (&grads[2 * position] + da)?;
         grads[2 * position + 1] = (&grads[2 * position + 1] + db)?;
-        let dlora = (matmul(&dyb, &pair.a)? * s)?;
+        let dlora = (dyb.matmul(&pair.a)? * s)?;
         let dlora = match &saved.mask {
             Some(m) => (dlora * m)?,
             None => dlora,

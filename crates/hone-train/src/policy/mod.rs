@@ -32,7 +32,6 @@
 use crate::lora::{LoraPair, LoraParams};
 use crate::{Result, TrainError};
 use candle_core::{DType, Device, Tensor, D};
-use hone_engine::gemm::matmul;
 use hone_engine::lora::Module;
 use hone_engine::model::{project, softmax_last, Layer, Linear};
 use hone_engine::Model;
@@ -605,7 +604,7 @@ fn backprop(
         .broadcast_mul(&dl)?
         .neg()?
         .scatter_add(&packed.target_tokens, &dl, D::Minus1)?;
-    let dhidden_targets = matmul(&dlogits, model.lm_head())?;
+    let dhidden_targets = dlogits.matmul(model.lm_head())?;
     params.head(&dlogits, &saved.hidden)?;
     drop(saved.hidden);
     let dnormed = Tensor::zeros((packed.rows, c.hidden_size), DType::F32, device)?.index_add(
@@ -805,9 +804,9 @@ fn linear_forward(
         _ => None,
     };
     let xa = match &mask {
-        Some(m) => matmul(&(x * m)?, &pair.a.t()?)?,
-        None => matmul(x, &pair.a.t()?)?,
+        Some(m) => (x * m)?.matmul(&pair.a.t()?)?,
+        None => x.matmul(&pair.a.t()?)?,
     };
-    let y = (y + (matmul(&xa, &pair.b.t()?)? * scale)?)?;
+    let y = (y + (xa.matmul(&pair.b.t()?)? * scale)?)?;
     Ok((y, Some(LoraSaved { mask, xa })))
 }

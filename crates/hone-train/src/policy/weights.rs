@@ -5,7 +5,6 @@
 use super::{backprop, Packed, Parameters, Projection, Saved};
 use crate::Result;
 use candle_core::Tensor;
-use hone_engine::gemm::matmul;
 use hone_engine::Model;
 
 /// Gradients of every weight of the model given `∂L/∂logprob` of every
@@ -37,11 +36,11 @@ impl Parameters for WeightGrads {
     fn linear(&mut self, at: &Projection<'_>, dy: &Tensor) -> Result<Tensor> {
         let linear = at.layer.linear(at.module);
         let name = hone_engine::names::projection(at.n, at.module);
-        self.grads.push((format!("{name}.weight"), matmul(&dy.t()?, at.x)?));
+        self.grads.push((format!("{name}.weight"), dy.t()?.matmul(at.x)?));
         if linear.bias.is_some() {
             self.grads.push((format!("{name}.bias"), dy.sum(0)?));
         }
-        Ok(matmul(dy, &linear.weight)?)
+        Ok(dy.matmul(&linear.weight)?)
     }
 
     fn norm(&mut self, name: &dyn Fn() -> String, x: &Tensor, r: &Tensor, dy: &Tensor) -> Result<()> {
@@ -50,7 +49,7 @@ impl Parameters for WeightGrads {
     }
 
     fn head(&mut self, dlogits: &Tensor, hidden: &Tensor) -> Result<()> {
-        self.head = Some(matmul(&dlogits.t()?, hidden)?);
+        self.head = Some(dlogits.t()?.matmul(hidden)?);
         Ok(())
     }
 
