@@ -55,8 +55,8 @@ impl Limits {
 /// GB/s of the best of a copy (`a = b`), a triad (`a = b + s·c`) and a
 /// read (the sum of `b`, what decode does to its weights), each the best of
 /// five passes, split over every core; bytes counted as STREAM counts them
-/// (each array read or written once). A read moves no cache lines back to
-/// memory, so it is often the fastest, and the one that bounds decode.
+/// (each array read or written once). The read is the pattern of decode,
+/// which only reads its weights.
 pub fn bandwidth_gbs() -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let mut a = vec![0f32; STREAM_FLOATS];
