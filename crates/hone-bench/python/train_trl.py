@@ -24,7 +24,13 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--batch", required=True, help="JSON: prompts, completions, advantages, settings")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     args = p.parse_args()
+    device = torch.device(args.device)
+
+    def wait():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     batch = json.load(open(args.batch))
 
     from datasets import Dataset
@@ -32,12 +38,12 @@ def main():
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
     g = len(batch["completions"])
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
             output_dir=out,
-            use_cpu=True,
+            use_cpu=device.type == "cpu",
             per_device_train_batch_size=g,
             num_generations=g,
             max_completion_length=len(batch["completions"][0]),
@@ -67,37 +73,42 @@ def main():
         policy.train()
         # Set by Trainer.training_step, which generation-free use bypasses.
         trainer.current_gradient_accumulation_steps = 1
-        prompt = torch.tensor(batch["prompts"])
-        completion = torch.tensor(batch["completions"])
+        prompt = torch.tensor(batch["prompts"], device=device)
+        completion = torch.tensor(batch["completions"], device=device)
         inputs = {
             "prompt_ids": prompt,
             "prompt_mask": torch.ones_like(prompt),
             "completion_ids": completion,
             "completion_mask": torch.ones_like(completion),
-            "advantages": torch.tensor(batch["advantages"], dtype=torch.float32),
+            "advantages": torch.tensor(batch["advantages"], dtype=torch.float32, device=device),
             "num_items_in_batch": int(completion.numel()),
         }
         params = [p for p in policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=batch["lr"], weight_decay=0.0)
         times = []
         for rep in range(args.reps + 1):
+            wait()
             start = time.perf_counter()
             loss = trainer.compute_loss(policy, inputs)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             optimizer.zero_grad()
+            wait()
             if rep > 0:  # the first is warm-up
                 times.append(time.perf_counter() - start)
 
-    n = 2048
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    # The square product hone's peak starts from: 2048³ on the CPU, 8192³ on a GPU.
+    n = 2048 if device.type == "cpu" else 8192
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     for _ in range(2):
         a @ b
     mm = []
     for _ in range(5):
+        wait()
         start = time.perf_counter()
         a @ b
+        wait()
         mm.append(time.perf_counter() - start)
     print(json.dumps({
         "step_seconds": statistics.median(times),

@@ -1,7 +1,10 @@
 //! The machine's limits, measured in the same run as the figures compared
-//! against them: memory bandwidth (STREAM-style copy, triad and read loops
-//! over arrays far larger than the caches, one slice per core) and matmul peak
-//! (candle's f32 product of two 2048 × 2048 matrices on the device).
+//! against them: memory bandwidth (on the CPU, STREAM-style copy, triad and
+//! read loops over arrays far larger than the caches, one slice per core; on
+//! a GPU, a copy and a read of 1 GiB in device memory) and matmul peak
+//! (candle's product in the measured dtype: the best of a large square one
+//! and the model's own projections at the measured row counts, so that no
+//! shape the model multiplies runs faster than its "peak").
 //!
 //! Decoding a token reads every weight once, so decode is bound by
 //! bandwidth (`bandwidth / weight bytes` tokens per second per row, until
@@ -10,29 +13,74 @@
 //! (`peak / (2 × parameters)` tokens per second forward).
 
 use anyhow::Result;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
+use hone_engine::ModelConfig;
 use std::time::Instant;
 
 /// Floats per array of the bandwidth loops: 64 MiB each, far beyond any
 /// cache of this class of machine.
 const STREAM_FLOATS: usize = 16 << 20;
 
+/// Bytes of the device-memory buffer of the GPU bandwidth measurement:
+/// far beyond the L2 of any GPU.
+const DEVICE_BYTES: usize = 1 << 30;
+
 /// What the machine can do at most.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
-    /// Memory bandwidth in GB/s: the best of copy, triad and read, on every
-    /// core (`None` off the CPU: the loops run on the host).
+    /// Memory bandwidth in GB/s: on the CPU the best of copy, triad and
+    /// read on every core, on a GPU the best of a copy and a read in device
+    /// memory (`None` where unknown).
     pub bandwidth_gbs: Option<f64>,
-    /// f32 matmul throughput on the device, GFLOP/s.
+    /// Matmul throughput on the device, GFLOP/s (see [`Limits::measure`]).
     pub matmul_gflops: f64,
 }
 
+/// One matrix product `[m, k] · [k, n]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Product {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl Product {
+    /// The square product that sets a device's peak: 2048³ on the CPU,
+    /// 8192³ on a GPU (where a 2048³ product is over too soon for its
+    /// launch and synchronisation not to count).
+    pub fn square(device: &Device) -> Self {
+        let n = if device.is_cpu() { 2048 } else { 8192 };
+        Self { m: n, k: n, n }
+    }
+
+    /// A model's projections `x·Wᵀ` for each of `rows` input rows: onto the
+    /// MLP's width and back, and the attention's square one.
+    pub fn projections(config: &ModelConfig, rows: &[usize]) -> Vec<Self> {
+        let (hidden, mlp) = (config.hidden_size, config.intermediate_size);
+        rows.iter()
+            .flat_map(|&m| {
+                [(hidden, mlp), (mlp, hidden), (hidden, hidden)]
+                    .map(|(k, n)| Self { m, k, n })
+            })
+            .collect()
+    }
+
+    fn flops(self) -> f64 {
+        2.0 * (self.m * self.k * self.n) as f64
+    }
+}
+
 impl Limits {
-    /// Measures both on `device`.
-    pub fn measure(device: &Device) -> Result<Self> {
+    /// Measures both on `device`: the matmul peak in `dtype` as the best of
+    /// [`Product::square`] and `products`.
+    pub fn measure(device: &Device, dtype: DType, products: &[Product]) -> Result<Self> {
+        let mut peak = 0f64;
+        for product in std::iter::once(Product::square(device)).chain(products.iter().copied()) {
+            peak = peak.max(matmul_gflops(device, dtype, product)?);
+        }
         Ok(Self {
-            bandwidth_gbs: device.is_cpu().then(bandwidth_gbs),
-            matmul_gflops: matmul_gflops(device)?,
+            bandwidth_gbs: Some(bandwidth_gbs(device)?),
+            matmul_gflops: peak,
         })
     }
 
@@ -52,12 +100,22 @@ impl Limits {
     }
 }
 
+/// Memory bandwidth of `device` in GB/s: [`host_bandwidth_gbs`] on the
+/// CPU, [`device_bandwidth_gbs`] on a GPU.
+pub fn bandwidth_gbs(device: &Device) -> Result<f64> {
+    if device.is_cpu() {
+        Ok(host_bandwidth_gbs())
+    } else {
+        device_bandwidth_gbs(device)
+    }
+}
+
 /// GB/s of the best of a copy (`a = b`), a triad (`a = b + s·c`) and a
 /// read (the sum of `b`, what decode does to its weights), each the best of
 /// five passes, split over every core; bytes counted as STREAM counts them
 /// (each array read or written once). The read is the pattern of decode,
 /// which only reads its weights.
-pub fn bandwidth_gbs() -> f64 {
+pub fn host_bandwidth_gbs() -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let mut a = vec![0f32; STREAM_FLOATS];
     let b = vec![1f32; STREAM_FLOATS];
@@ -123,23 +181,54 @@ impl Pattern {
     }
 }
 
-/// candle's f32 matmul throughput on a 2048³ product (median of 5, after
-/// two warm-ups).
-pub fn matmul_gflops(device: &Device) -> Result<f64> {
-    let n = 2048;
-    let a = Tensor::randn(0f32, 1.0, (n, n), device)?;
-    let b = Tensor::randn(0f32, 1.0, (n, n), device)?;
-    for _ in 0..2 {
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
-    }
+/// GB/s of the best of a copy (bytes read and written counted) and a sum
+/// (bytes read) of a 1 GiB buffer in `device`'s memory, each the best of
+/// five after a warm-up.
+pub fn device_bandwidth_gbs(device: &Device) -> Result<f64> {
+    let buffer = Tensor::ones(DEVICE_BYTES / 4, DType::F32, device)?;
+    let copy = best_seconds(device, 5, || {
+        buffer.copy()?;
+        Ok(())
+    })?;
+    let read = best_seconds(device, 5, || {
+        buffer.sum_all()?;
+        Ok(())
+    })?;
+    Ok((2.0 * DEVICE_BYTES as f64 / copy).max(DEVICE_BYTES as f64 / read) / 1e9)
+}
+
+/// candle's throughput on `product` in `dtype` (the right operand used
+/// transposed, as a projection uses its weight), GFLOP/s of the median of
+/// five after two warm-ups.
+pub fn matmul_gflops(device: &Device, dtype: DType, product: Product) -> Result<f64> {
+    let a = Tensor::randn(0f32, 1.0, (product.m, product.k), device)?.to_dtype(dtype)?;
+    let b = Tensor::randn(0f32, 1.0, (product.n, product.k), device)?.to_dtype(dtype)?;
     let mut times = Vec::new();
-    for _ in 0..5 {
+    for rep in 0..7 {
         let started = Instant::now();
-        a.matmul(&b)?.sum_all()?.to_scalar::<f32>()?;
-        times.push(started.elapsed().as_secs_f64());
+        drop(a.matmul(&b.t()?)?);
+        device.synchronize()?;
+        if rep >= 2 {
+            times.push(started.elapsed().as_secs_f64());
+        }
     }
     let median = hone_learn::stats::median(&times).unwrap_or(f64::NAN);
-    Ok(2.0 * (n as f64).powi(3) / median / 1e9)
+    Ok(product.flops() / median / 1e9)
+}
+
+/// The shortest of `reps` timed calls of `work` on `device` (each waited
+/// for), after one warm-up.
+fn best_seconds(device: &Device, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
+    work()?;
+    device.synchronize()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let started = Instant::now();
+        work()?;
+        device.synchronize()?;
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    Ok(best)
 }
 
 /// A share of a limit as a percentage cell ("61%"), "–" when unknown.
@@ -178,7 +267,30 @@ mod tests {
     #[test]
     fn the_bandwidth_loops_measure_a_plausible_rate() {
         // Any machine that runs the tests moves between 0.5 GB/s and a few TB/s.
-        let gbs = bandwidth_gbs();
+        let gbs = host_bandwidth_gbs();
         assert!(gbs > 0.5 && gbs < 5_000.0, "{gbs} GB/s");
+    }
+
+    #[test]
+    fn the_peak_is_the_best_of_the_square_product_and_the_models_own() {
+        let device = Device::Cpu;
+        let small = Product { m: 64, k: 64, n: 64 };
+        let limits = Limits::measure(&device, DType::F32, &[small]).unwrap();
+        let square = matmul_gflops(&device, DType::F32, Product::square(&device)).unwrap();
+        // Both measured on the same noisy machine: the best of the two is
+        // at least about the square product's rate.
+        assert!(limits.matmul_gflops > 0.5 * square, "{} vs {square}", limits.matmul_gflops);
+        let dir = crate::support::random_checkpoint("tiny").unwrap();
+        let config = ModelConfig::from_file(&dir.path().join("config.json")).unwrap();
+        let products = Product::projections(&config, &[8, 64]);
+        assert_eq!(products.len(), 6);
+        assert_eq!(
+            products[0],
+            Product {
+                m: 8,
+                k: config.hidden_size,
+                n: config.intermediate_size
+            }
+        );
     }
 }

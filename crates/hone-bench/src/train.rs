@@ -1,6 +1,6 @@
 //! `hone bench train`: one GRPO training step (forward, loss, LoRA-only
 //! backward, clipping, AdamW) of hone-train next to TRL's `GRPOTrainer`
-//! (`python/train_trl.py`, run with `--python`) on the same CPU, the same
+//! (`python/train_trl.py`, run with `--python`) on the same device, the same
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
 //! library (candle's measured in the same run with the memory bandwidth,
@@ -10,7 +10,8 @@
 
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
-use candle_core::Device;
+use crate::roofline::{Limits, Product};
+use candle_core::{DType, Device};
 use hone_engine::ModelConfig;
 use hone_train::data::{GrpoGroup, GrpoSample};
 use hone_train::loss::grpo::{group_advantages, GrpoOptions};
@@ -47,6 +48,9 @@ struct Row {
     trl: Vec<Trl>,
     flops: f64,
     tokens: usize,
+    /// The machine's limits, the peak the best of the square product and
+    /// this model's projections at the step's rows.
+    limits: Limits,
 }
 
 #[derive(serde::Deserialize)]
@@ -62,11 +66,6 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let device = hone_engine::device::by_name(&options.device)?;
     let mut out = crate::report::Report::new(options.out.clone());
     let runs = options.runs.max(1);
-    hone_console::note(format_args!(
-        "measuring the machine's limits (memory bandwidth, matmul peak) …"
-    ));
-    let limits = crate::roofline::Limits::measure(&device)?;
-    let peak = limits.matmul_gflops;
     writeln!(
         out,
         "hone bench train — GRPO step, f32, {} ({} threads), 1 group of {} × ({} prompt + {} completion tokens), \
@@ -85,12 +84,17 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
+        hone_console::note(format_args!(
+            "[{name}] measuring the machine's limits (memory bandwidth, matmul peak) …"
+        ));
+        let tokens = options.group * (options.prompt + options.completion);
+        let limits = Limits::measure(&device, DType::F32, &Product::projections(&config, &[tokens]))?;
         hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
         let hone_seconds = (0..runs)
             .map(|_| hone_step(dir.path(), &device, &options, &batch))
             .collect::<Result<Vec<f64>>>()?;
-        let trl = match (&options.python, device.is_cpu()) {
-            (Some(python), true) => {
+        let trl = match &options.python {
+            Some(python) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
                 match (0..runs)
                     .map(|_| trl_step(python, dir.path(), &options, &batch))
@@ -103,21 +107,29 @@ pub fn run(options: Options) -> Result<ExitCode> {
                     }
                 }
             }
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         rows.push(Row {
             preset: name.clone(),
             hone_seconds,
             trl,
             flops: step_flops(&config, &options),
-            tokens: options.group * (options.prompt + options.completion),
+            tokens,
+            limits,
         });
     }
-    writeln!(
-        out,
-        "\nmachine limits, same run: memory bandwidth {} GB/s; matmul peak (2048³ f32): candle {peak:.1} GFLOP/s",
-        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}"))
-    )?;
+    writeln!(out)?;
+    for r in &rows {
+        writeln!(
+            out,
+            "[{}] machine limits, same run: memory bandwidth {} GB/s; f32 matmul peak: candle {:.1} GFLOP/s (best of {}³ and the model's projections at {} rows)",
+            r.preset,
+            r.limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
+            r.limits.matmul_gflops,
+            Product::square(&device).n,
+            r.tokens
+        )?;
+    }
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
         writeln!(
             out,
@@ -132,6 +144,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for r in &rows {
         let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
+        let peak = r.limits.matmul_gflops;
         let hone = ms(&r.hone_seconds);
         let hone_seconds = hone.median / 1e3;
         let gflops = r.flops / hone_seconds / 1e9;
@@ -271,6 +284,8 @@ fn trl_step(python: &str, model: &Path, options: &Options, batch: &Batch) -> Res
         input.path().into(),
         "--reps".into(),
         options.reps.to_string().into(),
+        "--device".into(),
+        options.device.clone().into(),
     ];
     run_json(python, TRL_SCRIPT, &args)
 }

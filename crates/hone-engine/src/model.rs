@@ -6,7 +6,9 @@
 //! Every step is written with plain candle tensor ops. candle's fused kernels
 //! (`rms_norm`, `softmax_last_dim`, `rope`, …) record no gradient, and
 //! hone-train's tests differentiate through this same forward with candle's
-//! autograd as the reference for the trainer's hand-written backward.
+//! autograd as the reference for the trainer's hand-written backward; the
+//! one exception is the attention's softmax, fused only where no gradient
+//! flows.
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::lora::{Adapter, LoraWeights, Module};
@@ -602,13 +604,14 @@ impl Model {
         // Grouped-query attention without copying K/V: the `group` query heads
         // that share a KV head are stacked along the sequence axis.
         let group = heads / kv_heads;
-        let q = q.reshape((b, kv_heads, group * t, d))?;
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        // Scaled before the product: T·d queries instead of T·S scores.
+        let q = (q.reshape((b, kv_heads, group * t, d))? * (1.0 / (d as f64).sqrt()))?;
+        let scores = q.matmul(&k.t()?)?;
         let scores = match mask {
             Some(mask) => scores.reshape((b, kv_heads, group, t, s))?.broadcast_add(mask)?,
             None => scores,
         };
-        let probs = softmax_last(&scores)?.reshape((b, kv_heads, group * t, s))?;
+        let probs = attention_softmax(&scores)?.reshape((b, kv_heads, group * t, s))?;
         let out = probs.matmul(v)?.reshape((b, heads, t, d))?;
         Ok(out.transpose(1, 2)?.reshape((b, t, heads * d))?)
     }
@@ -703,6 +706,18 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
     let max = x.max_keepdim(D::Minus1)?;
     let e = x.broadcast_sub(&max)?.exp()?;
     Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?)
+}
+
+/// The attention's softmax over the last axis: candle-nn's fused kernel
+/// (one pass over the scores, on the CPU and on a GPU, where the scores of
+/// a long prompt are the largest tensors of the forward) when no gradient
+/// flows through them; [`softmax_last`] when one does (the fused kernel
+/// records none).
+fn attention_softmax(scores: &Tensor) -> Result<Tensor> {
+    if scores.track_op() {
+        return softmax_last(scores);
+    }
+    Ok(candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?)
 }
 
 /// `-inf` above the diagonal, shifted right by the `past` cached tokens;

@@ -14,6 +14,7 @@
 
 mod measure;
 
+use crate::roofline::{Limits, Product};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::Result;
 use candle_core::DType;
@@ -53,9 +54,11 @@ pub struct Options {
     pub runs: usize,
 }
 
-/// Weights a decode step reads and multiplies each row by: every layer's
-/// projections and the LM head (the embedding lookup reads one row).
-fn weights_per_token(model: &Model) -> usize {
+/// Weights each token is multiplied by in the decoder layers (every
+/// projection) and in the LM head; the embedding lookup reads one row.
+/// A decode step reads and multiplies both; prefill needs the LM head for
+/// the last position only.
+fn weights_per_token(model: &Model) -> (usize, usize) {
     let layers: usize = model
         .layers()
         .iter()
@@ -66,7 +69,7 @@ fn weights_per_token(model: &Model) -> usize {
                 .sum::<usize>()
         })
         .sum();
-    layers + model.lm_head().elem_count()
+    (layers, model.lm_head().elem_count())
 }
 
 pub fn run(options: Options) -> Result<ExitCode> {
@@ -90,16 +93,6 @@ pub fn run(options: Options) -> Result<ExitCode> {
         settings.reps,
         runs
     )?;
-    hone_console::note(format_args!(
-        "measuring the machine's limits (memory bandwidth, matmul peak) …"
-    ));
-    let limits = crate::roofline::Limits::measure(&device)?;
-    writeln!(
-        out,
-        "machine limits, same run: memory bandwidth {} GB/s (best of copy, triad and read, every core), f32 matmul peak {:.1} GFLOP/s (candle, 2048³)",
-        limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-        limits.matmul_gflops
-    )?;
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
     let mut prefix_rows = Vec::new();
@@ -109,8 +102,26 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), dtype, &device)?;
-        let weights = weights_per_token(&model) as f64;
+        hone_console::note(format_args!(
+            "[{name}] measuring the machine's limits (memory bandwidth, matmul peak) …"
+        ));
+        let products = Product::projections(&model.config, &[settings.prompt, 8 * settings.prompt]);
+        let limits = Limits::measure(&device, dtype, &products)?;
+        writeln!(
+            out,
+            "[{name}] machine limits, same run: memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} and {} rows)",
+            limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
+            if device.is_cpu() { "best of copy, triad and read, every core" } else { "best of a copy and a read in device memory" },
+            options.dtype,
+            limits.matmul_gflops,
+            Product::square(&device).n,
+            settings.prompt,
+            8 * settings.prompt
+        )?;
+        let (layer_weights, head_weights) = weights_per_token(&model);
+        let weights = (layer_weights + head_weights) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
+        let prefill_weights = layer_weights as f64 + head_weights as f64 / settings.prompt.max(1) as f64;
         let mut ours = Vec::with_capacity(runs);
         for run in 0..runs {
             if runs > 1 {
@@ -137,7 +148,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
             device: &device,
         };
         prefix_rows.push((name.clone(), measure_prefix_cache(&served)?));
-        if cores > 1 {
+        if cores > 1 && device.is_cpu() {
             hone_console::note(format_args!(
                 "[{name}] the same requests decoded in 1 part and in {cores} …"
             ));
@@ -160,8 +171,8 @@ pub fn run(options: Options) -> Result<ExitCode> {
             None => None,
         };
         let roofline = [
-            limits.prefill(weights),
-            limits.prefill(weights),
+            limits.prefill(prefill_weights),
+            limits.prefill(prefill_weights),
             limits.decode(1, weight_bytes, weights).unwrap_or(f64::NAN),
             limits.decode(8, weight_bytes, weights).unwrap_or(f64::NAN),
         ];
@@ -170,7 +181,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     writeln!(out)?;
     writeln!(
         out,
-        "Roofline: prefill at the matmul peak (2 flops a weight a token); decode at the bandwidth (the weights read once a step, shared by its rows) or the peak, whichever binds."
+        "Roofline: prefill at the matmul peak (2 flops a layer weight a token, the LM head once a prompt; attention's own products left out, so at long prompts a share above 100% is possible); decode at the bandwidth (the weights read once a step, shared by its rows) or the peak, whichever binds."
     )?;
     writeln!(
         out,
