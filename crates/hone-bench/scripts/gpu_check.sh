@@ -1,27 +1,38 @@
 #!/bin/bash
-# The GPU check behind docs/ARCHITECTURE.md, "On a GPU": hone built with
-# `--features cuda` against Hugging Face transformers on the same GPU.
+# The GPU tables of docs/benchmarks.md: hone built with `--features cuda`
+# against Hugging Face transformers and TRL on the same GPU, three runs each,
+# written as result files (command, commit, date, machine) to $OUT.
 #
 #   HONE=target/release/hone PYTHON=python3 OUT=gpu-check bash crates/hone-bench/scripts/gpu_check.sh
 #
-# Needs an NVIDIA GPU, the CUDA libraries hone links (cuBLAS, cuRAND, the
-# runtime) on LD_LIBRARY_PATH, and a Python with torch and transformers.
-# Writes the engine and trainer tables and the serving parity to $OUT.
+# Needs an NVIDIA GPU, the CUDA libraries hone links (cuBLAS, cuRAND, NVRTC,
+# the runtime) on LD_LIBRARY_PATH, and a Python with torch and transformers
+# (and peft, trl and datasets for the trainer's table). The steps run in
+# order of what matters most; each writes its file when it ends. Ends with
+# the serving parity: the same checkpoint served on the CPU and on the GPU,
+# each checked against transformers on the GPU, teacher-forced.
 set -u
 HONE=${HONE:-target/release/hone}
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-gpu-check}
+RUNS=${RUNS:-3}
 mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'pkill -f "$HONE serve" 2>/dev/null; rm -rf "$work"' EXIT
-nvidia-smi -L
-"$HONE" bench engine --device cuda --presets tiny,qwen2.5-0.5b --python "$PYTHON" --reps 5 | tee "$OUT/engine-cuda-f32.md"
-"$HONE" bench engine --device cuda --dtype bf16 --presets qwen2.5-0.5b --python "$PYTHON" --reps 5 | tee "$OUT/engine-cuda-bf16.md"
-"$HONE" bench engine --device cuda --presets qwen2.5-0.5b --prompt 1024 --new-tokens 32 --python "$PYTHON" --reps 3 | tee "$OUT/engine-cuda-f32-p1024.md"
-"$HONE" bench train --device cuda --presets tiny,qwen2.5-0.5b | tee "$OUT/train-cuda.md"
-# The gateway serving the same checkpoint on the CPU and on the GPU, each
-# checked against transformers on the GPU, teacher-forced.
-for preset in tiny qwen2.5-0.5b; do
+nvidia-smi -L | tee "$OUT/gpu.txt"
+engine() { # name, then hone bench engine's arguments
+  local name=$1
+  shift
+  "$HONE" bench engine --device cuda --python "$PYTHON" --runs "$RUNS" --reps 5 --out "$OUT/$name.json" "$@" 2>&1 \
+    | tee "$OUT/$name.log"
+}
+engine engine-cuda-f32 --presets tiny,qwen2.5-0.5b
+engine engine-cuda-bf16 --dtype bf16 --presets qwen2.5-0.5b
+engine engine-cuda-f32-p1024 --presets qwen2.5-0.5b --prompt 1024 --new-tokens 32
+"$HONE" bench train --device cuda --presets tiny,qwen2.5-0.5b --python "$PYTHON" --runs "$RUNS" \
+  --out "$OUT/train-cuda.json" 2>&1 | tee "$OUT/train-cuda.log"
+engine engine-cuda-bf16-p1024 --dtype bf16 --presets qwen2.5-0.5b --prompt 1024 --new-tokens 32
+for preset in ${PARITY_PRESETS:-qwen2.5-0.5b}; do
   "$HONE" model init --arch qwen2 --preset "$preset" --out "$work/$preset" >/dev/null
   for device in cpu cuda; do
     port=$([ "$device" = cpu ] && echo 7071 || echo 7072)

@@ -58,10 +58,7 @@ impl Product {
     pub fn projections(config: &ModelConfig, rows: &[usize]) -> Vec<Self> {
         let (hidden, mlp) = (config.hidden_size, config.intermediate_size);
         rows.iter()
-            .flat_map(|&m| {
-                [(hidden, mlp), (mlp, hidden), (hidden, hidden)]
-                    .map(|(k, n)| Self { m, k, n })
-            })
+            .flat_map(|&m| [(hidden, mlp), (mlp, hidden), (hidden, hidden)].map(|(k, n)| Self { m, k, n }))
             .collect()
     }
 
@@ -279,7 +276,11 @@ mod tests {
         let square = matmul_gflops(&device, DType::F32, Product::square(&device)).unwrap();
         // Both measured on the same noisy machine: the best of the two is
         // at least about the square product's rate.
-        assert!(limits.matmul_gflops > 0.5 * square, "{} vs {square}", limits.matmul_gflops);
+        assert!(
+            limits.matmul_gflops > 0.5 * square,
+            "{} vs {square}",
+            limits.matmul_gflops
+        );
         let dir = crate::support::random_checkpoint("tiny").unwrap();
         let config = ModelConfig::from_file(&dir.path().join("config.json")).unwrap();
         let products = Product::projections(&config, &[8, 64]);

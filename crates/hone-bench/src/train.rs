@@ -8,9 +8,9 @@
 //! prints the median step with its range. Prints a table with the ratios;
 //! not a test.
 
+use crate::roofline::{Limits, Product};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
-use crate::roofline::{Limits, Product};
 use candle_core::{DType, Device};
 use hone_engine::ModelConfig;
 use hone_train::data::{GrpoGroup, GrpoSample};

@@ -18,12 +18,15 @@ pub struct Provenance {
     pub machine: Machine,
 }
 
-/// The CPU model, cores and memory of this machine.
+/// The CPU model, cores and memory of this machine, and its NVIDIA GPUs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     pub cpu: Option<String>,
     pub cores: Option<usize>,
     pub memory_gib: Option<f64>,
+    /// The GPUs' names as `nvidia-smi` lists them (none where it is missing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
 }
 
 impl Provenance {
@@ -55,6 +58,18 @@ impl Machine {
             cpu,
             cores: std::thread::available_parallelism().map(|n| n.get()).ok(),
             memory_gib: memory_kb.map(|kb| (kb as f64 / 1_048_576.0 * 10.0).round() / 10.0),
+            gpus: nvidia_gpus(),
         }
     }
+}
+
+/// `nvidia-smi`'s names of the GPUs (empty where it is not installed).
+fn nvidia_gpus() -> Vec<String> {
+    std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
