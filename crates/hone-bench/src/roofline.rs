@@ -1,7 +1,8 @@
 //! The machine's limits, measured in the same run as the figures compared
 //! against them: memory bandwidth (on the CPU, STREAM-style copy, triad and
 //! read loops over arrays far larger than the caches, one slice per core; on
-//! a GPU, a copy and a read of 1 GiB in device memory) and matmul peak
+//! a GPU, candle's own copy and sum of 1 GiB in device memory, which move
+//! less than the memory can: a lower bound there) and matmul peak
 //! (candle's product in the measured dtype: the best of a large square one
 //! and the model's own projections at the measured row counts, so that no
 //! shape the model multiplies runs faster than its "peak").
@@ -180,7 +181,8 @@ impl Pattern {
 
 /// GB/s of the best of a copy (bytes read and written counted) and a sum
 /// (bytes read) of a 1 GiB buffer in `device`'s memory, each the best of
-/// five after a warm-up.
+/// five after a warm-up: what candle's own kernels move (on an H200 about
+/// a fifth of what a torch copy moves), so a lower bound of the memory's.
 pub fn device_bandwidth_gbs(device: &Device) -> Result<f64> {
     let buffer = Tensor::ones(DEVICE_BYTES / 4, DType::F32, device)?;
     let copy = best_seconds(device, 5, || {

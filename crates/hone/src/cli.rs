@@ -226,7 +226,7 @@ pub enum BenchCommand {
         /// median step of the runs is shown with their range).
         #[arg(long, default_value_t = 1)]
         runs: usize,
-        /// cpu or cuda (the TRL column is CPU only).
+        /// cpu or cuda (TRL runs on the same device).
         #[arg(long, default_value = "cpu")]
         device: String,
         /// A Python with torch, transformers, peft, trl and datasets, for the comparison column.
@@ -239,8 +239,8 @@ pub enum BenchCommand {
     },
     /// Prefill and decode tokens/s of the embedded engine at batch 1 and 8,
     /// next to Hugging Face transformers on the same weights; then requests
-    /// served through the engine with its prefix cache off and on, and with
-    /// each decode step in one part and in one per core.
+    /// served through the engine with its prefix cache off and on, and (on
+    /// the CPU) with each decode step in one part and in one per core.
     Engine {
         /// Model shapes to measure (random weights): `tiny`, `mini` (the
         /// demo's), `small`, `qwen2.5-0.5b`.

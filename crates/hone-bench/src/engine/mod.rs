@@ -111,7 +111,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
             out,
             "[{name}] machine limits, same run: memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} and {} rows)",
             limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-            if device.is_cpu() { "best of copy, triad and read, every core" } else { "best of a copy and a read in device memory" },
+            if device.is_cpu() { "best of copy, triad and read, every core" } else { "candle's copy and sum of 1 GiB in device memory" },
             options.dtype,
             limits.matmul_gflops,
             Product::square(&device).n,
