@@ -1,8 +1,9 @@
 //! A benchmark's output, printed and kept: what a benchmark writes goes to
 //! stdout as it always did, and with `--out FILE` also into a result file —
 //! the command, commit, date and machine ([`hone_console::Provenance`]),
-//! then every table it printed as data (its title, column names, and rows
-//! whose numeric cells are numbers), and the lines around them as notes.
+//! the build's features, then every table it printed as data (its title,
+//! column names, and rows whose numeric cells are numbers), and the lines
+//! around them as notes.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -29,6 +30,8 @@ pub struct Table {
 struct ResultFile {
     #[serde(flatten)]
     produced_by: hone_console::Provenance,
+    /// The cargo features of the build that change what runs (`cuda`).
+    features: Vec<&'static str>,
     tables: Vec<Table>,
     notes: Vec<String>,
 }
@@ -52,6 +55,7 @@ impl Report {
         let command: Vec<String> = std::env::args().collect();
         let file = ResultFile {
             produced_by: hone_console::Provenance::now(&command),
+            features: build_features(),
             tables,
             notes,
         };
@@ -72,6 +76,16 @@ impl Write for Report {
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stdout().flush()
     }
+}
+
+/// The cargo features this build was made with that change what a
+/// benchmark runs on.
+fn build_features() -> Vec<&'static str> {
+    let mut features = Vec::new();
+    if cfg!(feature = "cuda") {
+        features.push("cuda");
+    }
+    features
 }
 
 /// A cell as data: a number when it reads as one (thousands separators

@@ -682,6 +682,8 @@ fn a_benchmark_writes_its_tables_and_where_they_came_from_to_a_result_file() {
     );
     assert!(result["date"].as_str().unwrap().ends_with('Z'), "{result}");
     assert!(result["machine"]["cores"].as_u64().unwrap() >= 1, "{result}");
+    let features: &[&str] = if cfg!(feature = "cuda") { &["cuda"] } else { &[] };
+    assert_eq!(result["features"], serde_json::json!(features), "{result}");
     let table = &result["tables"][0];
     assert_eq!(
         table["columns"],
