@@ -82,6 +82,25 @@ impl Limits {
         })
     }
 
+    /// The limits as a result file's line states them, with what each was
+    /// measured on (`dtype` the peak's, `rows` the projections' row counts).
+    pub fn describe(&self, device: &Device, dtype: DType, rows: &[usize]) -> String {
+        let rows: Vec<String> = rows.iter().map(usize::to_string).collect();
+        format!(
+            "memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} rows)",
+            self.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
+            if device.is_cpu() {
+                "best of copy, triad and read, every core"
+            } else {
+                "candle's copy and sum of 1 GiB in device memory"
+            },
+            dtype.as_str(),
+            self.matmul_gflops,
+            Product::square(device).n,
+            rows.join(" and ")
+        )
+    }
+
     /// Decode tokens/s at most for `rows` rows of a model whose weights
     /// take `weight_bytes` and that multiplies by `parameters` weights per
     /// token: the weights are read once a step, the arithmetic is two

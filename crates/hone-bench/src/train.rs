@@ -2,9 +2,9 @@
 //! backward, clipping, AdamW) of hone-train next to TRL's `GRPOTrainer`
 //! (`python/train_trl.py`, run with `--python`) on the same device, the same
 //! random checkpoint, the same pre-generated group and the same settings;
-//! plus achieved GFLOP/s against a measured 2048³ matmul peak of each
-//! library (candle's measured in the same run with the memory bandwidth,
-//! [`crate::roofline`]). `--runs N` repeats both sides' measurement and
+//! plus achieved GFLOP/s against each library's measured f32 matmul peak
+//! (torch's on a square product; candle's measured in the same run with the
+//! memory bandwidth, [`crate::roofline`]). `--runs N` repeats both sides' measurement and
 //! prints the median step with its range. Prints a table with the ratios;
 //! not a test.
 
@@ -122,12 +122,9 @@ pub fn run(options: Options) -> Result<ExitCode> {
     for r in &rows {
         writeln!(
             out,
-            "[{}] machine limits, same run: memory bandwidth {} GB/s; f32 matmul peak: candle {:.1} GFLOP/s (best of {}³ and the model's projections at {} rows)",
+            "[{}] machine limits, same run: {}",
             r.preset,
-            r.limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-            r.limits.matmul_gflops,
-            Product::square(&device).n,
-            r.tokens
+            r.limits.describe(&device, DType::F32, &[r.tokens])
         )?;
     }
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
@@ -142,8 +139,8 @@ pub fn run(options: Options) -> Result<ExitCode> {
         "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
     for r in &rows {
-        let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
         let peak = r.limits.matmul_gflops;
         let hone = ms(&r.hone_seconds);
         let hone_seconds = hone.median / 1e3;

@@ -105,18 +105,12 @@ pub fn run(options: Options) -> Result<ExitCode> {
         hone_console::note(format_args!(
             "[{name}] measuring the machine's limits (memory bandwidth, matmul peak) …"
         ));
-        let products = Product::projections(&model.config, &[settings.prompt, 8 * settings.prompt]);
-        let limits = Limits::measure(&device, dtype, &products)?;
+        let prompt_rows = [settings.prompt, 8 * settings.prompt];
+        let limits = Limits::measure(&device, dtype, &Product::projections(&model.config, &prompt_rows))?;
         writeln!(
             out,
-            "[{name}] machine limits, same run: memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} and {} rows)",
-            limits.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
-            if device.is_cpu() { "best of copy, triad and read, every core" } else { "candle's copy and sum of 1 GiB in device memory" },
-            options.dtype,
-            limits.matmul_gflops,
-            Product::square(&device).n,
-            settings.prompt,
-            8 * settings.prompt
+            "[{name}] machine limits, same run: {}",
+            limits.describe(&device, dtype, &prompt_rows)
         )?;
         let (layer_weights, head_weights) = weights_per_token(&model);
         let weights = (layer_weights + head_weights) as f64;
