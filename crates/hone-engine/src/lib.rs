@@ -3,13 +3,16 @@
 //!
 //! - [`config`]: `config.json` → [`ModelConfig`];
 //! - [`weights`]: `*.safetensors` (single file or sharded with an index);
-//! - [`model`]: the transformer forward, written with plain candle ops (no
-//!   fused kernels) so the trainer can differentiate through it;
+//! - [`model`]: the transformer forward, written with plain candle ops so
+//!   the trainer's tests can differentiate through it (fused only where no
+//!   gradient flows);
 //! - [`generate`]: sampling with per-token logprobs, `n` samples per prompt;
 //! - [`engine`]: the running engine — continuous batching, streaming,
 //!   stop strings, resident adapters loaded and unloaded at run time;
 //! - [`prefix_cache`]: prompt keys and values kept for later prompts that
 //!   start the same way;
+//! - [`swiglu`]: the MLP's activation and its gradient, one vectorised
+//!   pass on the CPU;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
 //!   and the next-token distribution interpolated with it;
@@ -30,6 +33,7 @@ pub mod memory;
 pub mod model;
 pub mod names;
 pub mod prefix_cache;
+pub mod swiglu;
 pub mod threads;
 pub mod tokenizer;
 pub mod weights;

@@ -7,8 +7,9 @@
 //! (`rms_norm`, `softmax_last_dim`, `rope`, …) record no gradient, and
 //! hone-train's tests differentiate through this same forward with candle's
 //! autograd as the reference for the trainer's hand-written backward; the
-//! one exception is the attention's softmax, fused only where no gradient
-//! flows.
+//! exceptions, taken only where no gradient flows, are RoPE and the
+//! attention's softmax (candle-nn's kernels) and the MLP's activation
+//! ([`crate::swiglu`]).
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::lora::{Adapter, LoraWeights, Module};
@@ -437,14 +438,13 @@ impl Model {
         let past = cache.len();
         self.check_context(past + t)?;
         let mut x = self.embed(tokens)?;
-        let cos = self.cos.narrow(0, past, t)?;
-        let sin = self.sin.narrow(0, past, t)?;
+        let rotation = Rotation::new(self.cos.narrow(0, past, t)?, self.sin.narrow(0, past, t)?, None)?;
         let mask = causal_mask(t, past, self.dtype, &self.device)?;
         let runs = [(b, adapter)];
         for (n, layer) in self.layers.iter().enumerate() {
             let lora = |m: Module| lora_runs(&runs, n, m, t);
             let h = rms_norm(&x, &layer.input_norm, self.config.rms_norm_eps)?;
-            let (q, k, v) = self.qkv(layer, &h, &cos, &sin, &lora)?;
+            let (q, k, v) = self.qkv(layer, &h, &rotation, &lora)?;
             let (k, v) = cache.append(n, k, v)?;
             let out = self.attend(&q, &k, &v, mask.as_ref())?;
             x = self.finish_layer(layer, x, out, &lora)?;
@@ -480,15 +480,17 @@ impl Model {
             self.check_context(cache.len() + 1)?;
         }
         let index = Tensor::new(positions.as_slice(), &self.device)?;
-        let d = self.config.head_dim;
-        let cos = self.cos.index_select(&index, 0)?.reshape((b, 1, 1, d))?;
-        let sin = self.sin.index_select(&index, 0)?.reshape((b, 1, 1, d))?;
+        let rotation = Rotation::new(
+            self.cos.index_select(&index, 0)?,
+            self.sin.index_select(&index, 0)?,
+            Some(b),
+        )?;
         let input = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
         let mut x = self.embed(&input)?;
         for (n, layer) in self.layers.iter().enumerate() {
             let lora = |m: Module| lora_runs(runs, n, m, 1);
             let h = rms_norm(&x, &layer.input_norm, self.config.rms_norm_eps)?;
-            let (q, k, v) = self.qkv(layer, &h, &cos, &sin, &lora)?;
+            let (q, k, v) = self.qkv(layer, &h, &rotation, &lora)?;
             let mut rows = Vec::with_capacity(b);
             for (r, cache) in caches.iter_mut().enumerate() {
                 rows.push(cache.append(n, k.narrow(0, r, 1)?, v.narrow(0, r, 1)?)?);
@@ -573,14 +575,12 @@ impl Model {
     }
 
     /// Projects `h` `[B, T, hidden]` onto queries `[B, heads, T, d]` and keys
-    /// and values `[B, kv_heads, T, d]`, with RoPE applied (`cos`/`sin`
-    /// broadcast against `[B, heads, T, d]`).
+    /// and values `[B, kv_heads, T, d]`, with RoPE applied.
     fn qkv<'a>(
         &self,
         layer: &Layer,
         h: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        rotation: &Rotation,
         lora: &dyn Fn(Module) -> Vec<(usize, Option<&'a LoraWeights>)>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let c = &self.config;
@@ -591,7 +591,7 @@ impl Model {
         let q = split(layer.q.forward_runs(h, &lora(Module::QProj))?, c.num_attention_heads)?;
         let k = split(layer.k.forward_runs(h, &lora(Module::KProj))?, c.num_key_value_heads)?;
         let v = split(layer.v.forward_runs(h, &lora(Module::VProj))?, c.num_key_value_heads)?;
-        Ok((apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?, v))
+        Ok((rotation.apply(&q)?, rotation.apply(&k)?, v))
     }
 
     /// Scaled dot-product attention of `q` `[B, heads, T, d]` over `k`/`v`
@@ -626,9 +626,10 @@ impl Model {
     ) -> Result<Tensor> {
         let x = (x + layer.o.forward_runs(&attn, &lora(Module::OProj))?)?;
         let h = rms_norm(&x, &layer.post_norm, self.config.rms_norm_eps)?;
-        let gate = layer.gate.forward_runs(&h, &lora(Module::GateProj))?.silu()?;
+        let gate = layer.gate.forward_runs(&h, &lora(Module::GateProj))?;
         let up = layer.up.forward_runs(&h, &lora(Module::UpProj))?;
-        Ok((x + layer.down.forward_runs(&(gate * up)?, &lora(Module::DownProj))?)?)
+        let act = crate::swiglu::swiglu(&gate, &up)?;
+        Ok((x + layer.down.forward_runs(&act, &lora(Module::DownProj))?)?)
     }
 
     /// Projects hidden states onto the vocabulary.
@@ -733,13 +734,58 @@ fn causal_mask(t: usize, past: usize, dtype: DType, device: &Device) -> Result<O
     Ok(Some(Tensor::from_vec(values, (t, s), device)?.to_dtype(dtype)?))
 }
 
-/// RoPE in Hugging Face's "rotate half" layout: `x·cos + rotate_half(x)·sin`.
-fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let d = x.dim(D::Minus1)?;
-    let first = x.narrow(D::Minus1, 0, d / 2)?;
-    let second = x.narrow(D::Minus1, d / 2, d / 2)?;
-    let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
-    Ok((x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?)?)
+/// The RoPE rows of the positions one forward covers, applied in Hugging
+/// Face's "rotate half" layout: `x·cos + rotate_half(x)·sin`.
+struct Rotation {
+    /// `[T, d]`, or `[B, 1, 1, d]` for a decode step's rows at positions of
+    /// their own: broadcast against `[B, heads, T, d]`.
+    cos: Tensor,
+    sin: Tensor,
+    /// The rows' first halves (the second repeats them), `[T, d/2]` or
+    /// `[B, 1, d/2]`, as candle-nn's fused kernel takes them.
+    cos_half: Tensor,
+    sin_half: Tensor,
+}
+
+impl Rotation {
+    /// From table rows `[T, d]`, or `[B, d]` (one position a row) when
+    /// `rows` is `Some(B)`.
+    fn new(cos: Tensor, sin: Tensor, rows: Option<usize>) -> Result<Self> {
+        let d = cos.dim(D::Minus1)?;
+        let half = |t: &Tensor| -> Result<Tensor> {
+            let half = t.narrow(D::Minus1, 0, d / 2)?.contiguous()?;
+            Ok(match rows {
+                Some(b) => half.reshape((b, 1, d / 2))?,
+                None => half,
+            })
+        };
+        let full = |t: Tensor| -> Result<Tensor> {
+            Ok(match rows {
+                Some(b) => t.reshape((b, 1, 1, d))?,
+                None => t,
+            })
+        };
+        Ok(Self {
+            cos_half: half(&cos)?,
+            sin_half: half(&sin)?,
+            cos: full(cos)?,
+            sin: full(sin)?,
+        })
+    }
+
+    /// Rotates `x` `[B, heads, T, d]`: candle-nn's fused kernel (one pass,
+    /// the same products and sums, so the same values) where no gradient
+    /// flows; plain ops where one does.
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if !x.track_op() && x.is_contiguous() {
+            return Ok(candle_nn::rotary_emb::rope(x, &self.cos_half, &self.sin_half)?);
+        }
+        let d = x.dim(D::Minus1)?;
+        let first = x.narrow(D::Minus1, 0, d / 2)?;
+        let second = x.narrow(D::Minus1, d / 2, d / 2)?;
+        let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
+        Ok((x.broadcast_mul(&self.cos)? + rotated.broadcast_mul(&self.sin)?)?)
+    }
 }
 
 /// The inverse frequencies, rescaled as the config asks.

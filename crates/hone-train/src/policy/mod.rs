@@ -34,6 +34,7 @@ use crate::{Result, TrainError};
 use candle_core::{DType, Device, Tensor, D};
 use hone_engine::lora::Module;
 use hone_engine::model::{project, softmax_last, Layer, Linear};
+use hone_engine::swiglu::{swiglu, swiglu_backward};
 use hone_engine::Model;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -499,7 +500,7 @@ fn run(
         let (h2, r2) = rms_forward(&x_mid, &layer.post_norm, eps)?;
         let gate = project(Module::GateProj, &h2)?;
         let up = project(Module::UpProj, &h2)?;
-        let act = (gate.silu()? * &up)?;
+        let act = swiglu(&gate, &up)?;
         let x_out = (&x_mid + project(Module::DownProj, &act)?)?;
         if keep {
             layers.push(LayerSaved {
@@ -632,11 +633,7 @@ fn backprop(
         };
         // MLP.
         let dact = back(Module::DownProj, &s.act, &dx)?;
-        let sig = sigmoid(&s.gate)?;
-        let silu = (&s.gate * &sig)?;
-        let dsilu = (&sig * ((&s.gate * (1.0 - &sig)?)? + 1.0)?)?;
-        let dgate = ((&dact * &s.up)? * dsilu)?;
-        let dup = (&dact * silu)?;
+        let (dgate, dup) = swiglu_backward(&s.gate, &s.up, &dact)?;
         let dh2 = (back(Module::GateProj, &s.h2, &dgate)? + back(Module::UpProj, &s.h2, &dup)?)?;
         // Attention.
         let dx_mid = (&dx + rms_backward(&s.x_mid, &s.r2, &layer.post_norm, &dh2)?)?;
@@ -651,10 +648,6 @@ fn backprop(
         dx = (dx_mid + rms_backward(&s.x_in, &s.r1, &layer.input_norm, &dh1)?)?;
     }
     params.embedding(model, packed, &dx)
-}
-
-fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
 }
 
 /// `y = x·r·w` with `r = 1/√(mean(x²) + eps)`; returns `(y, r)`.
