@@ -1,5 +1,6 @@
 //! The machine's limits, measured in the same run as the figures compared
-//! against them: memory bandwidth (on the CPU, STREAM-style copy, triad and
+//! against them (once before each of its runs; the medians count):
+//! memory bandwidth (on the CPU, STREAM-style copy, triad and
 //! read loops over arrays far larger than the caches, one slice per core; on
 //! a GPU, candle's own copy and sum of 1 GiB in device memory, which move
 //! less than the memory can: a lower bound there) and matmul peak
@@ -27,7 +28,7 @@ const STREAM_FLOATS: usize = 16 << 20;
 const DEVICE_BYTES: usize = 1 << 30;
 
 /// What the machine can do at most.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Memory bandwidth in GB/s: on the CPU the best of copy, triad and
     /// read on every core, on a GPU the best of a copy and a read in device
@@ -82,12 +83,31 @@ impl Limits {
         })
     }
 
+    /// The median of each limit over measurements taken one before each
+    /// run of a benchmark: a shared machine's bandwidth and peak drift
+    /// within minutes, and one measurement, itself the best of a few
+    /// passes, may catch a moment the runs never see.
+    pub fn median(measured: &[Limits]) -> Self {
+        let median = |values: Vec<f64>| hone_learn::stats::median(&values).unwrap_or(f64::NAN);
+        let bandwidths: Vec<f64> = measured.iter().filter_map(|l| l.bandwidth_gbs).collect();
+        Self {
+            bandwidth_gbs: (!bandwidths.is_empty()).then(|| median(bandwidths)),
+            matmul_gflops: median(measured.iter().map(|l| l.matmul_gflops).collect()),
+        }
+    }
+
     /// The limits as a result file's line states them, with what each was
-    /// measured on (`dtype` the peak's, `rows` the projections' row counts).
-    pub fn describe(&self, device: &Device, dtype: DType, rows: &[usize]) -> String {
+    /// measured on (`dtype` the peak's, `rows` the projections' row counts)
+    /// and how many measurements their medians are of.
+    pub fn describe(&self, device: &Device, dtype: DType, rows: &[usize], measurements: usize) -> String {
         let rows: Vec<String> = rows.iter().map(usize::to_string).collect();
         format!(
-            "memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} rows)",
+            "{}memory bandwidth {} GB/s ({}), {} matmul peak {:.1} GFLOP/s (candle, best of {}³ and the model's projections at {} rows)",
+            if measurements > 1 {
+                format!("medians of {measurements} measurements, one before each run: ")
+            } else {
+                String::new()
+            },
             self.bandwidth_gbs.map_or("–".into(), |b| format!("{b:.1}")),
             if device.is_cpu() {
                 "best of copy, triad and read, every core"
@@ -287,6 +307,22 @@ mod tests {
         // Any machine that runs the tests moves between 0.5 GB/s and a few TB/s.
         let gbs = host_bandwidth_gbs();
         assert!(gbs > 0.5 && gbs < 5_000.0, "{gbs} GB/s");
+    }
+
+    #[test]
+    fn the_limits_of_several_runs_are_their_medians() {
+        let at = |bandwidth: Option<f64>, peak: f64| Limits {
+            bandwidth_gbs: bandwidth,
+            matmul_gflops: peak,
+        };
+        let measured = [at(Some(26.5), 110.0), at(Some(14.0), 118.0), at(Some(17.0), 90.0)];
+        assert_eq!(Limits::median(&measured), at(Some(17.0), 110.0));
+        assert_eq!(Limits::median(&[at(None, 50.0)]), at(None, 50.0));
+        let line = Limits::median(&measured).describe(&Device::Cpu, DType::F32, &[64], 3);
+        assert!(
+            line.starts_with("medians of 3 measurements, one before each run: memory bandwidth 17.0 GB/s"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -84,15 +84,22 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
-        hone_console::note(format_args!(
-            "[{name}] measuring the machine's limits (memory bandwidth, matmul peak) …"
-        ));
         let tokens = options.group * (options.prompt + options.completion);
-        let limits = Limits::measure(&device, DType::F32, &Product::projections(&config, &[tokens]))?;
-        hone_console::note(format_args!("[{name}] measuring hone-train (candle) …"));
-        let hone_seconds = (0..runs)
-            .map(|_| hone_step(dir.path(), &device, &options, &batch))
-            .collect::<Result<Vec<f64>>>()?;
+        let mut measured = Vec::with_capacity(runs);
+        let mut hone_seconds = Vec::with_capacity(runs);
+        for run in 0..runs {
+            hone_console::note(format_args!(
+                "[{name}] run {} of {runs}: the machine's limits (memory bandwidth, matmul peak), then hone-train (candle) …",
+                run + 1
+            ));
+            measured.push(Limits::measure(
+                &device,
+                DType::F32,
+                &Product::projections(&config, &[tokens]),
+            )?);
+            hone_seconds.push(hone_step(dir.path(), &device, &options, &batch)?);
+        }
+        let limits = Limits::median(&measured);
         let trl = match &options.python {
             Some(python) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
@@ -124,7 +131,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
             out,
             "[{}] machine limits, same run: {}",
             r.preset,
-            r.limits.describe(&device, DType::F32, &[r.tokens])
+            r.limits.describe(&device, DType::F32, &[r.tokens], runs)
         )?;
     }
     for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {

@@ -102,27 +102,31 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let dir = random_checkpoint(name)?;
         hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
         let model = Model::load(dir.path(), dtype, &device)?;
-        hone_console::note(format_args!(
-            "[{name}] measuring the machine's limits (memory bandwidth, matmul peak) …"
-        ));
         let prompt_rows = [settings.prompt, 8 * settings.prompt];
-        let limits = Limits::measure(&device, dtype, &Product::projections(&model.config, &prompt_rows))?;
-        writeln!(
-            out,
-            "[{name}] machine limits, same run: {}",
-            limits.describe(&device, dtype, &prompt_rows)
-        )?;
         let (layer_weights, head_weights) = weights_per_token(&model);
         let weights = (layer_weights + head_weights) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
         let prefill_weights = layer_weights as f64 + head_weights as f64 / settings.prompt.max(1) as f64;
         let mut ours = Vec::with_capacity(runs);
+        let mut measured = Vec::with_capacity(runs);
         for run in 0..runs {
-            if runs > 1 {
-                hone_console::note(format_args!("[{name}] run {} of {runs} …", run + 1));
-            }
+            hone_console::note(format_args!(
+                "[{name}] run {} of {runs}: the machine's limits (memory bandwidth, matmul peak), then the engine …",
+                run + 1
+            ));
+            measured.push(Limits::measure(
+                &device,
+                dtype,
+                &Product::projections(&model.config, &prompt_rows),
+            )?);
             ours.push(measure(&model, settings)?);
         }
+        let limits = Limits::median(&measured);
+        writeln!(
+            out,
+            "[{name}] machine limits, same run: {}",
+            limits.describe(&device, dtype, &prompt_rows, runs)
+        )?;
         for keys in &options.memory_keys {
             hone_console::note(format_args!("[{name}] decoding with kNN-LM memory of {keys} keys …"));
             for figures in measure_memory(&model, settings, *keys)? {
