@@ -137,6 +137,30 @@ impl Limits {
     }
 }
 
+/// Runs a benchmark's measurement `runs` times, each right after
+/// measuring the machine's limits (the `products` for the peak); returns
+/// the runs' results and the limits' [`Limits::median`]. `what` names the
+/// measurement in the progress lines.
+pub fn runs_beside_limits<T>(
+    runs: usize,
+    what: &str,
+    device: &Device,
+    dtype: DType,
+    products: &[Product],
+    mut run: impl FnMut() -> Result<T>,
+) -> Result<(Vec<T>, Limits)> {
+    let mut results = Vec::with_capacity(runs);
+    let mut measured = Vec::with_capacity(runs);
+    for n in 1..=runs {
+        hone_console::note(format_args!(
+            "{what}: run {n} of {runs}, the machine's limits (memory bandwidth, matmul peak) first …"
+        ));
+        measured.push(Limits::measure(device, dtype, products)?);
+        results.push(run()?);
+    }
+    Ok((results, Limits::median(&measured)))
+}
+
 /// Memory bandwidth of `device` in GB/s: [`host_bandwidth_gbs`] on the
 /// CPU, [`device_bandwidth_gbs`] on a GPU.
 pub fn bandwidth_gbs(device: &Device) -> Result<f64> {

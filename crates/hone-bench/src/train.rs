@@ -8,7 +8,7 @@
 //! prints the median step with its range. Prints a table with the ratios;
 //! not a test.
 
-use crate::roofline::{Limits, Product};
+use crate::roofline::{runs_beside_limits, Limits, Product};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -85,21 +85,14 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
         let tokens = options.group * (options.prompt + options.completion);
-        let mut measured = Vec::with_capacity(runs);
-        let mut hone_seconds = Vec::with_capacity(runs);
-        for run in 0..runs {
-            hone_console::note(format_args!(
-                "[{name}] run {} of {runs}: the machine's limits (memory bandwidth, matmul peak), then hone-train (candle) …",
-                run + 1
-            ));
-            measured.push(Limits::measure(
-                &device,
-                DType::F32,
-                &Product::projections(&config, &[tokens]),
-            )?);
-            hone_seconds.push(hone_step(dir.path(), &device, &options, &batch)?);
-        }
-        let limits = Limits::median(&measured);
+        let (hone_seconds, limits) = runs_beside_limits(
+            runs,
+            &format!("[{name}] hone-train (candle)"),
+            &device,
+            DType::F32,
+            &Product::projections(&config, &[tokens]),
+            || hone_step(dir.path(), &device, &options, &batch),
+        )?;
         let trl = match &options.python {
             Some(python) => {
                 hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));

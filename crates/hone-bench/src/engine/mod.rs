@@ -14,7 +14,7 @@
 
 mod measure;
 
-use crate::roofline::{Limits, Product};
+use crate::roofline::{runs_beside_limits, Product};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::Result;
 use candle_core::DType;
@@ -107,21 +107,14 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let weights = (layer_weights + head_weights) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
         let prefill_weights = layer_weights as f64 + head_weights as f64 / settings.prompt.max(1) as f64;
-        let mut ours = Vec::with_capacity(runs);
-        let mut measured = Vec::with_capacity(runs);
-        for run in 0..runs {
-            hone_console::note(format_args!(
-                "[{name}] run {} of {runs}: the machine's limits (memory bandwidth, matmul peak), then the engine …",
-                run + 1
-            ));
-            measured.push(Limits::measure(
-                &device,
-                dtype,
-                &Product::projections(&model.config, &prompt_rows),
-            )?);
-            ours.push(measure(&model, settings)?);
-        }
-        let limits = Limits::median(&measured);
+        let (ours, limits) = runs_beside_limits(
+            runs,
+            &format!("[{name}] hone-engine (candle)"),
+            &device,
+            dtype,
+            &Product::projections(&model.config, &prompt_rows),
+            || Ok(measure(&model, settings)?),
+        )?;
         writeln!(
             out,
             "[{name}] machine limits, same run: {}",
