@@ -23,10 +23,11 @@ const CHUNK: usize = 1 << 14;
 /// `silu(gate) · up`, with `silu(x) = x / (1 + e^-x)`.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let fused = with_f32([gate, up], |[gate, up]| {
+        let arch = Arch::new();
         let mut out = vec![0f32; gate.len()];
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(n, out)| {
             let at = n * CHUNK..n * CHUNK + out.len();
-            Arch::new().dispatch(Forward {
+            arch.dispatch(Forward {
                 gate: &gate[at.clone()],
                 up: &up[at],
                 out,
@@ -45,6 +46,7 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// σ(gate) · (1 + gate · (1 − σ(gate)))`, `σ` the logistic function.
 pub fn swiglu_backward(gate: &Tensor, up: &Tensor, dact: &Tensor) -> Result<(Tensor, Tensor)> {
     let fused = with_f32([gate, up, dact], |[gate, up, dact]| {
+        let arch = Arch::new();
         let mut dgate = vec![0f32; gate.len()];
         let mut dup = vec![0f32; gate.len()];
         dgate
@@ -53,7 +55,7 @@ pub fn swiglu_backward(gate: &Tensor, up: &Tensor, dact: &Tensor) -> Result<(Ten
             .enumerate()
             .for_each(|(n, (dgate, dup))| {
                 let at = n * CHUNK..n * CHUNK + dgate.len();
-                Arch::new().dispatch(Backward {
+                arch.dispatch(Backward {
                     gate: &gate[at.clone()],
                     up: &up[at.clone()],
                     dact: &dact[at],

@@ -100,7 +100,7 @@ pub fn run(options: Options) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for name in &options.presets {
         let dir = random_checkpoint(name)?;
-        hone_console::note(format_args!("[{name}] measuring hone-engine (candle) …"));
+        hone_console::note(format_args!("[{name}] loading the checkpoint into hone-engine …"));
         let model = Model::load(dir.path(), dtype, &device)?;
         let prompt_rows = [settings.prompt, 8 * settings.prompt];
         let (layer_weights, head_weights) = weights_per_token(&model);
