@@ -14,6 +14,7 @@ pub mod engine;
 pub mod learn;
 mod report;
 pub mod roofline;
+mod side_by_side;
 mod support;
 pub mod train;
 pub mod ui;

@@ -73,13 +73,9 @@ impl Limits {
     /// Measures both on `device`: the matmul peak in `dtype` as the best of
     /// [`Product::square`] and `products`.
     pub fn measure(device: &Device, dtype: DType, products: &[Product]) -> Result<Self> {
-        let mut peak = 0f64;
-        for product in std::iter::once(Product::square(device)).chain(products.iter().copied()) {
-            peak = peak.max(matmul_gflops(device, dtype, product)?);
-        }
         Ok(Self {
             bandwidth_gbs: Some(bandwidth_gbs(device)?),
-            matmul_gflops: peak,
+            matmul_gflops: peak_of(device, products, |product| matmul_gflops(device, dtype, product))?,
         })
     }
 
@@ -137,28 +133,13 @@ impl Limits {
     }
 }
 
-/// Runs a benchmark's measurement `runs` times, each right after
-/// measuring the machine's limits (the `products` for the peak); returns
-/// the runs' results and the limits' [`Limits::median`]. `what` names the
-/// measurement in the progress lines.
-pub fn runs_beside_limits<T>(
-    runs: usize,
-    what: &str,
-    device: &Device,
-    dtype: DType,
-    products: &[Product],
-    mut run: impl FnMut() -> Result<T>,
-) -> Result<(Vec<T>, Limits)> {
-    let mut results = Vec::with_capacity(runs);
-    let mut measured = Vec::with_capacity(runs);
-    for n in 1..=runs {
-        hone_console::note(format_args!(
-            "{what}: run {n} of {runs}, the machine's limits (memory bandwidth, matmul peak) first …"
-        ));
-        measured.push(Limits::measure(device, dtype, products)?);
-        results.push(run()?);
+/// The best `rate` of [`Product::square`] and `products`.
+fn peak_of(device: &Device, products: &[Product], mut rate: impl FnMut(Product) -> Result<f64>) -> Result<f64> {
+    let mut peak = 0f64;
+    for product in std::iter::once(Product::square(device)).chain(products.iter().copied()) {
+        peak = peak.max(rate(product)?);
     }
-    Ok((results, Limits::median(&measured)))
+    Ok(peak)
 }
 
 /// Memory bandwidth of `device` in GB/s: [`host_bandwidth_gbs`] on the
@@ -353,15 +334,22 @@ mod tests {
     fn the_peak_is_the_best_of_the_square_product_and_the_models_own() {
         let device = Device::Cpu;
         let small = Product { m: 64, k: 64, n: 64 };
-        let limits = Limits::measure(&device, DType::F32, &[small]).unwrap();
-        let square = matmul_gflops(&device, DType::F32, Product::square(&device)).unwrap();
-        // Both measured on the same noisy machine: the best of the two is
-        // at least about the square product's rate.
-        assert!(
-            limits.matmul_gflops > 0.5 * square,
-            "{} vs {square}",
-            limits.matmul_gflops
+        let wide = Product { m: 64, k: 64, n: 4096 };
+        let mut asked = Vec::new();
+        // Made-up rates: the square product is not always the fastest.
+        let peak = peak_of(&device, &[small, wide], |p| {
+            asked.push(p);
+            Ok(if p == wide { 150.0 } else { 100.0 })
+        })
+        .unwrap();
+        assert_eq!(peak, 150.0);
+        assert_eq!(asked, [Product::square(&device), small, wide]);
+        assert_eq!(
+            peak_of(&device, &[small], |p| Ok(p.flops() / 1e6)).unwrap(),
+            2.0 * 2048f64.powi(3) / 1e6
         );
+        let measured = Limits::measure(&device, DType::F32, &[small]).unwrap();
+        assert!(measured.matmul_gflops.is_finite() && measured.matmul_gflops > 0.0);
         let dir = crate::support::random_checkpoint("tiny").unwrap();
         let config = ModelConfig::from_file(&dir.path().join("config.json")).unwrap();
         let products = Product::projections(&config, &[8, 64]);

@@ -77,4 +77,18 @@ impl Spread {
             format!("{:.1}–{:.1}", self.min, self.max)
         }
     }
+
+    /// The median as a ratio, "1.02×".
+    pub fn times(self) -> String {
+        format!("{:.2}×", self.median)
+    }
+
+    /// The range of a ratio over the runs, "0.95–1.10×" ("–" for one run).
+    pub fn times_range(self) -> String {
+        if self.min == self.max {
+            "–".to_owned()
+        } else {
+            format!("{:.2}–{:.2}×", self.min, self.max)
+        }
+    }
 }

@@ -4,11 +4,13 @@
 //! random checkpoint, the same pre-generated group and the same settings;
 //! plus achieved GFLOP/s against each library's measured f32 matmul peak
 //! (torch's on a square product; candle's measured in the same run with the
-//! memory bandwidth, [`crate::roofline`]). `--runs N` repeats both sides' measurement and
-//! prints the median step with its range. Prints a table with the ratios;
-//! not a test.
+//! memory bandwidth, [`crate::roofline`]). `--runs N` repeats both
+//! sides' measurement side by side ([`crate::side_by_side`]) and prints the
+//! median step with its range, the ratio of each run's pair with theirs.
+//! Prints a table with the ratios; not a test.
 
-use crate::roofline::{runs_beside_limits, Limits, Product};
+use crate::roofline::{Limits, Product};
+use crate::side_by_side::{side_by_side, Side, SideBySide};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -43,14 +45,12 @@ pub struct Options {
 
 struct Row {
     preset: String,
-    /// The median step of each run.
-    hone_seconds: Vec<f64>,
-    trl: Vec<Trl>,
+    /// hone's median step of each run (seconds) and TRL's result of each;
+    /// the machine's limits, the peak the best of the square product and
+    /// this model's projections at the step's rows.
+    steps: SideBySide<f64, Trl>,
     flops: f64,
     tokens: usize,
-    /// The machine's limits, the peak the best of the square product and
-    /// this model's projections at the step's rows.
-    limits: Limits,
 }
 
 #[derive(serde::Deserialize)]
@@ -85,37 +85,23 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let config = ModelConfig::from_file(&dir.path().join("config.json"))?;
         let batch = Batch::random(&options, config.vocab_size as u32);
         let tokens = options.group * (options.prompt + options.completion);
-        let (hone_seconds, limits) = runs_beside_limits(
+        let products = Product::projections(&config, &[tokens]);
+        let hone_side = format!("[{name}] hone-train (candle)");
+        let their_side = format!("[{name}] TRL GRPOTrainer");
+        let steps = side_by_side(
             runs,
-            &format!("[{name}] hone-train (candle)"),
-            &device,
-            DType::F32,
-            &Product::projections(&config, &[tokens]),
-            || hone_step(dir.path(), &device, &options, &batch),
+            || Limits::measure(&device, DType::F32, &products),
+            Side::new(&hone_side, || hone_step(dir.path(), &device, &options, &batch)),
+            options
+                .python
+                .as_deref()
+                .map(|python| Side::new(&their_side, || trl_step(python, dir.path(), &options, &batch))),
         )?;
-        let trl = match &options.python {
-            Some(python) => {
-                hone_console::note(format_args!("[{name}] measuring TRL GRPOTrainer ({python}) …"));
-                match (0..runs)
-                    .map(|_| trl_step(python, dir.path(), &options, &batch))
-                    .collect::<Result<Vec<Trl>>>()
-                {
-                    Ok(t) => t,
-                    Err(e) => {
-                        hone_console::note(format_args!("[{name}] TRL skipped: {e:#}"));
-                        Vec::new()
-                    }
-                }
-            }
-            None => Vec::new(),
-        };
         rows.push(Row {
             preset: name.clone(),
-            hone_seconds,
-            trl,
+            steps,
             flops: step_flops(&config, &options),
             tokens,
-            limits,
         });
     }
     writeln!(out)?;
@@ -124,10 +110,13 @@ pub fn run(options: Options) -> Result<ExitCode> {
             out,
             "[{}] machine limits, same run: {}",
             r.preset,
-            r.limits.describe(&device, DType::F32, &[r.tokens], runs)
+            r.steps.limits.describe(&device, DType::F32, &[r.tokens], runs)
         )?;
     }
-    for (preset, t) in rows.iter().filter_map(|r| r.trl.first().map(|t| (&r.preset, t))) {
+    for (preset, t) in rows
+        .iter()
+        .filter_map(|r| r.steps.theirs.first().map(|t| (&r.preset, t)))
+    {
         writeln!(
             out,
             "                        torch {:.1} GFLOP/s (measured with the {preset} run; torch {}, trl {}, {} threads)",
@@ -136,22 +125,28 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     writeln!(
         out,
-        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
+        "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | ratio range | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
-    let ms = |seconds: &[f64]| Spread::of(seconds.iter().map(|s| s * 1e3));
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let ms = |seconds: &mut dyn Iterator<Item = f64>| Spread::of(seconds.map(|s| s * 1e3));
     for r in &rows {
-        let peak = r.limits.matmul_gflops;
-        let hone = ms(&r.hone_seconds);
+        let peak = r.steps.limits.matmul_gflops;
+        let hone = ms(&mut r.steps.ours.iter().copied());
         let hone_seconds = hone.median / 1e3;
         let gflops = r.flops / hone_seconds / 1e9;
-        let (trl_ms, ratio, trl_tps, trl_gflops) = match r.trl.first() {
-            Some(first) => {
-                let trl = ms(&r.trl.iter().map(|t| t.step_seconds).collect::<Vec<_>>());
+        let speed = r.steps.ratios(|ours, trl| trl.step_seconds / ours);
+        let (trl_ms, trl_tps, trl_gflops) = match (r.steps.theirs.first(), speed) {
+            (Some(first), Some(speed)) => {
+                let trl = ms(&mut r.steps.theirs.iter().map(|t| t.step_seconds));
                 let trl_seconds = trl.median / 1e3;
                 (
-                    format!("{:.1} | {}", trl.median, trl.range()),
-                    format!("{:.2}×", trl_seconds / hone_seconds),
+                    format!(
+                        "{:.1} | {} | {} | {}",
+                        trl.median,
+                        trl.range(),
+                        speed.times(),
+                        speed.times_range()
+                    ),
                     format!("{:.0}", r.tokens as f64 / trl_seconds),
                     format!(
                         "{:.1} ({:.0}%)",
@@ -160,11 +155,11 @@ pub fn run(options: Options) -> Result<ExitCode> {
                     ),
                 )
             }
-            None => ("— | —".into(), "—".into(), "—".into(), "—".into()),
+            _ => ("— | — | — | —".into(), "—".into(), "—".into()),
         };
         writeln!(
             out,
-            "| {} | {:.1} | {} | {trl_ms} | {ratio} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
+            "| {} | {:.1} | {} | {trl_ms} | {:.1} | {:.0} | {trl_tps} | {gflops:.1} ({:.0}%) | {trl_gflops} |",
             r.preset,
             hone.median,
             hone.range(),
@@ -173,6 +168,10 @@ pub fn run(options: Options) -> Result<ExitCode> {
             100.0 * gflops / peak
         )?;
     }
+    writeln!(
+        out,
+        "\nhone speed / TRL: the median over the runs of each run's ratio (the two measured back to back within it), with the least and most."
+    )?;
     if options.python.is_none() {
         writeln!(
             out,

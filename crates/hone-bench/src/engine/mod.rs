@@ -8,13 +8,16 @@
 //! core (`EngineOptions::decode_parts`).
 //! Every throughput is also set against the machine's limit measured in
 //! the same run ([`crate::roofline`]): decode against memory bandwidth,
-//! prefill against the matmul peak. `--runs N` repeats the whole
-//! measurement and prints each figure's median with its range.
+//! prefill against the matmul peak. `--runs N` repeats hone's and
+//! transformers' measurement side by side ([`crate::side_by_side`]) and
+//! prints each figure's median with its range, the ratio of each run's
+//! pair with theirs.
 //! Prints tables with the ratios; not a test.
 
 mod measure;
 
-use crate::roofline::{runs_beside_limits, Product};
+use crate::roofline::{Limits, Product};
+use crate::side_by_side::{side_by_side, Side};
 use crate::support::{random_checkpoint, run_json, Spread};
 use anyhow::Result;
 use candle_core::DType;
@@ -107,14 +110,19 @@ pub fn run(options: Options) -> Result<ExitCode> {
         let weights = (layer_weights + head_weights) as f64;
         let weight_bytes = weights * dtype.size_in_bytes() as f64;
         let prefill_weights = layer_weights as f64 + head_weights as f64 / settings.prompt.max(1) as f64;
-        let (ours, limits) = runs_beside_limits(
+        let products = Product::projections(&model.config, &prompt_rows);
+        let hone_side = format!("[{name}] hone-engine (candle)");
+        let their_side = format!("[{name}] transformers");
+        let compared = side_by_side(
             runs,
-            &format!("[{name}] hone-engine (candle)"),
-            &device,
-            dtype,
-            &Product::projections(&model.config, &prompt_rows),
-            || Ok(measure(&model, settings)?),
+            || Limits::measure(&device, dtype, &products),
+            Side::new(&hone_side, || Ok(measure(&model, settings)?)),
+            options
+                .python
+                .as_deref()
+                .map(|python| Side::new(&their_side, || transformers(python, dir.path(), settings, &options))),
         )?;
+        let limits = compared.limits;
         writeln!(
             out,
             "[{name}] machine limits, same run: {}",
@@ -145,66 +153,57 @@ pub fn run(options: Options) -> Result<ExitCode> {
             ));
             parts_rows.push((name.clone(), measure_decode_parts(&served, cores)?));
         }
-        let theirs = match &options.python {
-            Some(python) => {
-                hone_console::note(format_args!("[{name}] measuring transformers ({python}) …"));
-                let measured: Result<Vec<Figures>> = (0..runs)
-                    .map(|_| transformers(python, dir.path(), settings, &options))
-                    .collect();
-                match measured {
-                    Ok(figures) => Some(figures),
-                    Err(e) => {
-                        hone_console::note(format_args!("[{name}] transformers skipped: {e:#}"));
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
         let roofline = [
             limits.prefill(prefill_weights),
             limits.prefill(prefill_weights),
             limits.decode(1, weight_bytes, weights).unwrap_or(f64::NAN),
             limits.decode(8, weight_bytes, weights).unwrap_or(f64::NAN),
         ];
-        rows.push((name.clone(), ours, theirs, roofline, weight_bytes));
+        rows.push((name.clone(), compared, roofline, weight_bytes));
     }
     writeln!(out)?;
     writeln!(
         out,
-        "Roofline: prefill at the matmul peak (2 flops a layer weight a token, the LM head once a prompt; attention's own products left out, so at long prompts a share above 100% is possible); decode at the bandwidth (the weights read once a step, shared by its rows) or the peak, whichever binds."
+        "Roofline: prefill at the matmul peak (2 flops a layer weight a token, the LM head once a prompt; attention's own products left out, so at long prompts a share above 100% is possible); decode at the bandwidth (the weights read once a step, shared by its rows) or the peak, whichever binds. hone / transformers: the median over the runs of each run's ratio (the two measured back to back within it), with the least and most."
     )?;
     writeln!(
         out,
-        "| model | metric | hone-engine tok/s | hone range | transformers tok/s | transformers range | hone / transformers | roofline tok/s | hone of roofline | transformers of roofline |"
+        "| model | metric | hone-engine tok/s | hone range | transformers tok/s | transformers range | hone / transformers | ratio range | roofline tok/s | hone of roofline | transformers of roofline |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     let pick: [fn(&Figures) -> f64; 4] = [|f| f.prefill_b1, |f| f.prefill_b8, |f| f.decode_b1, |f| f.decode_b8];
-    for (name, ours, theirs, roofline, weight_bytes) in &rows {
+    for (name, compared, roofline, weight_bytes) in &rows {
         let names = ["prefill b1", "prefill b8", "decode b1", "decode b8"];
+        let (ours, theirs) = (&compared.ours, &compared.theirs);
         for ((metric, get), limit) in names.iter().zip(pick).zip(roofline) {
             let us = Spread::of(ours.iter().map(get));
-            let them = theirs.as_ref().map(|t| Spread::of(t.iter().map(get)));
+            let them = (!theirs.is_empty()).then(|| Spread::of(theirs.iter().map(get)));
+            let ratio = compared.ratios(|a, b| get(a) / get(b));
             let limit = Some(*limit).filter(|l| l.is_finite());
             writeln!(
                 out,
-                "| {name} | {metric} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {metric} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 us.median,
                 us.range(),
                 them.map_or("–".into(), |t| format!("{:.1}", t.median)),
                 them.map_or("–".into(), Spread::range),
-                them.map_or("–".into(), |t| format!("{:.2}×", us.median / t.median)),
+                ratio.map_or("–".into(), Spread::times),
+                ratio.map_or("–".into(), Spread::times_range),
                 limit.map_or("–".into(), |l| format!("{l:.1}")),
                 crate::roofline::percent(us.median, limit),
                 them.map_or("–".into(), |t| crate::roofline::percent(t.median, limit)),
             )?;
         }
-        let ratio = |f: &[Figures]| Spread::of(f.iter().map(|f| f.decode_b8 / f.decode_b1)).median;
+        let scaling = |f: &[Figures]| Spread::of(f.iter().map(|f| f.decode_b8 / f.decode_b1)).times();
         writeln!(
             out,
-            "| {name} | batch-8 / batch-1 decode | {:.2}× | | {} | | | {:.2} GB of weights a step | | |",
-            ratio(ours),
-            theirs.as_deref().map_or("–".into(), |t| format!("{:.2}×", ratio(t))),
+            "| {name} | batch-8 / batch-1 decode | {} | | {} | | | | {:.2} GB of weights a step | | |",
+            scaling(ours),
+            if theirs.is_empty() {
+                "–".into()
+            } else {
+                scaling(theirs)
+            },
             weight_bytes / 1e9
         )?;
     }
