@@ -168,10 +168,12 @@ pub fn run(options: Options) -> Result<ExitCode> {
             100.0 * gflops / peak
         )?;
     }
-    writeln!(
-        out,
-        "\nhone speed / TRL: the median over the runs of each run's ratio (the two measured back to back within it), with the least and most."
-    )?;
+    if rows.iter().any(|r| !r.steps.theirs.is_empty()) {
+        writeln!(
+            out,
+            "\nhone speed / TRL: the median over the runs of each run's ratio (the two measured back to back within it), with the least and most."
+        )?;
+    }
     if options.python.is_none() {
         writeln!(
             out,
