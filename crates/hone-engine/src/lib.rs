@@ -12,7 +12,8 @@
 //! - [`prefix_cache`]: prompt keys and values kept for later prompts that
 //!   start the same way;
 //! - [`swiglu`]: the MLP's activation and its gradient, one vectorised
-//!   pass on the CPU;
+//!   pass on the CPU; [`gemv`]: the few-row products of decoding;
+//!   [`cpu_f32`]: the f32 elements both borrow from candle's storage;
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
 //!   and the next-token distribution interpolated with it;
@@ -23,6 +24,7 @@
 //! - [`threads`]: the CPU thread count, fixed once per process.
 
 pub mod config;
+pub mod cpu_f32;
 pub mod device;
 pub mod engine;
 pub mod gemv;

@@ -93,25 +93,19 @@ pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
 /// out as stored and large enough (`None` otherwise, for candle to
 /// compute).
 fn few_rows_on_cpu(x: &Tensor, weight: &Tensor) -> Result<Option<Tensor>> {
-    if !x.device().is_cpu()
-        || x.dtype() != DType::F32
-        || weight.dtype() != DType::F32
-        || weight.elem_count() < crate::gemv::MIN_WEIGHTS
-    {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || weight.elem_count() < crate::gemv::MIN_WEIGHTS {
         return Ok(None);
     }
     let (rows, width) = x.dims2()?;
     let out = weight.dim(0)?;
     let inputs = x.flatten_all()?.to_vec1::<f32>()?;
-    let (storage, layout) = weight.storage_and_layout();
-    let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(all)), Some((start, end))) =
-        (&*storage, layout.contiguous_offsets())
-    else {
-        return Ok(None);
-    };
-    let y = crate::gemv::few_rows_transposed(&inputs, rows, &all[start..end], width);
-    drop(storage);
-    Ok(Some(Tensor::from_vec(y, (out, rows), x.device())?.t()?.contiguous()?))
+    let product = crate::cpu_f32::with_slices([weight], |[weight]| {
+        crate::gemv::few_rows_transposed(&inputs, rows, weight, width)
+    });
+    match product {
+        Some(y) => Ok(Some(Tensor::from_vec(y, (out, rows), x.device())?.t()?.contiguous()?)),
+        None => Ok(None),
+    }
 }
 
 fn flat_dims(x: &Tensor) -> Result<(usize, usize)> {

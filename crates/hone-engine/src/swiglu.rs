@@ -13,7 +13,7 @@
 //! formulas.
 
 use crate::Result;
-use candle_core::{CpuStorage, DType, Storage, Tensor};
+use candle_core::Tensor;
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -82,22 +82,10 @@ pub fn swiglu_backward(gate: &Tensor, up: &Tensor, dact: &Tensor) -> Result<(Ten
 /// ops to compute).
 fn with_f32<const N: usize, R>(tensors: [&Tensor; N], f: impl FnOnce([&[f32]; N]) -> R) -> Result<Option<R>> {
     let shape = tensors[0].shape();
-    let fits = |t: &&Tensor| t.device().is_cpu() && t.dtype() == DType::F32 && !t.track_op() && t.shape() == shape;
-    if !tensors.iter().all(fits) {
+    if tensors.iter().any(|t| t.track_op() || t.shape() != shape) {
         return Ok(None);
     }
-    let guards = tensors.map(|t| t.storage_and_layout());
-    let mut slices = Vec::with_capacity(N);
-    for (storage, layout) in &guards {
-        let (Storage::Cpu(CpuStorage::F32(all)), Some((start, end))) = (&**storage, layout.contiguous_offsets()) else {
-            return Ok(None);
-        };
-        slices.push(&all[start..end]);
-    }
-    let Ok(slices) = <[&[f32]; N]>::try_from(slices) else {
-        return Ok(None);
-    };
-    Ok(Some(f(slices)))
+    Ok(crate::cpu_f32::with_slices(tensors, f))
 }
 
 struct Forward<'a> {

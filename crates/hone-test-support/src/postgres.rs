@@ -49,14 +49,7 @@ pub fn test_database(dir: &Path) -> Result<Option<TestDatabase>, LocalPostgresEr
 /// synchronous test opens (enter it around `PostgresStore::connect`); it
 /// lives as long as the test process.
 pub fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime for the tests' PostgreSQL stores")
-    })
+    hone_console::runtime().expect("a tokio runtime for the tests' PostgreSQL stores")
 }
 
 /// `PostgresStore::connect` for a test: its connections driven by the
