@@ -359,12 +359,14 @@ async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cyc
 /// `dpo` on TRL's DPOTrainer from pairs of the champion's rollouts (the
 /// tokens as sampled): a fresh adapter is the reference, so the first loss
 /// is ln 2 exactly; training opens the margin between chosen and rejected;
-/// hone's engine loads the adapter.
+/// hone's engine loads the adapter. The rollouts, and so the pairs, differ
+/// from run to run: at a learning rate of 0.05 about one run in ten
+/// overshot and closed the margin again, at 0.02 none of eight did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
     let Some(python) = python() else { return };
     let learn = "[agents.pref.learn]\noptimisers = [\"dpo\"]\ndataset_size = 16\n\
-                 [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.05\nrank = 4\ngroup_size = 4\nmin_examples = 2";
+                 [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.02\nrank = 4\ngroup_size = 4\nmin_examples = 2";
     let (_model, w) = trl_world("pref", "[a-z]", learn, &python, "").await;
     ask_numbers(&w, "pref", 16).await;
     let (learner, lines) = learner(&w);
@@ -389,7 +391,7 @@ async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
         .collect();
     let late = margins[8..].iter().sum::<f64>() / 4.0;
     println!("TRL DPO margins: {margins:?}");
-    assert!(late > 0.0, "training opened no margin\n{metrics}");
+    assert!(late > 0.0, "training opened no margin\n{metrics}\n{log}");
     assert!(steps[11]["kl"].as_f64().unwrap() > 0.0, "{metrics}");
     hone_engine::lora::Adapter::load(&adapter, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
 }
