@@ -329,6 +329,11 @@ impl CycleStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<WindowEpisode>, StoreError> {
         self.with_reader(|conn| {
+            // Through the episodes' index: left to itself, SQLite's planner
+            // reads every call of the version since `since` (the
+            // `(version_id, started_at)` index) to keep those of the window's
+            // episodes — 0.36 s for a canary 100,000 calls old, against
+            // 0.06 s looking up the window's episodes.
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT c.episode_id, MIN(c.started_at), COUNT(*),
                         MAX(c.outcome != 'ok'), MAX(c.invalid_tool_call), MAX(c.clarifying_question),
@@ -337,7 +342,7 @@ impl CycleStore for SqliteStore {
                         AVG(COALESCE(length(json_extract(c.record, '$.response.choices[0].message.content')), 0)),
                         COALESCE(SUM(c.cost_usd), 0.0), SUM(c.latency_ms),
                         (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4)
-                 FROM calls c
+                 FROM calls c INDEXED BY calls_episode
                  WHERE c.agent = ?1 AND c.version_id = ?2 AND c.started_at >= ?3
                    AND c.episode_id IN ({recent})
                  GROUP BY c.episode_id
