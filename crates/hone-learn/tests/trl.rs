@@ -360,13 +360,16 @@ async fn a_trl_job_cut_off_mid_training_resumes_from_its_checkpoint_with_the_cyc
 /// tokens as sampled): a fresh adapter is the reference, so the first loss
 /// is ln 2 exactly; training opens the margin between chosen and rejected;
 /// hone's engine loads the adapter. The rollouts, and so the pairs, differ
-/// from run to run: at a learning rate of 0.05 about one run in ten
-/// overshot and closed the margin again, at 0.02 none of eight did.
+/// from run to run, and a handful of pairs trained for many epochs
+/// overfits: at 12 steps (six epochs of eight pairs) some runs' gradient
+/// norms grew tenfold after step 8 and the late margins closed again,
+/// while the candidate still passed the gate. Eight steps at 0.02 stop
+/// before that (eight of eight runs, two at a time, late margins 0.13–0.31).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
     let Some(python) = python() else { return };
     let learn = "[agents.pref.learn]\noptimisers = [\"dpo\"]\ndataset_size = 16\n\
-                 [agents.pref.learn.dpo]\nsteps = 12\nlr = 0.02\nrank = 4\ngroup_size = 4\nmin_examples = 2";
+                 [agents.pref.learn.dpo]\nsteps = 8\nlr = 0.02\nrank = 4\ngroup_size = 4\nmin_examples = 2";
     let (_model, w) = trl_world("pref", "[a-z]", learn, &python, "").await;
     ask_numbers(&w, "pref", 16).await;
     let (learner, lines) = learner(&w);
@@ -375,24 +378,24 @@ async fn trl_trains_dpo_on_pairs_of_the_champions_rollouts() {
     assert_eq!(candidates.len(), 1, "{log}");
     assert!(candidates[0].scores.is_some(), "the gate ran the candidate: {log}");
     assert!(
-        log.contains("pref: dpo: step 12/12"),
+        log.contains("pref: dpo: step 8/8"),
         "TRL's steps in the cycle's log: {log}"
     );
 
     let adapter = w.config.adapters_dir("local").join(adapter_name(&cycle, Method::Dpo));
     let metrics = std::fs::read_to_string(adapter.join("metrics.jsonl")).unwrap();
     let steps: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(steps.len(), 12, "{metrics}");
+    assert_eq!(steps.len(), 8, "{metrics}");
     let first = steps[0]["loss"].as_f64().unwrap();
     assert!((first - std::f64::consts::LN_2).abs() < 1e-3, "{metrics}");
     let margins: Vec<f64> = steps
         .iter()
         .map(|s| s["extra"]["rewards/margins"].as_f64().unwrap())
         .collect();
-    let late = margins[8..].iter().sum::<f64>() / 4.0;
+    let late = margins[4..].iter().sum::<f64>() / 4.0;
     println!("TRL DPO margins: {margins:?}");
     assert!(late > 0.0, "training opened no margin\n{metrics}\n{log}");
-    assert!(steps[11]["kl"].as_f64().unwrap() > 0.0, "{metrics}");
+    assert!(steps[7]["kl"].as_f64().unwrap() > 0.0, "{metrics}");
     hone_engine::lora::Adapter::load(&adapter, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
 }
 
