@@ -51,14 +51,7 @@ pub fn side_by_side<T, U>(
     mut theirs: Option<Side<'_, U>>,
 ) -> Result<SideBySide<T, U>> {
     let runs = runs.max(1);
-    let mut result = SideBySide {
-        ours: Vec::with_capacity(runs),
-        theirs: Vec::with_capacity(runs),
-        limits: Limits {
-            bandwidth_gbs: None,
-            matmul_gflops: f64::NAN,
-        },
-    };
+    let (mut ours_done, mut theirs_done) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     let mut measured = Vec::with_capacity(runs);
     for n in 1..=runs {
         hone_console::note(format_args!(
@@ -67,16 +60,19 @@ pub fn side_by_side<T, U>(
         measured.push(limits()?);
         let reference_first = n % 2 == 0;
         if reference_first {
-            run_reference(&mut theirs, &mut result.theirs, n, runs);
+            run_reference(&mut theirs, &mut theirs_done, n, runs);
         }
         hone_console::note(format_args!("run {n} of {runs}: {} …", ours.name));
-        result.ours.push((ours.run)()?);
+        ours_done.push((ours.run)()?);
         if !reference_first {
-            run_reference(&mut theirs, &mut result.theirs, n, runs);
+            run_reference(&mut theirs, &mut theirs_done, n, runs);
         }
     }
-    result.limits = Limits::median(&measured);
-    Ok(result)
+    Ok(SideBySide {
+        ours: ours_done,
+        theirs: theirs_done,
+        limits: Limits::median(&measured),
+    })
 }
 
 fn run_reference<U>(side: &mut Option<Side<'_, U>>, results: &mut Vec<U>, n: usize, runs: usize) {

@@ -128,16 +128,15 @@ pub fn run(options: Options) -> Result<ExitCode> {
         "\n| model | hone step ms | hone range | TRL step ms | TRL range | hone speed / TRL | ratio range | roofline ms (candle peak) | hone tok/s | TRL tok/s | hone GFLOP/s (% of candle peak) | TRL GFLOP/s (% of torch peak) |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
-    let ms = |seconds: &mut dyn Iterator<Item = f64>| Spread::of(seconds.map(|s| s * 1e3));
     for r in &rows {
         let peak = r.steps.limits.matmul_gflops;
-        let hone = ms(&mut r.steps.ours.iter().copied());
+        let hone = milliseconds(r.steps.ours.iter().copied());
         let hone_seconds = hone.median / 1e3;
         let gflops = r.flops / hone_seconds / 1e9;
         let speed = r.steps.ratios(|ours, trl| trl.step_seconds / ours);
         let (trl_ms, trl_tps, trl_gflops) = match (r.steps.theirs.first(), speed) {
             (Some(first), Some(speed)) => {
-                let trl = ms(&mut r.steps.theirs.iter().map(|t| t.step_seconds));
+                let trl = milliseconds(r.steps.theirs.iter().map(|t| t.step_seconds));
                 let trl_seconds = trl.median / 1e3;
                 (
                     format!(
@@ -182,6 +181,11 @@ pub fn run(options: Options) -> Result<ExitCode> {
     }
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds over the runs as milliseconds.
+fn milliseconds(seconds: impl Iterator<Item = f64>) -> Spread {
+    Spread::of(seconds.map(|s| s * 1e3))
 }
 
 /// One pre-generated group: random prompt and completion tokens, rewards.

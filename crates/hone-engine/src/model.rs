@@ -93,7 +93,11 @@ pub fn project(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
 /// out as stored and large enough (`None` otherwise, for candle to
 /// compute).
 fn few_rows_on_cpu(x: &Tensor, weight: &Tensor) -> Result<Option<Tensor>> {
-    if !x.device().is_cpu() || x.dtype() != DType::F32 || weight.elem_count() < crate::gemv::MIN_WEIGHTS {
+    if !x.device().is_cpu()
+        || x.dtype() != DType::F32
+        || weight.dtype() != DType::F32
+        || weight.elem_count() < crate::gemv::MIN_WEIGHTS
+    {
         return Ok(None);
     }
     let (rows, width) = x.dims2()?;
