@@ -422,7 +422,18 @@ fn the_demo_trains_with_trl_when_asked() {
     let out = one_round(
         &base,
         &data,
-        &["--held-out", "4", "--trainer", "trl", "--trainer-python", &python],
+        // Three steps: what is tested is that TRL trains the candidate the
+        // gate then measures, not how far thirty steps take it.
+        &[
+            "--held-out",
+            "4",
+            "--trainer",
+            "trl",
+            "--trainer-python",
+            &python,
+            "--grpo-steps",
+            "3",
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
