@@ -568,8 +568,8 @@ fn caught(store: &dyn CycleStore) -> Result<Vec<Caught>> {
                 .map(|b| ("pruned", (*b).to_owned())),
             CandidateStatus::RolledBack => alerts
                 .iter()
-                .find(|a| a.version_id == c.version_id && behaviours.contains(&a.metric.as_str()))
-                .map(|a| ("rolled back", a.metric.clone())),
+                .find(|a| a.version_id == c.version_id && behaviours.contains(&a.firing.metric.as_str()))
+                .map(|a| ("rolled back", a.firing.metric.clone())),
             _ => None,
         };
         if let Some((by, behaviour)) = named {

@@ -119,17 +119,17 @@ impl ShiftReport {
         let drift_metrics = [Mix::Tasks.metric(), Mix::Failures.metric()];
         let mut drifts = alerts
             .iter()
-            .filter(|a| drift_metrics.contains(&a.metric.as_str()))
+            .filter(|a| drift_metrics.contains(&a.firing.metric.as_str()))
             .filter_map(|a| {
                 // A cycle runs after its round's measurement.
                 let round = measured.iter().rev().find(|m| m.at_ms <= a.at)?.round;
                 Some(DriftRaised {
                     round,
-                    metric: a.metric.clone(),
-                    divergence: a.canary_rate,
-                    p_value: a.p_value,
-                    window_episodes: a.canary_episodes,
-                    earlier_episodes: a.champion_episodes,
+                    metric: a.firing.metric.clone(),
+                    divergence: a.firing.canary_rate,
+                    p_value: a.firing.p_value,
+                    window_episodes: a.firing.canary_episodes,
+                    earlier_episodes: a.firing.champion_episodes,
                 })
             })
             .collect::<Vec<_>>();

@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use hone_learn::release::deploy::{self, Change};
 use hone_learn::watch::Verdict;
 use hone_store::{CycleStore, LearnStore};
-use hone_types::{CandidateStatus, CycleState, VersionId};
+use hone_types::{AlertAction, CandidateStatus, CycleState, VersionId};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -446,14 +446,17 @@ async fn a_canary_whose_invalid_tool_calls_jump_is_rolled_back_and_alerted() {
     assert_eq!(alerts.len(), 1);
     let a = &alerts[0];
     assert_eq!(a.version_id, sloppy);
-    assert_eq!(a.metric, "invalid_tool_call");
-    assert_eq!(a.canary_rate, 1.0);
-    assert_eq!(a.champion_rate, 0.0);
-    assert!(a.canary_episodes >= 10 && a.champion_episodes >= 10, "{a:?}");
-    assert!(a.p_value < 0.001);
-    assert_eq!(a.action, "rolled_back");
-    assert!(!a.episodes.is_empty());
-    for e in &a.episodes {
+    assert_eq!(a.firing.metric, "invalid_tool_call");
+    assert_eq!(a.firing.canary_rate, 1.0);
+    assert_eq!(a.firing.champion_rate, 0.0);
+    assert!(
+        a.firing.canary_episodes >= 10 && a.firing.champion_episodes >= 10,
+        "{a:?}"
+    );
+    assert!(a.firing.p_value < 0.001);
+    assert_eq!(a.action, AlertAction::RolledBack);
+    assert!(!a.firing.episodes.is_empty());
+    for e in &a.firing.episodes {
         let episode = w.episode(e).await;
         assert!(episode.calls[0].flags.invalid_tool_call);
         assert_eq!(episode.calls[0].version_id, sloppy);
@@ -808,11 +811,14 @@ async fn a_new_task_mix_in_the_window_is_raised_as_drift_and_weighted() {
     let cycle = learner.run_cycle("drift", "manual").await.unwrap();
     let log = lines.lock().unwrap().join("\n");
     let alerts = w.store.alerts(Some("drift"), 10).unwrap();
-    let alert = alerts.iter().find(|a| a.metric == "drift_task_mix").expect(&log);
-    assert_eq!(alert.canary_episodes, 30);
-    assert_eq!(alert.champion_episodes, 60);
-    assert!(alert.canary_rate > 0.3 && alert.p_value < 0.01, "{alert:?}");
-    assert!(alert.episodes.iter().all(|e| e.starts_with("fr-")), "{alert:?}");
+    let alert = alerts.iter().find(|a| a.firing.metric == "drift_task_mix").expect(&log);
+    assert_eq!(alert.firing.canary_episodes, 30);
+    assert_eq!(alert.firing.champion_episodes, 60);
+    assert!(
+        alert.firing.canary_rate > 0.3 && alert.firing.p_value < 0.01,
+        "{alert:?}"
+    );
+    assert!(alert.firing.episodes.iter().all(|e| e.starts_with("fr-")), "{alert:?}");
     assert!(log.contains("rising words: ") && log.contains("translate"), "{log}");
     let history = w.store.history("drift", 50).unwrap();
     assert!(history

@@ -280,8 +280,8 @@ async fn a_canary_that_games_the_reward_model_is_rolled_back_as_overoptimised() 
     };
     assert!(line.contains(gamed.as_str()), "{line}");
     let alert = w.store.alerts(Some("gh"), 10).unwrap().remove(0);
-    assert_eq!(alert.metric, "overoptimisation", "{alert:?}");
-    assert!(alert.canary_rate < alert.champion_rate - 0.1, "{alert:?}");
+    assert_eq!(alert.firing.metric, "overoptimisation", "{alert:?}");
+    assert!(alert.firing.canary_rate < alert.firing.champion_rate - 0.1, "{alert:?}");
     let rollback = w
         .store
         .history("gh", 50)

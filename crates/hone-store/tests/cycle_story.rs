@@ -7,8 +7,8 @@ use crate::backends::Backend;
 use crate::common::{call, version_id};
 use hone_store::{CandidateUpdate, Step};
 use hone_types::{
-    Alert, Candidate, CandidateStatus, CycleDetail, CycleState, Deployment, EpisodeId, HistoryEvent, Route,
-    VersionRecord, VersionSpec,
+    Alert, AlertAction, Candidate, CandidateStatus, CycleDetail, CycleState, Deployment, EpisodeId, Firing,
+    HistoryEvent, Route, VersionRecord, VersionSpec,
 };
 use serde_json::json;
 
@@ -154,14 +154,16 @@ pub(crate) fn cycle_story(backend: &Backend) {
         agent: "assistant".into(),
         version_id: version.id.clone(),
         champion_id: version_id(),
-        metric: "reward".into(),
-        canary_rate: 0.1,
-        champion_rate: 0.5,
-        canary_episodes: 30,
-        champion_episodes: 40,
-        p_value: 0.001,
-        episodes: vec![],
-        action: "rollback".into(),
+        firing: Firing {
+            metric: "reward".into(),
+            canary_rate: 0.1,
+            champion_rate: 0.5,
+            canary_episodes: 30,
+            champion_episodes: 40,
+            p_value: 0.001,
+            episodes: vec![],
+        },
+        action: AlertAction::RolledBack,
         at: 160,
     };
     let second = deployment(&version_id(), Some(&version.id));
@@ -178,7 +180,13 @@ pub(crate) fn cycle_story(backend: &Backend) {
     let alerts = store.alerts(Some("assistant"), 10).unwrap();
     assert_eq!(alerts.len(), 1);
     assert!(alerts[0].id > 0);
-    assert_eq!(alerts[0].metric, "reward");
+    assert_eq!(
+        alerts[0],
+        Alert {
+            id: alerts[0].id,
+            ..alert
+        }
+    );
 
     // History: every decision's events, oldest first; append-only.
     store

@@ -420,13 +420,10 @@ pub struct Deployment {
     pub updated_at: i64,
 }
 
-/// A monitor that fired: a canary's rate moved beyond its bound.
+/// What a monitor saw when it fired: a canary's rate (or mean) against the
+/// champion's over the same period, beyond its bound and significant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Alert {
-    pub id: i64,
-    pub agent: String,
-    pub version_id: VersionId,
-    pub champion_id: VersionId,
+pub struct Firing {
     pub metric: String,
     pub canary_rate: f64,
     pub champion_rate: f64,
@@ -436,8 +433,40 @@ pub struct Alert {
     pub p_value: f64,
     /// Canary episodes that show the behaviour (a few, for a human to open).
     pub episodes: Vec<String>,
-    /// `rolled_back` or `alerted`.
-    pub action: String,
+}
+
+/// What hone did about a firing monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertAction {
+    /// The canary was taken off traffic and the champion kept.
+    RolledBack,
+    /// Said and stored only: the monitor's policy does not roll back.
+    Alerted,
+    /// The users' requests drifted: the next cycle samples the recent window.
+    Reweighted,
+}
+
+impl AlertAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertAction::RolledBack => "rolled_back",
+            AlertAction::Alerted => "alerted",
+            AlertAction::Reweighted => "reweighted",
+        }
+    }
+}
+
+/// A monitor that fired, and what hone did about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub id: i64,
+    pub agent: String,
+    pub version_id: VersionId,
+    pub champion_id: VersionId,
+    #[serde(flatten)]
+    pub firing: Firing,
+    pub action: AlertAction,
     pub at: i64,
 }
 

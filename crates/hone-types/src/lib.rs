@@ -25,8 +25,8 @@ pub mod version;
 
 pub use call::{Attempt, BehaviourFlags, CallError, CallOutcome, CallRecord, SampledTokens};
 pub use cycle::{
-    Alert, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment, HistoryEvent,
-    PairedGain, RewardModelQuality, RewardModelReads, Spend, TrainingSummary,
+    Alert, AlertAction, Candidate, CandidateScores, CandidateStatus, CycleDetail, CycleInfo, CycleState, Deployment,
+    Firing, HistoryEvent, PairedGain, RewardModelQuality, RewardModelReads, Spend, TrainingSummary,
 };
 pub use episode::{EpisodeDetail, EpisodePage, EpisodeQuery, EpisodeSummary, RewardRange};
 pub use ids::{CallId, EpisodeId, IdError, VersionId};

@@ -129,7 +129,7 @@ fn learning_metrics(state: &AppState) -> Result<String, hone_store::StoreError> 
     let mut counts: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
     for alert in state.cycles.alerts(None, 10_000)? {
         *counts
-            .entry((alert.agent, alert.version_id.to_string(), alert.metric))
+            .entry((alert.agent, alert.version_id.to_string(), alert.firing.metric))
             .or_default() += 1;
     }
     for ((agent, version, metric), n) in counts {

@@ -11,7 +11,7 @@ use crate::scoring::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
-use hone_types::{Alert, Deployment, EpisodeDetail, HistoryEvent};
+use hone_types::{Alert, AlertAction, Deployment, EpisodeDetail, HistoryEvent};
 use serde_json::json;
 
 /// What a look at the canary decided.
@@ -26,20 +26,14 @@ pub enum Verdict {
     Alerted(String),
 }
 
-fn alert_of(d: &Deployment, f: &Firing, action: &str) -> Option<Alert> {
+fn alert_of(d: &Deployment, firing: &Firing, action: AlertAction) -> Option<Alert> {
     Some(Alert {
         id: 0,
         agent: d.agent.clone(),
         version_id: d.canary.clone()?,
         champion_id: d.champion.clone(),
-        metric: f.metric.clone(),
-        canary_rate: f.canary_rate,
-        champion_rate: f.champion_rate,
-        canary_episodes: f.canary_episodes,
-        champion_episodes: f.champion_episodes,
-        p_value: f.p_value,
-        episodes: f.episodes.clone(),
-        action: action.to_owned(),
+        firing: firing.clone(),
+        action,
         at: now_ms(),
     })
 }
@@ -97,7 +91,11 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
         }
     }
     if let Some(first) = firings.first() {
-        let action = if spec.rollback { "rolled_back" } else { "alerted" };
+        let action = if spec.rollback {
+            AlertAction::RolledBack
+        } else {
+            AlertAction::Alerted
+        };
         let alert = alert_of(&deployment, first, action).ok_or_else(|| LearnError::state("no canary"))?;
         let line = format!(
             "ALERT {name}: {} of canary {canary} is {:.3} vs champion {} {:.3} over {} / {} episodes (p = {:.4}); episodes: {}",
@@ -133,7 +131,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
             .store
             .alerts(Some(name), 100)?
             .iter()
-            .any(|a| a.version_id == canary && a.metric == first.metric && a.at >= since);
+            .any(|a| a.version_id == canary && a.firing.metric == first.metric && a.at >= since);
         if !seen {
             let (d, revision) = deploy::current(learner.store.as_ref(), agent)?;
             let event = HistoryEvent::new(name, alert.at, "alert", &line).version(&canary);

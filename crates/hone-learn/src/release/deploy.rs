@@ -361,17 +361,17 @@ pub fn rollback(store: &dyn CycleStore, agent: &AgentConfig, why: &str, alert: O
                 "alert",
                 format!(
                     "{} on {}: {:.3} vs champion {:.3} over {} / {} episodes (p = {:.4})",
-                    a.metric,
+                    a.firing.metric,
                     a.version_id,
-                    a.canary_rate,
-                    a.champion_rate,
-                    a.canary_episodes,
-                    a.champion_episodes,
-                    a.p_value
+                    a.firing.canary_rate,
+                    a.firing.champion_rate,
+                    a.firing.canary_episodes,
+                    a.firing.champion_episodes,
+                    a.firing.p_value
                 ),
             )
             .version(&a.version_id)
-            .evidence(json!({"episodes": a.episodes})),
+            .evidence(json!({"episodes": a.firing.episodes})),
         );
     }
     events.push(HistoryEvent::new(&agent.name, now, "rollback", &summary).version(&removed));

@@ -15,19 +15,7 @@
 use crate::stats::{fisher_greater_p, mean, mean_greater_p};
 use hone_config::{MonitorSpec, RATE_METRICS};
 use hone_store::WindowEpisode;
-
-/// A monitor that fired.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Firing {
-    pub metric: String,
-    pub canary_rate: f64,
-    pub champion_rate: f64,
-    pub canary_episodes: u64,
-    pub champion_episodes: u64,
-    pub p_value: f64,
-    /// Canary episodes that show it (at most 10).
-    pub episodes: Vec<String>,
-}
+pub use hone_types::Firing;
 
 /// Reads one mean-type measure off an episode.
 type Measure = fn(&WindowEpisode) -> Option<f64>;

@@ -16,7 +16,7 @@ use axum::Form;
 use hone_config::PromotionRule;
 use hone_learn::release::deploy::{self, Change};
 use hone_learn::watch::{Call, Online};
-use hone_types::{CandidateStatus, VersionId};
+use hone_types::{AlertAction, CandidateStatus, Firing, VersionId};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -129,14 +129,10 @@ impl PromotionView {
 #[derive(Serialize)]
 struct AlertRow {
     at: i64,
-    metric: String,
     version: String,
-    canary_rate: f64,
-    champion_rate: f64,
-    canary_episodes: u64,
-    champion_episodes: u64,
-    p_value: f64,
-    action: String,
+    #[serde(flatten)]
+    firing: Firing,
+    action: AlertAction,
 }
 
 pub(super) fn rolling(points: &[(i64, f64)]) -> Vec<(i64, f64)> {
@@ -275,13 +271,8 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
         .into_iter()
         .map(|a| AlertRow {
             at: a.at,
-            metric: a.metric,
             version: short(a.version_id.as_str()),
-            canary_rate: a.canary_rate,
-            champion_rate: a.champion_rate,
-            canary_episodes: a.canary_episodes,
-            champion_episodes: a.champion_episodes,
-            p_value: a.p_value,
+            firing: a.firing,
             action: a.action,
         })
         .collect();

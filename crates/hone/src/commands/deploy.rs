@@ -303,12 +303,12 @@ pub fn alerts(args: ListArgs) -> Result<ExitCode> {
                 short_time(a.at),
                 a.agent.clone(),
                 a.version_id.to_string(),
-                a.metric.clone(),
-                format!("{:.3} ({} ep)", a.canary_rate, a.canary_episodes),
-                format!("{:.3} ({} ep)", a.champion_rate, a.champion_episodes),
-                format!("{:.4}", a.p_value),
-                a.action.clone(),
-                a.episodes.iter().take(3).cloned().collect::<Vec<_>>().join(" "),
+                a.firing.metric.clone(),
+                format!("{:.3} ({} ep)", a.firing.canary_rate, a.firing.canary_episodes),
+                format!("{:.3} ({} ep)", a.firing.champion_rate, a.firing.champion_episodes),
+                format!("{:.4}", a.firing.p_value),
+                a.action.as_str().to_owned(),
+                a.firing.episodes.iter().take(3).cloned().collect::<Vec<_>>().join(" "),
             ]
         })
         .collect();

@@ -30,7 +30,7 @@ use crate::search::eval::Target;
 use hone_config::AgentConfig;
 use hone_store::EpisodeFilter;
 use hone_types::time::now_ms;
-use hone_types::{Alert, CycleDetail, CycleInfo, CycleState, HistoryEvent, VersionId};
+use hone_types::{Alert, AlertAction, CycleDetail, CycleInfo, CycleState, Firing, HistoryEvent, VersionId};
 use serde_json::json;
 
 pub(super) async fn run(
@@ -169,14 +169,16 @@ async fn check_drift(
             agent: agent.name.clone(),
             version_id: champion.clone(),
             champion_id: champion.clone(),
-            metric: d.mix.metric().to_owned(),
-            canary_rate: d.divergence,
-            champion_rate: 0.0,
-            canary_episodes: d.recent as u64,
-            champion_episodes: d.earlier as u64,
-            p_value: d.p_value,
-            episodes: d.examples.iter().map(|e| e.to_string()).collect(),
-            action: "reweighted".to_owned(),
+            firing: Firing {
+                metric: d.mix.metric().to_owned(),
+                canary_rate: d.divergence,
+                champion_rate: 0.0,
+                canary_episodes: d.recent as u64,
+                champion_episodes: d.earlier as u64,
+                p_value: d.p_value,
+                episodes: d.examples.iter().map(|e| e.to_string()).collect(),
+            },
+            action: AlertAction::Reweighted,
             at: now_ms(),
         };
         let (deployment, revision) = crate::release::deploy::current(learner.store.as_ref(), agent)?;
