@@ -6,12 +6,12 @@
 use super::Learner;
 use crate::error::{LearnError, Result};
 use crate::release::deploy::{self, Change};
-use crate::release::monitor::{check, Firing};
+use crate::release::monitor::check;
 use crate::scoring::reward::reward_pending;
 use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
-use hone_types::{Alert, AlertAction, Deployment, EpisodeDetail, HistoryEvent};
+use hone_types::{Alert, AlertAction, Deployment, EpisodeDetail, Firing, HistoryEvent};
 use serde_json::json;
 
 /// What a look at the canary decided.

@@ -15,7 +15,7 @@
 use crate::stats::{fisher_greater_p, mean, mean_greater_p};
 use hone_config::{MonitorSpec, RATE_METRICS};
 use hone_store::WindowEpisode;
-pub use hone_types::Firing;
+use hone_types::Firing;
 
 /// Reads one mean-type measure off an episode.
 type Measure = fn(&WindowEpisode) -> Option<f64>;
