@@ -179,9 +179,16 @@ pub struct RawDeployment {
     /// the canary is watched; promoted once shown better, rolled back once
     /// shown worse or at `canary_max_episodes`.
     pub promotion: Option<String>,
-    /// With `promotion = "sequential"`: the size of reward gain the test is
-    /// tuned to find fastest (the scale of its mixture; default 0.2).
+    /// No longer read: the sequential test bets and needs no scale. Kept
+    /// so a config that still sets it is told so by name.
     pub expected_gain: Option<f64>,
+    /// With `promotion = "sequential"`: the least reward gain worth a
+    /// promotion; a canary shown not to beat the champion by this much is
+    /// rolled back (default 0: only once shown worse).
+    pub least_gain: Option<f64>,
+    /// With `promotion = "sequential"`: the largest share a canary's
+    /// traffic grows to as the evidence for it grows (default 0.5).
+    pub canary_max_share: Option<f64>,
 }
 
 /// `clear_gain = { above, share }` of `[agents.NAME.deployment]`.
@@ -307,12 +314,19 @@ pub enum PromotionRule {
     /// then it keeps collecting, and after `max_episodes` rewarded
     /// episodes it is rolled back.
     WithinMargin { margin: f64, max_episodes: usize },
-    /// Users decide (`promotion = "sequential"`): a mixture sequential
-    /// probability ratio test on the difference of online rewards, always
-    /// valid however often it is looked at. Promoted once shown better,
-    /// rolled back once shown worse or after `max_episodes` rewarded canary
-    /// episodes; `expected_gain` is the scale of the test's mixture.
-    Sequential { max_episodes: usize, expected_gain: f64 },
+    /// Users decide (`promotion = "sequential"`): a test by betting on the
+    /// difference of online rewards (`hone_learn::stats::betting`), valid
+    /// at every sample size however often it is looked at. Promoted once
+    /// shown better at the level the sequence of canaries allows it
+    /// (`hone_learn::stats::online_fdr`); rolled back once shown worse, or
+    /// shown not better by `least_gain`, or after `max_episodes` rewarded
+    /// canary episodes. Its share of traffic starts at the deployment's
+    /// `canary_share` and grows with the evidence for it up to `max_share`.
+    Sequential {
+        max_episodes: usize,
+        least_gain: f64,
+        max_share: f64,
+    },
 }
 
 /// Where a version's routes are checked against: the providers declared so
@@ -750,6 +764,8 @@ impl DeploymentConfig {
                 canary_max_episodes: None,
                 promotion: None,
                 expected_gain: None,
+                least_gain: None,
+                canary_max_share: None,
             },
             None => {
                 return Err(ConfigError::at(
@@ -798,7 +814,7 @@ impl DeploymentConfig {
                 format!("must be at most the monitors' window ({window} episodes, learn.monitor.window): a canary is judged on its last {window}"),
             ));
         }
-        let promotion = PromotionRule::from_raw(&dfield, &d, canary_episodes, window)?;
+        let promotion = PromotionRule::from_raw(&dfield, &d, canary_episodes, window, share)?;
         Ok(DeploymentConfig {
             champion: d.champion,
             canaries: d.canaries.into_iter().collect(),
@@ -847,12 +863,18 @@ impl PromotionRule {
         }
     }
 
-    /// The reward gain a sequential test is tuned to when not told.
-    pub const EXPECTED_GAIN: f64 = 0.2;
+    /// The largest share a sequential canary grows to when not told.
+    pub const MAX_SHARE: f64 = 0.5;
 
-    /// `promotion`, `promote_margin`, `canary_max_episodes` and
-    /// `expected_gain` of `[agents.NAME.deployment]`.
-    fn from_raw(dfield: &str, d: &RawDeployment, canary_episodes: usize, window: usize) -> Result<Self, ConfigError> {
+    /// `promotion`, `promote_margin`, `canary_max_episodes`, `least_gain`
+    /// and `canary_max_share` of `[agents.NAME.deployment]`.
+    fn from_raw(
+        dfield: &str,
+        d: &RawDeployment,
+        canary_episodes: usize,
+        window: usize,
+        canary_share: f64,
+    ) -> Result<Self, ConfigError> {
         let max_episodes = || {
             let max = d.canary_max_episodes.unwrap_or((4 * canary_episodes).min(window));
             if (canary_episodes..=window).contains(&max) {
@@ -878,11 +900,22 @@ impl PromotionRule {
                 ))
             }
         };
-        if !sequential && d.expected_gain.is_some() {
+        if d.expected_gain.is_some() {
             return Err(ConfigError::at(
                 format!("{dfield}.expected_gain"),
-                "applies only with promotion = \"sequential\"",
+                "is no longer read: the sequential test bets on the rewards and needs no scale; remove it (`least_gain` sets the least gain worth a promotion)",
             ));
+        }
+        for (key, set) in [
+            ("least_gain", d.least_gain.is_some()),
+            ("canary_max_share", d.canary_max_share.is_some()),
+        ] {
+            if set && !sequential {
+                return Err(ConfigError::at(
+                    format!("{dfield}.{key}"),
+                    "applies only with promotion = \"sequential\"",
+                ));
+            }
         }
         if sequential {
             if d.promote_margin.is_some() {
@@ -891,16 +924,24 @@ impl PromotionRule {
                     "does not apply with promotion = \"sequential\" (a sequential canary must be shown better)",
                 ));
             }
-            let expected_gain = d.expected_gain.unwrap_or(Self::EXPECTED_GAIN);
-            if !(expected_gain.is_finite() && expected_gain > 0.0) {
+            let least_gain = d.least_gain.unwrap_or(0.0);
+            if !(least_gain.is_finite() && least_gain >= 0.0) {
                 return Err(ConfigError::at(
-                    format!("{dfield}.expected_gain"),
-                    format!("must be a reward gain above 0, got {expected_gain}"),
+                    format!("{dfield}.least_gain"),
+                    format!("must be a reward gain of 0 or more, got {least_gain}"),
+                ));
+            }
+            let max_share = d.canary_max_share.unwrap_or(Self::MAX_SHARE.max(canary_share));
+            if !(max_share.is_finite() && max_share >= canary_share && max_share < 1.0) {
+                return Err(ConfigError::at(
+                    format!("{dfield}.canary_max_share"),
+                    format!("must be at least canary_share ({canary_share}) and below 1, got {max_share}"),
                 ));
             }
             return Ok(PromotionRule::Sequential {
                 max_episodes: max_episodes()?,
-                expected_gain,
+                least_gain,
+                max_share,
             });
         }
         let Some(margin) = d.promote_margin else {

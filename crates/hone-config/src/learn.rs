@@ -16,7 +16,8 @@
 //! promote_margin = 0.05           # optional: promote only a canary shown within 0.05 reward of the champion
 //! canary_max_episodes = 200       # with promote_margin or a sequential test: roll back a canary still undecided here
 //! # promotion = "sequential"      # instead: users decide — promoted once an always-valid test shows it better
-//! # expected_gain = 0.2           # with it: the reward gain the test is tuned to find fastest
+//! # least_gain = 0.05             # with it: roll back a canary shown not to beat the champion by 0.05
+//! # canary_max_share = 0.5        # with it: the share a canary grows to as the evidence for it grows
 //!
 //! [agents.support.learn]
 //! every = { episodes = 500, minutes = 60 }

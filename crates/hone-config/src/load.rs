@@ -168,14 +168,17 @@ model = "m"
             rule("promotion = \"sequential\"").unwrap(),
             PromotionRule::Sequential {
                 max_episodes: 80,
-                expected_gain: PromotionRule::EXPECTED_GAIN
+                least_gain: 0.0,
+                max_share: PromotionRule::MAX_SHARE,
             }
         );
         assert_eq!(
-            rule("promotion = \"sequential\"\ncanary_max_episodes = 60\nexpected_gain = 0.3").unwrap(),
+            rule("promotion = \"sequential\"\ncanary_max_episodes = 60\nleast_gain = 0.05\ncanary_max_share = 0.4")
+                .unwrap(),
             PromotionRule::Sequential {
                 max_episodes: 60,
-                expected_gain: 0.3
+                least_gain: 0.05,
+                max_share: 0.4,
             }
         );
         assert_eq!(
@@ -185,14 +188,20 @@ model = "m"
         for (bad, field, says) in [
             ("promotion = \"bandit\"", "promotion", "unknown promotion rule `bandit`"),
             (
-                "expected_gain = 0.2",
+                "promotion = \"sequential\"\nexpected_gain = 0.2",
                 "expected_gain",
-                "only with promotion = \"sequential\"",
+                "no longer read",
+            ),
+            ("least_gain = 0.1", "least_gain", "only with promotion = \"sequential\""),
+            (
+                "promotion = \"sequential\"\nleast_gain = -0.1",
+                "least_gain",
+                "0 or more",
             ),
             (
-                "promotion = \"sequential\"\nexpected_gain = 0",
-                "expected_gain",
-                "above 0",
+                "promotion = \"sequential\"\ncanary_max_share = 0.05",
+                "canary_max_share",
+                "at least canary_share",
             ),
             (
                 "promotion = \"sequential\"\npromote_margin = 0.1",

@@ -40,6 +40,12 @@ pub struct RawReward {
     pub critics: BTreeMap<String, RawCritic>,
     pub judge: Option<RawJudge>,
     pub model: Option<RawRewardModel>,
+    /// `[low, high]`: the range every episode's reward lies in, for the
+    /// online test (default: from the spec's weights and penalties).
+    pub range: Option<[f64; 2]>,
+    /// Seconds after an episode starts that its users may still react in
+    /// (default 600): until then an unheard episode is not counted online.
+    pub wait_seconds: Option<f64>,
 }
 
 /// `[agents.NAME.reward.model]`.
@@ -67,6 +73,18 @@ pub struct RawSignalWeightFull {
     pub weight: f64,
     /// Value used when the episode has no such feedback (default 0).
     pub default: Option<f64>,
+    /// What an episode whose users said nothing counts as once the wait
+    /// is over: `"skip"` (left out of the online test and monitors) or a
+    /// value (the same as `default`).
+    pub no_signal: Option<RawNoSignal>,
+}
+
+/// `no_signal = "skip"` or `no_signal = VALUE`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawNoSignal {
+    Value(f64),
+    Word(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,6 +147,11 @@ pub struct SignalWeight {
     pub name: String,
     pub weight: f64,
     pub default: f64,
+    /// `no_signal = "skip"`: an episode without this signal once the wait
+    /// is over is left out of the online test and the monitors (it changes
+    /// no stored reward, so it is not part of the spec's version).
+    #[serde(skip)]
+    pub skip_when_silent: bool,
 }
 
 /// Added to the reward (they are negative) whenever an episode shows the
@@ -201,6 +224,12 @@ pub struct RewardSpec {
     /// changes no stored reward, so it is not part of the spec's version.
     #[serde(skip)]
     pub model: Option<RewardModelSpec>,
+    /// The declared range of a reward (`range`), for the online test.
+    #[serde(skip)]
+    pub declared_range: Option<(f64, f64)>,
+    /// How long after an episode starts its users may still react (ms).
+    #[serde(skip)]
+    pub wait_ms: i64,
 }
 
 /// `[agents.NAME.reward.model]`: a reward model trained every cycle on the
@@ -313,6 +342,8 @@ impl Default for RewardSpec {
             critics: Vec::new(),
             judge: None,
             model: None,
+            declared_range: None,
+            wait_ms: Self::WAIT_MS,
         }
     }
 }
@@ -377,6 +408,26 @@ impl RewardSpec {
                 "learns from the users' signals the spec weighs, and it weighs none: add `signals`",
             ));
         }
+        let declared_range = match raw.range {
+            None => None,
+            Some([low, high]) if low.is_finite() && high.is_finite() && low < high => Some((low, high)),
+            Some([low, high]) => {
+                return Err(ConfigError::at(
+                    format!("{field}.range"),
+                    format!("must be [low, high] with finite low < high, got [{low}, {high}]"),
+                ))
+            }
+        };
+        let wait_ms = match raw.wait_seconds {
+            None => d.wait_ms,
+            Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0).round() as i64,
+            Some(s) => {
+                return Err(ConfigError::at(
+                    format!("{field}.wait_seconds"),
+                    format!("must be 0 or more seconds, got {s}"),
+                ))
+            }
+        };
         Ok(Self {
             aggregate,
             pass_threshold,
@@ -386,7 +437,46 @@ impl RewardSpec {
             critics,
             judge,
             model,
+            declared_range,
+            wait_ms,
         })
+    }
+
+    /// How long users may take to react when the spec does not say: ten minutes.
+    pub const WAIT_MS: i64 = 600_000;
+
+    /// The range every reward lies in, for the online test: the declared
+    /// `range`, or the spec's own bounds, taking each signal's value (and
+    /// each critic's and the judge's score) in [0, 1] or at its default,
+    /// and every penalty as possibly shown at once. A reward outside it
+    /// enters the test at the nearer end.
+    pub fn range(&self) -> (f64, f64) {
+        if let Some(range) = self.declared_range {
+            return range;
+        }
+        let weighs_something = !self.signals.is_empty() || !self.critics.is_empty() || self.judge.is_some();
+        let mut low = 0.0;
+        let mut high = if weighs_something { 0.0 } else { 1.0 };
+        let mut add = |weight: f64, from: f64, to: f64| {
+            let (a, b) = (weight * from, weight * to);
+            low += a.min(b);
+            high += a.max(b);
+        };
+        for s in &self.signals {
+            add(s.weight, s.default.min(0.0), s.default.max(1.0));
+        }
+        for c in &self.critics {
+            add(c.weight, 0.0, 1.0);
+        }
+        if let Some(j) = &self.judge {
+            add(j.weight, 0.0, 1.0);
+        }
+        let p = &self.penalties;
+        low += p.invalid_tool_call + p.empty + p.refusal + p.clarifying_question + p.error + p.truncated;
+        if high <= low {
+            high = low + 1.0;
+        }
+        (low, high)
     }
 
     /// A short content hash: rewards are stored under it, so a changed spec
@@ -418,14 +508,34 @@ fn signals(field: &str, raw: BTreeMap<String, RawSignalWeight>) -> Result<Vec<Si
     let mut signals = Vec::new();
     for (name, w) in raw {
         let sfield = format!("{field}.signals.{name}");
-        let (weight, default) = match w {
-            RawSignalWeight::Weight(w) => (w, 0.0),
-            RawSignalWeight::Full(f) => (f.weight, f.default.unwrap_or(0.0)),
+        let (weight, default, skip_when_silent) = match w {
+            RawSignalWeight::Weight(w) => (w, 0.0, false),
+            RawSignalWeight::Full(f) => {
+                let (default, skip) = match (f.default, f.no_signal) {
+                    (Some(_), Some(_)) => {
+                        return Err(ConfigError::at(
+                            format!("{sfield}.no_signal"),
+                            "says what `default` says: give one of them",
+                        ))
+                    }
+                    (default, None) => (default.unwrap_or(0.0), false),
+                    (None, Some(RawNoSignal::Value(v))) => (v, false),
+                    (None, Some(RawNoSignal::Word(w))) if w == "skip" => (0.0, true),
+                    (None, Some(RawNoSignal::Word(w))) => {
+                        return Err(ConfigError::at(
+                            format!("{sfield}.no_signal"),
+                            format!("must be \"skip\" or a number, got \"{w}\""),
+                        ))
+                    }
+                };
+                (f.weight, default, skip)
+            }
         };
         signals.push(SignalWeight {
             name,
             weight: finite(&sfield, weight)?,
             default: finite(&sfield, default)?,
+            skip_when_silent,
         });
     }
     Ok(signals)

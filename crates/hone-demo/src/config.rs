@@ -254,15 +254,21 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
-        None if !sandbox_users => "# Users decide: no user sees an offline run, so the gate cannot show a\n\
+        None if !sandbox_users => format!(
+            "# Users decide: no user sees an offline run, so the gate cannot show a\n\
                  # gain the users' signals would make; a candidate not shown worse on what\n\
-                 # offline runs do show (penalties) goes to a canary, promoted once an\n\
-                 # always-valid sequential test on the users' rewards shows it better,\n\
-                 # rolled back once it shows it worse or after canary_max_episodes\n\
-                 # rewarded canary episodes (the most users who meet it).\n\
+                 # offline runs do show (penalties) goes to a canary on canary_share of the\n\
+                 # traffic, which grows with the evidence for it up to canary_max_share. It\n\
+                 # is promoted once a test by betting on the users' rewards, valid at every\n\
+                 # look, shows it better at the level its place in the sequence of canaries\n\
+                 # allows (e-LOND); rolled back once it shows it worse, or not better by\n\
+                 # least_gain, or after canary_max_episodes rewarded canary episodes.\n\
                  promotion = \"sequential\"\n\
-                 canary_max_episodes = 96"
-            .to_owned(),
+                 least_gain = 0.05\n\
+                 canary_max_share = {:?}\n\
+                 canary_max_episodes = 300",
+            canary_share.max(0.5)
+        ),
         None => "# A canary not shown worse online than the champion is promoted\n\
                  # (`promote_margin` asks it to be shown within a margin instead)."
             .to_owned(),
@@ -354,7 +360,15 @@ canary_episodes = 24
 
 [agents.{AGENT}.reward]
 # What the simulated users do is all hone hears about an answer.
-signals = {{ accepted = 1.0, dissatisfied_followup = -0.5, retry = -0.5, abandon = -0.5 }}
+# A user who has not reacted yet is not counted online (silence is not a
+# zero): users here react within seconds, so after a minute an episode no
+# user reacted to is left out (`no_signal = "skip"`).
+signals = {{ accepted = {{ weight = 1.0, no_signal = "skip" }}, dissatisfied_followup = -0.5, retry = -0.5, abandon = -0.5 }}
+wait_seconds = 60
+# Every user sends one reaction (+1 or -0.5) and an answer shows at most an
+# invalid tool call, an empty answer and a clarifying question (-2.5): the
+# range the online test bets within (a rarer error or refusal enters at -3).
+range = [-3.0, 1.0]
 pass_threshold = 0.5
 {penalties}{model}
 
@@ -396,7 +410,10 @@ reruns = 2
 confidence = {gate_confidence:?}{gate_bounds}
 
 [agents.{AGENT}.learn.monitor]
-min_episodes = 24{monitor_bounds}
+min_episodes = 24
+# The most episodes of each version the monitors read (at least the
+# canary's cap).
+window = 400{monitor_bounds}
 
 {trainer}"#,
         trainer = match trl_python {

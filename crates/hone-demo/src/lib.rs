@@ -158,8 +158,9 @@ pub struct DemoArgs {
     /// trl 1.x and accelerate.
     #[arg(long, default_value = "python3")]
     pub trainer_python: String,
-    /// Share of traffic a new candidate gets as a canary.
-    #[arg(long, default_value_t = 0.3, default_value_if("quick", "true", Some("0.5")))]
+    /// Share of traffic a new candidate starts on as a canary (users
+    /// deciding, it grows with the evidence for it, up to half).
+    #[arg(long, default_value_t = 0.1, default_value_if("quick", "true", Some("0.5")))]
     pub canary_share: f64,
     /// Promote a canary only once its online reward is shown to be at most
     /// this much below the champion's (non-inferiority; rolled back if not

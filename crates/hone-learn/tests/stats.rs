@@ -58,6 +58,7 @@ fn window_episode(latency_ms: f64, invalid_tool_call: bool) -> hone_store::Windo
         cost_usd: 0.0,
         latency_ms,
         reward: Some(1.0),
+        signals: Vec::new(),
     }
 }
 
@@ -218,7 +219,7 @@ fn drift_permutation_test_separates_a_new_task_mix_from_the_same_one() {
 #[test]
 fn the_promotion_rule_calls_what_scipy_and_the_reference_rule_call() {
     use hone_config::{DeploymentConfig, PromotionRule};
-    use hone_learn::watch::{Call, Online};
+    use hone_learn::watch::{Call, Context, Online};
     let cases = reference()["cases"]["promotion"].as_array().unwrap().clone();
     assert_eq!(cases.len(), 8);
     for c in &cases {
@@ -233,7 +234,13 @@ fn the_promotion_rule_calls_what_scipy_and_the_reference_rule_call() {
         };
         let timed =
             |v: &Value| -> Vec<(i64, f64)> { numbers(v).into_iter().enumerate().map(|(i, x)| (i as i64, x)).collect() };
-        let online = Online::of(&deployment, 0.95, 1, &timed(&c["canary"]), &timed(&c["champion"]));
+        let online = Online::of(
+            &deployment,
+            0.95,
+            &Context::first((0.0, 1.0)),
+            &timed(&c["canary"]),
+            &timed(&c["champion"]),
+        );
         let name = &c["name"];
         let expected = c["p_champion_better"].as_f64().unwrap();
         assert!(
@@ -263,116 +270,130 @@ fn timed_pairs(v: &Value) -> Vec<(i64, f64)> {
         .collect()
 }
 
-/// The mixture SPRT's looks, difference, always-valid p-value and
-/// intersected confidence sequence match the reference's, computed there
-/// from scratch at every look; the reference also ran 400 experiments with
-/// no difference and saw fewer than 5% of them ever rejected.
+/// The bets on a canary — run pairing, aGRAPA bets, wealth, and the
+/// confidence sequence on its grid — match the reference's, computed there
+/// from scratch from the definitions (`reference/betting.py`).
 #[test]
-fn the_sequential_test_matches_an_independent_implementation() {
-    use hone_learn::stats::mixture_sprt;
-    let r: Value = serde_json::from_str(include_str!("reference/sequential.json")).unwrap();
+fn the_betting_test_matches_an_independent_implementation() {
+    use hone_learn::stats::betting::{compare, merged};
+    let r: Value = serde_json::from_str(include_str!("reference/betting.json")).unwrap();
     let cases = r["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 5);
     let near = |ours: f64, theirs: f64| (ours - theirs).abs() <= 1e-9 * theirs.abs().max(1.0);
     for c in cases {
         let name = &c["name"];
-        let test = mixture_sprt(
-            &timed_pairs(&c["champion"]),
-            &timed_pairs(&c["canary"]),
-            c["tau"].as_f64().unwrap(),
+        let range = (c["range"][0].as_f64().unwrap(), c["range"][1].as_f64().unwrap());
+        let test = compare(
+            merged(&timed_pairs(&c["champion"]), &timed_pairs(&c["canary"])),
+            range,
+            c["least_gain"].as_f64().unwrap(),
             c["alpha"].as_f64().unwrap(),
-            c["min_each"].as_u64().unwrap() as usize,
         );
-        assert_eq!(test.looks as u64, c["looks"].as_u64().unwrap(), "{name}");
-        assert!(
-            near(test.difference.unwrap(), c["difference"].as_f64().unwrap()),
-            "{name}: {test:?}"
-        );
-        assert!(near(test.p, c["p"].as_f64().unwrap()), "{name}: {test:?} vs {}", c["p"]);
+        assert_eq!(test.pairs as u64, c["pairs"].as_u64().unwrap(), "{name}");
+        match (test.difference, c["difference"].as_f64()) {
+            (Some(ours), Some(theirs)) => assert!(near(ours, theirs), "{name}: {test:?}"),
+            (ours, theirs) => assert_eq!(ours, theirs, "{name}"),
+        }
+        for (ours, key) in [
+            (test.wealth, "wealth"),
+            (test.peak_wealth, "peak_wealth"),
+            (test.peak_wealth_worse, "peak_wealth_worse"),
+            (test.peak_wealth_short, "peak_wealth_short"),
+        ] {
+            let theirs = c[key].as_f64().unwrap();
+            assert!((ours.ln() - theirs.ln()).abs() < 1e-9, "{name} {key}: {ours} vs {theirs}");
+        }
         let (low, high) = test.interval.unwrap();
         assert!(near(low, c["interval"][0].as_f64().unwrap()), "{name}: {test:?}");
         assert!(near(high, c["interval"][1].as_f64().unwrap()), "{name}: {test:?}");
         match name.as_str().unwrap() {
-            "clearly_better" => assert!(test.shown_greater() && !test.shown_less()),
-            "clearly_worse" => assert!(test.shown_less() && !test.shown_greater()),
-            _ => assert!(!test.shown_greater() && !test.shown_less(), "{name}: {test:?}"),
+            "clearly_better" => assert!(test.shown_better(0.025) && !test.shown_worse(0.05), "{test:?}"),
+            "clearly_worse" => assert!(test.shown_worse(0.05) && !test.shown_better(0.05), "{test:?}"),
+            "small_gain_short" => assert!(test.shown_short(0.05) && !test.shown_better(0.05), "{test:?}"),
+            _ => assert!(!test.shown_better(0.05) && !test.shown_worse(0.05), "{name}: {test:?}"),
         }
-    }
-    let runs = r["null_runs"].as_u64().unwrap() as f64;
-    for key in ["null_ever_rejected", "null_plateau_ever_rejected"] {
-        let ever = r[key].as_u64().unwrap() as f64 / runs;
-        assert!(ever < 0.05, "{key}: {ever}");
     }
 }
 
 /// Users decide: under `promotion = "sequential"` a canary is promoted at
-/// the first look that shows it better, rolled back at one that shows it
-/// worse, and rolled back when `canary_max_episodes` pass with neither
-/// (however few `canary_episodes` is: the sequential rule does not wait
-/// for it, nor decide at it).
+/// the first look that shows it better at its level, rolled back at one
+/// that shows it worse, and rolled back when `canary_max_episodes` pass
+/// with neither (however few `canary_episodes` is: the sequential rule
+/// does not wait for it, nor decide at it). A later canary of a sequence
+/// without promotions needs more evidence; one after promotions less.
 #[test]
 fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
     use hone_config::{DeploymentConfig, PromotionRule};
-    use hone_learn::watch::{Call, Online};
+    use hone_learn::watch::{Call, Context, Online};
     let mut deployment = DeploymentConfig::new("v1".into());
     deployment.canary_episodes = 10;
     deployment.promotion = PromotionRule::Sequential {
-        max_episodes: 60,
-        expected_gain: 0.2,
+        max_episodes: 150,
+        least_gain: 0.0,
+        max_share: 0.5,
     };
-    // Alternating outcomes at a given rate, one episode every 10 ms.
+    // Outcomes at a given rate, one episode of each side every 10 ms, the
+    // sides interleaved so every run is one episode long.
     let side = |n: usize, every: usize, offset: i64| -> Vec<(i64, f64)> {
         (0..n)
             .map(|i| (offset + 10 * i as i64, if i % every == 0 { -0.5 } else { 1.0 }))
             .collect()
     };
-    let champion = side(120, 2, 0);
-    let call = |canary: &[(i64, f64)]| Online::of(&deployment, 0.95, 1, canary, &champion);
-    assert_eq!(call(&side(9, 10, 5)).call, Call::Wait, "too few to look");
-    let better = call(&side(30, 10, 5));
+    let champion = side(300, 2, 0);
+    let first = Context::first((-0.5, 1.0));
+    let call = |context: &Context, canary: &[(i64, f64)]| Online::of(&deployment, 0.95, context, canary, &champion);
+    assert_eq!(call(&first, &side(1, 10, 5)).call, Call::Wait, "nothing to bet on yet");
+    let better = call(&first, &side(60, 10, 5));
     assert_eq!(better.call, Call::Promote, "{}", better.summary());
-    assert!(better.summary().contains("always-valid p"), "{}", better.summary());
-    let worse = call(&side(30, 1, 5));
+    assert!(better.summary().contains("evidence it is better"), "{}", better.summary());
+    let look = better.sequential.unwrap();
+    assert!(look.share > 0.1 && look.share <= 0.5, "its share grew with the evidence: {look:?}");
+    let worse = call(&first, &side(60, 1, 5));
     assert_eq!(worse.call, Call::RollBack, "{}", worse.summary());
-    let level = call(&side(40, 2, 5));
+    assert!(worse.sequential.unwrap().share == 0.1, "a worse canary keeps its start");
+    let level = call(&first, &side(100, 2, 5));
     assert_eq!(level.call, Call::Wait, "{}", level.summary());
-    let capped = call(&side(60, 2, 5));
+    let capped = call(&first, &side(150, 2, 5));
     assert_eq!(capped.call, Call::RollBack, "{}", capped.summary());
-    // The fifth canary since the last promotion needs stronger evidence
-    // (α / 30) to be promoted; being shown worse still rolls it back.
-    let fifth = |canary: &[(i64, f64)]| Online::of(&deployment, 0.95, 5, canary, &champion);
-    assert_eq!(
-        fifth(&side(30, 10, 5)).call,
-        Call::Wait,
-        "{}",
-        fifth(&side(30, 10, 5)).summary()
+    // The 30th canary without a promotion is tested at a far lower level;
+    // after 10 promotions at an 11 times higher one.
+    let late = Context {
+        canary_number: 30,
+        ..first
+    };
+    let lucky = Context {
+        promotions_before: 10,
+        ..late
+    };
+    let (a, b) = (
+        call(&late, &side(60, 10, 5)).sequential.unwrap(),
+        call(&lucky, &side(60, 10, 5)).sequential.unwrap(),
     );
-    assert_eq!(
-        fifth(&side(60, 10, 5)).call,
-        Call::Promote,
-        "{}",
-        fifth(&side(60, 10, 5)).summary()
+    assert!(a.level < 0.05 * 0.002 && (b.level / a.level - 11.0).abs() < 1e-9, "{a:?} {b:?}");
+    let needs_more = call(&late, &side(42, 10, 5));
+    let enough_then = call(&lucky, &side(42, 10, 5));
+    assert!(
+        needs_more.call == Call::Wait && enough_then.call == Call::Promote,
+        "{} / {}",
+        needs_more.summary(),
+        enough_then.summary()
     );
-    assert!(fifth(&side(60, 10, 5)).summary().contains("promoted at p ≤ 0.0017"));
-    assert_eq!(fifth(&side(30, 1, 5)).call, Call::RollBack);
+    assert_eq!(call(&late, &side(60, 1, 5)).call, Call::RollBack, "worse is worse at any place");
 }
 
-/// The levels canaries are promoted at spend α over every canary until the
-/// next promotion, and a canary's place is counted from the history.
+/// A canary's place in its sequence is counted from the whole history:
+/// every canary so far, and the promotions before the current one started.
 #[test]
-fn promotion_levels_sum_to_alpha_and_count_from_the_last_promotion() {
-    use hone_learn::watch::{canary_number, promotion_alpha};
-    let total: f64 = (1..100_000).map(|k| promotion_alpha(0.05, k)).sum();
-    assert!((total - 0.05).abs() < 1e-6, "{total}");
-    assert!((promotion_alpha(0.05, 1) - 0.025).abs() < 1e-12);
+fn a_canary_is_placed_in_its_sequence_from_the_history() {
+    use hone_learn::watch::sequence_of;
     let event = |kind: &str| hone_types::HistoryEvent::new("a", 0, kind, "");
     let history: Vec<_> = [
-        "canary", "rollback", "canary", "promote", "canary", "rollback", "canary", "rollback", "canary",
+        "canary", "rollback", "canary", "promote", "canary", "share", "rollback", "canary", "promote", "canary",
     ]
     .iter()
     .map(|k| event(k))
     .collect();
-    assert_eq!(canary_number(&history), 3, "three canaries since the promotion");
-    assert_eq!(canary_number(&history[..4]), 1, "none since: the next is the first");
-    assert_eq!(canary_number(&[]), 1);
+    assert_eq!(sequence_of(&history), (5, 2));
+    assert_eq!(sequence_of(&history[..8]), (4, 1), "promotions after it started do not count");
+    assert_eq!(sequence_of(&[]), (1, 0));
 }

@@ -10,6 +10,8 @@
 //! - `cycle`: the learning cycle's stories: gate, front, deploy, promote, roll back.
 //! - `reflect`: the prompt, playbook and tools optimisers and their budgets.
 //! - `stats`: the monitors' and gate's tests against scipy on fixed samples.
+//! - `online`: simulated canaries: the false-promotion rate of the online
+//!   test at every stopping time, across base rates and reward shapes.
 //! - `reward_model`: the reward model's head and quality measures against an
 //!   independent implementation, and the model trained in a cycle on the
 //!   embedded engine's recorded tokens.
@@ -38,6 +40,7 @@ mod eval;
 mod fine_tune;
 mod judge;
 mod modules;
+mod online;
 mod reflect;
 mod reward_model;
 mod rewards;

@@ -50,6 +50,8 @@ pub struct WindowEpisode {
     pub latency_ms: f64,
     /// Under the spec version asked for, when computed.
     pub reward: Option<f64>,
+    /// The names of the signals its users (or anyone) gave it, each once.
+    pub signals: Vec<String>,
 }
 
 impl WindowEpisode {

@@ -65,6 +65,15 @@ pub fn content_hash(items: &[Instance]) -> Result<String, StoreError> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// The JSON array of signal names a window's query aggregates (`None`:
+/// the episode has none).
+pub(crate) fn signal_names(json: Option<&str>) -> Result<Vec<String>, StoreError> {
+    match json {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("signal names {text}: {e}"))),
+    }
+}
+
 pub(crate) fn episode_id(id: &str) -> Result<EpisodeId, StoreError> {
     EpisodeId::parse_stored(id).map_err(|e| StoreError::Corrupt(format!("episode id `{id}` {e}")))
 }

@@ -1,14 +1,18 @@
 //! Watching a canary: score its new episodes, run the monitors against the
 //! champion's episodes of the same period, and then alert (log, store,
-//! webhook) and roll back, promote it after enough quiet episodes, or wait.
-//! The promotion rule itself is [`Online::of`].
+//! webhook) and roll back, promote it, or wait — and, under the sequential
+//! rule, give it the share of traffic its evidence allows. The promotion
+//! rule itself is [`Online::of`]; what it reads, [`read`].
 
 use super::Learner;
 use crate::error::{LearnError, Result};
 use crate::release::deploy::{self, Change};
 use crate::release::monitor::check;
 use crate::scoring::reward::reward_pending;
-use crate::stats::{mean, mean_greater_p, mixture_sprt, AlwaysValid};
+use crate::scoring::settled::counted;
+use crate::stats::betting::{compare, merged, Comparison};
+use crate::stats::online_fdr::e_lond_level;
+use crate::stats::{mean, mean_greater_p};
 use hone_config::{AgentConfig, DeploymentConfig, PromotionRule};
 use hone_types::time::now_ms;
 use hone_types::{Alert, AlertAction, Deployment, EpisodeDetail, Firing, HistoryEvent};
@@ -50,12 +54,13 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
     let rewarder = learner.rewarder(agent)?;
     reward_pending(learner.store.as_ref(), &rewarder, Some(since), None, now_ms()).await?;
     let spec = &agent.learn.monitor;
-    let window = |v| {
-        learner
-            .store
-            .version_window(name, v, since, &rewarder.spec_version, spec.window)
+    let Some(reading) = read(learner.store.as_ref(), agent, &deployment, &rewarder.spec_version, now_ms())? else {
+        return Ok(Verdict::NoCanary);
     };
-    let (c, h) = (window(&canary)?, window(&deployment.champion)?);
+    let (c, h) = (
+        Reading::newest(&reading.canary, spec.window),
+        Reading::newest(&reading.champion, spec.window),
+    );
     let predicted = crate::release::monitor::expected(learner.store.as_ref(), name, &canary)?;
     let mut firings = check(spec, &c, &h, predicted);
     // Where a reward model stands in for users offline, the canary is also
@@ -141,11 +146,25 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
         }
         return Ok(Verdict::Alerted(line));
     }
-    let number = canary_number(&learner.store.history(name, 5_000)?);
-    let online = Online::of_windows(&agent.deployment, spec.confidence, number, &c, &h);
+    let online = Online::of_windows(
+        &agent.deployment,
+        spec.confidence,
+        &reading.context,
+        &reading.canary,
+        &reading.champion,
+    );
     let n = online.canary_episodes as u64;
     let change = match online.call {
-        Call::Wait => return Ok(Verdict::Waiting(n)),
+        Call::Wait => {
+            if let Some(look) = &online.sequential {
+                if let Change::Applied(line) =
+                    deploy::set_share(learner.store.as_ref(), agent, &canary, look.share, &online.summary())?
+                {
+                    learner.say(name, &line);
+                }
+            }
+            return Ok(Verdict::Waiting(n));
+        }
         Call::Promote => deploy::promote(learner.store.as_ref(), agent, online.evidence(), &online.summary())?,
         Call::RollBack => deploy::rollback(learner.store.as_ref(), agent, &online.why(), None)?,
     };
@@ -167,6 +186,50 @@ pub enum Call {
     RollBack,
 }
 
+/// Where a canary stands in the agent's sequence of canaries, and what its
+/// test needs to know of the reward: the inputs of the sequential rule
+/// that are not episodes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Context {
+    /// The range every reward lies in (the reward spec's).
+    pub range: (f64, f64),
+    /// This canary's place among every canary the agent ran (from 1).
+    pub canary_number: u64,
+    /// Promotions before this canary started.
+    pub promotions_before: u64,
+    /// The share of new episodes the canary started on.
+    pub start_share: f64,
+}
+
+impl Context {
+    /// The first canary of an agent with rewards in [0, 1], started on 10%.
+    pub fn first(range: (f64, f64)) -> Self {
+        Self {
+            range,
+            canary_number: 1,
+            promotions_before: 0,
+            start_share: 0.1,
+        }
+    }
+}
+
+/// The sequential rule's look at a canary (`promotion = "sequential"`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SequentialLook {
+    /// The bets on the canary's rewards against the champion's.
+    pub comparison: Comparison,
+    /// The level this canary is promoted at: e-LOND's αₜ for its place in
+    /// the sequence ([`e_lond_level`]).
+    pub level: f64,
+    /// The level it is rolled back at (shown worse, or short of the least
+    /// gain): 1 − the monitors' confidence.
+    pub rollback_level: f64,
+    pub canary_number: u64,
+    pub promotions_before: u64,
+    /// The share of new episodes the evidence allows it now.
+    pub share: f64,
+}
+
 /// The canary's and the champion's online rewards of one look, the tests
 /// on them and the call the promotion rule makes.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,43 +246,25 @@ pub struct Online {
     /// is shown within the margin).
     pub p_within_margin: Option<f64>,
     pub margin: Option<f64>,
-    /// The canary has the `canary_episodes` rewarded episodes a decision needs.
+    /// The canary has the episodes a decision needs (under the sequential
+    /// rule: one pair of runs to bet on).
     pub enough: bool,
-    /// The champion is shown better (`p_champion_better` below 1 − confidence,
-    /// or the sequential test's interval below zero).
+    /// The champion is shown better (`p_champion_better` below 1 −
+    /// confidence, or the sequential test's bet on it won).
     pub shown_worse: bool,
-    /// Under `promotion = "sequential"`: the always-valid test of the
-    /// canary's reward less the champion's, over every look so far.
-    pub sequential: Option<AlwaysValid>,
-    /// Under `promotion = "sequential"`: the level this canary's promotion
-    /// is tested at (its interval is at that level).
-    pub promotion_level: Option<f64>,
+    /// Under `promotion = "sequential"`: the test so far.
+    pub sequential: Option<SequentialLook>,
     pub call: Call,
 }
 
-/// The level the k-th canary since the last promotion (k from 1) is
-/// promoted at: α / (k (k + 1)), which sums to α over every k.
-pub fn promotion_alpha(alpha: f64, canary_number: usize) -> f64 {
-    let k = canary_number.max(1) as f64;
-    alpha / (k * (k + 1.0))
+/// The share a sequential canary may have given the wealth of the bet that
+/// it is better: its starting share times that wealth, between the
+/// starting share and `max_share`. While the canary is no better than its
+/// champion, the chance that its share ever reaches k times its start is at
+/// most 1/k (Ville's inequality on the same wealth).
+pub fn share_for(start: f64, max_share: f64, wealth: f64) -> f64 {
+    (start * wealth.max(1.0)).clamp(start, max_share.max(start))
 }
-
-/// The current canary's place among the agent's canaries since its last
-/// promotion (from 1), read from its history (oldest first, as the store
-/// returns it).
-pub fn canary_number(history: &[HistoryEvent]) -> usize {
-    history
-        .iter()
-        .rev()
-        .take_while(|e| e.kind != "promote")
-        .filter(|e| e.kind == "canary")
-        .count()
-        .max(1)
-}
-
-/// Rewarded episodes each side needs before the sequential test looks:
-/// its variances are estimated from the episodes themselves.
-pub const SEQUENTIAL_MIN_EACH: usize = 10;
 
 impl Online {
     /// Every rule of promotion, in one place. Under the fixed-horizon rules
@@ -228,22 +273,21 @@ impl Online {
     /// `confidence`) is rolled back; otherwise, by default, it is promoted;
     /// with `promote_margin` it is promoted only once shown to be at most
     /// the margin below the champion, and rolled back if not shown so by
-    /// `canary_max_episodes`. Under `promotion = "sequential"` users decide
-    /// at any look: an always-valid test ([`mixture_sprt`]) promotes a
-    /// canary shown better, rolls back one shown worse, and rolls back one
-    /// not shown better by `canary_max_episodes`. Rewards are
-    /// `(started_at, reward)`.
+    /// `canary_max_episodes`.
     ///
-    /// `canary_number` is the canary's place among the agent's canaries
-    /// since its last promotion (from 1, [`canary_number`]): the sequential
-    /// rule promotes the k-th at level α / (k (k + 1)), so that over every
-    /// canary until the next promotion the chance of promoting one users
-    /// cannot tell from the champion stays within α ([`promotion_alpha`]).
-    /// Rolling back keeps α: it is the safe direction.
+    /// Under `promotion = "sequential"` users decide at any look, by
+    /// betting ([`crate::stats::betting`]): promoted once the bet that it is
+    /// better reaches `1/αₜ`, αₜ its level in the agent's sequence of
+    /// canaries (e-LOND: the rate of promotions of canaries no better than
+    /// their champion stays within α = 1 − `confidence`); rolled back once
+    /// the bet that it is worse, or not better by `least_gain`, reaches
+    /// `1/α`, or at `canary_max_episodes`. Rolling back needs no level of
+    /// its own: it is the safe direction. Rewards are `(started_at,
+    /// reward)`, as counted ([`crate::scoring::settled`]).
     pub fn of(
         deployment: &DeploymentConfig,
         confidence: f64,
-        canary_number: usize,
+        context: &Context,
         canary: &[(i64, f64)],
         champion: &[(i64, f64)],
     ) -> Self {
@@ -260,26 +304,33 @@ impl Online {
             mean_greater_p(&lowered, &canary_values)
         });
         let n = canary.len();
-        let mut promotion_level = None;
         let (enough, shown_worse, sequential, call) = match deployment.promotion {
             PromotionRule::Sequential {
                 max_episodes,
-                expected_gain,
+                least_gain,
+                max_share,
             } => {
-                let test = mixture_sprt(champion, canary, expected_gain, alpha, SEQUENTIAL_MIN_EACH);
-                let level = promotion_alpha(alpha, canary_number);
-                let promotion = mixture_sprt(champion, canary, expected_gain, level, SEQUENTIAL_MIN_EACH);
-                let call = if test.shown_less() {
+                let comparison = compare(merged(champion, canary), context.range, least_gain, alpha);
+                let level = e_lond_level(alpha, context.canary_number, context.promotions_before);
+                let worse = comparison.shown_worse(alpha);
+                let call = if worse || comparison.shown_short(alpha) {
                     Call::RollBack
-                } else if promotion.shown_greater() {
+                } else if comparison.shown_better(level) {
                     Call::Promote
                 } else if n >= max_episodes {
                     Call::RollBack
                 } else {
                     Call::Wait
                 };
-                promotion_level = Some(level);
-                (test.looks > 0, test.shown_less(), Some(promotion), call)
+                let look = SequentialLook {
+                    comparison,
+                    level,
+                    rollback_level: alpha,
+                    canary_number: context.canary_number,
+                    promotions_before: context.promotions_before,
+                    share: share_for(context.start_share, max_share, comparison.wealth),
+                };
+                (comparison.pairs > 0, worse, Some(look), call)
             }
             _ => {
                 let enough = n >= deployment.canary_episodes;
@@ -310,30 +361,22 @@ impl Online {
             enough,
             shown_worse,
             sequential,
-            promotion_level,
             call,
         }
     }
 
-    /// [`Online::of`] on the rewarded episodes of the canary's and the
-    /// champion's monitor windows.
+    /// [`Online::of`] on counted windows ([`crate::scoring::settled::counted`]).
     pub fn of_windows(
         deployment: &DeploymentConfig,
         confidence: f64,
-        canary_number: usize,
+        context: &Context,
         canary: &[hone_store::WindowEpisode],
         champion: &[hone_store::WindowEpisode],
     ) -> Self {
         let rewarded = |w: &[hone_store::WindowEpisode]| -> Vec<(i64, f64)> {
             w.iter().filter_map(|e| Some((e.started_at, e.reward?))).collect()
         };
-        Self::of(
-            deployment,
-            confidence,
-            canary_number,
-            &rewarded(canary),
-            &rewarded(champion),
-        )
+        Self::of(deployment, confidence, context, &rewarded(canary), &rewarded(champion))
     }
 
     fn evidence(&self) -> serde_json::Value {
@@ -345,48 +388,50 @@ impl Online {
 
     /// `online reward 0.412 over 50 episodes vs champion 0.398 over 117
     /// (p that the canary is worse = 0.412)`, with the margin's test when
-    /// there is one.
+    /// there is one, or the sequential test's evidence.
     pub fn summary(&self) -> String {
         let shown = |m: Option<f64>| m.map_or("-".into(), |m| format!("{m:.3}"));
-        let mut line = format!(
-            "online reward {} over {} episodes vs champion {} over {} (p that the canary is worse = {:.3})",
+        let head = format!(
+            "online reward {} over {} episodes vs champion {} over {}",
             shown(self.canary_mean),
             self.canary_episodes,
             shown(self.champion_mean),
             self.champion_episodes,
-            self.p_champion_better
         );
+        if let Some(look) = &self.sequential {
+            let c = &look.comparison;
+            return format!(
+                "{head}; {} pairs, difference {}, interval {}; evidence it is better {:.1} (promoted at {:.0}, canary {} of the sequence), that it is worse {:.1} (rolled back at {:.0})",
+                c.pairs,
+                c.difference.map_or("-".into(), |d| format!("{d:+.3}")),
+                c.interval
+                    .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
+                c.peak_wealth,
+                1.0 / look.level,
+                look.canary_number,
+                c.peak_wealth_worse.max(c.peak_wealth_short),
+                1.0 / look.rollback_level,
+            );
+        }
+        let mut line = format!("{head} (p that the canary is worse = {:.3})", self.p_champion_better);
         if let (Some(margin), Some(p)) = (self.margin, self.p_within_margin) {
             line.push_str(&format!("; within {margin} of the champion: p = {p:.3}"));
-        }
-        if let Some(test) = &self.sequential {
-            let level = self
-                .promotion_level
-                .map_or(String::new(), |l| format!(" (promoted at p ≤ {l:.4})"));
-            line = format!(
-                "online reward {} over {} episodes vs champion {} over {}; sequential test after {} looks: difference {}, always-valid p = {:.4}{level}, interval {}",
-                shown(self.canary_mean),
-                self.canary_episodes,
-                shown(self.champion_mean),
-                self.champion_episodes,
-                test.looks,
-                test.difference.map_or("-".into(), |d| format!("{d:+.3}")),
-                test.p,
-                test.interval
-                    .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
-            );
         }
         line
     }
 
     /// Why a rolled-back canary was rolled back.
     fn why(&self) -> String {
-        if self.sequential.is_some() && !self.shown_worse {
-            return format!(
-                "not shown better by users after {} episodes: {}",
-                self.canary_episodes,
-                self.summary()
-            );
+        if let Some(look) = &self.sequential {
+            let c = &look.comparison;
+            let reason = if self.shown_worse {
+                "shown worse by users"
+            } else if c.shown_short(look.rollback_level) {
+                "shown by users not to beat the champion by the least gain worth shipping"
+            } else {
+                "not shown better by users within its episodes"
+            };
+            return format!("{reason} after {} episodes: {}", self.canary_episodes, self.summary());
         }
         match self.margin {
             Some(margin) if !self.shown_worse => format!(
@@ -396,6 +441,82 @@ impl Online {
             ),
             _ => format!("worse online: {}", self.summary()),
         }
+    }
+}
+
+/// The canary's place in the agent's sequence of canaries, read from its
+/// whole history (oldest first): canaries started so far (this one the
+/// last), and promotions before this one started.
+pub fn sequence_of(history: &[HistoryEvent]) -> (u64, u64) {
+    let canaries = history.iter().filter(|e| e.kind == "canary").count() as u64;
+    let started = history.iter().rposition(|e| e.kind == "canary").unwrap_or(history.len());
+    let promotions = history[..started].iter().filter(|e| e.kind == "promote").count() as u64;
+    (canaries.max(1), promotions)
+}
+
+/// Events read to place a canary in its sequence: every one an agent has.
+const WHOLE_HISTORY: usize = 10_000_000;
+
+/// The online stage's inputs for the agent's running canary, read from the
+/// store: the counted episodes of the canary and of the champion since it
+/// started, oldest first (the monitors read the newest of them), and its
+/// [`Context`].
+pub struct Reading {
+    pub canary: Vec<hone_store::WindowEpisode>,
+    pub champion: Vec<hone_store::WindowEpisode>,
+    pub context: Context,
+}
+
+/// Reads [`Reading`] at `now`; `spec_version` names the rewards to read.
+/// `None` without a canary.
+pub fn read(
+    store: &dyn hone_store::CycleStore,
+    agent: &AgentConfig,
+    deployment: &Deployment,
+    spec_version: &str,
+    now: i64,
+) -> Result<Option<Reading>> {
+    let (Some(canary), Some(since)) = (deployment.canary.as_ref(), deployment.canary_since) else {
+        return Ok(None);
+    };
+    let window = agent.learn.monitor.window;
+    // The sequential test reads every canary episode up to its cap and
+    // every champion episode of the same period: at the canary's starting
+    // share, 1 / share champion episodes for each of its own.
+    let (canary_limit, champion_limit) = match agent.deployment.promotion {
+        PromotionRule::Sequential { max_episodes, .. } => {
+            let per = (1.0 / agent.deployment.canary_share).ceil() as usize;
+            let limit = (2 * max_episodes).max(window);
+            (limit, limit * per)
+        }
+        _ => (window, window),
+    };
+    let c = store.version_window(&agent.name, canary, since, spec_version, canary_limit)?;
+    let h = store.version_window(&agent.name, &deployment.champion, since, spec_version, champion_limit)?;
+    let in_order = matches!(agent.deployment.promotion, PromotionRule::Sequential { .. });
+    let (canary_counted, champion_counted) = counted(&agent.reward, now, in_order, &c, &h);
+    let (canary_number, promotions_before) = sequence_of(&store.history(&agent.name, WHOLE_HISTORY)?);
+    let gate_gain_low = deploy::candidate_of(store, &agent.name, canary)?
+        .and_then(|c| c.scores)
+        .and_then(|s| s.gate_gain)
+        .map(|g| g.low);
+    Ok(Some(Reading {
+        canary: canary_counted,
+        champion: champion_counted,
+        context: Context {
+            range: agent.reward.range(),
+            canary_number,
+            promotions_before,
+            start_share: agent.deployment.canary_share_for(gate_gain_low).share,
+        },
+    }))
+}
+
+impl Reading {
+    /// The newest `window` counted episodes of a side, newest first, as
+    /// the monitors read them.
+    pub fn newest(side: &[hone_store::WindowEpisode], window: usize) -> Vec<hone_store::WindowEpisode> {
+        side.iter().rev().take(window).cloned().collect()
     }
 }
 

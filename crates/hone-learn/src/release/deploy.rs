@@ -275,6 +275,46 @@ pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) ->
         .find(|c| &c.version_id == version))
 }
 
+/// Gives the running canary `share` of new episodes (under the sequential
+/// rule, the share its evidence allows). A change of less than a tenth of
+/// the current share is not worth a write: nothing is done.
+pub fn set_share(
+    store: &dyn CycleStore,
+    agent: &AgentConfig,
+    canary: &VersionId,
+    share: f64,
+    why: &str,
+) -> Result<Change> {
+    let (deployment, revision) = current(store, agent)?;
+    if deployment.canary.as_ref() != Some(canary) {
+        return Ok(Change::AlreadyDone(format!("{canary} is no longer the canary")));
+    }
+    if (share - deployment.canary_share).abs() < 0.1 * deployment.canary_share {
+        return Ok(Change::AlreadyDone(format!(
+            "canary {canary} stays on {:.0}% of new episodes",
+            deployment.canary_share * 100.0
+        )));
+    }
+    let now = now_ms();
+    let summary = format!(
+        "canary {canary} now on {:.0}% of new episodes (was {:.0}%): {why}",
+        share * 100.0,
+        deployment.canary_share * 100.0
+    );
+    let next = Deployment {
+        canary_share: share,
+        source: "learner".to_owned(),
+        ..deployment.clone()
+    };
+    let event = HistoryEvent::new(&agent.name, now, "share", &summary).version(canary);
+    let applied = store.change_deployment(&next, revision, &[], &[event], None, now)?;
+    Ok(if applied {
+        Change::Applied(summary)
+    } else {
+        Change::Refused("the deployment changed meanwhile".into())
+    })
+}
+
 /// Makes the canary the champion.
 pub fn promote(store: &dyn CycleStore, agent: &AgentConfig, evidence: serde_json::Value, why: &str) -> Result<Change> {
     let (deployment, revision) = current(store, agent)?;

@@ -5,7 +5,7 @@
 
 use super::{insert_versions, PostgresStore};
 use crate::cycle_store::rules;
-use crate::rows::{episode_id, parse_records, recent_episodes, traffic_only};
+use crate::rows::{episode_id, parse_records, recent_episodes, signal_names, traffic_only};
 use crate::{CandidateUpdate, CycleStore, Lead, Step, StoreError, Success, WindowEpisode};
 use deadpool_postgres::Transaction;
 use hone_types::{Alert, Candidate, CycleInfo, Deployment, HistoryEvent, VersionId, VersionRecord};
@@ -364,7 +364,8 @@ impl CycleStore for PostgresStore {
                                  ELSE FALSE END),
                     AVG(COALESCE(length(c.record::json #>> '{{response,choices,0,message,content}}'), 0))::float8,
                     COALESCE(SUM(c.cost_usd), 0.0), SUM(c.latency_ms),
-                    (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = $4)
+                    (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = $4),
+                    (SELECT json_agg(DISTINCT s.name)::text FROM signals s WHERE s.episode_id = c.episode_id)
              FROM calls c
              WHERE c.agent = $1 AND c.version_id = $2 AND c.started_at >= $3
                AND c.episode_id IN ({recent})
@@ -398,6 +399,7 @@ impl CycleStore for PostgresStore {
                         cost_usd: r.try_get(10)?,
                         latency_ms: r.try_get(11)?,
                         reward: r.try_get(12)?,
+                        signals: signal_names(r.try_get::<_, Option<String>>(13)?.as_deref())?,
                     })
                 })
                 .collect()

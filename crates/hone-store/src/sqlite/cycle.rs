@@ -3,7 +3,7 @@
 
 use super::{lock, write_tx, SqliteStore};
 use crate::cycle_store::rules;
-use crate::rows::{episode_id, parse_records, recent_episodes, traffic_only};
+use crate::rows::{episode_id, parse_records, recent_episodes, signal_names, traffic_only};
 use crate::{CandidateUpdate, CycleStore, Lead, Step, StoreError, Success, WindowEpisode};
 use hone_types::{Alert, Candidate, CycleInfo, Deployment, HistoryEvent, VersionId, VersionRecord};
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -341,7 +341,8 @@ impl CycleStore for SqliteStore {
                         MAX(COALESCE(json_array_length(c.record, '$.response.choices[0].message.tool_calls'), 0) > 0),
                         AVG(COALESCE(length(json_extract(c.record, '$.response.choices[0].message.content')), 0)),
                         COALESCE(SUM(c.cost_usd), 0.0), SUM(c.latency_ms),
-                        (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4)
+                        (SELECT r.value FROM rewards r WHERE r.episode_id = c.episode_id AND r.spec_version = ?4),
+                        (SELECT json_group_array(DISTINCT s.name) FROM signals s WHERE s.episode_id = c.episode_id)
                  FROM calls c INDEXED BY calls_episode
                  WHERE c.agent = ?1 AND c.version_id = ?2 AND c.started_at >= ?3
                    AND c.episode_id IN ({recent})
@@ -368,6 +369,7 @@ impl CycleStore for SqliteStore {
                     cost_usd: r.get(10)?,
                     latency_ms: r.get(11)?,
                     reward: r.get(12)?,
+                    signals: signal_names(r.get::<_, Option<String>>(13)?.as_deref())?,
                 });
             }
             Ok(out)

@@ -91,8 +91,14 @@ impl PromotionView {
             PromotionRule::WithinMargin { margin, max_episodes } => format!(
                 "promoted once shown within {margin} reward of the champion online; rolled back if not shown so by {max_episodes} episodes"
             ),
-            PromotionRule::Sequential { max_episodes, expected_gain } => format!(
-                "users decide: an always-valid sequential test (mixture SPRT, scale {expected_gain}) promotes once the canary is shown better and rolls back once it is shown worse, or at {max_episodes} episodes"
+            PromotionRule::Sequential {
+                max_episodes,
+                least_gain,
+                max_share,
+            } => format!(
+                "users decide: a test by betting, valid at every look, promotes once the canary is shown better and rolls back once it is shown worse{}, or at {max_episodes} episodes; its share grows with the evidence up to {:.0}%",
+                if least_gain > 0.0 { format!(" or short of a {least_gain} gain") } else { String::new() },
+                max_share * 100.0
             ),
         };
         let call = match online.call {
@@ -112,13 +118,17 @@ impl PromotionView {
             p_champion_better: online.p_champion_better,
             p_within_margin: online.p_within_margin,
             sequential: online.sequential.map(|t| {
+                let c = &t.comparison;
                 format!(
-                    "{} looks; difference {}; always-valid p {:.4}; interval {}",
-                    t.looks,
-                    t.difference.map_or("–".into(), |d| format!("{d:+.3}")),
-                    t.p,
-                    t.interval
-                        .map_or("–".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]"))
+                    "{} pairs; difference {}; interval {}; evidence it is better {:.1} of the {:.0} that promotes it (canary {} of the sequence); share {:.0}%",
+                    c.pairs,
+                    c.difference.map_or("–".into(), |d| format!("{d:+.3}")),
+                    c.interval
+                        .map_or("–".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
+                    c.peak_wealth,
+                    1.0 / t.level,
+                    t.canary_number,
+                    t.share * 100.0
                 )
             }),
             call,
@@ -278,15 +288,21 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
         .collect();
     // The canary's monitored measures against their bounds, over the
     // windows the canary watcher reads.
+    let reading = hone_learn::watch::read(store, agent, &deployment, &spec, hone_types::time::now_ms())?;
     let (monitors, promotion): (Vec<MonitorRow>, Option<PromotionView>) =
-        match (&deployment.canary, deployment.canary_since) {
-            (Some(canary), Some(since)) => {
+        match (&deployment.canary, reading) {
+            (Some(canary), Some(reading)) => {
                 let monitor = &agent.learn.monitor;
-                let window = |v: &VersionId| store.version_window(&agent.name, v, since, &spec, monitor.window);
-                let (c, h) = (window(canary)?, window(&deployment.champion)?);
+                let newest = |side: &[hone_store::WindowEpisode]| hone_learn::watch::Reading::newest(side, monitor.window);
+                let (c, h) = (newest(&reading.canary), newest(&reading.champion));
                 let expected = hone_learn::release::monitor::expected(store, &agent.name, canary)?;
-                let number = hone_learn::watch::canary_number(&store.history(&agent.name, 5_000)?);
-                let online = Online::of_windows(&agent.deployment, monitor.confidence, number, &c, &h);
+                let online = Online::of_windows(
+                    &agent.deployment,
+                    monitor.confidence,
+                    &reading.context,
+                    &reading.canary,
+                    &reading.champion,
+                );
                 let rows = hone_learn::release::monitor::readings(monitor, &c, &h, expected)
                     .into_iter()
                     .map(|r| MonitorRow {
@@ -459,7 +475,16 @@ mod tests {
         let mut deployment = hone_config::DeploymentConfig::new("v1".into());
         deployment.canary_episodes = 24;
         let view = |d: &hone_config::DeploymentConfig, canary: &[(i64, f64)]| {
-            PromotionView::new(d, &Online::of(d, 0.95, 1, canary, &passes(30, 60)))
+            PromotionView::new(
+                d,
+                &Online::of(
+                    d,
+                    0.95,
+                    &hone_learn::watch::Context::first((0.0, 1.0)),
+                    canary,
+                    &passes(30, 60),
+                ),
+            )
         };
         // Default rule: too few, then promoted while not shown worse, and
         // rolled back when it is.
@@ -493,7 +518,8 @@ mod tests {
         // clearly better is promoted, whatever canary_episodes says.
         deployment.promotion = PromotionRule::Sequential {
             max_episodes: 80,
-            expected_gain: 0.2,
+            least_gain: 0.0,
+            max_share: 0.5,
         };
         let level = view(&deployment, &passes(20, 40));
         assert_eq!(level.call, "collecting: neither shown better nor worse yet");
@@ -501,8 +527,8 @@ mod tests {
         assert!(level
             .sequential
             .as_deref()
-            .is_some_and(|t| t.contains("always-valid p")));
-        assert_eq!(view(&deployment, &passes(8, 9)).call, "collecting episodes");
+            .is_some_and(|t| t.contains("evidence it is better")));
+        assert_eq!(view(&deployment, &[]).call, "collecting episodes");
         assert_eq!(
             view(&deployment, &passes(20, 20)).call,
             "promotes at the watcher's next look"

@@ -1,8 +1,13 @@
 //! Statistics for evaluation and monitoring: bootstrap confidence intervals
 //! (plain and paired) with a seeded generator, so a report is reproducible,
 //! the Wilson interval of a proportion, the exact two-sided sign test,
-//! Fisher's exact test and Welch's t-test (distributions from `statrs`),
-//! and the always-valid mixture sequential test a canary is decided by.
+//! Fisher's exact test and Welch's t-test (distributions from `statrs`);
+//! the always-valid test a canary is decided by ([`betting`]) and the error
+//! control over the sequence of canaries ([`online_fdr`]).
+
+pub mod betting;
+pub mod online_fdr;
+pub mod simulate;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -136,113 +141,6 @@ pub fn mean_greater_p(a: &[f64], b: &[f64]) -> f64 {
         Ok(t) => t.sf((mb - ma) / se),
         Err(_) => normal_sf((mb - ma) / se),
     }
-}
-
-/// An always-valid test of the difference of two means, B − A, looked at
-/// after every one of B's observations: the mixture sequential probability
-/// ratio test (mSPRT) with a normal mixture of scale `tau` over the
-/// difference, as in Johari, Pekelis and Walsh's "Always valid inference".
-/// Its p-value and confidence sequence stay valid however often they are
-/// looked at and whenever the looking stops, which a fixed-horizon test
-/// repeated at every look is not.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct AlwaysValid {
-    /// Looks made: B's observations with at least `min_each` of each side.
-    pub looks: usize,
-    /// B's mean less A's at the last look.
-    pub difference: Option<f64>,
-    /// The always-valid p-value of no difference: the least over looks of
-    /// the inverse mixture likelihood ratio (1 before the first look).
-    pub p: f64,
-    /// The confidence sequence for the difference at level 1 − `alpha`,
-    /// intersected over looks (none before the first look).
-    pub interval: Option<(f64, f64)>,
-}
-
-impl AlwaysValid {
-    /// Shown that B's mean is above A's: the interval lies above zero.
-    pub fn shown_greater(&self) -> bool {
-        self.interval.is_some_and(|(low, _)| low > 0.0)
-    }
-
-    /// Shown that B's mean is below A's: the interval lies below zero.
-    pub fn shown_less(&self) -> bool {
-        self.interval.is_some_and(|(_, high)| high < 0.0)
-    }
-}
-
-/// Running count, sum and sum of squares of one side's observations.
-#[derive(Default, Clone, Copy)]
-struct Moments {
-    n: usize,
-    sum: f64,
-    squares: f64,
-}
-
-impl Moments {
-    fn add(&mut self, x: f64) {
-        self.n += 1;
-        self.sum += x;
-        self.squares += x * x;
-    }
-
-    fn mean(&self) -> f64 {
-        self.sum / self.n as f64
-    }
-
-    /// Sample variance (n − 1), never below zero from rounding.
-    fn variance(&self) -> f64 {
-        let n = self.n as f64;
-        ((self.squares - self.sum * self.sum / n) / (n - 1.0)).max(0.0)
-    }
-}
-
-/// [`AlwaysValid`] over time-stamped observations of A and B (any order):
-/// a look after each of B's observations, with A's observations made up to
-/// then, once both sides have `min_each` (at least 2: the variances are
-/// estimated from the data, as is usual for the plug-in mSPRT). A look at
-/// which both sides are constant carries no information and is skipped.
-pub fn mixture_sprt(a: &[(i64, f64)], b: &[(i64, f64)], tau: f64, alpha: f64, min_each: usize) -> AlwaysValid {
-    let mut a: Vec<(i64, f64)> = a.to_vec();
-    let mut b: Vec<(i64, f64)> = b.to_vec();
-    a.sort_by_key(|x| x.0);
-    b.sort_by_key(|x| x.0);
-    let (tau2, min_each) = (tau * tau, min_each.max(2));
-    let mut out = AlwaysValid {
-        looks: 0,
-        difference: None,
-        p: 1.0,
-        interval: None,
-    };
-    let (mut ma, mut mb) = (Moments::default(), Moments::default());
-    let mut next_a = 0;
-    for &(at, x) in &b {
-        mb.add(x);
-        while next_a < a.len() && a[next_a].0 <= at {
-            ma.add(a[next_a].1);
-            next_a += 1;
-        }
-        if ma.n < min_each || mb.n < min_each {
-            continue;
-        }
-        let v = ma.variance() / ma.n as f64 + mb.variance() / mb.n as f64;
-        let d = mb.mean() - ma.mean();
-        out.looks += 1;
-        out.difference = Some(d);
-        if v <= 0.0 {
-            continue;
-        }
-        // ln Λ = ½ ln(V / (V + τ²)) + τ² d² / (2 V (V + τ²)).
-        let ln_lambda = 0.5 * (v / (v + tau2)).ln() + tau2 * d * d / (2.0 * v * (v + tau2));
-        out.p = out.p.min((-ln_lambda).exp().min(1.0));
-        // The differences θ with Λ(θ) < 1/α.
-        let half = (v * (v + tau2) / tau2 * (2.0 * (1.0 / alpha).ln() + ((v + tau2) / v).ln())).sqrt();
-        out.interval = Some(match out.interval {
-            None => (d - half, d + half),
-            Some((low, high)) => (low.max(d - half), high.min(d + half)),
-        });
-    }
-    out
 }
 
 #[cfg(test)]
