@@ -1,4 +1,5 @@
 //! hone's benchmarks, in one crate: what `hone bench engine|train|dataset|ui|learn`
+//! (and `canary`, the online test's error and power by simulation)
 //! runs (the binary only parses their arguments), and the gateway benchmark
 //! (`hone-bench gateway`, this crate's own binary, which starts `hone serve`
 //! as a separate process). Each prints a table with ratios against a
@@ -9,6 +10,7 @@
 //! the GPU check). `support` holds what the benchmarks share, `report`
 //! the result file `--out FILE` writes.
 
+pub mod canary;
 pub mod dataset;
 pub mod engine;
 pub mod learn;

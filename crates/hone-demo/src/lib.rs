@@ -1573,6 +1573,7 @@ fn report_round(
         let ci = bootstrap_ci(&scores, 0.95, 7);
         // The gain over the champion the gate judged, as it stored it.
         let gain = c.scores.as_ref().and_then(|s| s.gate_gain);
+        let blind = c.scores.as_ref().is_some_and(|s| s.offline_blind);
         let rates = c.scores.as_ref().map(|s| &s.rates);
         let rate = |name: &str| {
             rates
@@ -1594,12 +1595,19 @@ fn report_round(
         rows.push(vec![
             short(&c.version_id.to_string()).to_owned(),
             c.optimiser.clone(),
-            c.status.as_str().to_owned(),
+            hone_learn::release::deploy::role(&deployment, c).to_owned(),
+            // With no user's signal offline the offline reward shows
+            // penalties only: users decide, and the round lines say how.
             match (mean, ci) {
+                _ if blind => "none: users decide".to_owned(),
                 (Some(m), Some((lo, hi))) => format!("{m:.2} [{lo:.2}, {hi:.2}]"),
                 _ => "-".to_owned(),
             },
-            gain.map_or("-".to_owned(), |g| g.to_string()),
+            match gain {
+                _ if blind => "-".to_owned(),
+                Some(g) => g.to_string(),
+                None => "-".to_owned(),
+            },
             rate("invalid_tool_call"),
             rate("clarifying_question"),
             if deployment.canary.as_ref() == Some(&c.version_id) {

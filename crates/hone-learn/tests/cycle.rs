@@ -751,7 +751,10 @@ async fn feedback_after_the_canarys_first_poll_is_counted() {
         w.feedback(e.id.as_str(), "kept", json!(1.0)).await;
     }
     // Heard, they count.
-    assert_eq!(learner.watch(agent).await.unwrap(), Verdict::Waiting(first.len() as u64));
+    assert_eq!(
+        learner.watch(agent).await.unwrap(),
+        Verdict::Waiting(first.len() as u64)
+    );
     let after = window();
     assert_eq!(after.len(), first.len());
     for (e, was) in after.iter().zip(&before) {

@@ -301,7 +301,10 @@ fn the_betting_test_matches_an_independent_implementation() {
             (test.peak_wealth_short, "peak_wealth_short"),
         ] {
             let theirs = c[key].as_f64().unwrap();
-            assert!((ours.ln() - theirs.ln()).abs() < 1e-9, "{name} {key}: {ours} vs {theirs}");
+            assert!(
+                (ours.ln() - theirs.ln()).abs() < 1e-9,
+                "{name} {key}: {ours} vs {theirs}"
+            );
         }
         let (low, high) = test.interval.unwrap();
         assert!(near(low, c["interval"][0].as_f64().unwrap()), "{name}: {test:?}");
@@ -345,9 +348,16 @@ fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
     assert_eq!(call(&first, &side(1, 10, 5)).call, Call::Wait, "nothing to bet on yet");
     let better = call(&first, &side(60, 10, 5));
     assert_eq!(better.call, Call::Promote, "{}", better.summary());
-    assert!(better.summary().contains("evidence it is better"), "{}", better.summary());
+    assert!(
+        better.summary().contains("evidence it is better"),
+        "{}",
+        better.summary()
+    );
     let look = better.sequential.unwrap();
-    assert!(look.share > 0.1 && look.share <= 0.5, "its share grew with the evidence: {look:?}");
+    assert!(
+        look.share > 0.1 && look.share <= 0.5,
+        "its share grew with the evidence: {look:?}"
+    );
     let worse = call(&first, &side(60, 1, 5));
     assert_eq!(worse.call, Call::RollBack, "{}", worse.summary());
     assert!(worse.sequential.unwrap().share == 0.1, "a worse canary keeps its start");
@@ -369,7 +379,10 @@ fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
         call(&late, &side(60, 10, 5)).sequential.unwrap(),
         call(&lucky, &side(60, 10, 5)).sequential.unwrap(),
     );
-    assert!(a.level < 0.05 * 0.002 && (b.level / a.level - 11.0).abs() < 1e-9, "{a:?} {b:?}");
+    assert!(
+        a.level < 0.05 * 0.002 && (b.level / a.level - 11.0).abs() < 1e-9,
+        "{a:?} {b:?}"
+    );
     let needs_more = call(&late, &side(42, 10, 5));
     let enough_then = call(&lucky, &side(42, 10, 5));
     assert!(
@@ -378,7 +391,11 @@ fn a_sequential_canary_is_decided_by_users_at_any_look_within_its_cap() {
         needs_more.summary(),
         enough_then.summary()
     );
-    assert_eq!(call(&late, &side(60, 1, 5)).call, Call::RollBack, "worse is worse at any place");
+    assert_eq!(
+        call(&late, &side(60, 1, 5)).call,
+        Call::RollBack,
+        "worse is worse at any place"
+    );
 }
 
 /// A canary's place in its sequence is counted from the whole history:
@@ -394,6 +411,10 @@ fn a_canary_is_placed_in_its_sequence_from_the_history() {
     .map(|k| event(k))
     .collect();
     assert_eq!(sequence_of(&history), (5, 2));
-    assert_eq!(sequence_of(&history[..8]), (4, 1), "promotions after it started do not count");
+    assert_eq!(
+        sequence_of(&history[..8]),
+        (4, 1),
+        "promotions after it started do not count"
+    );
     assert_eq!(sequence_of(&[]), (1, 0));
 }

@@ -337,6 +337,11 @@ pub struct CandidateScores {
     /// spec weighs (set by the gate step).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub users_decide: bool,
+    /// No offline run carried the users' signals the spec weighs and
+    /// nothing predicted them: its offline reward and gain show penalties
+    /// only, and what users made of it is the evidence (set by the gate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offline_blind: bool,
 }
 
 /// A candidate's reward gain over the champion as the gate judges it: the

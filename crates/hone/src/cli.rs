@@ -3,7 +3,7 @@
 //! Subcommands: `demo`, `serve`, `config check|default`, `key new`, `model init`,
 //! `train grpo|dpo|sft`, `rewards recompute`, `dataset build|list|show|export|import`,
 //! `eval` (and `eval compare`), `learn` (and `learn status`), `front`,
-//! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset|ui|learn`
+//! `approve`, `rollback`, `alerts`, `history`, `bench engine|train|dataset|ui|learn|canary`
 //! (the demo and the benchmarks run from their own crates, `hone-demo` and
 //! `hone-bench`).
 //! Arguments that one command family alone takes are defined beside it in
@@ -160,6 +160,30 @@ pub enum BenchCommand {
     /// and by TRL's GRPOTrainer: learning time and episodes each took to
     /// reach a held-out success threshold, in one run.
     Learn(bench::learn::LearnArgs),
+    /// The canary's online test by simulation: how often a canary as good
+    /// as its champion is promoted, and how often one 5, 10 or 20 points
+    /// better is, with the episodes it takes.
+    Canary {
+        /// Simulated canaries per cell.
+        #[arg(long, default_value_t = 10_000)]
+        runs: usize,
+        /// The share a canary starts on.
+        #[arg(long, default_value_t = 0.1)]
+        start_share: f64,
+        /// The share it grows to with the evidence.
+        #[arg(long, default_value_t = 0.5)]
+        max_share: f64,
+        /// Canary episodes after which an undecided one is rolled back.
+        #[arg(long, default_value_t = 300)]
+        max_episodes: usize,
+        /// The least reward gain worth a promotion.
+        #[arg(long, default_value_t = 0.05)]
+        least_gain: f64,
+        /// Also write the result to this JSON file: the command, commit,
+        /// date and machine, and every table printed, as data.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Build a `traffic` dataset from a large store of recorded calls and
     /// export it as JSONL: time and peak memory.
     Dataset {
@@ -436,6 +460,24 @@ pub fn run(command: Command) -> Result<ExitCode> {
             runs,
             device,
             python,
+            out,
+        }),
+        Command::Bench {
+            command:
+                BenchCommand::Canary {
+                    runs,
+                    start_share,
+                    max_share,
+                    max_episodes,
+                    least_gain,
+                    out,
+                },
+        } => bench::canary::run(bench::canary::Options {
+            runs,
+            start_share,
+            max_share,
+            max_episodes,
+            least_gain,
             out,
         }),
         Command::Bench {

@@ -54,7 +54,14 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
     let rewarder = learner.rewarder(agent)?;
     reward_pending(learner.store.as_ref(), &rewarder, Some(since), None, now_ms()).await?;
     let spec = &agent.learn.monitor;
-    let Some(reading) = read(learner.store.as_ref(), agent, &deployment, &rewarder.spec_version, now_ms())? else {
+    let Some(reading) = read(
+        learner.store.as_ref(),
+        agent,
+        &deployment,
+        &rewarder.spec_version,
+        now_ms(),
+    )?
+    else {
         return Ok(Verdict::NoCanary);
     };
     let (c, h) = (
@@ -166,7 +173,7 @@ pub async fn watch(learner: &Learner, agent: &AgentConfig) -> Result<Verdict> {
             return Ok(Verdict::Waiting(n));
         }
         Call::Promote => deploy::promote(learner.store.as_ref(), agent, online.evidence(), &online.summary())?,
-        Call::RollBack => deploy::rollback(learner.store.as_ref(), agent, &online.why(), None)?,
+        Call::RollBack => deploy::rollback_with(learner.store.as_ref(), agent, &online.why(), None, online.evidence())?,
     };
     learner.say(name, &change.to_string());
     Ok(match change {
@@ -214,7 +221,7 @@ impl Context {
 }
 
 /// The sequential rule's look at a canary (`promotion = "sequential"`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SequentialLook {
     /// The bets on the canary's rewards against the champion's.
     pub comparison: Comparison,
@@ -449,7 +456,10 @@ impl Online {
 /// last), and promotions before this one started.
 pub fn sequence_of(history: &[HistoryEvent]) -> (u64, u64) {
     let canaries = history.iter().filter(|e| e.kind == "canary").count() as u64;
-    let started = history.iter().rposition(|e| e.kind == "canary").unwrap_or(history.len());
+    let started = history
+        .iter()
+        .rposition(|e| e.kind == "canary")
+        .unwrap_or(history.len());
     let promotions = history[..started].iter().filter(|e| e.kind == "promote").count() as u64;
     (canaries.max(1), promotions)
 }

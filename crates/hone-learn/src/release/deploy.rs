@@ -266,6 +266,47 @@ fn update(candidate: &Candidate, status: CandidateStatus, reason: &str) -> Candi
     }
 }
 
+/// A candidate row's place now, in one word: the deployment names the
+/// champion and the canary; a row whose stored status says champion or
+/// canary of a version that no longer is one says what it was.
+pub fn role(deployment: &Deployment, candidate: &Candidate) -> &'static str {
+    if candidate.version_id == deployment.champion {
+        "champion"
+    } else if deployment.canary.as_ref() == Some(&candidate.version_id) {
+        "canary"
+    } else {
+        match candidate.status {
+            CandidateStatus::Champion => "former champion",
+            CandidateStatus::Canary => "former canary",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// What users showed of a version while it was a canary, as the watcher
+/// stored it with its promotion or roll-back: `+0.120 [+0.030, +0.210]
+/// over 140 canary episodes`. `history` oldest first.
+pub fn online_evidence(history: &[HistoryEvent], version: &VersionId) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        canary_episodes: usize,
+        sequential: Option<crate::watch::SequentialLook>,
+    }
+    let event = history
+        .iter()
+        .rev()
+        .find(|e| e.version_id.as_ref() == Some(version) && matches!(e.kind.as_str(), "promote" | "rollback"))?;
+    let stored: Stored = serde_json::from_value(event.evidence.clone()).ok()?;
+    let c = stored.sequential?.comparison;
+    Some(format!(
+        "{} {} over {} canary episodes",
+        c.difference.map_or("-".into(), |d| format!("{d:+.3}")),
+        c.interval
+            .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
+        stored.canary_episodes
+    ))
+}
+
 /// The newest candidate row of a version (its current fate).
 pub fn candidate_of(store: &dyn CycleStore, agent: &str, version: &VersionId) -> Result<Option<Candidate>> {
     Ok(store
@@ -351,6 +392,18 @@ pub fn promote(store: &dyn CycleStore, agent: &AgentConfig, evidence: serde_json
 /// Rolls the canary back, or — with no canary — restores the previous
 /// champion. `alert` is stored with the change when a monitor caused it.
 pub fn rollback(store: &dyn CycleStore, agent: &AgentConfig, why: &str, alert: Option<&Alert>) -> Result<Change> {
+    rollback_with(store, agent, why, alert, serde_json::Value::Null)
+}
+
+/// [`rollback`], with the online evidence it was decided on stored in its
+/// history event (as a promotion's is).
+pub fn rollback_with(
+    store: &dyn CycleStore,
+    agent: &AgentConfig,
+    why: &str,
+    alert: Option<&Alert>,
+    evidence: serde_json::Value,
+) -> Result<Change> {
     let (deployment, revision) = current(store, agent)?;
     let now = now_ms();
     let (next, removed, summary) = match (&deployment.canary, deployment.previous.last()) {
@@ -414,7 +467,11 @@ pub fn rollback(store: &dyn CycleStore, agent: &AgentConfig, why: &str, alert: O
             .evidence(json!({"episodes": a.firing.episodes})),
         );
     }
-    events.push(HistoryEvent::new(&agent.name, now, "rollback", &summary).version(&removed));
+    events.push(
+        HistoryEvent::new(&agent.name, now, "rollback", &summary)
+            .version(&removed)
+            .evidence(evidence),
+    );
     let applied = store.change_deployment(&next, revision, &updates, &events, alert, now)?;
     Ok(if applied {
         Change::Applied(summary)

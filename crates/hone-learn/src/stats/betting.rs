@@ -365,7 +365,13 @@ mod tests {
     #[test]
     fn wealth_grows_on_a_clear_gain_and_not_on_none() {
         let gain = compare(
-            (0..400).map(|i| if i % 2 == 0 { (Arm::Canary, 1.0) } else { (Arm::Champion, 0.0) }),
+            (0..400).map(|i| {
+                if i % 2 == 0 {
+                    (Arm::Canary, 1.0)
+                } else {
+                    (Arm::Champion, 0.0)
+                }
+            }),
             (0.0, 1.0),
             0.0,
             0.05,
@@ -374,7 +380,12 @@ mod tests {
         let (low, high) = gain.interval.unwrap();
         assert!(low > 0.9 && high >= 1.0 - 1e-9, "{gain:?}");
         let none = compare(
-            (0..400).map(|i| (if i % 2 == 0 { Arm::Canary } else { Arm::Champion }, f64::from(i / 2 % 2))),
+            (0..400).map(|i| {
+                (
+                    if i % 2 == 0 { Arm::Canary } else { Arm::Champion },
+                    f64::from(i / 2 % 2),
+                )
+            }),
             (0.0, 1.0),
             0.0,
             0.05,

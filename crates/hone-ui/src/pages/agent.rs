@@ -289,37 +289,36 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
     // The canary's monitored measures against their bounds, over the
     // windows the canary watcher reads.
     let reading = hone_learn::watch::read(store, agent, &deployment, &spec, hone_types::time::now_ms())?;
-    let (monitors, promotion): (Vec<MonitorRow>, Option<PromotionView>) =
-        match (&deployment.canary, reading) {
-            (Some(canary), Some(reading)) => {
-                let monitor = &agent.learn.monitor;
-                let newest = |side: &[hone_store::WindowEpisode]| hone_learn::watch::Reading::newest(side, monitor.window);
-                let (c, h) = (newest(&reading.canary), newest(&reading.champion));
-                let expected = hone_learn::release::monitor::expected(store, &agent.name, canary)?;
-                let online = Online::of_windows(
-                    &agent.deployment,
-                    monitor.confidence,
-                    &reading.context,
-                    &reading.canary,
-                    &reading.champion,
-                );
-                let rows = hone_learn::release::monitor::readings(monitor, &c, &h, expected)
-                    .into_iter()
-                    .map(|r| MonitorRow {
-                        metric: r.metric,
-                        canary: r.canary,
-                        champion: r.champion,
-                        canary_episodes: r.canary_episodes,
-                        champion_episodes: r.champion_episodes,
-                        bound: r.bound.to_string(),
-                        p_value: r.p_value,
-                        fires: r.fires,
-                    })
-                    .collect();
-                (rows, Some(PromotionView::new(&agent.deployment, &online)))
-            }
-            _ => (Vec::new(), None),
-        };
+    let (monitors, promotion): (Vec<MonitorRow>, Option<PromotionView>) = match (&deployment.canary, reading) {
+        (Some(canary), Some(reading)) => {
+            let monitor = &agent.learn.monitor;
+            let newest = |side: &[hone_store::WindowEpisode]| hone_learn::watch::Reading::newest(side, monitor.window);
+            let (c, h) = (newest(&reading.canary), newest(&reading.champion));
+            let expected = hone_learn::release::monitor::expected(store, &agent.name, canary)?;
+            let online = Online::of_windows(
+                &agent.deployment,
+                monitor.confidence,
+                &reading.context,
+                &reading.canary,
+                &reading.champion,
+            );
+            let rows = hone_learn::release::monitor::readings(monitor, &c, &h, expected)
+                .into_iter()
+                .map(|r| MonitorRow {
+                    metric: r.metric,
+                    canary: r.canary,
+                    champion: r.champion,
+                    canary_episodes: r.canary_episodes,
+                    champion_episodes: r.champion_episodes,
+                    bound: r.bound.to_string(),
+                    p_value: r.p_value,
+                    fires: r.fires,
+                })
+                .collect();
+            (rows, Some(PromotionView::new(&agent.deployment, &online)))
+        }
+        _ => (Vec::new(), None),
+    };
     let cycle = store.open_cycle(&agent.name)?.map(|c| c.state.as_str().to_owned());
     page(
         viewer,

@@ -79,14 +79,16 @@ pub fn front(args: FrontArgs) -> Result<ExitCode> {
     let (deployment, _) = deploy::current(store.as_ref(), agent).map_err(anyhow::Error::msg)?;
     let all = store.candidates(&agent.name, None)?;
     let shown: Vec<&Candidate> = all.iter().filter(|c| args.all || c.status.is_live()).collect();
-    let role = |c: &Candidate| {
-        if c.version_id == deployment.champion {
-            "champion".to_owned()
-        } else if deployment.canary.as_ref() == Some(&c.version_id) {
-            "canary".to_owned()
-        } else {
-            c.status.as_str().to_owned()
+    let role = |c: &Candidate| deploy::role(&deployment, c).to_owned();
+    let history = store.history(&agent.name, 100_000)?;
+    // What users showed of it online: where no user's signal reached an
+    // offline run, the only evidence of its reward.
+    let online = |c: &Candidate| match deploy::online_evidence(&history, &c.version_id) {
+        Some(evidence) => evidence,
+        None if deployment.canary.as_ref() == Some(&c.version_id) => {
+            format!("collecting on {:.0}%", deployment.canary_share * 100.0)
         }
+        None => "-".to_owned(),
     };
     if args.json {
         let candidates: Vec<serde_json::Value> = shown
@@ -94,6 +96,7 @@ pub fn front(args: FrontArgs) -> Result<ExitCode> {
             .map(|c| {
                 let mut value = serde_json::to_value(c).unwrap_or_default();
                 value["role"] = serde_json::json!(role(c));
+                value["online"] = serde_json::json!(online(c));
                 value
             })
             .collect();
@@ -111,12 +114,20 @@ pub fn front(args: FrontArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     for c in &shown {
         let s = c.scores.clone().unwrap_or_default();
+        let offline = |shown: String| {
+            if s.offline_blind {
+                "users decide".to_owned()
+            } else {
+                shown
+            }
+        };
         let mut row = vec![
             c.version_id.to_string(),
             role(c),
             c.optimiser.clone(),
-            s.target_mean.map_or("-".into(), |m| format!("{m:.3}")),
-            format!("{:.0}%", s.target_pass_rate * 100.0),
+            offline(s.target_mean.map_or("-".into(), |m| format!("{m:.3}"))),
+            offline(format!("{:.0}%", s.target_pass_rate * 100.0)),
+            online(c),
             s.regression_pass_rate
                 .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
             format!("{:.6}", s.mean_cost_usd),
@@ -183,6 +194,7 @@ pub fn front(args: FrontArgs) -> Result<ExitCode> {
         "OPTIMISER",
         "REWARD",
         "PASS",
+        "ONLINE (USERS)",
         "REGRESSION",
         "COST $",
         "LATENCY ms",

@@ -24,6 +24,7 @@ fn scores_of(s: &EvalSummary, regression: Option<&EvalSummary>) -> CandidateScor
         rates: gate::rates(s),
         gate_gain: None,
         users_decide: false,
+        offline_blind: false,
     }
 }
 

@@ -129,6 +129,7 @@ pub(super) async fn run(
             scores: c.scores.clone().map(|s| CandidateScores {
                 gate_gain: decision.gain,
                 users_decide: decision.users_decide,
+                offline_blind: matches!(sight, gate::Sight::WithoutUsers { .. }),
                 ..s
             }),
         };
