@@ -156,6 +156,57 @@ model = "m"
     }
 
     #[test]
+    fn the_reward_says_its_range_how_long_users_may_take_and_what_silence_counts() {
+        let spec =
+            |reward: &str| load(&format!("{BASE}[agents.a.reward]\n{reward}")).map(|c| c.agents["a"].reward.clone());
+        // Derived: accepted in [0, 1], a complaint in [-0.5, 0], and every
+        // default penalty at once (invalid -1, empty -1, refusal -1, error -1).
+        let derived = spec("signals = { accepted = 1.0, complained = -0.5 }").unwrap();
+        assert_eq!(derived.range(), (-4.5, 1.0));
+        assert_eq!(derived.wait_ms, crate::RewardSpec::WAIT_MS);
+        assert!(derived.signals.iter().all(|s| !s.skip_when_silent));
+        let declared = spec(
+            "signals = { accepted = { weight = 1.0, no_signal = \"skip\" } }\nrange = [-1.5, 1.0]\nwait_seconds = 30",
+        )
+        .unwrap();
+        assert_eq!(declared.range(), (-1.5, 1.0));
+        assert_eq!(declared.wait_ms, 30_000);
+        assert!(declared.signals[0].skip_when_silent);
+        let valued = spec("signals = { accepted = { weight = 1.0, no_signal = 0.25 } }").unwrap();
+        assert_eq!(
+            (valued.signals[0].default, valued.signals[0].skip_when_silent),
+            (0.25, false)
+        );
+        assert_eq!(
+            valued.version(),
+            spec("signals = { accepted = { weight = 1.0, default = 0.25 } }")
+                .unwrap()
+                .version(),
+            "no_signal = VALUE is default = VALUE"
+        );
+        for (bad, field, says) in [
+            ("range = [1.0, -1.0]", "range", "finite low < high"),
+            ("wait_seconds = -1", "wait_seconds", "0 or more"),
+            (
+                "signals = { accepted = { weight = 1.0, no_signal = \"never\" } }",
+                "signals.accepted.no_signal",
+                "\"skip\" or a number",
+            ),
+            (
+                "signals = { accepted = { weight = 1.0, default = 0.0, no_signal = \"skip\" } }",
+                "signals.accepted.no_signal",
+                "give one of them",
+            ),
+        ] {
+            let e = spec(bad).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("agents.a.reward.{field}")) && e.message.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_sequential_promotion_lets_users_decide_within_a_cap_on_users_exposed() {
         use crate::PromotionRule;
         let rule = |extra: &str| {

@@ -33,8 +33,15 @@ struct CandidateRow {
     cycle: String,
     optimiser: String,
     status: String,
+    /// What it is now: the deployment names the one champion and canary.
+    role: &'static str,
     reason: Option<String>,
+    /// Offline reward; none where no user's signal reached an offline run.
     reward: Option<f64>,
+    /// No user's signal reached its offline runs: users decide.
+    offline_blind: bool,
+    /// What users showed of it as a canary.
+    online: Option<String>,
     target_pass: Option<f64>,
     regression_pass: Option<f64>,
     cost_usd: Option<f64>,
@@ -165,20 +172,25 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
     let mut all = store.candidates(&agent.name, None)?;
     all.reverse();
     all.truncate(CANDIDATES_SHOWN);
+    let history = store.history(&agent.name, 100_000)?;
     let candidates: Vec<CandidateRow> = all
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let s = c.scores.as_ref();
+            let blind = s.is_some_and(|s| s.offline_blind);
             CandidateRow {
                 n: i + 1,
                 version: c.version_id.to_string(),
                 cycle: c.cycle_id.clone(),
                 optimiser: c.optimiser.clone(),
                 status: c.status.as_str().to_owned(),
+                role: deploy::role(&deployment, c),
                 reason: c.reason.clone(),
-                reward: s.and_then(|s| s.target_mean),
-                target_pass: s.map(|s| s.target_pass_rate),
+                reward: s.and_then(|s| s.target_mean).filter(|_| !blind),
+                offline_blind: blind,
+                online: deploy::online_evidence(&history, &c.version_id),
+                target_pass: s.map(|s| s.target_pass_rate).filter(|_| !blind),
                 regression_pass: s.and_then(|s| s.regression_pass_rate),
                 cost_usd: s.map(|s| s.mean_cost_usd),
                 latency_ms: s.map(|s| s.mean_latency_ms),
@@ -337,6 +349,7 @@ fn render(ui: &Ui, viewer: &Viewer, name: &str, notice: Option<String>) -> Resul
             front_svg => minijinja::Value::from_safe_string(charts::front(&points, champion_point.as_ref(), axis)),
             front_axis => match axis { charts::FrontAxis::Cost => "cost", charts::FrontAxis::Latency => "latency" },
             front_points => points.len(),
+            offline_blind => candidates.iter().any(|c| c.offline_blind),
             reward_svg => minijinja::Value::from_safe_string(charts::reward_over_time(&series, &markers)),
             alerts => minijinja::Value::from(minijinja::value::Serde(&alerts)),
             monitors => minijinja::Value::from(minijinja::value::Serde(&monitors)),

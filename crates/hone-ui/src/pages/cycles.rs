@@ -127,8 +127,12 @@ fn render(ui: &Ui, viewer: &Viewer, id: &str) -> Result<String, UiError> {
             status: c.status.as_str().to_owned(),
             reason: c.reason,
             diff: c.diff,
-            reward: c.scores.as_ref().and_then(|s| s.target_mean),
-            gain: c.scores.as_ref().and_then(|s| {
+            reward: c
+                .scores
+                .as_ref()
+                .filter(|s| !s.offline_blind)
+                .and_then(|s| s.target_mean),
+            gain: c.scores.as_ref().filter(|s| !s.offline_blind).and_then(|s| {
                 let g = s.gate_gain?;
                 let users = if s.users_decide { "; users decide online" } else { "" };
                 Some(format!(

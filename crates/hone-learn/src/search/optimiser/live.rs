@@ -39,6 +39,9 @@ pub struct LiveGroups {
     /// Episodes with no token ids (production) or no shadow samples (shadow).
     pub without_tokens: u64,
     pub without_reward: u64,
+    /// Production episodes whose users have not reacted (and whose wait is
+    /// not over, or whose silence the spec skips).
+    pub unheard: u64,
     /// Left out by `drop_from_training`.
     pub dropped: u64,
     /// Production groups: the agent's mean reward over its recent
@@ -50,7 +53,7 @@ impl LiveGroups {
     /// What was found and what was left out, for the cycle's log.
     pub fn summary(&self, live: Live) -> String {
         let left_out = format!(
-            "{} stale, {} without {}, {} without a reward, {} by drop_from_training",
+            "{} stale, {} without {}, {} without a reward, {} its users have not reacted to, {} by drop_from_training",
             self.stale,
             self.without_tokens,
             match live {
@@ -58,6 +61,7 @@ impl LiveGroups {
                 Live::Shadow => "scored shadow samples",
             },
             self.without_reward,
+            self.unheard,
             self.dropped
         );
         match live {
@@ -106,6 +110,17 @@ pub fn groups(
         let Some(served) = episode.calls.first().map(|c| c.version_id.clone()) else {
             continue;
         };
+        // Users who have not reacted yet have not said it was worth 0.
+        let now = hone_types::time::now_ms();
+        if live == Live::Production
+            && !matches!(
+                crate::scoring::settled::settled_episode(&ctx.agent.reward, &episode, Some(reward.value), now),
+                crate::scoring::settled::Settled::Counted(_)
+            )
+        {
+            out.unheard += 1;
+            continue;
+        }
         if super::dropped(ctx.agent, &episode) {
             out.dropped += 1;
             continue;
