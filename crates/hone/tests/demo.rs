@@ -52,48 +52,6 @@ fn demo(base: &Path, data: &Path, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Every candidate row of the cycle tables in `stdout` whose "VS CHAMPION"
-/// cell holds a gain: (short id, [gain, low, high]).
-fn table_gains(stdout: &str) -> Vec<(String, [f64; 3])> {
-    let mut found = Vec::new();
-    let mut columns = None;
-    for line in stdout.lines() {
-        if let (Some(from), Some(to)) = (line.find("VS CHAMPION"), line.find("INVALID TOOL")) {
-            columns = Some((from, to));
-            continue;
-        }
-        let Some((from, to)) = columns else { continue };
-        // "+0.17 [+0.03, +0.32]"; anything else ends the table.
-        let cell = line.get(from..to).map(str::trim).unwrap_or("");
-        let parsed = cell.split_once(" [").and_then(|(gain, rest)| {
-            let (low, high) = rest.strip_suffix(']')?.split_once(", ")?;
-            Some([gain.parse().ok()?, low.parse().ok()?, high.parse().ok()?])
-        });
-        match parsed {
-            Some(gain) => found.push((line.split_whitespace().next().unwrap().to_owned(), gain)),
-            None => columns = None,
-        }
-    }
-    found
-}
-
-/// The gain and interval in the gate's reason, passed ("+0.167 over 47
-/// instances (95% CI [0.031, 0.318])") or pruned ("reward -0.028 over 47
-/// instances (95% CI [-0.1, 0.05])").
-/// `None` when the gate's reason states no gain: a candidate pruned for a
-/// regression or a rate beyond its bound alone.
-fn gate_gain(line: &str) -> Option<[f64; 3]> {
-    let at = line.find("% CI [")?;
-    let gain_text = line[..line.find(" over ").expect("the instances it is over")]
-        .rsplit(' ')
-        .next()
-        .unwrap();
-    let interval = &line[at + "% CI [".len()..];
-    let interval = &interval[..interval.find(']').unwrap()];
-    let (low, high) = interval.split_once(", ").unwrap();
-    Some([gain_text.parse().unwrap(), low.parse().unwrap(), high.parse().unwrap()])
-}
-
 /// `--scenario hack --unguarded` on the binary: the config it ran with
 /// lifts every behaviour bound, every candidate of the cycle is measured on
 /// the held-out tasks, and the summary says what each round's users did.
@@ -252,34 +210,18 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
     // Durations are summed from +0: never "-0 s".
     assert!(!stderr.contains("-0 s"), "{stderr}");
 
-    // The cycle's table shows each candidate's gain over the champion as the
-    // gate judged it: the same paired mean and interval as the gate's
-    // reason in the learner's log.
+    // Honest mode: no user's signal reached an offline run, so the cycle's
+    // table shows no offline reward or gain (they would show penalties
+    // only) and says users decide; the gate's line says the same.
     let log = std::fs::read_to_string(data.join("demo.log")).unwrap();
-    let gains = table_gains(&stdout);
-    assert!(!gains.is_empty(), "no candidate row with a gain in:\n{stdout}");
-    for (candidate, shown) in gains {
-        let gate_line = log
-            .lines()
-            .find(|l| l.contains(&candidate) && l.contains("the gate:"))
-            .unwrap_or_else(|| panic!("no gate line for {candidate} in:\n{log}"));
-        let Some(judged) = gate_gain(gate_line) else {
-            assert!(
-                [
-                    "beyond its bound",
-                    "previously passing case",
-                    "no instance could be compared"
-                ]
-                .iter()
-                .any(|why| gate_line.contains(why)),
-                "a gate line with neither a gain nor another reason: `{gate_line}`"
-            );
-            continue;
-        };
-        for (a, b) in shown.iter().zip(judged) {
-            assert!((a - b).abs() <= 0.0051, "table {shown:?} vs gate `{gate_line}`");
-        }
-    }
+    assert!(
+        stdout.contains("none: users decide") && !stdout.contains("0.00 [0.00, 0.00]"),
+        "{stdout}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("the gate:") && l.contains("users")),
+        "{log}"
+    );
 
     // The config it wrote is valid and names the base it ran on.
     let config = data.join("hone.toml");
@@ -596,7 +538,7 @@ fn a_quick_demo_learns_from_users_until_held_out_success_rises_significantly() {
     // it became the champion; no offline run got a user's reaction.
     assert_eq!(summary["mode"], "honest");
     assert!(
-        stderr.contains("sequential test after") && stderr.contains("always-valid p"),
+        stderr.contains("evidence it is better") && stderr.contains("canary 1 of the sequence"),
         "{stderr}"
     );
     let first = &summary["first_promotion"];

@@ -237,6 +237,29 @@ pub struct SequentialLook {
     pub share: f64,
 }
 
+impl std::fmt::Display for SequentialLook {
+    /// `33 pairs, difference +0.735, interval [+0.040, +1.240]; evidence it
+    /// is better 52.2 (promoted at 41, canary 1 of the sequence), that it is
+    /// worse 1.0 (rolled back at 20); share 30%`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.comparison;
+        write!(
+            f,
+            "{} pairs, difference {}, interval {}; evidence it is better {:.1} (promoted at {:.0}, canary {} of the sequence), that it is worse {:.1} (rolled back at {:.0}); share {:.0}%",
+            c.pairs,
+            c.difference.map_or("-".into(), |d| format!("{d:+.3}")),
+            c.interval
+                .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
+            c.peak_wealth,
+            1.0 / self.level,
+            self.canary_number,
+            c.peak_wealth_worse.max(c.peak_wealth_short),
+            1.0 / self.rollback_level,
+            self.share * 100.0
+        )
+    }
+}
+
 /// The canary's and the champion's online rewards of one look, the tests
 /// on them and the call the promotion rule makes.
 #[derive(Debug, Clone, PartialEq)]
@@ -406,19 +429,7 @@ impl Online {
             self.champion_episodes,
         );
         if let Some(look) = &self.sequential {
-            let c = &look.comparison;
-            return format!(
-                "{head}; {} pairs, difference {}, interval {}; evidence it is better {:.1} (promoted at {:.0}, canary {} of the sequence), that it is worse {:.1} (rolled back at {:.0})",
-                c.pairs,
-                c.difference.map_or("-".into(), |d| format!("{d:+.3}")),
-                c.interval
-                    .map_or("-".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
-                c.peak_wealth,
-                1.0 / look.level,
-                look.canary_number,
-                c.peak_wealth_worse.max(c.peak_wealth_short),
-                1.0 / look.rollback_level,
-            );
+            return format!("{head}; {look}");
         }
         let mut line = format!("{head} (p that the canary is worse = {:.3})", self.p_champion_better);
         if let (Some(margin), Some(p)) = (self.margin, self.p_within_margin) {

@@ -124,20 +124,7 @@ impl PromotionView {
             champion_mean: online.champion_mean,
             p_champion_better: online.p_champion_better,
             p_within_margin: online.p_within_margin,
-            sequential: online.sequential.map(|t| {
-                let c = &t.comparison;
-                format!(
-                    "{} pairs; difference {}; interval {}; evidence it is better {:.1} of the {:.0} that promotes it (canary {} of the sequence); share {:.0}%",
-                    c.pairs,
-                    c.difference.map_or("–".into(), |d| format!("{d:+.3}")),
-                    c.interval
-                        .map_or("–".into(), |(low, high)| format!("[{low:+.3}, {high:+.3}]")),
-                    c.peak_wealth,
-                    1.0 / t.level,
-                    t.canary_number,
-                    t.share * 100.0
-                )
-            }),
+            sequential: online.sequential.map(|t| t.to_string()),
             call,
         }
     }
