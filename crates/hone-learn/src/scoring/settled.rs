@@ -12,11 +12,12 @@ use hone_types::EpisodeDetail;
 /// Where one episode stands for the online stage.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Settled {
-    /// Counted, with this reward.
-    Counted(f64),
+    /// Counted, with this reward (none yet: not scored, which the
+    /// behaviour monitors do not need and the online test waits for).
+    Counted(Option<f64>),
     /// Its users said nothing and the spec skips silent episodes.
     Skipped,
-    /// Not scored yet, or its users may still react.
+    /// Its users may still react.
     Pending,
 }
 
@@ -37,9 +38,6 @@ pub fn settled_episode(spec: &RewardSpec, episode: &EpisodeDetail, reward: Optio
 
 /// `heard`: the episode has one of the signals the spec weighs.
 fn rule(spec: &RewardSpec, started_at: i64, reward: Option<f64>, heard: bool, now: i64) -> Settled {
-    let Some(reward) = reward else {
-        return Settled::Pending;
-    };
     if spec.signals.is_empty() || heard {
         Settled::Counted(reward)
     } else if now - started_at < spec.wait_ms {
@@ -54,7 +52,7 @@ fn rule(spec: &RewardSpec, started_at: i64, reward: Option<f64>, heard: bool, no
 /// The episodes of two windows (newest first, as the store gives them)
 /// that count, each with its counted reward as its `reward`, oldest first.
 /// With `in_order` (a sequential test), only those started before the
-/// oldest pending one of either window, so what a later look counts only
+/// oldest pending or unscored one of either window, so what a later look counts only
 /// ever extends what an earlier one did: the test sees one stream, growing
 /// at its end.
 pub fn counted(
@@ -67,7 +65,7 @@ pub fn counted(
     let cutoff = canary
         .iter()
         .chain(champion)
-        .filter(|e| in_order && settled(spec, e, now) == Settled::Pending)
+        .filter(|e| in_order && matches!(settled(spec, e, now), Settled::Pending | Settled::Counted(None)))
         .map(|e| e.started_at)
         .min()
         .unwrap_or(i64::MAX);
@@ -76,10 +74,7 @@ pub fn counted(
             .iter()
             .filter(|e| e.started_at < cutoff)
             .filter_map(|e| match settled(spec, e, now) {
-                Settled::Counted(r) => Some(WindowEpisode {
-                    reward: Some(r),
-                    ..e.clone()
-                }),
+                Settled::Counted(reward) => Some(WindowEpisode { reward, ..e.clone() }),
                 Settled::Skipped | Settled::Pending => None,
             })
             .collect();
@@ -129,7 +124,7 @@ mod tests {
         let (counting, skipping) = (spec(false), spec(true));
         let heard = episode(0, Some(1.0), &["accepted"]);
         let silent = episode(0, Some(0.0), &["other"]);
-        assert_eq!(settled(&counting, &heard, 10), Settled::Counted(1.0));
+        assert_eq!(settled(&counting, &heard, 10), Settled::Counted(Some(1.0)));
         assert_eq!(
             settled(&counting, &silent, 999),
             Settled::Pending,
@@ -137,17 +132,18 @@ mod tests {
         );
         assert_eq!(
             settled(&counting, &silent, 1_000),
-            Settled::Counted(0.0),
+            Settled::Counted(Some(0.0)),
             "its default, after the wait"
         );
         assert_eq!(settled(&skipping, &silent, 1_000), Settled::Skipped);
         assert_eq!(
             settled(&counting, &episode(0, None, &["accepted"]), 5_000),
-            Settled::Pending
+            Settled::Counted(None),
+            "heard, not scored yet"
         );
         assert_eq!(
             settled(&RewardSpec::default(), &episode(0, Some(0.5), &[]), 0),
-            Settled::Counted(0.5),
+            Settled::Counted(Some(0.5)),
             "a spec weighing no signal waits for nobody"
         );
     }
