@@ -1,5 +1,15 @@
 //! The model's `config.json`, as Hugging Face writes it for the Llama and
-//! Qwen2 architectures, read into one [`ModelConfig`].
+//! Qwen2 architectures (transformers 4's keys and transformers 5's), read
+//! into one [`ModelConfig`].
+//!
+//! Every key that changes transformers' forward pass for these
+//! architectures is either read here or refused by name: `hidden_act`
+//! other than `silu`, sliding-window attention, RoPE types the engine does
+//! not compute, a partial rotary factor, and `quantization_config`. A
+//! missing key takes transformers' own default for the architecture, never
+//! another. `dtype` (`torch_dtype` before transformers 5) names the
+//! precision the weights are stored in; the engine computes in its own
+//! dtype whatever it says.
 
 use crate::EngineError;
 use serde::{Deserialize, Serialize};
@@ -81,15 +91,24 @@ struct RawConfig {
     num_attention_heads: usize,
     num_key_value_heads: Option<usize>,
     head_dim: Option<usize>,
-    rms_norm_eps: f64,
+    rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
     rope_scaling: Option<serde_json::Value>,
+    /// transformers 5: `rope_theta` and the scaling in one object.
+    rope_parameters: Option<serde_json::Value>,
+    partial_rotary_factor: Option<f64>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
     eos_token_id: Option<serde_json::Value>,
+    hidden_act: Option<String>,
     use_sliding_window: Option<bool>,
+    /// transformers 5 (Qwen2): each layer's attention kind.
+    layer_types: Option<Vec<String>>,
+    quantization_config: Option<serde_json::Value>,
+    dtype: Option<String>,
+    torch_dtype: Option<String>,
 }
 
 impl ModelConfig {
@@ -120,6 +139,35 @@ impl ModelConfig {
         if raw.use_sliding_window == Some(true) {
             return Err("use_sliding_window = true is not supported".into());
         }
+        if let Some(kinds) = &raw.layer_types {
+            if let Some(other) = kinds.iter().find(|k| k.as_str() != "full_attention") {
+                return Err(format!(
+                    "layer_types holds `{other}`: only full_attention layers are supported"
+                ));
+            }
+        }
+        let act = raw.hidden_act.as_deref().unwrap_or("silu");
+        if act != "silu" {
+            return Err(format!("hidden_act `{act}` is not supported (silu is)"));
+        }
+        if raw.quantization_config.is_some() {
+            return Err(
+                "quantization_config: quantized checkpoints are not loaded; dequantize it first \
+                 (a GGUF file: `hone model import`)"
+                    .into(),
+            );
+        }
+        if let Some(factor) = raw.partial_rotary_factor.filter(|f| *f != 1.0) {
+            return Err(format!("partial_rotary_factor {factor} is not supported (1.0 is)"));
+        }
+        for dtype in [&raw.dtype, &raw.torch_dtype].into_iter().flatten() {
+            if !matches!(dtype.as_str(), "float32" | "float16" | "bfloat16") {
+                return Err(format!(
+                    "dtype `{dtype}` is not supported (float32, float16 and bfloat16 are)"
+                ));
+            }
+        }
+        let rope = Rope::of(&raw)?;
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -142,10 +190,14 @@ impl ModelConfig {
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
-            rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
-            rope_scaling: raw.rope_scaling.as_ref().map(parse_rope_scaling).transpose()?.flatten(),
-            max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
+            // transformers' defaults for both architectures.
+            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta: rope.theta,
+            rope_scaling: rope.scaling,
+            max_position_embeddings: raw.max_position_embeddings.unwrap_or(match arch {
+                Arch::Llama => 2048,
+                Arch::Qwen2 => 32768,
+            }),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || attention_bias,
             o_bias: arch == Arch::Llama && attention_bias,
@@ -164,6 +216,52 @@ pub fn token_ids(value: &serde_json::Value) -> Vec<u32> {
     }
 }
 
+/// The RoPE base and scaling, from `rope_parameters` (transformers 5) or
+/// `rope_theta` and `rope_scaling` (before it).
+struct Rope {
+    theta: f64,
+    scaling: Option<RopeScaling>,
+}
+
+impl Rope {
+    /// transformers' default base when none is given.
+    const DEFAULT_THETA: f64 = 10_000.0;
+
+    fn of(raw: &RawConfig) -> Result<Self, String> {
+        let parameters = raw.rope_parameters.as_ref().filter(|v| !v.is_null());
+        let Some(parameters) = parameters else {
+            return Ok(Self {
+                theta: raw.rope_theta.unwrap_or(Self::DEFAULT_THETA),
+                scaling: raw.rope_scaling.as_ref().map(parse_rope_scaling).transpose()?.flatten(),
+            });
+        };
+        if !parameters.is_object() || parameters.get("rope_theta").is_some_and(|t| !t.is_number()) {
+            return Err(format!(
+                "rope_parameters {parameters} is not supported: one object with a numeric rope_theta is"
+            ));
+        }
+        if parameters
+            .as_object()
+            .is_some_and(|o| o.values().any(serde_json::Value::is_object))
+        {
+            return Err("rope_parameters per layer type is not supported".into());
+        }
+        let theta = parameters.get("rope_theta").and_then(serde_json::Value::as_f64);
+        if let (Some(a), Some(b)) = (theta, raw.rope_theta) {
+            if a != b {
+                return Err(format!("rope_theta {b} and rope_parameters.rope_theta {a} disagree"));
+            }
+        }
+        if raw.rope_scaling.as_ref().is_some_and(|s| !s.is_null()) {
+            return Err("rope_scaling and rope_parameters are both given; keep one".into());
+        }
+        Ok(Self {
+            theta: theta.or(raw.rope_theta).unwrap_or(Self::DEFAULT_THETA),
+            scaling: parse_rope_scaling(parameters)?,
+        })
+    }
+}
+
 fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, String> {
     if value.is_null() {
         return Ok(None);
@@ -177,7 +275,7 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
         value
             .get(key)
             .and_then(serde_json::Value::as_f64)
-            .ok_or_else(|| format!("rope_scaling.{key} is missing"))
+            .ok_or_else(|| format!("rope {kind} scaling: `{key}` is missing"))
     };
     match kind {
         "default" => Ok(None),
@@ -191,7 +289,7 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
             original_max_position_embeddings: number("original_max_position_embeddings")?,
         })),
         other => Err(format!(
-            "rope_scaling type `{other}` is not supported (linear and llama3 are)"
+            "rope type `{other}` is not supported (default, linear and llama3 are)"
         )),
     }
 }

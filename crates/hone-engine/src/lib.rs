@@ -17,10 +17,11 @@
 //! - [`lora`]: PEFT adapters and the LoRA term of every projection;
 //! - [`memory`]: kNN-LM — a datastore of (hidden state → next token) pairs
 //!   and the next-token distribution interpolated with it;
-//! - [`tokenizer`]: `tokenizer.json` and the chat template of
-//!   `tokenizer_config.json`, rendered with minijinja;
+//! - [`tokenizer`]: `tokenizer.json` and the chat template
+//!   (`chat_template.jinja`, or in `tokenizer_config.json`), rendered with minijinja;
 //! - [`device`]: `cpu` / `cuda` → a candle device;
 //! - [`init`]: `hone model init`, tiny random checkpoints in the same layout;
+//! - [`gguf`]: `hone model import`, a GGUF file turned into that layout;
 //! - [`threads`]: the CPU thread count, fixed once per process.
 
 pub mod config;
@@ -29,6 +30,7 @@ pub mod device;
 pub mod engine;
 pub mod gemv;
 pub mod generate;
+pub mod gguf;
 pub mod init;
 pub mod lora;
 pub mod memory;

@@ -1,5 +1,6 @@
 //! Text ↔ token ids (`tokenizer.json`, through the `tokenizers` crate) and
-//! the chat template of `tokenizer_config.json`, rendered with minijinja the
+//! the chat template (`chat_template.jinja`, `chat_template.json` or
+//! `tokenizer_config.json`, the order transformers reads them in), rendered with minijinja the
 //! way `transformers`' `apply_chat_template` renders it with Jinja2
 //! (`trim_blocks`, `lstrip_blocks`, `raise_exception`, a Python-style
 //! `tojson`, Python string and dict methods).
@@ -7,6 +8,28 @@
 use crate::{EngineError, Result};
 use minijinja::{Environment, ErrorKind, Value};
 use std::path::Path;
+
+/// A JSON file of the checkpoint (`tokenizer_config.json`, `chat_template.json`).
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| EngineError::Template(format!("{}: {e}", path.display())))
+}
+
+/// The `chat_template` a JSON file holds: a string, or a list of named
+/// templates of which `default` is taken.
+fn template_in(json: &serde_json::Value, path: &Path) -> Result<String> {
+    match json.get("chat_template") {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(serde_json::Value::Array(list)) => list
+            .iter()
+            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .and_then(|t| t.get("template"))
+            .and_then(|t| t.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| EngineError::Template(format!("{}: no `default` chat template", path.display()))),
+        _ => Err(EngineError::Template(format!("{}: no `chat_template`", path.display()))),
+    }
+}
 
 /// A byte range `(start, end)` of the encoded text.
 pub type Span = (usize, usize);
@@ -26,12 +49,12 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads `tokenizer.json` and `tokenizer_config.json` from a model directory.
+    /// Loads `tokenizer.json` and the chat template from a model directory.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
         let inner = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| EngineError::Tokenizer(format!("{}: {e}", path.display())))?;
-        let template = ChatTemplate::load(&dir.join("tokenizer_config.json"))?;
+        let template = ChatTemplate::load_dir(dir)?;
         Ok(Self { inner, template })
     }
 
@@ -95,24 +118,35 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// Reads `chat_template` (a string, or a list of named templates of which
-    /// `default` is taken) and the special tokens from `tokenizer_config.json`.
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| EngineError::Template(format!("{}: {e}", path.display())))?;
-        let source = match json.get("chat_template") {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(serde_json::Value::Array(list)) => list
-                .iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
-                .and_then(|t| t.get("template"))
-                .and_then(|t| t.as_str())
-                .map(str::to_owned)
-                .ok_or_else(|| EngineError::Template(format!("{}: no `default` chat template", path.display())))?,
-            _ => return Err(EngineError::Template(format!("{}: no `chat_template`", path.display()))),
+    /// The files a checkpoint keeps its chat template in, in the order
+    /// transformers prefers them: its own file (transformers 5), a JSON file
+    /// holding `chat_template`, then `tokenizer_config.json`.
+    pub const FILES: [&str; 3] = ["chat_template.jinja", "chat_template.json", "tokenizer_config.json"];
+
+    /// Reads the chat template of a checkpoint directory (from the first of
+    /// [`Self::FILES`] that holds one) and the special tokens of its
+    /// `tokenizer_config.json`.
+    pub fn load_dir(dir: &Path) -> Result<Self> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config = read_json(&config_path)?;
+        let jinja = dir.join(Self::FILES[0]);
+        let json_file = dir.join(Self::FILES[1]);
+        let source = if jinja.exists() {
+            std::fs::read_to_string(&jinja).map_err(|e| EngineError::io(&jinja, e))?
+        } else if json_file.exists() {
+            template_in(&read_json(&json_file)?, &json_file)?
+        } else {
+            template_in(&config, &config_path).map_err(|_| {
+                EngineError::Template(format!(
+                    "{}: no chat template (looked for {}, {} and `chat_template` in {})",
+                    dir.display(),
+                    Self::FILES[0],
+                    Self::FILES[1],
+                    Self::FILES[2]
+                ))
+            })?
         };
-        let token = |key: &str| match json.get(key) {
+        let token = |key: &str| match config.get(key) {
             Some(serde_json::Value::String(s)) => Some(s.clone()),
             Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(str::to_owned),
             _ => None,

@@ -31,10 +31,12 @@ use std::path::{Path, PathBuf};
 
 /// The files of a checkpoint directory other than its weights, copied as
 /// they are when the trained weights are saved.
-const COMPANIONS: [&str; 4] = [
+const COMPANIONS: [&str; 6] = [
     "config.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
     "generation_config.json",
 ];
 

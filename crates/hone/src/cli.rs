@@ -331,6 +331,17 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = demo::DEFAULT_MAX_DIFFICULTY, value_parser = demo::parse_max_difficulty)]
         max_difficulty: u8,
     },
+    /// Convert a GGUF file (llama.cpp, Ollama, LM Studio) into a Hugging
+    /// Face checkpoint directory: config, dequantised f32 safetensors,
+    /// tokenizer and chat template. Llama and Qwen2 models with byte-level
+    /// BPE vocabularies; anything else is refused by name.
+    Import {
+        /// The `.gguf` file.
+        file: PathBuf,
+        /// Output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -419,6 +430,9 @@ pub fn run(command: Command) -> Result<ExitCode> {
                     max_difficulty,
                 },
         } => model::init(arch.into(), &preset, &out, seed, max_difficulty),
+        Command::Model {
+            command: ModelCommand::Import { file, out },
+        } => model::import(&file, &out),
         Command::Demo(args) => demo::run(*args),
         Command::Train { algorithm, args } => train::run(algorithm, *args),
         Command::Rewards { command } => rewards::run(command),

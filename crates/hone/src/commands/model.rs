@@ -1,6 +1,8 @@
 //! `hone model init`: writes a checkpoint of a named preset in the Hugging
 //! Face layout: randomly initialised, or for `demo` the base policy
 //! `hone demo` trains (so tests and users get the same model it starts from).
+//! `hone model import`: a GGUF file into the same layout, loaded back by the
+//! engine before it is reported written.
 
 use anyhow::{bail, Context, Result};
 use hone_console::note;
@@ -72,6 +74,32 @@ fn demo(arch: Arch, out: &Path, seed: u64, recipe: Recipe, preset: &str) -> Resu
         built.first_loss,
         built.last_loss,
         built.seconds,
+        out.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn import(file: &Path, out: &Path) -> Result<ExitCode> {
+    note(format_args!("converting {} into {}", file.display(), out.display()));
+    let imported = hone_engine::gguf::import(file, out)?;
+    let engine = hone_engine::Engine::load(out, hone_engine::EngineOptions::default())
+        .with_context(|| format!("the converted checkpoint in {} does not load", out.display()))?;
+    drop(engine);
+    let stored: Vec<String> = imported
+        .stored_as
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect();
+    writeln!(
+        std::io::stdout(),
+        "wrote {} ({:?}, {:.1}M parameters in {} tensors stored as {}; {} tokens, pre-tokenizer {}) to {}",
+        imported.name.as_deref().unwrap_or("the model"),
+        imported.arch,
+        imported.parameters as f64 / 1e6,
+        imported.tensors,
+        stored.join(", "),
+        imported.vocab_size,
+        imported.pre_tokenizer,
         out.display()
     )?;
     Ok(ExitCode::SUCCESS)
