@@ -98,7 +98,8 @@ pub fn write_checkpoint_with(
     Ok(())
 }
 
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+/// Writes `value` as pretty-printed JSON with a final newline.
+pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|e| EngineError::Model(e.to_string()))?;
     std::fs::write(path, text + "\n").map_err(|e| EngineError::io(path, e))
 }

@@ -54,30 +54,24 @@ impl<'a> Metadata<'a> {
             .map_err(|_| format!("`{key}` is not a boolean"))
     }
 
-    pub fn strings(&self, key: &str) -> Result<Vec<&'a str>, String> {
+    /// An array, each element read by `item`.
+    fn array<T>(&self, key: &str, item: impl Fn(&'a Value) -> Option<T>, kind: &str) -> Result<Vec<T>, String> {
         let items = self
             .get(key)?
             .to_vec()
             .map_err(|_| format!("`{key}` is not an array"))?;
         items
             .iter()
-            .map(|v| {
-                v.to_string()
-                    .map(String::as_str)
-                    .map_err(|_| format!("`{key}` holds a non-string"))
-            })
+            .map(|v| item(v).ok_or_else(|| format!("`{key}` holds a non-{kind}")))
             .collect()
     }
 
+    pub fn strings(&self, key: &str) -> Result<Vec<&'a str>, String> {
+        self.array(key, |v| v.to_string().ok().map(String::as_str), "string")
+    }
+
     pub fn integers(&self, key: &str) -> Result<Vec<u64>, String> {
-        let items = self
-            .get(key)?
-            .to_vec()
-            .map_err(|_| format!("`{key}` is not an array"))?;
-        items
-            .iter()
-            .map(|v| integer(v).ok_or_else(|| format!("`{key}` holds a non-integer")))
-            .collect()
+        self.array(key, integer, "integer")
     }
 
     /// The model the file holds, every setting that shapes its forward

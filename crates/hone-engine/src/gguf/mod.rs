@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod tensors;
 pub mod vocab;
 
+use crate::init::write_json;
 use crate::{Arch, EngineError, Result};
 use candle_core::quantized::gguf_file::Content;
 use std::collections::BTreeMap;
@@ -102,9 +103,4 @@ fn refusal(file: &Path, message: &str) -> EngineError {
         file.display(),
         named.unwrap_or_else(|| format!("not a GGUF file hone can read: {message}"))
     ))
-}
-
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| EngineError::Model(e.to_string()))?;
-    std::fs::write(path, text + "\n").map_err(|e| EngineError::io(path, e))
 }
