@@ -109,10 +109,21 @@ pub struct DemoArgs {
     /// Remake the base policy even when one with the same recipe is cached.
     #[arg(long)]
     pub rebuild_base: bool,
-    /// Start from this checkpoint (a Hugging Face directory whose chat
-    /// template speaks Hermes tool calls) instead of the demo's own base policy.
-    #[arg(long, conflicts_with = "rebuild_base")]
-    pub base: Option<PathBuf>,
+    /// Run the whole loop on this model instead of the demo's own base
+    /// policy: a Hugging Face checkpoint directory of a llama or qwen2
+    /// instruct model (e.g. one `hone model import` made from a GGUF file).
+    /// Its chat template decides whether it sees the `calc` tool; one that
+    /// renders no tools answers directly, which the score accepts.
+    #[arg(long, visible_alias = "base", conflicts_with = "rebuild_base")]
+    pub model: Option<PathBuf>,
+    /// The tasks users bring and the held-out measurement asks: a task
+    /// file (JSON Lines of `{"prompt", "answer", "family"}` with numeric
+    /// answers; `crates/hone-envs/python/reasoning_gym_tasks.py` exports
+    /// reasoning-gym's generators to one) instead of the `calc`
+    /// environment's word problems. Needs `--model`: the demo's own base
+    /// policy knows only `calc`.
+    #[arg(long, requires = "model", conflicts_with = "scenario")]
+    pub tasks: Option<PathBuf>,
     /// How rewards are made from what users do.
     #[arg(long, value_enum, default_value_t = RewardMode::Implicit)]
     pub reward: RewardMode,
@@ -725,7 +736,7 @@ pub struct Summary {
 
 impl DemoArgs {
     /// The recipe of the base policy the demo builds when not given one
-    /// (`--base`): its demonstrations are tasks up to `--max-difficulty`,
+    /// (`--model`): its demonstrations are tasks up to `--max-difficulty`,
     /// the levels the demo plays (`--quick` plays from the same base).
     pub fn recipe(&self) -> Recipe {
         match self.scenario {
@@ -737,6 +748,15 @@ impl DemoArgs {
 
     /// The simulated users of this run (seeded by `seed`): those of the
     /// scenario, if any.
+    /// The environment users and measurements play: the `calc` word
+    /// problems, or the tasks of `--tasks`.
+    pub fn environment(&self) -> Result<Arc<dyn hone_envs::Environment>> {
+        Ok(match &self.tasks {
+            None => Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED),
+            Some(file) => Arc::new(hone_envs::Suite::load(file)?),
+        })
+    }
+
     pub fn user(&self, delay_ms: (u64, u64), seed: u64) -> SimulatedUser {
         SimulatedUser {
             silent_on_questions: self.scenario == Some(Scenario::Hack),
@@ -845,10 +865,10 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data directory {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    let base_dir = match &args.base {
+    let base_dir = match &args.model {
         Some(dir) => dir
             .canonicalize()
-            .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
+            .with_context(|| format!("--model {}: no such checkpoint directory", dir.display()))?,
         None => base(&data_dir, args.rebuild_base, &args.recipe())?,
     };
     if !args.seeds.is_empty() {
@@ -949,7 +969,7 @@ async fn run_demo(args: DemoArgs, data_dir: PathBuf, base_dir: PathBuf, started:
             "sandbox users: a simulated user reacts at once to every offline run (gate re-runs, rollouts), which production does not have; these results are the sandbox's"
         ));
     }
-    let stage = stage::Stage::start(ports, &mut config, rollout_user).await?;
+    let stage = stage::Stage::start(ports, &mut config, args.environment()?, rollout_user).await?;
     let recorder = stage.recorder.clone();
 
     let store = hone_store::open(&config.store, hone_store::Wait::Patient)?;

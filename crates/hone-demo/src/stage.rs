@@ -3,10 +3,9 @@
 //! plays tasks through the gateway. Ports are bound first ([`Ports`]) so a
 //! config can name the endpoint before the gateway starts on it.
 
-use crate::base_policy::Recipe;
 use crate::AGENT;
 use anyhow::{Context, Result};
-use hone_envs::{Builtin, Runner, RunnerConfig, SimulatedUser};
+use hone_envs::{Environment, Runner, RunnerConfig, SimulatedUser};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -45,9 +44,14 @@ pub struct Stage {
 
 impl Stage {
     /// Starts the gateway on `config` (its listen address set to the bound
-    /// port) and the `calc` environment's endpoint; with `user`, the
-    /// endpoint's runs get that simulated user's reactions as feedback.
-    pub async fn start(ports: Ports, config: &mut hone_config::Config, user: Option<SimulatedUser>) -> Result<Self> {
+    /// port) and `environment`'s endpoint; with `user`, the endpoint's runs
+    /// get that simulated user's reactions as feedback.
+    pub async fn start(
+        ports: Ports,
+        config: &mut hone_config::Config,
+        environment: Arc<dyn Environment>,
+        user: Option<SimulatedUser>,
+    ) -> Result<Self> {
         config.gateway.listen = ports.gateway.local_addr()?;
         let gateway = hone_gateway::Gateway::start(config.clone()).context("cannot start the gateway")?;
         let state = gateway.state().clone();
@@ -61,7 +65,6 @@ impl Stage {
         };
         let mut servers = tokio::task::JoinSet::new();
         servers.spawn(gateway.serve(ports.gateway, until_stopped()));
-        let environment = Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED);
         let mut runner_config = RunnerConfig::new(ports.gateway_url, AGENT);
         runner_config.timeout = Duration::from_secs(300);
         let runner = Runner::new(environment, runner_config)?;

@@ -202,7 +202,9 @@ mod tests {
         let text = config::text(dir.path(), &base, &endpoint, &config::Choices::of(&args));
         std::fs::write(&path, text).unwrap();
         let mut config = hone_config::load_file(&path).unwrap();
-        let stage = Stage::start(ports, &mut config, None).await.unwrap();
+        let stage = Stage::start(ports, &mut config, args.environment().unwrap(), None)
+            .await
+            .unwrap();
 
         // Users who read for half a second before they react: longer than
         // an episode takes, so users go on starting while the first reads.

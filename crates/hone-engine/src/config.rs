@@ -289,7 +289,7 @@ fn parse_rope_scaling(value: &serde_json::Value) -> Result<Option<RopeScaling>, 
             original_max_position_embeddings: number("original_max_position_embeddings")?,
         })),
         other => Err(format!(
-            "rope type `{other}` is not supported (default, linear and llama3 are)"
+            "rope_type `{other}` is not supported (default, linear and llama3 are)"
         )),
     }
 }

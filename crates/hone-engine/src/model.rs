@@ -19,6 +19,23 @@ use crate::{EngineError, Result};
 use candle_core::{DType, Device, Tensor, D};
 use std::path::Path;
 
+/// Whether a projection has a bias, and the config key that says so.
+#[derive(Debug, Clone, Copy)]
+enum Bias {
+    None,
+    By(&'static str),
+}
+
+impl Bias {
+    fn of(on: bool, key: &'static str) -> Self {
+        if on {
+            Bias::By(key)
+        } else {
+            Bias::None
+        }
+    }
+}
+
 /// A projection `y = x·Wᵀ (+ b)`; `W` is `[out, in]` as Hugging Face stores it.
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -312,32 +329,47 @@ impl Model {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         let q_out = c.num_attention_heads * c.head_dim;
         let kv_out = c.num_key_value_heads * c.head_dim;
-        let linear = |w: &mut Weights, name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+        // A bias is taken when the config asks for it: a missing one names the key.
+        let linear = |w: &mut Weights, name: &str, out: usize, inp: usize, bias: Bias| -> Result<Linear> {
             Ok(Linear {
                 weight: w.take(&format!("{name}.weight"), &[out, inp])?,
-                bias: if bias {
-                    Some(w.take(&format!("{name}.bias"), &[out])?)
-                } else {
-                    None
+                bias: match bias {
+                    Bias::None => None,
+                    Bias::By(key) => Some(
+                        w.take(&format!("{name}.bias"), &[out])
+                            .map_err(|e| EngineError::Model(format!("{e} (the config sets {key})")))?,
+                    ),
                 },
             })
         };
+        let (qkv_bias, o_bias, mlp_bias) = (
+            Bias::of(
+                c.qkv_bias,
+                if c.arch == crate::Arch::Qwen2 {
+                    "model_type qwen2"
+                } else {
+                    "attention_bias"
+                },
+            ),
+            Bias::of(c.o_bias, "attention_bias"),
+            Bias::of(c.mlp_bias, "mlp_bias"),
+        );
         let embed = w.take(names::EMBEDDING, &[c.vocab_size, h])?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for n in 0..c.num_hidden_layers {
-            let mut linear = |module: Module, out: usize, inp: usize, bias: bool| {
+            let mut linear = |module: Module, out: usize, inp: usize, bias: Bias| {
                 linear(&mut w, &names::projection(n, module), out, inp, bias)
             };
             let (q, k, v, o) = (
-                linear(Module::QProj, q_out, h, c.qkv_bias)?,
-                linear(Module::KProj, kv_out, h, c.qkv_bias)?,
-                linear(Module::VProj, kv_out, h, c.qkv_bias)?,
-                linear(Module::OProj, h, q_out, c.o_bias)?,
+                linear(Module::QProj, q_out, h, qkv_bias)?,
+                linear(Module::KProj, kv_out, h, qkv_bias)?,
+                linear(Module::VProj, kv_out, h, qkv_bias)?,
+                linear(Module::OProj, h, q_out, o_bias)?,
             );
             let (gate, up, down) = (
-                linear(Module::GateProj, i, h, c.mlp_bias)?,
-                linear(Module::UpProj, i, h, c.mlp_bias)?,
-                linear(Module::DownProj, h, i, c.mlp_bias)?,
+                linear(Module::GateProj, i, h, mlp_bias)?,
+                linear(Module::UpProj, i, h, mlp_bias)?,
+                linear(Module::DownProj, h, i, mlp_bias)?,
             );
             layers.push(Layer {
                 input_norm: w.take(&names::input_norm(n), &[h])?,
@@ -354,10 +386,27 @@ impl Model {
         let norm = w.take(names::FINAL_NORM, &[h])?;
         let lm_head = if c.tie_word_embeddings {
             // Some tied checkpoints still carry a copy; it must equal the embedding.
-            w.take_optional(names::LM_HEAD, &[c.vocab_size, h])?;
+            if let Some(copy) = w.take_optional(names::LM_HEAD, &[c.vocab_size, h])? {
+                let apart = (&copy - &embed)?
+                    .abs()?
+                    .flatten_all()?
+                    .max(0)?
+                    .to_dtype(DType::F32)?
+                    .to_scalar::<f32>()?;
+                if apart > 0.0 {
+                    return Err(EngineError::Model(format!(
+                        "tie_word_embeddings is true but the checkpoint's own `{}` differs from the embedding \
+                         (by up to {apart}); set tie_word_embeddings to false to use it",
+                        names::LM_HEAD
+                    )));
+                }
+            }
             None
         } else {
-            Some(w.take(names::LM_HEAD, &[c.vocab_size, h])?)
+            Some(
+                w.take(names::LM_HEAD, &[c.vocab_size, h])
+                    .map_err(|e| EngineError::Model(format!("{e} (tie_word_embeddings is false)")))?,
+            )
         };
         let left: Vec<&str> = w
             .remaining()

@@ -5,6 +5,9 @@
 //!   teacher-forced forward of the same tokens; batched decoding equals
 //!   decoding each row alone, and decoding in parts on threads samples what
 //!   one batch samples.
+//! - `layouts`: checkpoints as the installed transformers saves them, and
+//!   every forward-changing config key read or refused
+//!   (`tests/reference/config_keys.py`).
 //! - `memory`: kNN-LM interpolation against numpy (`tests/reference/knn_lm.py`),
 //!   λ = 0 exactly the model, one remembered episode reproduced greedily,
 //!   mixed batches, the datastore file and its hash.
@@ -18,6 +21,7 @@
 
 mod engine;
 mod generate;
+mod layouts;
 mod memory;
 mod reference;
 mod tokenizer_training;

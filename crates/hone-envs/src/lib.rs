@@ -10,6 +10,8 @@
 //! - [`calc`]: arithmetic word problems of graded difficulty, with a `calc` tool.
 //! - [`lookup`]: questions about a generated customer table, answered with
 //!   `search` then `read` (the ART-E pattern).
+//! - [`suite`]: verifiable questions read from a file, e.g. exported from
+//!   reasoning-gym's task generators.
 //! - [`users`]: simulated users turning a hidden score into implicit signals,
 //!   as the bodies `POST /v1/feedback` takes.
 //! - [`runner`]: the agent loop against a gateway's chat-completions API;
@@ -46,6 +48,7 @@ pub mod episode;
 pub mod lookup;
 pub mod runner;
 pub mod seeded;
+pub mod suite;
 mod text;
 pub mod users;
 
@@ -59,6 +62,7 @@ pub use calc::{Calc, CalcTask};
 pub use hone_types::FeedbackRequest;
 pub use lookup::{Lookup, LookupTask};
 pub use runner::{RunContext, RunError, RunOutcome, Runner, RunnerConfig};
+pub use suite::{Suite, SuiteError, SuiteTask};
 pub use users::{ImplicitSignal, SimulatedUser};
 
 /// One environment: tasks from a seed, tools the agent may call, and a

@@ -387,10 +387,10 @@ impl Command {
     /// `hone_engine::threads::per_op_for_hidden_size`).
     pub fn threads_per_op(&self) -> Option<usize> {
         match self {
-            Command::Demo(args) => demo::threads_per_op(args.base.as_deref()),
+            Command::Demo(args) => demo::threads_per_op(args.model.as_deref()),
             Command::Bench {
                 command: BenchCommand::Learn(args),
-            } => demo::threads_per_op(args.base.as_deref()),
+            } => demo::threads_per_op(args.model.as_deref()),
             Command::Model {
                 command: ModelCommand::Init {
                     preset, max_difficulty, ..

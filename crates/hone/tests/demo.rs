@@ -348,15 +348,8 @@ fn a_short_demo_writes_its_config_summary_and_plots_and_hone_hears_only_implicit
 /// test script installs one); skipped without it unless `HONE_REQUIRE_TRL`.
 #[test]
 fn the_demo_trains_with_trl_when_asked() {
-    let python = match std::env::var("HONE_TEST_TRL_PYTHON") {
-        Ok(python) => python,
-        Err(_) if std::env::var_os("HONE_REQUIRE_TRL").is_some() => {
-            panic!("HONE_REQUIRE_TRL is set but HONE_TEST_TRL_PYTHON names no Python")
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: HONE_TEST_TRL_PYTHON names no Python with TRL");
-            return;
-        }
+    let Some(python) = crate::support::trl_python() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let base = tiny_base(dir.path());

@@ -13,6 +13,7 @@
 //! - `ui`: the dashboard on a store filled by a real cycle: pages, login, Approve and Roll back
 //! - `replicas`: two gateways on one PostgreSQL — deployments, sticky splits, feedback, no loss through kill -9 and a 30 s outage; `hone store migrate`
 //! - `layering`: every crate depends only on lower layers; the demo and the benchmarks sit on top; environments need no trainer or candle
+//! - `real_model`: SmolLM2-135M-Instruct's GGUF file imported and served, checked against transformers' own GGUF loader
 //! - `learn_crash`: `kill -9` in every step of a learning cycle, then one consistent outcome
 
 // Test servers and load run detached for the life of a test; the test ends them.
@@ -33,6 +34,7 @@ mod local;
 mod otel;
 mod python_sdk;
 mod readme;
+mod real_model;
 mod replicas;
 mod support;
 mod ui;

@@ -90,9 +90,11 @@ pub struct LearnArgs {
     /// (`bench-learn-seeds.json`, `bench-learn-seeds.{svg,png}`).
     #[arg(long, value_delimiter = ',', conflicts_with = "seed")]
     pub seeds: Vec<u64>,
-    /// Start every side from this checkpoint instead of the demo's base policy.
-    #[arg(long)]
-    pub base: Option<PathBuf>,
+    /// Start every side from this model instead of the demo's base policy:
+    /// a Hugging Face checkpoint directory of a llama or qwen2 instruct
+    /// model (e.g. one `hone model import` made from a GGUF file).
+    #[arg(long, visible_alias = "base")]
+    pub model: Option<PathBuf>,
     /// A Python with torch, transformers, peft, trl, datasets and
     /// accelerate (TRL alone, and the loop on TRL, run with it).
     #[arg(long, env = "HONE_BENCH_PYTHON", default_value = "python3")]
@@ -437,10 +439,10 @@ fn prepare(args: &LearnArgs) -> Result<(PathBuf, PathBuf)> {
     }
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    let base = match &args.base {
+    let base = match &args.model {
         Some(dir) => dir
             .canonicalize()
-            .with_context(|| format!("--base {}: no such checkpoint directory", dir.display()))?,
+            .with_context(|| format!("--model {}: no such checkpoint directory", dir.display()))?,
         None => demo::base(&data_dir, false, &demo_args.recipe())?,
     };
     Ok((data_dir, base))
@@ -617,7 +619,7 @@ fn loop_side(mut demo_args: DemoArgs, dir: &Path, base: &Path, minutes: f64) -> 
         base.display()
     ));
     demo_args.data_dir = dir.to_path_buf();
-    demo_args.base = Some(base.to_path_buf());
+    demo_args.model = Some(base.to_path_buf());
     demo::run(demo_args)?;
     let written = demo::written(dir)?;
     let runs = learner_runs(dir)?;
@@ -746,7 +748,8 @@ impl Testbed {
         let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ports = Ports::bind().await?;
         let endpoint_url = ports.endpoint_url.clone();
-        let stage = Stage::start(ports, &mut config, None).await?;
+        let environment = hone_envs::Builtin::Calc.build(demo::base_policy::Recipe::DEMO_ENVIRONMENT_SEED);
+        let stage = Stage::start(ports, &mut config, environment, None).await?;
         let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
         let base_version = agent
             .versions

