@@ -192,6 +192,10 @@ pub struct Choices {
     pub trl_python: Option<String>,
     /// `--unguarded`: no behaviour bounds in the gate or the monitors.
     pub unguarded: bool,
+    /// No `--model`: the demo's own base policy serves.
+    pub own_model: bool,
+    /// `--tasks`: the task file users' questions come from.
+    pub tasks: Option<std::path::PathBuf>,
 }
 
 impl Choices {
@@ -211,6 +215,8 @@ impl Choices {
             sandbox_users: args.sandbox_users,
             reward_model: args.reward_model,
             unguarded: args.unguarded,
+            own_model: args.model.is_none(),
+            tasks: args.tasks.clone(),
             // A path given from here stays right in the config the demo
             // writes elsewhere (relative paths there start from its folder).
             trl_python: (args.trainer == DemoTrainer::Trl).then(|| {
@@ -251,6 +257,8 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
         reward_model,
         trl_python,
         unguarded,
+        own_model,
+        tasks,
     } = choices;
     let grpo_steps = *grpo_steps;
     let promotion = match promote_margin {
@@ -316,9 +324,8 @@ pub fn text(data_dir: &Path, base: &Path, endpoint: &str, choices: &Choices) -> 
         (String::new(), String::new())
     };
     format!(
-        r#"# Written by `hone demo`: an agent that solves arithmetic word problems
-# with a calculator tool, served by the embedded engine from a small model
-# hone trained itself, learning from what simulated users do (they accept an
+        r#"# Written by `hone demo`: {what}, served by the embedded engine from
+# {served_by}, learning from what simulated users do (they accept an
 # answer, complain, ask again or leave; nobody tells hone the right answer).
 #
 # Run the parts yourself on this file:
@@ -338,7 +345,7 @@ device = "cpu"
 max_batch = 16
 
 [agents.{AGENT}]
-description = "Solves arithmetic word problems; may call the `calc` tool."
+description = {description}
 
 [agents.{AGENT}.versions.base]
 provider = {{ type = "local", model = {base} }}
@@ -416,6 +423,19 @@ min_episodes = 24
 window = 400{monitor_bounds}
 
 {trainer}"#,
+        what = match tasks {
+            None => "an agent that solves arithmetic word problems\n# with a calculator tool",
+            Some(_) => "an agent that answers questions from a task file\n# (`--tasks`)",
+        },
+        served_by = if *own_model {
+            "a small model hone trained itself"
+        } else {
+            "the checkpoint `--model` names"
+        },
+        description = serde_json::Value::String(match tasks {
+            None => "Solves arithmetic word problems; may call the `calc` tool.".to_owned(),
+            Some(file) => format!("Answers the questions of {}.", file.display()),
+        }),
         trainer = match trl_python {
             None => format!(
                 "[agents.{AGENT}.learn.replay]\n\

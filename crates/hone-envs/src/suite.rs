@@ -10,6 +10,7 @@
 //! ends with. The split is [`Split::of`] the prompt, as for every
 //! environment; the agent has no tools.
 
+use crate::seeded::stable_hash;
 use crate::text::last_number;
 use crate::{Difficulty, Environment, Split, Task, TaskData, ToolError};
 use hone_types::openai::{Message, Role, Tool};
@@ -136,6 +137,14 @@ impl Suite {
             }
             suite.tasks.push((task, value));
         }
+        // Served in an order the file does not set (a file listing one
+        // family after another would otherwise give users and the held-out
+        // measurement one family only): by a stable hash of the prompt, so
+        // the families mix in their proportions and an index always names
+        // the same task.
+        for split in &mut suite.splits {
+            split.sort_by_key(|i| (stable_hash(suite.tasks[*i].0.prompt.trim().as_bytes()), *i));
+        }
         suite
     }
 
@@ -166,8 +175,8 @@ impl Environment for Suite {
         NAME
     }
 
-    /// The `index`-th task of `split`, in file order, round and round
-    /// (a file has no difficulty levels: `difficulty` is not used).
+    /// The `index`-th task of `split`, round and round (a file has no
+    /// difficulty levels: `difficulty` is not used).
     fn task(&self, split: Split, index: u64, _difficulty: Difficulty) -> Task {
         let tasks = &self.splits[split_slot(split)];
         let at = usize::try_from(index % tasks.len().max(1) as u64).unwrap_or(0);
@@ -265,6 +274,29 @@ mod tests {
             }
         }
         assert_eq!(suite.task_from_prompt("Calculate 1000 + 2."), None);
+    }
+
+    #[test]
+    fn families_listed_one_after_another_are_served_mixed() {
+        let other: String = (0..40)
+            .map(|i| {
+                format!(
+                    "{{\"prompt\": \"{i} - 1 =\", \"answer\": \"{}\", \"family\": \"chain_sum\"}}\n",
+                    i - 1
+                )
+            })
+            .collect();
+        let (_dir, path) = file(&format!("{}{other}", lines(40)));
+        let suite = Suite::load(&path).unwrap();
+        for split in [Split::Train, Split::HeldOut] {
+            let first: Vec<_> = (0..6)
+                .map(|i| suite.family(&suite.task(split, i, Difficulty::Easy)))
+                .collect();
+            assert!(
+                first.contains(&Some("chain_sum")) && first.contains(&Some("basic_arithmetic")),
+                "{split:?}: {first:?}"
+            );
+        }
     }
 
     #[test]

