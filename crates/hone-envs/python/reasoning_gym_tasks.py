@@ -11,9 +11,10 @@ Every answer is a number, and each task is checked on the way out: its own
 answer scores 1 under reasoning-gym's `score_answer`, and so does the last
 number of a reply ending with it (the rule hone scores replies by).
 
-`--check FILE` instead re-reads a task file and, for each task, compares
-hone's rule with reasoning-gym's verdict on replies of several shapes
-(prints one JSON line; the tests use it).
+`--check FILE [--cases]` instead re-reads a task file and, for each task,
+compares the rule with reasoning-gym's verdict on replies of several shapes
+(prints one JSON line; with `--cases` every reply and verdict, which the
+tests compare with hone's own scorer).
 """
 
 import argparse
@@ -91,10 +92,12 @@ def export(args):
     print(json.dumps({"written": written, "out": args.out}))
 
 
-def check(path):
-    """hone's rule against reasoning-gym's own verdict on the extracted number."""
+def check(path, with_cases):
+    """hone's rule against reasoning-gym's own verdict on the extracted number
+    (`with_cases`: every reply with reasoning-gym's verdict, for hone's own
+    scorer to be compared with)."""
     datasets = {}
-    disagree = []
+    disagree, cases = [], []
     compared = 0
     for line in open(path):
         task = json.loads(line)
@@ -117,9 +120,13 @@ def check(path):
             theirs = datasets[family].score_answer(said, entry) if said is not None else 0.0
             ours = hone_score(answer, reply)
             compared += 1
+            cases.append({"prompt": task["prompt"], "reply": reply, "reasoning_gym": theirs})
             if (theirs == 1.0) != (ours == 1.0):
                 disagree.append({"prompt": task["prompt"], "reply": reply, "reasoning_gym": theirs, "hone": ours})
-    print(json.dumps({"compared": compared, "disagree": disagree[:20], "disagreements": len(disagree)}))
+    report = {"compared": compared, "disagree": disagree[:20], "disagreements": len(disagree)}
+    if with_cases:
+        report["cases"] = cases
+    print(json.dumps(report))
 
 
 def main():
@@ -129,9 +136,10 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--families", type=lambda s: s.split(","), default=list(FAMILIES))
     p.add_argument("--check", help="a task file to check hone's scoring rule on")
+    p.add_argument("--cases", action="store_true", help="with --check: print every reply and reasoning-gym's verdict")
     args = p.parse_args()
     if args.check:
-        check(args.check)
+        check(args.check, args.cases)
         return
     if not args.out:
         p.error("--out is required (or --check FILE)")

