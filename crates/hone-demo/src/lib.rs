@@ -271,6 +271,11 @@ pub fn threads_per_op(base: Option<&Path>) -> Option<usize> {
     hone_engine::threads::per_op_for_hidden_size(hidden_size)
 }
 
+/// The `calc` word problems the demo plays unless given `--tasks`.
+pub fn calc_environment() -> Arc<dyn hone_envs::Environment> {
+    Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED)
+}
+
 /// The hardest level `hone demo` plays unless told otherwise.
 pub const DEFAULT_MAX_DIFFICULTY: u8 = 1;
 
@@ -746,17 +751,17 @@ impl DemoArgs {
         }
     }
 
-    /// The simulated users of this run (seeded by `seed`): those of the
-    /// scenario, if any.
     /// The environment users and measurements play: the `calc` word
     /// problems, or the tasks of `--tasks`.
     pub fn environment(&self) -> Result<Arc<dyn hone_envs::Environment>> {
         Ok(match &self.tasks {
-            None => Builtin::Calc.build(Recipe::DEMO_ENVIRONMENT_SEED),
+            None => calc_environment(),
             Some(file) => Arc::new(hone_envs::Suite::load(file)?),
         })
     }
 
+    /// The simulated users of this run (seeded by `seed`): those of the
+    /// scenario, if any.
     pub fn user(&self, delay_ms: (u64, u64), seed: u64) -> SimulatedUser {
         SimulatedUser {
             silent_on_questions: self.scenario == Some(Scenario::Hack),

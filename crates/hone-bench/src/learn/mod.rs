@@ -748,8 +748,7 @@ impl Testbed {
         let mut config = hone_config::load_file(&hone_dir.join("hone.toml")).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ports = Ports::bind().await?;
         let endpoint_url = ports.endpoint_url.clone();
-        let environment = hone_envs::Builtin::Calc.build(demo::base_policy::Recipe::DEMO_ENVIRONMENT_SEED);
-        let stage = Stage::start(ports, &mut config, environment, None).await?;
+        let stage = Stage::start(ports, &mut config, demo::calc_environment(), None).await?;
         let agent = config.agents.get(AGENT).context("the demo's config has no agent")?;
         let base_version = agent
             .versions
